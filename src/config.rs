@@ -1,0 +1,96 @@
+//! Command-line flags, each with an environment-variable fallback (flags win).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// agentd: serve AI agents over HTTP/SSE, wire-compatible with Google ADK's api_server.
+#[derive(Debug, Parser)]
+#[command(name = "agentd", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP server (migrates the database first).
+    Serve(ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate(DatabaseArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// `sqlite://path/file.db` (created on demand) or `postgres://user@host/db`.
+    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://data/agentd.db")]
+    pub database_url: String,
+
+    /// Upper bound on pooled database connections.
+    #[arg(long, env = "AGENTD_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "AGENTD_BIND", default_value = "127.0.0.1:8000")]
+    pub bind: SocketAddr,
+
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Directory with one folder per app (ADK's convention).
+    #[arg(long, env = "AGENTD_APPS_DIR", default_value = "config/apps")]
+    pub apps_dir: PathBuf,
+
+    /// Log line format.
+    #[arg(long, env = "AGENTD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Allow browser requests from this origin (CORS). Repeat or comma-separate; `*` allows any.
+    /// Off by default.
+    #[arg(
+        long = "allow-origin",
+        env = "AGENTD_ALLOW_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allow_origins: Vec<String>,
+
+    /// Largest request body accepted, in bytes (larger gets 413).
+    #[arg(long, env = "AGENTD_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Largest artifact stored, in decoded bytes (larger gets 413).
+    #[arg(long, env = "AGENTD_MAX_ARTIFACT_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_artifact_bytes: usize,
+
+    /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
+    #[arg(long, env = "AGENTD_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl ServeArgs {
+    /// Defaults for tests and embedding: SQLite file, port 0.
+    pub fn for_database(database_url: impl Into<String>) -> Self {
+        ServeArgs {
+            bind: "127.0.0.1:0".parse().expect("valid literal address"),
+            database: DatabaseArgs {
+                database_url: database_url.into(),
+                db_max_connections: 16,
+            },
+            apps_dir: PathBuf::from("config/apps"),
+            log_format: LogFormat::Text,
+            allow_origins: vec![],
+            max_body_bytes: 32 * 1024 * 1024,
+            max_artifact_bytes: 16 * 1024 * 1024,
+            shutdown_grace_secs: 10,
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Service routes: health, version, the app list, app info, and memory.
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{Json, Path, Query};
+use super::AppState;
+use crate::store::SessionKey;
+use axum::routing::{get, patch};
+use axum::Router;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/health", get(health))
+        .route("/version", get(version))
+        .route("/list-apps", get(list_apps))
+        .route("/apps/{app}/app-info", get(app_info))
+        .route("/apps/{app}/users/{user}/memory", patch(update_memory))
+}
+
+/// Liveness plus a database round trip: a replica that cannot reach its database is not
+/// healthy (load balancers and the Docker HEALTHCHECK use this).
+async fn health(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<Value>> {
+    let probe = SessionKey::new("__health__", "__health__", "__health__");
+    state.store.session_head(&probe).await.map_err(|e| {
+        tracing::warn!(error = %e, "health check: database unreachable");
+        ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            "database unreachable",
+        )
+    })?;
+    Ok(axum::Json(json!({ "status": "ok" })))
+}
+
+async fn version() -> axum::Json<Value> {
+    axum::Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "language": "rust",
+        "language_version": option_env!("CARGO_PKG_RUST_VERSION").unwrap_or(""),
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListAppsQuery {
+    #[serde(default)]
+    detailed: bool,
+    /// Sent by the ADK web UI; ignored.
+    #[serde(default, rename = "relative_path")]
+    _relative_path: Option<String>,
+}
+
+async fn list_apps(
+    state: axum::extract::State<AppState>,
+    Query(q): Query<ListAppsQuery>,
+) -> axum::Json<Value> {
+    if !q.detailed {
+        return axum::Json(json!(state.apps.names().collect::<Vec<_>>()));
+    }
+    let apps: Vec<Value> = state
+        .apps
+        .entries()
+        .map(|a| match &a.root {
+            Ok(root) => json!({
+                "name": a.name, "rootAgentName": root.name, "description": root.description,
+                "language": "yaml", "isComputerUse": false, "agents": null,
+            }),
+            Err(e) => json!({
+                "name": a.name, "rootAgentName": "", "description": "",
+                "language": "yaml", "isComputerUse": false, "agents": null, "error": e,
+            }),
+        })
+        .collect();
+    axum::Json(json!({ "apps": apps }))
+}
+
+async fn app_info(
+    state: axum::extract::State<AppState>,
+    Path(app): Path<String>,
+) -> ApiResult<axum::Json<Value>> {
+    let entry = state.apps.get(&app).ok_or_else(|| {
+        ApiError::not_found(
+            "app_not_found",
+            format!(
+                "Agent not found: '{app}'. No matching directory or module exists in '{}'.",
+                state.apps.dir.join(&app).display()
+            ),
+        )
+    })?;
+    let root = entry.root.as_ref().map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "app_load_failed",
+            format!("Failed to load agent: {e}"),
+        )
+    })?;
+    if root.agent_class != "LlmAgent" {
+        return Err(ApiError::bad_request(
+            "not_llm_agent",
+            "Root agent is not an LlmAgent",
+        ));
+    }
+    let mut agent = json!({
+        "name": root.name, "description": root.description, "tools": [], "sub_agents": [],
+    });
+    if let Some(instr) = &root.instruction {
+        agent["instruction"] = json!(instr);
+    }
+    Ok(axum::Json(json!({
+        "name": app, "rootAgentName": root.name, "description": root.description,
+        "language": "yaml", "isComputerUse": false, "agents": { root.name.clone(): agent },
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UpdateMemoryRequest {
+    #[serde(alias = "session_id")]
+    session_id: String,
+}
+
+/// ADK adds a session to the memory service. agentd has no memory service yet: the session
+/// is checked (404 as ADK) and the request is answered with a clear 501.
+async fn update_memory(
+    state: axum::extract::State<AppState>,
+    Path((app, user)): Path<(String, String)>,
+    Json(req): Json<UpdateMemoryRequest>,
+) -> ApiResult<axum::Json<Value>> {
+    let key = SessionKey::new(app, user, req.session_id);
+    if state.store.session_head(&key).await?.is_none() {
+        return Err(ApiError::session_not_found());
+    }
+    Err(ApiError::new(
+        axum::http::StatusCode::NOT_IMPLEMENTED,
+        "memory_unavailable",
+        "This server has no memory service configured.",
+    ))
+}

@@ -1,0 +1,111 @@
+//! The one error type of the HTTP layer.
+//!
+//! Bodies are ADK/FastAPI-shaped (`{"detail": ...}`) plus a stable machine-readable `code`:
+//! `{"detail":"Session not found","code":"session_not_found"}`. Internal failures are logged
+//! with their cause and answered with a generic 500 that leaks nothing.
+
+use crate::store::StoreError;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    /// A string, or a list of validation problems (422).
+    pub detail: Value,
+}
+
+/// One validation problem, FastAPI style: `{"type","loc","msg","input"?}`.
+pub fn problem(kind: &str, loc: Vec<Value>, msg: impl Into<String>) -> Value {
+    json!({ "type": kind, "loc": loc, "msg": msg.into() })
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            detail: Value::String(detail.into()),
+        }
+    }
+
+    pub fn not_found(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, detail)
+    }
+
+    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, detail)
+    }
+
+    pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, detail)
+    }
+
+    /// 422 with a list of problems, as FastAPI reports body/query validation.
+    pub fn validation(problems: Vec<Value>) -> Self {
+        ApiError {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "validation_error",
+            detail: Value::Array(problems),
+        }
+    }
+
+    pub fn session_not_found() -> Self {
+        Self::not_found("session_not_found", "Session not found")
+    }
+
+    pub fn payload_too_large(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", detail)
+    }
+
+    /// Logs `cause` and answers a bare 500.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal Server Error",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "detail": self.detail, "code": self.code });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::SessionNotFound => ApiError::session_not_found(),
+            StoreError::SessionExists(id) => {
+                ApiError::conflict("session_exists", format!("Session already exists: {id}"))
+            }
+            e @ StoreError::ArtifactTooLarge { .. } => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "artifact_too_large",
+                e.to_string(),
+            ),
+            StoreError::InvalidArtifact(m) => ApiError::bad_request("invalid_artifact", m),
+            StoreError::Conflict => ApiError::conflict(
+                "write_conflict",
+                "A concurrent write conflicted with this one; retry the request.",
+            ),
+            StoreError::Database(sqlx::Error::PoolTimedOut) => {
+                tracing::warn!("database pool exhausted");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "database_busy",
+                    "The database is busy; retry the request.",
+                )
+            }
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,156 @@
+//! Extractors that turn every client mistake into a clear JSON error instead of axum's
+//! plain-text rejections: malformed JSON, wrong types, invalid UTF-8, oversize bodies,
+//! wrong content types, bad query strings, bad path segments.
+
+use super::error::{problem, ApiError};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+/// A JSON body. Accepts camelCase or snake_case (the models carry both names).
+/// An empty body deserializes from `{}` when `T` allows it (ADK: "no body = all defaults").
+pub struct Json<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase);
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::payload_too_large("Request body is larger than the configured limit.")
+                } else {
+                    ApiError::bad_request("body_unreadable", rejection.body_text())
+                }
+            })?;
+        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            if let Some(ct) = &content_type {
+                if !ct.contains("json") {
+                    return Err(ApiError {
+                        code: "unsupported_content_type",
+                        ..ApiError::validation(vec![problem(
+                            "model_attributes_type",
+                            vec![json!("body")],
+                            format!(
+                                "Expected a JSON body (content-type: application/json), got {ct}"
+                            ),
+                        )])
+                    });
+                }
+            }
+            &bytes
+        };
+        parse_json(bytes).map(Json)
+    }
+}
+
+/// Parses JSON bytes into `T`, reporting the first problem with its location.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(ApiError {
+            code: "invalid_utf8",
+            ..ApiError::validation(vec![problem(
+                "json_invalid",
+                vec![json!("body"), json!(e.valid_up_to())],
+                "Request body is not valid UTF-8",
+            )])
+        });
+    }
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, T>(de) {
+        Ok(v) => Ok(v),
+        Err(err) => {
+            let path = err.path().to_string();
+            let inner = err.into_inner();
+            if inner.is_syntax() || inner.is_eof() {
+                return Err(ApiError {
+                    code: "json_invalid",
+                    ..ApiError::validation(vec![problem(
+                        "json_invalid",
+                        vec![json!("body"), json!(inner.column())],
+                        format!("JSON decode error: {inner}"),
+                    )])
+                });
+            }
+            Err(ApiError::validation(vec![describe_data_error(
+                &path, &inner,
+            )]))
+        }
+    }
+}
+
+/// Turns a serde data error into a FastAPI-like problem with a `loc` path.
+fn describe_data_error(path: &str, err: &serde_json::Error) -> Value {
+    let msg = err.to_string();
+    let mut loc: Vec<Value> = vec![json!("body")];
+    if path != "." {
+        loc.extend(path.split('.').map(|seg| {
+            seg.trim_end_matches(']')
+                .parse::<u64>()
+                .map(Value::from)
+                .unwrap_or_else(|_| Value::String(seg.to_string()))
+        }));
+    }
+    // serde reports a missing field at its parent; name the field as FastAPI does.
+    if let Some(field) = msg
+        .strip_prefix("missing field `")
+        .and_then(|r| r.split('`').next())
+    {
+        loc.push(json!(field));
+        return problem("missing", loc, "Field required");
+    }
+    let kind = if msg.starts_with("invalid type") {
+        "type_error"
+    } else {
+        "value_error"
+    };
+    let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+    problem(kind, loc, msg)
+}
+
+/// A query string; a bad one is a 422 naming the parameter.
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let q = parts.uri.query().unwrap_or("");
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
+        serde_path_to_error::deserialize::<_, T>(de)
+            .map(Query)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let msg = e.into_inner().to_string();
+                let mut loc = vec![json!("query")];
+                if path != "." {
+                    loc.push(json!(path));
+                }
+                ApiError::validation(vec![problem("query_invalid", loc, msg)])
+            })
+    }
+}
+
+/// Path parameters; undecodable segments are a 400 instead of axum's plain text.
+pub struct Path<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Path(p.0))
+            .map_err(|r| ApiError::bad_request("invalid_path", r.body_text()))
+    }
+}

@@ -1,0 +1,110 @@
+//! The HTTP API: an axum router, one module per resource, shared [`AppState`].
+//!
+//! Middleware (outermost first): request id (`x-request-id`, generated if absent and echoed
+//! back), a tracing span per request carrying it, panic → JSON 500, CORS (only with
+//! `--allow-origin`), gzip for JSON (never for `text/event-stream`), and the body limit.
+
+pub mod apps;
+pub mod artifacts;
+pub mod error;
+pub mod extract;
+pub mod sessions;
+
+use crate::apps::AppRegistry;
+use crate::config::ServeArgs;
+use crate::store::Store;
+use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use error::ApiError;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+/// Shared by every handler; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub apps: Arc<AppRegistry>,
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Builds the full application router.
+pub fn router(state: AppState, args: &ServeArgs) -> Router {
+    let api = Router::new()
+        .merge(apps::router())
+        .merge(sessions::router())
+        .merge(artifacts::router())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state);
+
+    let trace = TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
+        let request_id = req
+            .headers()
+            .get(&REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        tracing::info_span!("http", method = %req.method(), path = %req.uri().path(), request_id)
+    });
+
+    let mut app = api
+        .layer(axum::extract::DefaultBodyLimit::max(args.max_body_bytes))
+        .layer(CompressionLayer::new());
+    if let Some(cors) = cors_layer(&args.allow_origins) {
+        app = app.layer(cors);
+    }
+    app.layer(CatchPanicLayer::custom(|_| {
+        ApiError::internal("handler panicked").into_response()
+    }))
+    .layer(trace)
+    .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+    .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let list: Vec<HeaderValue> = origins
+            .iter()
+            .filter_map(|o| HeaderValue::from_str(o.trim()).ok())
+            .collect();
+        AllowOrigin::list(list)
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([
+                Method::GET,
+                Method::POST,
+                Method::PATCH,
+                Method::DELETE,
+                Method::OPTIONS,
+            ])
+            .allow_headers(tower_http::cors::Any)
+            .expose_headers([REQUEST_ID, HeaderName::from_static("x-next-cursor")])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("route_not_found", "Not Found")
+}
+
+async fn method_not_allowed() -> Response {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "Method Not Allowed",
+    )
+    .into_response()
+}

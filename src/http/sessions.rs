@@ -1,0 +1,369 @@
+//! Session routes: ADK's create/get/list/delete/PATCH, the deprecated create-by-path, and
+//! agentd's paginated `GET …/sessions/{id}/events`.
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{Json, Path, Query};
+use super::AppState;
+use crate::event::{Event, JsonMap, Session};
+use crate::store::{EventRange, NewSession, SessionCursor, SessionKey};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// Default and largest page sizes.
+pub const DEFAULT_SESSION_PAGE: u32 = 1000;
+pub const DEFAULT_EVENT_PAGE: u32 = 100;
+pub const MAX_PAGE: u32 = 1000;
+
+/// ADK function names a restored event may not contain (they drive internal flows).
+const INTERNAL_FUNCTIONS: &[&str] = &[
+    "adk_request_credential",
+    "adk_request_confirmation",
+    "adk_request_input",
+    "transfer_to_agent",
+];
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/apps/{app}/users/{user}/sessions",
+            get(list_sessions).post(create_session),
+        )
+        .route(
+            "/apps/{app}/users/{user}/sessions/{session}",
+            get(get_session)
+                .post(create_session_by_path)
+                .delete(delete_session)
+                .patch(patch_session),
+        )
+        .route(
+            "/apps/{app}/users/{user}/sessions/{session}/events",
+            get(list_events),
+        )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateSessionRequest {
+    #[serde(default, alias = "session_id")]
+    session_id: Option<String>,
+    #[serde(default)]
+    state: Option<JsonMap>,
+    #[serde(default)]
+    events: Option<Vec<Event>>,
+    #[serde(default)]
+    options: Option<JsonMap>,
+}
+
+/// Ids become primary-key parts and URL segments: keep them printable and bounded.
+pub fn validate_id(kind: &str, id: &str) -> ApiResult<()> {
+    if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control() || c == '/') {
+        return Err(ApiError::bad_request(
+            "invalid_id",
+            format!("{kind} must be 1 to 128 printable characters without '/'"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
+    for (i, e) in events.iter().enumerate() {
+        if !e.actions.is_default() {
+            return Err(ApiError::bad_request(
+                "invalid_initial_event",
+                format!("Session initialization event {i} cannot include event actions."),
+            ));
+        }
+        if e.long_running_tool_ids
+            .as_ref()
+            .is_some_and(|ids| !ids.is_empty())
+        {
+            return Err(ApiError::bad_request(
+                "invalid_initial_event",
+                format!("Session initialization event {i} cannot include long running tool ids."),
+            ));
+        }
+        let internal = e
+            .function_calls()
+            .map(|c| c.name.as_str())
+            .chain(e.function_responses().map(|r| r.name.as_str()))
+            .find(|n| INTERNAL_FUNCTIONS.contains(n));
+        if let Some(name) = internal {
+            return Err(ApiError::bad_request(
+                "invalid_initial_event",
+                format!(
+                    "Session initialization event {i} cannot include internal function {name}."
+                ),
+            ));
+        }
+        if e.is_partial() {
+            return Err(ApiError::bad_request(
+                "invalid_initial_event",
+                format!("Session initialization event {i} cannot be partial."),
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn create_session(
+    state: axum::extract::State<AppState>,
+    Path((app, user)): Path<(String, String)>,
+    Json(req): Json<CreateSessionRequest>,
+) -> ApiResult<axum::Json<Session>> {
+    if req.options.as_ref().is_some_and(|o| !o.is_empty()) {
+        return Err(ApiError::bad_request(
+            "options_unsupported",
+            "Session options are not supported by the configured session service.",
+        ));
+    }
+    if let Some(id) = &req.session_id {
+        validate_id("sessionId", id)?;
+    }
+    let events = req.events.unwrap_or_default();
+    validate_restored_events(&events)?;
+    create(
+        &state,
+        app,
+        user,
+        req.session_id,
+        req.state.unwrap_or_default(),
+        events,
+    )
+    .await
+}
+
+/// Deprecated ADK route: the body is the bare initial state (or nothing).
+async fn create_session_by_path(
+    state: axum::extract::State<AppState>,
+    Path((app, user, session)): Path<(String, String, String)>,
+    Json(initial): Json<Option<JsonMap>>,
+) -> ApiResult<axum::Json<Session>> {
+    validate_id("session id", &session)?;
+    create(
+        &state,
+        app,
+        user,
+        Some(session),
+        initial.unwrap_or_default(),
+        vec![],
+    )
+    .await
+}
+
+async fn create(
+    state: &AppState,
+    app: String,
+    user: String,
+    session_id: Option<String>,
+    initial: JsonMap,
+    events: Vec<Event>,
+) -> ApiResult<axum::Json<Session>> {
+    validate_id("app name", &app)?;
+    validate_id("user id", &user)?;
+    let session = state
+        .store
+        .create_session(NewSession {
+            app_name: app,
+            user_id: user,
+            session_id,
+            state: initial,
+            events,
+        })
+        .await?;
+    tracing::info!(app = %session.app_name, user = %session.user_id, session = %session.id, "session created");
+    Ok(axum::Json(session))
+}
+
+#[derive(Debug, Deserialize)]
+struct GetSessionQuery {
+    /// Only the newest N events (agentd addition; ADK returns them all).
+    limit: Option<u32>,
+}
+
+async fn get_session(
+    state: axum::extract::State<AppState>,
+    Path((app, user, session)): Path<(String, String, String)>,
+    Query(q): Query<GetSessionQuery>,
+) -> ApiResult<axum::Json<Session>> {
+    let key = SessionKey::new(app, user, session);
+    state
+        .store
+        .get_session(&key, q.limit)
+        .await?
+        .map(axum::Json)
+        .ok_or_else(ApiError::session_not_found)
+}
+
+#[derive(Debug, Deserialize)]
+struct ListSessionsQuery {
+    limit: Option<u32>,
+    /// The `x-next-cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// ADK's bare array, oldest update first. When more sessions exist than fit the page, the
+/// response carries `x-next-cursor` (pass it back as `?cursor=`) and a `Link: rel="next"`.
+async fn list_sessions(
+    state: axum::extract::State<AppState>,
+    Path((app, user)): Path<(String, String)>,
+    Query(q): Query<ListSessionsQuery>,
+) -> ApiResult<impl IntoResponse> {
+    let limit = page_size(q.limit, DEFAULT_SESSION_PAGE)?;
+    let after = q.cursor.as_deref().map(decode_cursor).transpose()?;
+    let page = state
+        .store
+        .list_sessions(&app, &user, after.as_ref(), limit)
+        .await?;
+    let mut headers = HeaderMap::new();
+    if let Some(next) = page.next {
+        let cursor = encode_cursor(&next);
+        if let Ok(v) = HeaderValue::from_str(&cursor) {
+            headers.insert("x-next-cursor", v);
+        }
+        let link = format!("<?limit={limit}&cursor={cursor}>; rel=\"next\"");
+        if let Ok(v) = HeaderValue::from_str(&link) {
+            headers.insert(axum::http::header::LINK, v);
+        }
+    }
+    Ok((headers, axum::Json(page.sessions)))
+}
+
+fn page_size(limit: Option<u32>, default: u32) -> ApiResult<u32> {
+    match limit {
+        None => Ok(default),
+        Some(0) => Err(ApiError::validation(vec![super::error::problem(
+            "greater_than_equal",
+            vec![json!("query"), json!("limit")],
+            "limit must be at least 1",
+        )])),
+        Some(n) => Ok(n.min(MAX_PAGE)),
+    }
+}
+
+fn encode_cursor(c: &SessionCursor) -> String {
+    use base64::Engine;
+    let raw = serde_json::to_vec(c).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_cursor(s: &str) -> ApiResult<SessionCursor> {
+    crate::event::decode_base64_any(s)
+        .and_then(|raw| serde_json::from_slice(&raw).ok())
+        .ok_or_else(|| {
+            ApiError::validation(vec![super::error::problem(
+                "value_error",
+                vec![json!("query"), json!("cursor")],
+                "cursor is not one this server issued",
+            )])
+        })
+}
+
+/// ADK answers 200 `null` whether or not the session existed.
+async fn delete_session(
+    state: axum::extract::State<AppState>,
+    Path((app, user, session)): Path<(String, String, String)>,
+) -> ApiResult<axum::Json<Value>> {
+    let key = SessionKey::new(app, user, session);
+    if state.store.delete_session(&key).await? {
+        tracing::info!(app = %key.app_name, user = %key.user_id, session = %key.session_id, "session deleted");
+    }
+    Ok(axum::Json(Value::Null))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UpdateSessionRequest {
+    #[serde(alias = "state_delta")]
+    state_delta: JsonMap,
+}
+
+/// Applies a state delta by appending a synthetic user event (`p-<uuid>` invocation), so
+/// the change is in the transcript and serializes with runs on the same append path.
+async fn patch_session(
+    state: axum::extract::State<AppState>,
+    Path((app, user, session)): Path<(String, String, String)>,
+    Json(req): Json<UpdateSessionRequest>,
+) -> ApiResult<axum::Json<Session>> {
+    let key = SessionKey::new(app, user, session);
+    let mut event = Event::new(format!("p-{}", uuid::Uuid::new_v4()), "user");
+    event.actions.state_delta = req.state_delta.clone();
+    state.store.append_event(&key, event, vec![]).await?;
+    let mut session = state
+        .store
+        .get_session(&key, None)
+        .await?
+        .ok_or_else(ApiError::session_not_found)?;
+    // ADK echoes `temp:` keys in this one response (they live in the in-memory session).
+    for (k, v) in req.state_delta {
+        if k.starts_with(crate::event::TEMP_PREFIX) {
+            session.state.insert(k, v);
+        }
+    }
+    Ok(axum::Json(session))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListEventsQuery {
+    limit: Option<u32>,
+    /// Events with `seq` greater than this, oldest first.
+    after: Option<i64>,
+    /// The newest events with `seq` less than this (returned oldest first).
+    before: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EventPageBody {
+    events: Vec<Value>,
+    has_more: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_after: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_before: Option<i64>,
+}
+
+/// agentd addition: a page of a session's events, each with its `seq`.
+async fn list_events(
+    state: axum::extract::State<AppState>,
+    Path((app, user, session)): Path<(String, String, String)>,
+    Query(q): Query<ListEventsQuery>,
+) -> ApiResult<axum::Json<EventPageBody>> {
+    let key = SessionKey::new(app, user, session);
+    let limit = page_size(q.limit, DEFAULT_EVENT_PAGE)?;
+    let page = state
+        .store
+        .list_events(
+            &key,
+            EventRange {
+                after: q.after,
+                before: q.before,
+                limit,
+            },
+        )
+        .await?
+        .ok_or_else(ApiError::session_not_found)?;
+    let backward = q.before.is_some();
+    let first = page.events.first().map(|e| e.seq);
+    let last = page.events.last().map(|e| e.seq);
+    let events = page
+        .events
+        .into_iter()
+        .map(|s| {
+            let mut v = serde_json::to_value(&s.event).map_err(ApiError::internal)?;
+            if let Some(obj) = v.as_object_mut() {
+                obj.insert("seq".into(), json!(s.seq));
+            }
+            Ok(v)
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok(axum::Json(EventPageBody {
+        events,
+        has_more: page.has_more,
+        next_after: (!backward && page.has_more).then_some(last).flatten(),
+        next_before: (backward && page.has_more).then_some(first).flatten(),
+    }))
+}

@@ -1,0 +1,25 @@
+//! agentd: an HTTP/SSE agent-serving daemon, wire-compatible with Google ADK's `api_server`.
+//!
+//! Data flows one way; no module reaches back up:
+//!
+//! ```text
+//! http (axum) ──► runner ──► agent tree ──► models / tools
+//!    │              │
+//!    │              └──► store (sessions, events, state, artifacts, runs)
+//!    └──► store (session and artifact CRUD that runs no agent)
+//! ```
+//!
+//! - [`event`]: the ADK wire model (`Session`, `Event`, `Content`, `Part`, `EventActions`).
+//! - [`store`]: `SessionStore` / `ArtifactStore` with PostgreSQL and SQLite backends.
+//!   **A complete event is committed in [`store::SessionStore::append_event`]** (one
+//!   transaction: event row, state delta, artifact delta, the session's new `seq`).
+//! - [`apps`]: the apps found under `--apps-dir`.
+//! - [`http`]: the axum router, one module per resource, the JSON error type.
+//! - [`config`]: command-line flags and their environment variables.
+
+pub mod apps;
+pub mod config;
+pub mod event;
+pub mod http;
+pub mod server;
+pub mod store;

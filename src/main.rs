@@ -1,0 +1,36 @@
+use agentd::config::{Cli, Command, LogFormat};
+use agentd::server::Server;
+use clap::Parser;
+use std::time::Duration;
+use tracing_subscriber::EnvFilter;
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("agentd=info,tower_http=info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            init_tracing(args.log_format);
+            let grace = Duration::from_secs(args.shutdown_grace_secs);
+            let server = Server::start(args).await?;
+            server.run_until_signal(grace).await
+        }
+        Command::Migrate(db) => {
+            init_tracing(LogFormat::Text);
+            agentd::store::migrate(&db.database_url)
+                .await
+                .map_err(|e| anyhow::anyhow!("migration failed: {e}"))?;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Starting and stopping the daemon: open the store, load apps, bind, serve, and shut down
+//! gracefully on a signal (in-flight requests get `--shutdown-grace-secs` to finish).
+
+use crate::apps::AppRegistry;
+use crate::config::ServeArgs;
+use crate::http::{self, AppState};
+use crate::store::{self, StoreLimits};
+use axum::serve::ListenerExt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A running server. Dropping it does not stop it; call [`Server::shutdown`].
+pub struct Server {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Opens the database (migrating it), loads apps, binds `args.bind` and starts serving.
+    pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
+        let store = store::open(
+            &args.database.database_url,
+            args.database.db_max_connections,
+            StoreLimits {
+                max_artifact_bytes: args.max_artifact_bytes,
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
+        let apps = Arc::new(AppRegistry::load(&args.apps_dir));
+        let state = AppState { store, apps };
+        let app = http::router(state.clone(), &args);
+
+        let listener = tokio::net::TcpListener::bind(args.bind)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.bind))?;
+        let addr = listener.local_addr()?;
+        // Small SSE frames stall ~40 ms under Nagle's algorithm; axum does not disable it.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let shutdown = CancellationToken::new();
+        let signal = shutdown.clone();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { signal.cancelled().await })
+                .await
+        });
+        tracing::info!(%addr, backend = state.store.backend(), apps = state.apps.names().count(), "agentd listening");
+        Ok(Server {
+            addr,
+            state,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Stops accepting connections and waits up to `grace` for in-flight requests.
+    pub async fn shutdown(self, grace: Duration) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        match tokio::time::timeout(grace, self.task).await {
+            Ok(joined) => Ok(joined??),
+            Err(_) => {
+                tracing::warn!("shutdown grace period over; dropping remaining connections");
+                Ok(())
+            }
+        }
+    }
+
+    /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
+    pub async fn run_until_signal(self, grace: Duration) -> anyhow::Result<()> {
+        shutdown_signal().await;
+        tracing::info!("shutdown signal received");
+        self.shutdown(grace).await
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

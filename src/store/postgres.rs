@@ -1,0 +1,647 @@
+//! PostgreSQL backend: the production store, shared by every replica.
+//!
+//! The hot path is [`PgStore::append_event`]: without artifacts it is ONE statement (data-
+//! modifying CTEs), so one round trip and one commit per complete event. The `UPDATE` of the
+//! session row takes its row lock first, which serializes concurrent appends to one session
+//! (no duplicate `seq`, no lost update); `app:`/`user:` state is merged with `jsonb ||` inside
+//! `ON CONFLICT DO UPDATE`, which is atomic across sessions.
+
+use super::*;
+use crate::event::{now_ts, SplitState};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::types::Json;
+use sqlx::{ConnectOptions, Postgres, Row, Transaction};
+use std::str::FromStr;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The PostgreSQL store. Cheap to clone (a pool handle).
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    limits: StoreLimits,
+}
+
+const APPEND_SQL: &str = r#"
+WITH s AS (
+    UPDATE sessions
+       SET state = state || $4::jsonb, update_time = $7, last_seq = last_seq + 1
+     WHERE app_name = $1 AND user_id = $2 AND id = $3
+ RETURNING last_seq
+), a AS (
+    INSERT INTO app_states AS t (app_name, state, update_time)
+    SELECT $1, $5::jsonb, $7 FROM s WHERE $5::jsonb <> '{}'::jsonb
+    ON CONFLICT (app_name) DO UPDATE
+       SET state = t.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+), u AS (
+    INSERT INTO user_states AS t (app_name, user_id, state, update_time)
+    SELECT $1, $2, $6::jsonb, $7 FROM s WHERE $6::jsonb <> '{}'::jsonb
+    ON CONFLICT (app_name, user_id) DO UPDATE
+       SET state = t.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+)
+INSERT INTO events (app_name, user_id, session_id, seq, id, invocation_id, author, "timestamp", event)
+SELECT $1, $2, $3, s.last_seq, $8, $9, $10, $7, $11::jsonb FROM s
+RETURNING seq
+"#;
+
+const HEAD_SQL: &str = r#"
+SELECT s.state, s.update_time, s.last_seq,
+       COALESCE(a.state, '{}'::jsonb) AS app_state,
+       COALESCE(u.state, '{}'::jsonb) AS user_state
+  FROM sessions s
+  LEFT JOIN app_states a ON a.app_name = s.app_name
+  LEFT JOIN user_states u ON u.app_name = s.app_name AND u.user_id = s.user_id
+ WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3
+"#;
+
+impl PgStore {
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        limits: StoreLimits,
+    ) -> StoreResult<Self> {
+        let opts = PgConnectOptions::from_str(url)?
+            .application_name("agentd")
+            // Statement logging at INFO would put every append in the log.
+            .log_statements(log::LevelFilter::Trace);
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .connect_with(opts)
+            .await?;
+        Ok(PgStore { pool, limits })
+    }
+
+    /// Applies pending migrations. sqlx holds a PostgreSQL advisory lock while it migrates,
+    /// so replicas starting at the same moment apply each migration exactly once.
+    pub async fn migrate(&self) -> StoreResult<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn insert_initial_events(
+        tx: &mut Transaction<'_, Postgres>,
+        key: &SessionKey,
+        events: &[Event],
+    ) -> StoreResult<()> {
+        for (i, e) in events.iter().enumerate() {
+            sqlx::query(
+                r#"INSERT INTO events (app_name, user_id, session_id, seq, id, invocation_id, author, "timestamp", event)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"#,
+            )
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(i as i64 + 1)
+            .bind(&e.id)
+            .bind(&e.invocation_id)
+            .bind(&e.author)
+            .bind(e.timestamp)
+            .bind(Json(e))
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn merge_shared_state(
+        tx: &mut Transaction<'_, Postgres>,
+        app: &str,
+        user: &str,
+        split: &SplitState,
+        now: f64,
+    ) -> StoreResult<()> {
+        if !split.app.is_empty() {
+            sqlx::query(
+                "INSERT INTO app_states AS t (app_name, state, update_time) VALUES ($1, $2, $3)
+                 ON CONFLICT (app_name) DO UPDATE SET state = t.state || EXCLUDED.state, update_time = EXCLUDED.update_time",
+            )
+            .bind(app)
+            .bind(Json(&split.app))
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        }
+        if !split.user.is_empty() {
+            sqlx::query(
+                "INSERT INTO user_states AS t (app_name, user_id, state, update_time) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (app_name, user_id) DO UPDATE SET state = t.state || EXCLUDED.state, update_time = EXCLUDED.update_time",
+            )
+            .bind(app)
+            .bind(user)
+            .bind(Json(&split.user))
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Inserts the next version of an artifact inside `tx`, returning the version.
+    async fn insert_artifact(
+        conn: &mut sqlx::PgConnection,
+        scope: &ArtifactScope,
+        write: &ArtifactWrite,
+        now: f64,
+    ) -> StoreResult<i64> {
+        let (part_json, data) = split_part(&write.part)?;
+        let row = sqlx::query(
+            r#"INSERT INTO artifacts (app_name, user_id, session_id, filename, version, mime_type, part, data, custom_metadata, create_time)
+               SELECT $1, $2, $3, $4,
+                      COALESCE((SELECT MAX(version) + 1 FROM artifacts
+                                 WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4), 0),
+                      $5, $6::jsonb, $7, $8, $9
+               RETURNING version"#,
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(scope.storage_session(&write.filename))
+        .bind(&write.filename)
+        .bind(artifact_mime_type(&write.part))
+        .bind(part_json)
+        .bind(data)
+        .bind(Json(&write.custom_metadata))
+        .bind(now)
+        .fetch_one(conn)
+        .await
+        .map_err(map_unique_to_conflict)?;
+        Ok(row.get::<i32, _>(0) as i64)
+    }
+
+    async fn append_once(
+        &self,
+        key: &SessionKey,
+        event: &Event,
+        split: &SplitState,
+        artifacts: &[ArtifactWrite],
+    ) -> StoreResult<(Option<i64>, std::collections::BTreeMap<String, i64>)> {
+        let mut versions = std::collections::BTreeMap::new();
+        if artifacts.is_empty() {
+            let seq = self
+                .append_statement(key, event, split)
+                .fetch_optional(&self.pool)
+                .await?
+                .map(|r| r.get::<i64, _>(0));
+            return Ok((seq, versions));
+        }
+        // Artifacts ride in the same transaction as the event that announces them.
+        let mut tx = self.pool.begin().await?;
+        let scope = ArtifactScope::from(key);
+        let mut event = event.clone();
+        for w in artifacts {
+            let v = Self::insert_artifact(&mut tx, &scope, w, event.timestamp).await?;
+            versions.insert(w.filename.clone(), v);
+            event.actions.artifact_delta.insert(w.filename.clone(), v);
+        }
+        let seq = self
+            .append_statement(key, &event, split)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| r.get::<i64, _>(0));
+        if seq.is_some() {
+            tx.commit().await?;
+        }
+        Ok((seq, versions))
+    }
+
+    fn append_statement<'q>(
+        &self,
+        key: &'q SessionKey,
+        event: &'q Event,
+        split: &'q SplitState,
+    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+        sqlx::query(APPEND_SQL)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(Json(&split.session))
+            .bind(Json(&split.app))
+            .bind(Json(&split.user))
+            .bind(event.timestamp)
+            .bind(&event.id)
+            .bind(&event.invocation_id)
+            .bind(&event.author)
+            .bind(Json(event))
+    }
+}
+
+fn map_unique_to_conflict(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict,
+        _ => StoreError::Database(e),
+    }
+}
+
+fn head_from_row(key: &SessionKey, row: &sqlx::postgres::PgRow) -> StoreResult<SessionHead> {
+    let Json(session): Json<JsonMap> = row.try_get("state")?;
+    let Json(app): Json<JsonMap> = row.try_get("app_state")?;
+    let Json(user): Json<JsonMap> = row.try_get("user_state")?;
+    Ok(SessionHead {
+        key: key.clone(),
+        state: SplitState::merge(session, app, user),
+        last_update_time: row.try_get("update_time")?,
+        last_seq: row.try_get("last_seq")?,
+    })
+}
+
+fn stored_event(row: &sqlx::postgres::PgRow) -> StoreResult<StoredEvent> {
+    let Json(event): Json<Event> = row.try_get("event")?;
+    Ok(StoredEvent {
+        seq: row.try_get("seq")?,
+        event,
+    })
+}
+
+fn version_from_row(
+    scope: &ArtifactScope,
+    filename: &str,
+    row: &sqlx::postgres::PgRow,
+) -> StoreResult<ArtifactVersion> {
+    let version = row.try_get::<i32, _>("version")? as i64;
+    let Json(custom_metadata): Json<JsonMap> = row.try_get("custom_metadata")?;
+    Ok(ArtifactVersion {
+        version,
+        canonical_uri: scope.canonical_uri(filename, version),
+        custom_metadata,
+        create_time: row.try_get("create_time")?,
+        mime_type: row.try_get("mime_type")?,
+    })
+}
+
+#[async_trait]
+impl SessionStore for PgStore {
+    async fn create_session(&self, mut new: NewSession) -> StoreResult<Session> {
+        let id = new
+            .session_id
+            .take()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let key = SessionKey::new(&new.app_name, &new.user_id, &id);
+        prepare_initial_events(&mut new.events);
+        let now = now_ts();
+        let update_time = initial_update_time(&new.events, now);
+        let split = SplitState::split(&new.state);
+
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(Json(&split.session))
+        .bind(now)
+        .bind(update_time)
+        .bind(new.events.len() as i64)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::SessionExists(id));
+        }
+        Self::merge_shared_state(&mut tx, &key.app_name, &key.user_id, &split, now).await?;
+        Self::insert_initial_events(&mut tx, &key, &new.events).await?;
+        let head = sqlx::query(HEAD_SQL)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        let head = head_from_row(&key, &head)?;
+        tx.commit().await?;
+        Ok(head.into_session(new.events))
+    }
+
+    async fn get_session(
+        &self,
+        key: &SessionKey,
+        recent: Option<u32>,
+    ) -> StoreResult<Option<Session>> {
+        let Some(head) = self.session_head(key).await? else {
+            return Ok(None);
+        };
+        // Bounded by the head's version, so a concurrent append cannot show up half-read.
+        let rows = match recent {
+            Some(n) => {
+                sqlx::query(
+                    "SELECT seq, event FROM (
+                        SELECT seq, event FROM events
+                         WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq <= $4
+                         ORDER BY seq DESC LIMIT $5) t
+                     ORDER BY seq",
+                )
+                .bind(&key.app_name)
+                .bind(&key.user_id)
+                .bind(&key.session_id)
+                .bind(head.last_seq)
+                .bind(n as i64)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(
+                    "SELECT seq, event FROM events
+                      WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq <= $4
+                      ORDER BY seq",
+                )
+                .bind(&key.app_name)
+                .bind(&key.user_id)
+                .bind(&key.session_id)
+                .bind(head.last_seq)
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
+        let events = rows
+            .iter()
+            .map(|r| stored_event(r).map(|s| s.event))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(Some(head.into_session(events)))
+    }
+
+    async fn session_head(&self, key: &SessionKey) -> StoreResult<Option<SessionHead>> {
+        let row = sqlx::query(HEAD_SQL)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| head_from_row(key, &r)).transpose()
+    }
+
+    async fn list_sessions(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        after: Option<&SessionCursor>,
+        limit: u32,
+    ) -> StoreResult<SessionPage> {
+        let limit = limit.max(1) as i64;
+        let rows = sqlx::query(
+            r#"SELECT s.id, s.state, s.update_time,
+                      COALESCE(a.state, '{}'::jsonb) AS app_state,
+                      COALESCE(u.state, '{}'::jsonb) AS user_state
+                 FROM sessions s
+                 LEFT JOIN app_states a ON a.app_name = s.app_name
+                 LEFT JOIN user_states u ON u.app_name = s.app_name AND u.user_id = s.user_id
+                WHERE s.app_name = $1 AND s.user_id = $2
+                  AND ($3::double precision IS NULL OR (s.update_time, s.id) > ($3, $4))
+                  AND s.id NOT LIKE 'adk-eval-session-%' AND s.id NOT LIKE '\_\_\_eval\_\_\_session\_\_\_%'
+                ORDER BY s.update_time, s.id
+                LIMIT $5"#,
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(after.map(|c| c.update_time))
+        .bind(after.map(|c| c.id.as_str()).unwrap_or(""))
+        .bind(limit + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut sessions = Vec::with_capacity(rows.len());
+        for r in rows.iter().take(limit as usize) {
+            let Json(state): Json<JsonMap> = r.try_get("state")?;
+            let Json(app): Json<JsonMap> = r.try_get("app_state")?;
+            let Json(user): Json<JsonMap> = r.try_get("user_state")?;
+            sessions.push(Session {
+                id: r.try_get("id")?,
+                app_name: app_name.to_string(),
+                user_id: user_id.to_string(),
+                state: SplitState::merge(state, app, user),
+                events: vec![],
+                last_update_time: r.try_get("update_time")?,
+            });
+        }
+        let next = (rows.len() as i64 > limit)
+            .then(|| sessions.last())
+            .flatten()
+            .map(|s| SessionCursor {
+                update_time: s.last_update_time,
+                id: s.id.clone(),
+            });
+        Ok(SessionPage { sessions, next })
+    }
+
+    async fn delete_session(&self, key: &SessionKey) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let deleted =
+            sqlx::query("DELETE FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3")
+                .bind(&key.app_name)
+                .bind(&key.user_id)
+                .bind(&key.session_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        for table in ["events", "artifacts"] {
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE app_name = $1 AND user_id = $2 AND session_id = $3"
+            ))
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(deleted > 0)
+    }
+
+    async fn append_event(
+        &self,
+        key: &SessionKey,
+        mut event: Event,
+        artifacts: Vec<ArtifactWrite>,
+    ) -> StoreResult<StoredEvent> {
+        event.fill_defaults();
+        crate::event::strip_temp_keys(&mut event.actions.state_delta);
+        for a in &artifacts {
+            validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
+        }
+        let split = SplitState::split(&event.actions.state_delta);
+        let (seq, versions) = self.append_once(key, &event, &split, &artifacts).await?;
+        let seq = seq.ok_or(StoreError::SessionNotFound)?;
+        event.actions.artifact_delta.extend(versions);
+        Ok(StoredEvent { seq, event })
+    }
+
+    async fn list_events(
+        &self,
+        key: &SessionKey,
+        range: EventRange,
+    ) -> StoreResult<Option<EventPage>> {
+        let limit = range.limit.max(1) as i64;
+        let rows = if let Some(before) = range.before {
+            sqlx::query(
+                "SELECT seq, event FROM events
+                  WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq < $4 AND seq > $5
+                  ORDER BY seq DESC LIMIT $6",
+            )
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(before)
+            .bind(range.after.unwrap_or(0))
+            .bind(limit + 1)
+            .fetch_all(&self.pool)
+            .await?
+        } else {
+            sqlx::query(
+                "SELECT seq, event FROM events
+                  WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq > $4
+                  ORDER BY seq LIMIT $5",
+            )
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(range.after.unwrap_or(0))
+            .bind(limit + 1)
+            .fetch_all(&self.pool)
+            .await?
+        };
+        if rows.is_empty() && self.session_head(key).await?.is_none() {
+            return Ok(None);
+        }
+        let has_more = rows.len() as i64 > limit;
+        let mut events = rows
+            .iter()
+            .take(limit as usize)
+            .map(stored_event)
+            .collect::<StoreResult<Vec<_>>>()?;
+        if range.before.is_some() {
+            events.reverse();
+        }
+        Ok(Some(EventPage { events, has_more }))
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for PgStore {
+    async fn save_artifact(
+        &self,
+        scope: &ArtifactScope,
+        write: ArtifactWrite,
+    ) -> StoreResult<ArtifactVersion> {
+        validate_artifact(&write.filename, &write.part, self.limits.max_artifact_bytes)?;
+        let now = now_ts();
+        // Two concurrent saves of one name can pick the same version; the loser retries.
+        let mut attempt = 0;
+        loop {
+            let mut conn = self.pool.acquire().await?;
+            match Self::insert_artifact(&mut conn, scope, &write, now).await {
+                Ok(version) => {
+                    return Ok(ArtifactVersion {
+                        version,
+                        canonical_uri: scope.canonical_uri(&write.filename, version),
+                        custom_metadata: write.custom_metadata,
+                        create_time: now,
+                        mime_type: artifact_mime_type(&write.part),
+                    })
+                }
+                Err(StoreError::Conflict) if attempt < 5 => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn load_artifact(
+        &self,
+        scope: &ArtifactScope,
+        filename: &str,
+        version: Option<i64>,
+    ) -> StoreResult<Option<Part>> {
+        let row = sqlx::query(
+            "SELECT part::text AS part, data FROM artifacts
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4
+                AND ($5::integer IS NULL OR version = $5)
+              ORDER BY version DESC LIMIT 1",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(scope.storage_session(filename))
+        .bind(filename)
+        .bind(version.map(|v| v.clamp(-1, i32::MAX as i64) as i32))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| join_part(r.get::<&str, _>("part"), r.get("data")))
+            .transpose()
+    }
+
+    async fn list_artifact_keys(&self, scope: &ArtifactScope) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT filename FROM artifacts
+              WHERE app_name = $1 AND user_id = $2 AND (session_id = $3 OR session_id = '')
+              ORDER BY filename",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(&scope.session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
+    async fn list_artifact_versions(
+        &self,
+        scope: &ArtifactScope,
+        filename: &str,
+    ) -> StoreResult<Vec<ArtifactVersion>> {
+        let rows = sqlx::query(
+            "SELECT version, mime_type, custom_metadata, create_time FROM artifacts
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4
+              ORDER BY version",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(scope.storage_session(filename))
+        .bind(filename)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| version_from_row(scope, filename, r))
+            .collect()
+    }
+
+    async fn artifact_version(
+        &self,
+        scope: &ArtifactScope,
+        filename: &str,
+        version: Option<i64>,
+    ) -> StoreResult<Option<ArtifactVersion>> {
+        let row = sqlx::query(
+            "SELECT version, mime_type, custom_metadata, create_time FROM artifacts
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4
+                AND ($5::integer IS NULL OR version = $5)
+              ORDER BY version DESC LIMIT 1",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(scope.storage_session(filename))
+        .bind(filename)
+        .bind(version.map(|v| v.clamp(-1, i32::MAX as i64) as i32))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| version_from_row(scope, filename, &r))
+            .transpose()
+    }
+
+    async fn delete_artifact(&self, scope: &ArtifactScope, filename: &str) -> StoreResult<()> {
+        sqlx::query(
+            "DELETE FROM artifacts WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(scope.storage_session(filename))
+        .bind(filename)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
+
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+}

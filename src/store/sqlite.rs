@@ -1,0 +1,639 @@
+//! SQLite backend: the embedded default, so `cargo run -- serve` works on a bare machine.
+//!
+//! SQLite allows one writer at a time, so writes go through a pool of exactly one
+//! connection and every write transaction starts with `BEGIN IMMEDIATE` (it takes the write
+//! lock up front, so a second process waits on `busy_timeout` instead of failing half-way).
+//! Reads use a separate pool and never block on writes (WAL mode). JSON state is merged in
+//! Rust inside the write transaction: SQLite's `json_patch` deletes keys set to `null`,
+//! while ADK stores the `null`.
+
+use super::*;
+use crate::event::{apply_delta, now_ts, SplitState};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Row, Sqlite, SqliteConnection, Transaction};
+use std::str::FromStr;
+use std::time::Duration;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// The SQLite store.
+#[derive(Clone)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+    limits: StoreLimits,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file named by `url`, e.g. `sqlite://data/agentd.db`.
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        limits: StoreLimits,
+    ) -> StoreResult<Self> {
+        let opts = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a commit is on disk before the client sees the event, even across power loss.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(false)
+            .log_statements(log::LevelFilter::Trace);
+        if let Some(dir) = sqlite_parent_dir(url) {
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                StoreError::Database(sqlx::Error::Configuration(
+                    format!(
+                        "cannot create the database directory {}: {e}",
+                        dir.display()
+                    )
+                    .into(),
+                ))
+            })?;
+        }
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(opts.clone())
+            .await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(max_connections.clamp(1, 8))
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(opts.read_only(false))
+            .await?;
+        Ok(SqliteStore {
+            writer,
+            reader,
+            limits,
+        })
+    }
+
+    pub async fn migrate(&self) -> StoreResult<()> {
+        MIGRATOR.run(&self.writer).await?;
+        Ok(())
+    }
+
+    async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    async fn merge_shared(
+        conn: &mut SqliteConnection,
+        app: &str,
+        user: &str,
+        split: &SplitState,
+        now: f64,
+    ) -> StoreResult<()> {
+        if !split.app.is_empty() {
+            let cur: Option<String> =
+                sqlx::query_scalar("SELECT state FROM app_states WHERE app_name = ?")
+                    .bind(app)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            let mut state = parse_map(cur.as_deref())?;
+            apply_delta(&mut state, &split.app);
+            sqlx::query(
+                "INSERT INTO app_states (app_name, state, update_time) VALUES (?, ?, ?)
+                 ON CONFLICT (app_name) DO UPDATE SET state = excluded.state, update_time = excluded.update_time",
+            )
+            .bind(app)
+            .bind(serde_json::to_string(&state)?)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+        }
+        if !split.user.is_empty() {
+            let cur: Option<String> = sqlx::query_scalar(
+                "SELECT state FROM user_states WHERE app_name = ? AND user_id = ?",
+            )
+            .bind(app)
+            .bind(user)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let mut state = parse_map(cur.as_deref())?;
+            apply_delta(&mut state, &split.user);
+            sqlx::query(
+                "INSERT INTO user_states (app_name, user_id, state, update_time) VALUES (?, ?, ?, ?)
+                 ON CONFLICT (app_name, user_id) DO UPDATE SET state = excluded.state, update_time = excluded.update_time",
+            )
+            .bind(app)
+            .bind(user)
+            .bind(serde_json::to_string(&state)?)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_event(
+        conn: &mut SqliteConnection,
+        key: &SessionKey,
+        seq: i64,
+        e: &Event,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO events (app_name, user_id, session_id, seq, id, invocation_id, author, timestamp, event)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(seq)
+        .bind(&e.id)
+        .bind(&e.invocation_id)
+        .bind(&e.author)
+        .bind(e.timestamp)
+        .bind(serde_json::to_string(e)?)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_artifact(
+        conn: &mut SqliteConnection,
+        scope: &ArtifactScope,
+        write: &ArtifactWrite,
+        now: f64,
+    ) -> StoreResult<i64> {
+        let (part_json, data) = split_part(&write.part)?;
+        let version: i64 = sqlx::query_scalar(
+            "INSERT INTO artifacts (app_name, user_id, session_id, filename, version, mime_type, part, data, custom_metadata, create_time)
+             SELECT ?1, ?2, ?3, ?4,
+                    COALESCE((SELECT MAX(version) + 1 FROM artifacts
+                               WHERE app_name = ?1 AND user_id = ?2 AND session_id = ?3 AND filename = ?4), 0),
+                    ?5, ?6, ?7, ?8, ?9
+             RETURNING version",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(scope.storage_session(&write.filename))
+        .bind(&write.filename)
+        .bind(artifact_mime_type(&write.part))
+        .bind(part_json)
+        .bind(data)
+        .bind(serde_json::to_string(&write.custom_metadata)?)
+        .bind(now)
+        .fetch_one(conn)
+        .await?;
+        Ok(version)
+    }
+
+    async fn head_with(
+        conn: &mut SqliteConnection,
+        key: &SessionKey,
+    ) -> StoreResult<Option<SessionHead>> {
+        let row = sqlx::query(
+            "SELECT s.state, s.update_time, s.last_seq,
+                    COALESCE(a.state, '{}') AS app_state, COALESCE(u.state, '{}') AS user_state
+               FROM sessions s
+               LEFT JOIN app_states a ON a.app_name = s.app_name
+               LEFT JOIN user_states u ON u.app_name = s.app_name AND u.user_id = s.user_id
+              WHERE s.app_name = ? AND s.user_id = ? AND s.id = ?",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_optional(conn)
+        .await?;
+        let Some(r) = row else { return Ok(None) };
+        Ok(Some(SessionHead {
+            key: key.clone(),
+            state: SplitState::merge(
+                parse_map(Some(r.get("state")))?,
+                parse_map(Some(r.get("app_state")))?,
+                parse_map(Some(r.get("user_state")))?,
+            ),
+            last_update_time: r.get("update_time"),
+            last_seq: r.get("last_seq"),
+        }))
+    }
+}
+
+/// The directory a `sqlite://path/file.db` URL points into, if it names one.
+fn sqlite_parent_dir(url: &str) -> Option<std::path::PathBuf> {
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = path.split('?').next()?;
+    if path.is_empty() || path.starts_with(":memory:") {
+        return None;
+    }
+    let parent = std::path::Path::new(path).parent()?;
+    (!parent.as_os_str().is_empty()).then(|| parent.to_path_buf())
+}
+
+fn parse_map(s: Option<&str>) -> StoreResult<JsonMap> {
+    match s {
+        None => Ok(JsonMap::new()),
+        Some(s) => Ok(serde_json::from_str(s)?),
+    }
+}
+
+fn stored_event(r: &sqlx::sqlite::SqliteRow) -> StoreResult<StoredEvent> {
+    Ok(StoredEvent {
+        seq: r.get("seq"),
+        event: serde_json::from_str(r.get::<&str, _>("event"))?,
+    })
+}
+
+fn version_from_row(
+    scope: &ArtifactScope,
+    filename: &str,
+    r: &sqlx::sqlite::SqliteRow,
+) -> StoreResult<ArtifactVersion> {
+    let version: i64 = r.get("version");
+    Ok(ArtifactVersion {
+        version,
+        canonical_uri: scope.canonical_uri(filename, version),
+        custom_metadata: parse_map(Some(r.get("custom_metadata")))?,
+        create_time: r.get("create_time"),
+        mime_type: r.get("mime_type"),
+    })
+}
+
+#[async_trait]
+impl SessionStore for SqliteStore {
+    async fn create_session(&self, mut new: NewSession) -> StoreResult<Session> {
+        let id = new
+            .session_id
+            .take()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let key = SessionKey::new(&new.app_name, &new.user_id, &id);
+        prepare_initial_events(&mut new.events);
+        let now = now_ts();
+        let split = SplitState::split(&new.state);
+
+        let mut tx = self.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
+             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(serde_json::to_string(&split.session)?)
+        .bind(now)
+        .bind(initial_update_time(&new.events, now))
+        .bind(new.events.len() as i64)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::SessionExists(id));
+        }
+        Self::merge_shared(&mut tx, &key.app_name, &key.user_id, &split, now).await?;
+        for (i, e) in new.events.iter().enumerate() {
+            Self::insert_event(&mut tx, &key, i as i64 + 1, e).await?;
+        }
+        let head = Self::head_with(&mut tx, &key)
+            .await?
+            .ok_or(StoreError::SessionNotFound)?;
+        tx.commit().await?;
+        Ok(head.into_session(new.events))
+    }
+
+    async fn get_session(
+        &self,
+        key: &SessionKey,
+        recent: Option<u32>,
+    ) -> StoreResult<Option<Session>> {
+        // One read transaction: the head and the events come from the same snapshot.
+        let mut tx = self.reader.begin().await?;
+        let Some(head) = Self::head_with(&mut tx, key).await? else {
+            return Ok(None);
+        };
+        let rows = sqlx::query(
+            "SELECT seq, event FROM (
+                SELECT seq, event FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?
+                 ORDER BY seq DESC LIMIT ?)
+             ORDER BY seq",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(recent.map_or(-1, |n| n as i64))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let events = rows
+            .iter()
+            .map(|r| stored_event(r).map(|s| s.event))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(Some(head.into_session(events)))
+    }
+
+    async fn session_head(&self, key: &SessionKey) -> StoreResult<Option<SessionHead>> {
+        let mut conn = self.reader.acquire().await?;
+        Self::head_with(&mut conn, key).await
+    }
+
+    async fn list_sessions(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        after: Option<&SessionCursor>,
+        limit: u32,
+    ) -> StoreResult<SessionPage> {
+        let limit = limit.max(1) as i64;
+        let rows = sqlx::query(
+            r#"SELECT s.id, s.state, s.update_time,
+                      COALESCE(a.state, '{}') AS app_state, COALESCE(u.state, '{}') AS user_state
+                 FROM sessions s
+                 LEFT JOIN app_states a ON a.app_name = s.app_name
+                 LEFT JOIN user_states u ON u.app_name = s.app_name AND u.user_id = s.user_id
+                WHERE s.app_name = ?1 AND s.user_id = ?2
+                  AND (?3 IS NULL OR s.update_time > ?3 OR (s.update_time = ?3 AND s.id > ?4))
+                  AND s.id NOT LIKE 'adk-eval-session-%'
+                  AND s.id NOT LIKE '\_\_\_eval\_\_\_session\_\_\_%' ESCAPE '\'
+                ORDER BY s.update_time, s.id
+                LIMIT ?5"#,
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(after.map(|c| c.update_time))
+        .bind(after.map(|c| c.id.as_str()).unwrap_or(""))
+        .bind(limit + 1)
+        .fetch_all(&self.reader)
+        .await?;
+        let mut sessions = Vec::with_capacity(rows.len());
+        for r in rows.iter().take(limit as usize) {
+            sessions.push(Session {
+                id: r.get("id"),
+                app_name: app_name.to_string(),
+                user_id: user_id.to_string(),
+                state: SplitState::merge(
+                    parse_map(Some(r.get("state")))?,
+                    parse_map(Some(r.get("app_state")))?,
+                    parse_map(Some(r.get("user_state")))?,
+                ),
+                events: vec![],
+                last_update_time: r.get("update_time"),
+            });
+        }
+        let next = (rows.len() as i64 > limit)
+            .then(|| sessions.last())
+            .flatten()
+            .map(|s| SessionCursor {
+                update_time: s.last_update_time,
+                id: s.id.clone(),
+            });
+        Ok(SessionPage { sessions, next })
+    }
+
+    async fn delete_session(&self, key: &SessionKey) -> StoreResult<bool> {
+        let mut tx = self.begin().await?;
+        let deleted =
+            sqlx::query("DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
+                .bind(&key.app_name)
+                .bind(&key.user_id)
+                .bind(&key.session_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        for table in ["events", "artifacts"] {
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
+            ))
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(deleted > 0)
+    }
+
+    async fn append_event(
+        &self,
+        key: &SessionKey,
+        mut event: Event,
+        artifacts: Vec<ArtifactWrite>,
+    ) -> StoreResult<StoredEvent> {
+        event.fill_defaults();
+        crate::event::strip_temp_keys(&mut event.actions.state_delta);
+        for a in &artifacts {
+            validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
+        }
+        let split = SplitState::split(&event.actions.state_delta);
+
+        // Dropping `tx` on any early return rolls everything back.
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "SELECT state, last_seq FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Err(StoreError::SessionNotFound);
+        };
+        let seq = row.get::<i64, _>("last_seq") + 1;
+        let mut state = parse_map(Some(row.get("state")))?;
+        apply_delta(&mut state, &split.session);
+
+        let scope = ArtifactScope::from(key);
+        for w in &artifacts {
+            let v = Self::insert_artifact(&mut tx, &scope, w, event.timestamp).await?;
+            event.actions.artifact_delta.insert(w.filename.clone(), v);
+        }
+        Self::merge_shared(
+            &mut tx,
+            &key.app_name,
+            &key.user_id,
+            &split,
+            event.timestamp,
+        )
+        .await?;
+        sqlx::query(
+            "UPDATE sessions SET state = ?, update_time = ?, last_seq = ? WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(serde_json::to_string(&state)?)
+        .bind(event.timestamp)
+        .bind(seq)
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .execute(&mut *tx)
+        .await?;
+        Self::insert_event(&mut tx, key, seq, &event).await?;
+        tx.commit().await?;
+        Ok(StoredEvent { seq, event })
+    }
+
+    async fn list_events(
+        &self,
+        key: &SessionKey,
+        range: EventRange,
+    ) -> StoreResult<Option<EventPage>> {
+        let limit = range.limit.max(1) as i64;
+        let mut tx = self.reader.begin().await?;
+        let rows = if let Some(before) = range.before {
+            sqlx::query(
+                "SELECT seq, event FROM events
+                  WHERE app_name = ? AND user_id = ? AND session_id = ? AND seq < ? AND seq > ?
+                  ORDER BY seq DESC LIMIT ?",
+            )
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(before)
+            .bind(range.after.unwrap_or(0))
+            .bind(limit + 1)
+            .fetch_all(&mut *tx)
+            .await?
+        } else {
+            sqlx::query(
+                "SELECT seq, event FROM events
+                  WHERE app_name = ? AND user_id = ? AND session_id = ? AND seq > ?
+                  ORDER BY seq LIMIT ?",
+            )
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(range.after.unwrap_or(0))
+            .bind(limit + 1)
+            .fetch_all(&mut *tx)
+            .await?
+        };
+        if rows.is_empty() && Self::head_with(&mut tx, key).await?.is_none() {
+            return Ok(None);
+        }
+        tx.commit().await?;
+        let has_more = rows.len() as i64 > limit;
+        let mut events = rows
+            .iter()
+            .take(limit as usize)
+            .map(stored_event)
+            .collect::<StoreResult<Vec<_>>>()?;
+        if range.before.is_some() {
+            events.reverse();
+        }
+        Ok(Some(EventPage { events, has_more }))
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for SqliteStore {
+    async fn save_artifact(
+        &self,
+        scope: &ArtifactScope,
+        write: ArtifactWrite,
+    ) -> StoreResult<ArtifactVersion> {
+        validate_artifact(&write.filename, &write.part, self.limits.max_artifact_bytes)?;
+        let now = now_ts();
+        let mut tx = self.begin().await?;
+        let version = Self::insert_artifact(&mut tx, scope, &write, now).await?;
+        tx.commit().await?;
+        Ok(ArtifactVersion {
+            version,
+            canonical_uri: scope.canonical_uri(&write.filename, version),
+            custom_metadata: write.custom_metadata,
+            create_time: now,
+            mime_type: artifact_mime_type(&write.part),
+        })
+    }
+
+    async fn load_artifact(
+        &self,
+        scope: &ArtifactScope,
+        filename: &str,
+        version: Option<i64>,
+    ) -> StoreResult<Option<Part>> {
+        let row = sqlx::query(
+            "SELECT part, data FROM artifacts
+              WHERE app_name = ? AND user_id = ? AND session_id = ? AND filename = ?
+                AND (?5 IS NULL OR version = ?5)
+              ORDER BY version DESC LIMIT 1",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(scope.storage_session(filename))
+        .bind(filename)
+        .bind(version)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.map(|r| join_part(r.get::<&str, _>("part"), r.get("data")))
+            .transpose()
+    }
+
+    async fn list_artifact_keys(&self, scope: &ArtifactScope) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT filename FROM artifacts
+              WHERE app_name = ? AND user_id = ? AND (session_id = ? OR session_id = '')
+              ORDER BY filename",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(&scope.session_id)
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
+    async fn list_artifact_versions(
+        &self,
+        scope: &ArtifactScope,
+        filename: &str,
+    ) -> StoreResult<Vec<ArtifactVersion>> {
+        let rows = sqlx::query(
+            "SELECT version, mime_type, custom_metadata, create_time FROM artifacts
+              WHERE app_name = ? AND user_id = ? AND session_id = ? AND filename = ?
+              ORDER BY version",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(scope.storage_session(filename))
+        .bind(filename)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| version_from_row(scope, filename, r))
+            .collect()
+    }
+
+    async fn artifact_version(
+        &self,
+        scope: &ArtifactScope,
+        filename: &str,
+        version: Option<i64>,
+    ) -> StoreResult<Option<ArtifactVersion>> {
+        let row = sqlx::query(
+            "SELECT version, mime_type, custom_metadata, create_time FROM artifacts
+              WHERE app_name = ? AND user_id = ? AND session_id = ? AND filename = ?
+                AND (?5 IS NULL OR version = ?5)
+              ORDER BY version DESC LIMIT 1",
+        )
+        .bind(&scope.app_name)
+        .bind(&scope.user_id)
+        .bind(scope.storage_session(filename))
+        .bind(filename)
+        .bind(version)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.map(|r| version_from_row(scope, filename, &r))
+            .transpose()
+    }
+
+    async fn delete_artifact(&self, scope: &ArtifactScope, filename: &str) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query("DELETE FROM artifacts WHERE app_name = ? AND user_id = ? AND session_id = ? AND filename = ?")
+            .bind(&scope.app_name)
+            .bind(&scope.user_id)
+            .bind(scope.storage_session(filename))
+            .bind(filename)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+}
