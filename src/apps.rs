@@ -1,41 +1,27 @@
-//! The apps agentd serves: one folder per app under `--apps-dir`, ADK's convention.
+//! The apps agentd serves: one folder per app under `--apps-dir` (ADK's convention), each
+//! with a `root_agent.yaml`, plus apps registered from Rust with [`AppRegistry::insert`].
 //!
-//! An app folder holds a `root_agent.yaml` in ADK's Agent Config format. A folder whose file
-//! cannot be read or parsed is reported (logged, and listed by `/apps/{app}/app-info` as an
-//! error naming the file) without taking the other apps down.
+//! A folder whose config cannot be loaded is kept with its error (logged at start, shown by
+//! `list-apps?detailed=true` and `app-info`, and returned by `/run`) without taking the
+//! other apps down.
 
-use serde::Deserialize;
+use crate::agent::config::load_tree;
+use crate::agent::AgentTree;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub const ROOT_AGENT_FILE: &str = "root_agent.yaml";
 
-/// The part of an ADK Agent Config the registry reads up front.
-#[derive(Debug, Clone, Deserialize)]
-pub struct AgentConfigHead {
-    pub name: String,
-    #[serde(default = "default_agent_class")]
-    pub agent_class: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default)]
-    pub instruction: Option<String>,
-}
-
-fn default_agent_class() -> String {
-    "LlmAgent".to_string()
-}
-
-/// One app folder and what loading it gave.
-#[derive(Debug, Clone)]
+/// One app and what loading it gave.
+#[derive(Clone)]
 pub struct AppEntry {
     pub name: String,
-    pub dir: PathBuf,
-    pub root: Result<AgentConfigHead, String>,
+    pub tree: Result<Arc<AgentTree>, String>,
 }
 
-/// The apps found under the apps directory, by name.
-#[derive(Debug, Clone, Default)]
+/// The apps, by name.
+#[derive(Clone, Default)]
 pub struct AppRegistry {
     pub dir: PathBuf,
     apps: BTreeMap<String, AppEntry>,
@@ -44,13 +30,13 @@ pub struct AppRegistry {
 impl AppRegistry {
     /// Scans `dir`. A missing directory is an empty registry (agentd still serves sessions).
     pub fn load(dir: &Path) -> Self {
-        let mut apps = BTreeMap::new();
+        let mut registry = AppRegistry {
+            dir: dir.to_path_buf(),
+            apps: BTreeMap::new(),
+        };
         let Ok(entries) = std::fs::read_dir(dir) else {
             tracing::warn!(dir = %dir.display(), "apps directory not readable; serving no apps");
-            return AppRegistry {
-                dir: dir.to_path_buf(),
-                apps,
-            };
+            return registry;
         };
         for entry in entries.flatten() {
             let path = entry.path();
@@ -61,35 +47,30 @@ impl AppRegistry {
             else {
                 continue;
             };
-            if !path.is_dir() || name.starts_with('.') || name.starts_with("__") {
-                continue;
-            }
             let file = path.join(ROOT_AGENT_FILE);
-            if !file.exists() {
+            if name.starts_with('.') || name.starts_with("__") || !file.is_file() {
                 continue;
             }
-            let root = std::fs::read_to_string(&file)
-                .map_err(|e| format!("{}: {e}", file.display()))
-                .and_then(|s| {
-                    serde_yaml_ng::from_str::<AgentConfigHead>(&s)
-                        .map_err(|e| format!("{}: {e}", file.display()))
-                });
-            if let Err(e) = &root {
-                tracing::error!(app = %name, error = %e, "app failed to load");
+            let tree = load_tree(&file).map(Arc::new).map_err(|e| e.to_string());
+            match &tree {
+                Ok(t) => tracing::info!(app = %name, root = t.root().name(), "app loaded"),
+                Err(e) => tracing::error!(app = %name, error = %e, "app failed to load"),
             }
-            apps.insert(
-                name.clone(),
-                AppEntry {
-                    name,
-                    dir: path,
-                    root,
-                },
-            );
+            registry.apps.insert(name.clone(), AppEntry { name, tree });
         }
-        AppRegistry {
-            dir: dir.to_path_buf(),
-            apps,
-        }
+        registry
+    }
+
+    /// Registers (or replaces) an app built in Rust.
+    pub fn insert(&mut self, name: impl Into<String>, tree: AgentTree) {
+        let name = name.into();
+        self.apps.insert(
+            name.clone(),
+            AppEntry {
+                name,
+                tree: Ok(Arc::new(tree)),
+            },
+        );
     }
 
     /// Sorted app names.

@@ -65,6 +65,23 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_MAX_ARTIFACT_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_artifact_bytes: usize,
 
+    /// A run's admission lease in seconds: a replica that dies mid-run frees its session
+    /// after at most this long. Renewed every third of it.
+    #[arg(long, env = "AGENTD_RUN_LEASE_SECS", default_value_t = 10)]
+    pub run_lease_secs: u64,
+
+    /// Longest a run may take, in seconds; then it is cancelled and sealed (`timed_out`).
+    #[arg(long, env = "AGENTD_MAX_RUN_SECS", default_value_t = 600)]
+    pub max_run_secs: u64,
+
+    /// Longest a request with `"onBusy": "enqueue"` waits for its session, in seconds.
+    #[arg(long, env = "AGENTD_ENQUEUE_TIMEOUT_SECS", default_value_t = 60)]
+    pub enqueue_timeout_secs: u64,
+
+    /// This replica's name in the runs table (default: a random id per process).
+    #[arg(long, env = "AGENTD_REPLICA_ID")]
+    pub replica_id: Option<String>,
+
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
     #[arg(long, env = "AGENTD_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
@@ -91,6 +108,10 @@ impl ServeArgs {
             max_body_bytes: 32 * 1024 * 1024,
             max_artifact_bytes: 16 * 1024 * 1024,
             shutdown_grace_secs: 10,
+            run_lease_secs: 10,
+            max_run_secs: 600,
+            enqueue_timeout_secs: 60,
+            replica_id: None,
         }
     }
 }

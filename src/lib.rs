@@ -17,9 +17,11 @@
 //! - [`http`]: the axum router, one module per resource, the JSON error type.
 //! - [`config`]: command-line flags and their environment variables.
 
+pub mod agent;
 pub mod apps;
 pub mod config;
 pub mod event;
 pub mod http;
+pub mod runner;
 pub mod server;
 pub mod store;

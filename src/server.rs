@@ -1,9 +1,11 @@
 //! Starting and stopping the daemon: open the store, load apps, bind, serve, and shut down
 //! gracefully on a signal (in-flight requests get `--shutdown-grace-secs` to finish).
 
+use crate::agent::PluginSet;
 use crate::apps::AppRegistry;
 use crate::config::ServeArgs;
 use crate::http::{self, AppState};
+use crate::runner::{Runner, RunnerConfig};
 use crate::store::{self, StoreLimits};
 use axum::serve::ListenerExt;
 use std::net::SocketAddr;
@@ -32,7 +34,36 @@ impl Server {
         .await
         .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
         let apps = Arc::new(AppRegistry::load(&args.apps_dir));
-        let state = AppState { store, apps };
+        Self::start_with(args, store, apps, PluginSet::default()).await
+    }
+
+    /// Starts with an explicit store, apps and plugins (embedding agentd with Rust agents).
+    pub async fn start_with(
+        args: ServeArgs,
+        store: Arc<dyn crate::store::Store>,
+        apps: Arc<AppRegistry>,
+        plugins: PluginSet,
+    ) -> anyhow::Result<Server> {
+        let mut runner_config = RunnerConfig {
+            lease: Duration::from_secs(args.run_lease_secs.max(1)),
+            max_run_duration: Duration::from_secs(args.max_run_secs.max(1)),
+            enqueue_timeout: Duration::from_secs(args.enqueue_timeout_secs),
+            ..RunnerConfig::default()
+        };
+        if let Some(id) = &args.replica_id {
+            runner_config.owner = id.clone();
+        }
+        let runner = Arc::new(Runner::new(
+            store.clone(),
+            apps.clone(),
+            plugins,
+            runner_config,
+        ));
+        let state = AppState {
+            store,
+            apps,
+            runner,
+        };
         let app = http::router(state.clone(), &args);
 
         let listener = tokio::net::TcpListener::bind(args.bind)
@@ -61,6 +92,9 @@ impl Server {
 
     /// Stops accepting connections and waits up to `grace` for in-flight requests.
     pub async fn shutdown(self, grace: Duration) -> anyhow::Result<()> {
+        // Runs first: each is cancelled, sealed and recorded, and its stream ends, so the
+        // HTTP server's graceful shutdown is not held up by open SSE responses.
+        self.state.runner.shutdown(grace).await;
         self.shutdown.cancel();
         match tokio::time::timeout(grace, self.task).await {
             Ok(joined) => Ok(joined??),

@@ -60,9 +60,10 @@ async fn list_apps(
     let apps: Vec<Value> = state
         .apps
         .entries()
-        .map(|a| match &a.root {
-            Ok(root) => json!({
-                "name": a.name, "rootAgentName": root.name, "description": root.description,
+        .map(|a| match &a.tree {
+            Ok(tree) => json!({
+                "name": a.name, "rootAgentName": tree.root().name(),
+                "description": tree.root().description(),
                 "language": "yaml", "isComputerUse": false, "agents": null,
             }),
             Err(e) => json!({
@@ -87,28 +88,33 @@ async fn app_info(
             ),
         )
     })?;
-    let root = entry.root.as_ref().map_err(|e| {
+    let tree = entry.tree.as_ref().map_err(|e| {
         ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
             "app_load_failed",
             format!("Failed to load agent: {e}"),
         )
     })?;
-    if root.agent_class != "LlmAgent" {
+    let root = tree.root();
+    if root.agent_class() != "LlmAgent" {
         return Err(ApiError::bad_request(
             "not_llm_agent",
             "Root agent is not an LlmAgent",
         ));
     }
-    let mut agent = json!({
-        "name": root.name, "description": root.description, "tools": [], "sub_agents": [],
-    });
-    if let Some(instr) = &root.instruction {
-        agent["instruction"] = json!(instr);
+    let mut agents = serde_json::Map::new();
+    let mut stack = vec![root.clone()];
+    while let Some(agent) = stack.pop() {
+        let subs: Vec<&str> = agent.sub_agents().iter().map(|a| a.name()).collect();
+        agents.insert(
+            agent.name().to_string(),
+            json!({ "name": agent.name(), "description": agent.description(), "tools": [], "sub_agents": subs }),
+        );
+        stack.extend(agent.sub_agents().iter().cloned());
     }
     Ok(axum::Json(json!({
-        "name": app, "rootAgentName": root.name, "description": root.description,
-        "language": "yaml", "isComputerUse": false, "agents": { root.name.clone(): agent },
+        "name": app, "rootAgentName": root.name(), "description": root.description(),
+        "language": "yaml", "isComputerUse": false, "agents": agents,
     })))
 }
 

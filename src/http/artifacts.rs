@@ -174,6 +174,10 @@ async fn delete_artifact(
     Ok(axum::Json(Value::Null))
 }
 
+fn to_json<T: serde::Serialize>(v: &T) -> ApiResult<Value> {
+    serde_json::to_value(v).map_err(ApiError::internal)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,8 +206,4 @@ mod tests {
             ArtifactPath::VersionMetadata("a.txt", "latest")
         );
     }
-}
-
-fn to_json<T: serde::Serialize>(v: &T) -> ApiResult<Value> {
-    serde_json::to_value(v).map_err(ApiError::internal)
 }

@@ -66,26 +66,31 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             )])
         });
     }
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    match serde_path_to_error::deserialize::<_, T>(de) {
-        Ok(v) => Ok(v),
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        // Trailing characters after the value are malformed JSON too.
+        Ok(v) => de.end().map(|()| v).map_err(|e| json_invalid(&e)),
         Err(err) => {
             let path = err.path().to_string();
             let inner = err.into_inner();
             if inner.is_syntax() || inner.is_eof() {
-                return Err(ApiError {
-                    code: "json_invalid",
-                    ..ApiError::validation(vec![problem(
-                        "json_invalid",
-                        vec![json!("body"), json!(inner.column())],
-                        format!("JSON decode error: {inner}"),
-                    )])
-                });
+                return Err(json_invalid(&inner));
             }
             Err(ApiError::validation(vec![describe_data_error(
                 &path, &inner,
             )]))
         }
+    }
+}
+
+fn json_invalid(err: &serde_json::Error) -> ApiError {
+    ApiError {
+        code: "json_invalid",
+        ..ApiError::validation(vec![problem(
+            "json_invalid",
+            vec![json!("body"), json!(err.column())],
+            format!("JSON decode error: {err}"),
+        )])
     }
 }
 

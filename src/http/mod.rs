@@ -8,10 +8,13 @@ pub mod apps;
 pub mod artifacts;
 pub mod error;
 pub mod extract;
+pub mod run;
 pub mod sessions;
+pub mod sse;
 
 use crate::apps::AppRegistry;
 use crate::config::ServeArgs;
+use crate::runner::Runner;
 use crate::store::Store;
 use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -30,6 +33,7 @@ use tower_http::trace::TraceLayer;
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub apps: Arc<AppRegistry>,
+    pub runner: Arc<Runner>,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -40,6 +44,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .merge(apps::router())
         .merge(sessions::router())
         .merge(artifacts::router())
+        .merge(run::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);

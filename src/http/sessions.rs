@@ -244,15 +244,24 @@ fn page_size(limit: Option<u32>, default: u32) -> ApiResult<u32> {
     }
 }
 
+/// The cursor carries the update time as its exact bits: a float written as JSON text may
+/// parse back one ulp off, which would repeat or skip a session at a page boundary.
 fn encode_cursor(c: &SessionCursor) -> String {
     use base64::Engine;
-    let raw = serde_json::to_vec(c).unwrap_or_default();
+    let raw = format!("{:016x}{}", c.update_time.to_bits(), c.id);
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
 }
 
 fn decode_cursor(s: &str) -> ApiResult<SessionCursor> {
     crate::event::decode_base64_any(s)
-        .and_then(|raw| serde_json::from_slice(&raw).ok())
+        .and_then(|raw| String::from_utf8(raw).ok())
+        .and_then(|raw| {
+            let (bits, id) = raw.split_at_checked(16)?;
+            Some(SessionCursor {
+                update_time: f64::from_bits(u64::from_str_radix(bits, 16).ok()?),
+                id: id.to_string(),
+            })
+        })
         .ok_or_else(|| {
             ApiError::validation(vec![super::error::problem(
                 "value_error",

@@ -9,7 +9,10 @@
 //! new `seq` atomically. Callers stream an event to a client only after it returns.
 
 pub mod postgres;
+pub mod runs;
 pub mod sqlite;
+
+pub use runs::{Claim, Lease, NewRun, RunRecord, RunStatus, RunStore};
 
 use crate::event::{Event, JsonMap, Part, Session};
 use async_trait::async_trait;
@@ -371,7 +374,7 @@ pub trait ArtifactStore: Send + Sync + 'static {
 }
 
 /// Everything the daemon persists, behind one handle.
-pub trait Store: SessionStore + ArtifactStore {
+pub trait Store: SessionStore + ArtifactStore + RunStore {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;
 }

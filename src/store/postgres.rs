@@ -44,6 +44,11 @@ SELECT $1, $2, $3, s.last_seq, $8, $9, $10, $7, $11::jsonb FROM s
 RETURNING seq
 "#;
 
+/// How often a write that lost the race for an artifact version is retried. Every conflict
+/// means a concurrent writer committed that version, so a writer retries at most once per
+/// competitor; the bound only stops a bug from looping forever.
+const CONFLICT_RETRIES: u32 = 64;
+
 const HEAD_SQL: &str = r#"
 SELECT s.state, s.update_time, s.last_seq,
        COALESCE(a.state, '{}'::jsonb) AS app_state,
@@ -248,8 +253,12 @@ fn head_from_row(key: &SessionKey, row: &sqlx::postgres::PgRow) -> StoreResult<S
     })
 }
 
+/// An event row. Its `timestamp` comes from the column, which holds the exact `f64`: read back
+/// from JSON it can differ in the last bit, and then no longer equal the streamed event or the
+/// session's `lastUpdateTime`.
 fn stored_event(row: &sqlx::postgres::PgRow) -> StoreResult<StoredEvent> {
-    let Json(event): Json<Event> = row.try_get("event")?;
+    let Json(mut event): Json<Event> = row.try_get("event")?;
+    event.timestamp = row.try_get("timestamp")?;
     Ok(StoredEvent {
         seq: row.try_get("seq")?,
         event,
@@ -327,8 +336,8 @@ impl SessionStore for PgStore {
         let rows = match recent {
             Some(n) => {
                 sqlx::query(
-                    "SELECT seq, event FROM (
-                        SELECT seq, event FROM events
+                    "SELECT seq, \"timestamp\", event FROM (
+                        SELECT seq, \"timestamp\", event FROM events
                          WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq <= $4
                          ORDER BY seq DESC LIMIT $5) t
                      ORDER BY seq",
@@ -343,7 +352,7 @@ impl SessionStore for PgStore {
             }
             None => {
                 sqlx::query(
-                    "SELECT seq, event FROM events
+                    "SELECT seq, \"timestamp\", event FROM events
                       WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq <= $4
                       ORDER BY seq",
                 )
@@ -460,7 +469,15 @@ impl SessionStore for PgStore {
             validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
         }
         let split = SplitState::split(&event.actions.state_delta);
-        let (seq, versions) = self.append_once(key, &event, &split, &artifacts).await?;
+        // A staged artifact's next version can be taken by a concurrent writer (`user:` files
+        // are shared by all of a user's sessions): the append rolls back and is retried whole.
+        let mut attempt = 0;
+        let (seq, versions) = loop {
+            match self.append_once(key, &event, &split, &artifacts).await {
+                Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => attempt += 1,
+                result => break result?,
+            }
+        };
         let seq = seq.ok_or(StoreError::SessionNotFound)?;
         event.actions.artifact_delta.extend(versions);
         Ok(StoredEvent { seq, event })
@@ -474,7 +491,7 @@ impl SessionStore for PgStore {
         let limit = range.limit.max(1) as i64;
         let rows = if let Some(before) = range.before {
             sqlx::query(
-                "SELECT seq, event FROM events
+                "SELECT seq, \"timestamp\", event FROM events
                   WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq < $4 AND seq > $5
                   ORDER BY seq DESC LIMIT $6",
             )
@@ -488,7 +505,7 @@ impl SessionStore for PgStore {
             .await?
         } else {
             sqlx::query(
-                "SELECT seq, event FROM events
+                "SELECT seq, \"timestamp\", event FROM events
                   WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq > $4
                   ORDER BY seq LIMIT $5",
             )
@@ -539,7 +556,7 @@ impl ArtifactStore for PgStore {
                         mime_type: artifact_mime_type(&write.part),
                     })
                 }
-                Err(StoreError::Conflict) if attempt < 5 => attempt += 1,
+                Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => attempt += 1,
                 Err(e) => return Err(e),
             }
         }

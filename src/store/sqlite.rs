@@ -69,6 +69,11 @@ impl SqliteStore {
         })
     }
 
+    /// The single writer connection's pool (every write goes through it).
+    pub(crate) fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
     pub async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.writer).await?;
         Ok(())
@@ -231,10 +236,15 @@ fn parse_map(s: Option<&str>) -> StoreResult<JsonMap> {
     }
 }
 
+/// An event row. Its `timestamp` comes from the column, which holds the exact `f64`: read back
+/// from JSON it can differ in the last bit, and then no longer equal the streamed event or the
+/// session's `lastUpdateTime`.
 fn stored_event(r: &sqlx::sqlite::SqliteRow) -> StoreResult<StoredEvent> {
+    let mut event: Event = serde_json::from_str(r.get::<&str, _>("event"))?;
+    event.timestamp = r.get("timestamp");
     Ok(StoredEvent {
         seq: r.get("seq"),
-        event: serde_json::from_str(r.get::<&str, _>("event"))?,
+        event,
     })
 }
 
@@ -304,8 +314,8 @@ impl SessionStore for SqliteStore {
             return Ok(None);
         };
         let rows = sqlx::query(
-            "SELECT seq, event FROM (
-                SELECT seq, event FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?
+            "SELECT seq, timestamp, event FROM (
+                SELECT seq, timestamp, event FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?
                  ORDER BY seq DESC LIMIT ?)
              ORDER BY seq",
         )
@@ -473,7 +483,7 @@ impl SessionStore for SqliteStore {
         let mut tx = self.reader.begin().await?;
         let rows = if let Some(before) = range.before {
             sqlx::query(
-                "SELECT seq, event FROM events
+                "SELECT seq, timestamp, event FROM events
                   WHERE app_name = ? AND user_id = ? AND session_id = ? AND seq < ? AND seq > ?
                   ORDER BY seq DESC LIMIT ?",
             )
@@ -487,7 +497,7 @@ impl SessionStore for SqliteStore {
             .await?
         } else {
             sqlx::query(
-                "SELECT seq, event FROM events
+                "SELECT seq, timestamp, event FROM events
                   WHERE app_name = ? AND user_id = ? AND session_id = ? AND seq > ?
                   ORDER BY seq LIMIT ?",
             )

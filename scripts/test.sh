@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs agentd's whole test suite: unit tests, the store conformance suite and the HTTP/SSE
+# tests, against a real PostgreSQL and a real SQLite.
+#
+# PostgreSQL, in this order:
+#   1. AGENTD_TEST_DATABASE_URL or DATABASE_URL (postgres://…), if set;
+#   2. a server already listening on 127.0.0.1:5432 (user postgres, trust auth);
+#   3. a throwaway cluster started here from the installed PostgreSQL binaries (initdb);
+#   4. otherwise it stops with a message saying what to install. It never skips.
+# Each test creates (and drops) its own database, so any role that may CREATE DATABASE works.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+url="${AGENTD_TEST_DATABASE_URL:-}"
+if [ -z "$url" ] && [[ "${DATABASE_URL:-}" == postgres* ]]; then
+  url="$DATABASE_URL"
+fi
+
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+if [ -z "$url" ] && port_open 127.0.0.1 5432; then
+  url="postgres://postgres@127.0.0.1:5432/postgres"
+fi
+
+if [ -z "$url" ]; then
+  initdb=$(command -v initdb || ls -1 /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1 || true)
+  if [ -z "$initdb" ]; then
+    echo "error: the tests need PostgreSQL and none was found." >&2
+    echo "  Install it (Debian/Ubuntu: apt-get install postgresql) or point DATABASE_URL at one:" >&2
+    echo "  DATABASE_URL=postgres://user@host:5432/postgres ./scripts/test.sh" >&2
+    exit 1
+  fi
+  bin=$(dirname "$initdb")
+  tmp=$(mktemp -d)
+  port=55432
+  run_as=()
+  if [ "$(id -u)" = 0 ]; then
+    # initdb refuses to run as root.
+    user=$(id -u postgres >/dev/null 2>&1 && echo postgres || echo nobody)
+    chown "$user" "$tmp"
+    run_as=(runuser -u "$user" --)
+  fi
+  echo "starting a throwaway PostgreSQL cluster in $tmp on port $port" >&2
+  "${run_as[@]}" "$bin/initdb" -D "$tmp/data" -U postgres --auth=trust >/dev/null
+  "${run_as[@]}" "$bin/pg_ctl" -D "$tmp/data" -l "$tmp/log" -w \
+    -o "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null
+  trap '"${run_as[@]}" "$bin/pg_ctl" -D "$tmp/data" -m immediate stop >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+  url="postgres://postgres@127.0.0.1:$port/postgres"
+fi
+
+export AGENTD_TEST_DATABASE_URL="$url"
+echo "tests use PostgreSQL at $AGENTD_TEST_DATABASE_URL" >&2
+cargo test --locked --all-targets "$@"

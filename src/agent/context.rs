@@ -1,0 +1,427 @@
+//! The invocation context: everything an agent sees during one run, and the emit path.
+//!
+//! [`InvocationContext::emit`] is where an agent's event becomes a fact. Partial events go
+//! straight to the client (no database work). A complete event is committed with
+//! [`crate::store::SessionStore::append_event`] — event row, state delta, staged artifacts
+//! and the session's new `seq` in one transaction — and only then handed to the client.
+//! Emits are serialized by one lock per run, so the wire order is the commit order.
+
+use super::plugin::PluginSet;
+use super::{AgentError, AgentResult, AgentTree};
+use crate::event::{apply_delta, Content, Event, JsonMap, Part, TEMP_PREFIX};
+use crate::store::{ArtifactScope, ArtifactWrite, RunStatus, SessionKey, Store};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Per-run settings from the request.
+#[derive(Debug, Clone, Default)]
+pub struct RunConfig {
+    /// LLM agents stream token chunks as partial events.
+    pub streaming: bool,
+    /// Inline blobs of the user message are saved as artifacts and replaced by a placeholder.
+    pub save_input_blobs_as_artifacts: bool,
+    /// Copied into `customMetadata` of every event of the run.
+    pub custom_metadata: Option<JsonMap>,
+}
+
+/// What a run hands to its client, in order.
+#[derive(Debug, Clone)]
+pub enum RunItem {
+    /// A partial event (`seq: None`) or a committed one.
+    Event { event: Event, seq: Option<i64> },
+    /// The run failed after it started; nothing more follows but `Done`.
+    Error { kind: String, message: String },
+    /// The run is over.
+    Done {
+        status: RunStatus,
+        last_seq: Option<i64>,
+    },
+}
+
+/// Emit-side state, guarded by the per-run emit lock.
+pub(crate) struct EmitState {
+    out: mpsc::Sender<RunItem>,
+    client_gone: bool,
+    pub(crate) last_seq: Option<i64>,
+    /// Function calls committed in this run without a committed response: id → (name, author).
+    pub(crate) open_calls: BTreeMap<String, (String, String)>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) invocation_id: String,
+    pub(crate) key: SessionKey,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) user_content: Option<Content>,
+    pub(crate) run_config: RunConfig,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) tree: Arc<AgentTree>,
+    pub(crate) plugins: Arc<PluginSet>,
+    /// Cancel the run when the client goes away (else it runs on, bounded by the deadline).
+    pub(crate) cancel_on_disconnect: bool,
+    state: Mutex<JsonMap>,
+    ended: AtomicBool,
+    pub(crate) emit: Arc<tokio::sync::Mutex<EmitState>>,
+    pending_artifacts: Mutex<Vec<ArtifactWrite>>,
+}
+
+/// Everything one agent sees during one run. Cheap to clone.
+#[derive(Clone)]
+pub struct InvocationContext {
+    shared: Arc<Shared>,
+    agent: Arc<str>,
+    branch: Option<Arc<str>>,
+    escalation: Option<Arc<AtomicBool>>,
+}
+
+/// Inputs to build a context (the runner's side).
+pub(crate) struct ContextParts {
+    pub invocation_id: String,
+    pub key: SessionKey,
+    pub store: Arc<dyn Store>,
+    pub user_content: Option<Content>,
+    pub run_config: RunConfig,
+    pub cancel: CancellationToken,
+    pub tree: Arc<AgentTree>,
+    pub plugins: Arc<PluginSet>,
+    pub cancel_on_disconnect: bool,
+    pub state: JsonMap,
+    pub out: mpsc::Sender<RunItem>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl InvocationContext {
+    pub(crate) fn new(p: ContextParts) -> Self {
+        let root = p.tree.root().name().to_string();
+        InvocationContext {
+            shared: Arc::new(Shared {
+                invocation_id: p.invocation_id,
+                key: p.key,
+                store: p.store,
+                user_content: p.user_content,
+                run_config: p.run_config,
+                cancel: p.cancel,
+                tree: p.tree,
+                plugins: p.plugins,
+                cancel_on_disconnect: p.cancel_on_disconnect,
+                state: Mutex::new(p.state),
+                ended: AtomicBool::new(false),
+                emit: Arc::new(tokio::sync::Mutex::new(EmitState {
+                    out: p.out,
+                    client_gone: false,
+                    last_seq: None,
+                    open_calls: BTreeMap::new(),
+                })),
+                pending_artifacts: Mutex::new(vec![]),
+            }),
+            agent: root.into(),
+            branch: None,
+            escalation: None,
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// `e-<uuid>` of this run.
+    pub fn invocation_id(&self) -> &str {
+        &self.shared.invocation_id
+    }
+
+    pub fn session_key(&self) -> &SessionKey {
+        &self.shared.key
+    }
+
+    /// The store, for agents that read history or artifacts themselves.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    /// The user's new message (after input blobs were replaced by placeholders).
+    pub fn user_content(&self) -> Option<&Content> {
+        self.shared.user_content.as_ref()
+    }
+
+    /// The concatenated text of the user's new message.
+    pub fn user_text(&self) -> String {
+        self.user_content()
+            .map(|c| {
+                c.parts
+                    .iter()
+                    .filter_map(|p| p.text.as_deref())
+                    .collect::<String>()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn run_config(&self) -> &RunConfig {
+        &self.shared.run_config
+    }
+
+    /// The agent this context belongs to.
+    pub fn agent_name(&self) -> &str {
+        &self.agent
+    }
+
+    /// Dot path of agent names for parallel branches (`None` on the main line).
+    pub fn branch(&self) -> Option<&str> {
+        self.branch.as_deref()
+    }
+
+    pub fn tree(&self) -> &Arc<AgentTree> {
+        &self.shared.tree
+    }
+
+    pub fn plugins(&self) -> &Arc<PluginSet> {
+        &self.shared.plugins
+    }
+
+    /// The same invocation, as seen by agent `name`.
+    pub fn for_agent(&self, name: &str) -> Self {
+        InvocationContext {
+            agent: name.into(),
+            ..self.clone()
+        }
+    }
+
+    /// The same invocation on its own branch (parallel children).
+    pub fn with_branch(&self, branch: String) -> Self {
+        InvocationContext {
+            branch: Some(branch.into()),
+            ..self.clone()
+        }
+    }
+
+    /// The same invocation where events with `actions.escalate` raise `flag` (loop agents).
+    pub fn with_escalation(&self, flag: Arc<AtomicBool>) -> Self {
+        InvocationContext {
+            escalation: Some(flag),
+            ..self.clone()
+        }
+    }
+
+    /// Fires when the run is cancelled; long waits should select on it.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.shared.cancel
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancel.is_cancelled()
+    }
+
+    pub fn check_cancelled(&self) -> AgentResult {
+        if self.is_cancelled() {
+            Err(AgentError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sleeps unless the run is cancelled first.
+    pub async fn sleep(&self, d: Duration) -> AgentResult {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => Ok(()),
+            _ = self.shared.cancel.cancelled() => Err(AgentError::Cancelled),
+        }
+    }
+
+    /// Ends the invocation after the current agent: no further agents or after-callbacks run.
+    pub fn end_invocation(&self) {
+        self.shared.ended.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_ended(&self) -> bool {
+        self.shared.ended.load(Ordering::SeqCst)
+    }
+
+    /// The session state as this run sees it: merged stored state, plus every delta this run
+    /// committed, plus `temp:` keys (which live only for the invocation).
+    pub fn state(&self) -> JsonMap {
+        lock(&self.shared.state).clone()
+    }
+
+    pub fn state_get(&self, key: &str) -> Option<Value> {
+        lock(&self.shared.state).get(key).cloned()
+    }
+
+    /// Stages an artifact; it is stored atomically with this agent's next complete event
+    /// (whose `artifactDelta` then names its version), or with a state-only event when the
+    /// agent ends without emitting one.
+    pub fn save_artifact(&self, filename: impl Into<String>, part: Part) {
+        lock(&self.shared.pending_artifacts).push(ArtifactWrite {
+            filename: filename.into(),
+            part,
+            custom_metadata: JsonMap::new(),
+        });
+    }
+
+    /// Loads an artifact visible to this session (latest version when `version` is `None`).
+    pub async fn load_artifact(
+        &self,
+        filename: &str,
+        version: Option<i64>,
+    ) -> AgentResult<Option<Part>> {
+        self.shared
+            .store
+            .load_artifact(&ArtifactScope::from(&self.shared.key), filename, version)
+            .await
+            .map_err(|e| AgentError::failed("ArtifactError", e.to_string()))
+    }
+
+    /// Commits staged artifacts that no event carried yet.
+    pub(crate) async fn flush_artifacts(&self) -> AgentResult {
+        if lock(&self.shared.pending_artifacts).is_empty() {
+            return Ok(());
+        }
+        self.emit(self.new_event()).await.map(|_| ())
+    }
+
+    /// A new complete event authored by this agent in this invocation and branch.
+    pub fn new_event(&self) -> Event {
+        let mut e = Event::new(self.invocation_id(), self.agent_name());
+        e.branch = self.branch.as_deref().map(str::to_string);
+        e
+    }
+
+    /// Reports an event. Returns its `seq` once committed (complete events) or `None` once
+    /// handed to the client (partial events). Fails with `Cancelled` if the run was cancelled,
+    /// or `Commit` if the database refused the event (the run then stops).
+    pub async fn emit(&self, mut event: Event) -> AgentResult<Option<i64>> {
+        self.check_cancelled()?;
+        self.stamp(&mut event);
+        self.shared.plugins.on_event(self, &mut event).await?;
+        if event.actions.escalate == Some(true) {
+            if let Some(flag) = &self.escalation {
+                flag.store(true, Ordering::SeqCst);
+            }
+        }
+        if event.is_partial() {
+            crate::event::strip_temp_keys(&mut event.actions.state_delta);
+            let mut st = self.shared.emit.lock().await;
+            self.shared
+                .deliver(&mut st, RunItem::Event { event, seq: None })
+                .await;
+            return Ok(None);
+        }
+        let artifacts = std::mem::take(&mut *lock(&self.shared.pending_artifacts));
+        let guard = self.shared.emit.clone().lock_owned().await;
+        self.check_cancelled()?;
+        // The commit and hand-off run as their own task: a run cancelled meanwhile cannot
+        // abandon a commit half-way, and the runner's seal waits for it (same lock).
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let mut guard = guard;
+            shared.commit(&mut guard, event, artifacts).await
+        })
+        .await
+        .map_err(|e| AgentError::Commit(format!("commit task failed: {e}")))?
+        .map(Some)
+    }
+
+    /// Fills what the agent left out: invocation, author, branch, run metadata, id, time.
+    fn stamp(&self, event: &mut Event) {
+        if event.invocation_id.is_empty() {
+            event.invocation_id = self.invocation_id().to_string();
+        }
+        if event.author.is_empty() {
+            let is_user = event
+                .content
+                .as_ref()
+                .and_then(|c| c.role.as_deref())
+                .is_some_and(|r| r == "user")
+                && event.function_responses().next().is_none();
+            event.author = if is_user {
+                "user".into()
+            } else {
+                self.agent_name().into()
+            };
+        }
+        if event.branch.is_none() {
+            event.branch = self.branch.as_deref().map(str::to_string);
+        }
+        if let Some(meta) = &self.shared.run_config.custom_metadata {
+            let target = event.custom_metadata.get_or_insert_with(JsonMap::new);
+            for (k, v) in meta {
+                target.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        event.fill_defaults();
+    }
+}
+
+impl Shared {
+    /// Commits one complete event, then hands it to the client. Holds the emit lock.
+    pub(crate) async fn commit(
+        &self,
+        guard: &mut EmitState,
+        event: Event,
+        artifacts: Vec<ArtifactWrite>,
+    ) -> AgentResult<i64> {
+        let temp: JsonMap = event
+            .actions
+            .state_delta
+            .iter()
+            .filter(|(k, _)| k.starts_with(TEMP_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let stored = self
+            .store
+            .append_event(&self.key, event, artifacts)
+            .await
+            .map_err(|e| {
+                tracing::error!(invocation = %self.invocation_id, error = %e, "event commit failed");
+                AgentError::Commit("the event could not be saved".into())
+            })?;
+        {
+            let mut state = lock(&self.state);
+            apply_delta(&mut state, &stored.event.actions.state_delta);
+            apply_delta(&mut state, &temp);
+        }
+        guard.last_seq = Some(stored.seq);
+        for call in stored.event.function_calls() {
+            if let Some(id) = &call.id {
+                guard
+                    .open_calls
+                    .insert(id.clone(), (call.name.clone(), stored.event.author.clone()));
+            }
+        }
+        for resp in stored.event.function_responses() {
+            if let Some(id) = &resp.id {
+                guard.open_calls.remove(id);
+            }
+        }
+        let seq = stored.seq;
+        self.deliver(
+            guard,
+            RunItem::Event {
+                event: stored.event,
+                seq: Some(seq),
+            },
+        )
+        .await;
+        Ok(seq)
+    }
+
+    /// Hands an item to the client. A client that went away is noted once; depending on the
+    /// request the run is then cancelled or goes on without a reader.
+    pub(crate) async fn deliver(&self, st: &mut EmitState, item: RunItem) {
+        if st.client_gone {
+            return;
+        }
+        if st.out.send(item).await.is_err() {
+            st.client_gone = true;
+            tracing::info!(invocation = %self.invocation_id, cancel = self.cancel_on_disconnect, "client disconnected");
+            if self.cancel_on_disconnect {
+                self.cancel.cancel();
+            }
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Running agents: ADK's `POST /run_sse` and `POST /run`, plus agentd's run control
+//! (`GET /runs/{id}`, `POST /runs/{id}/cancel`).
+//!
+//! Every pre-stream problem (bad body, unknown app, missing session, busy session) is a JSON
+//! error before the first SSE byte. After that, problems arrive in the stream.
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{Json, Path};
+use super::sse;
+use super::AppState;
+use crate::agent::context::RunItem;
+use crate::agent::RunConfig;
+use crate::event::{Content, Event, JsonMap};
+use crate::runner::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest};
+use crate::store::{RunRecord, RunStatus, SessionKey};
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use futures::stream::{self, StreamExt};
+use serde::Deserialize;
+use std::convert::Infallible;
+use std::time::Duration;
+
+/// Quiet time on `/run` after which a keep-alive comment is sent.
+pub const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/run_sse", post(run_sse))
+        .route("/run", post(run))
+        .route("/runs/{run_id}", get(get_run))
+        .route("/runs/{run_id}/cancel", post(cancel_run))
+}
+
+/// ADK's `RunAgentRequest` plus agentd's additive fields.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAgentRequest {
+    #[serde(default, alias = "app_name")]
+    app_name: Option<String>,
+    #[serde(alias = "user_id")]
+    user_id: String,
+    #[serde(alias = "session_id")]
+    session_id: String,
+    #[serde(default, alias = "new_message")]
+    new_message: Option<Content>,
+    #[serde(default)]
+    streaming: bool,
+    #[serde(default, alias = "state_delta")]
+    state_delta: Option<JsonMap>,
+    #[serde(default, alias = "function_call_event_id")]
+    function_call_event_id: Option<String>,
+    #[serde(default, alias = "invocation_id")]
+    invocation_id: Option<String>,
+    #[serde(default, alias = "custom_metadata")]
+    custom_metadata: Option<JsonMap>,
+    #[serde(default, alias = "service_tier")]
+    #[allow(dead_code)]
+    service_tier: Option<String>,
+    /// agentd: `reject` (default, 409), `enqueue` or `interrupt`.
+    #[serde(default, alias = "on_busy")]
+    on_busy: OnBusy,
+    /// agentd: `cancel` (default) or `continue` when the client disconnects.
+    #[serde(default, alias = "on_disconnect")]
+    on_disconnect: OnDisconnect,
+    /// agentd: create the session if it does not exist.
+    #[serde(default, alias = "create_session")]
+    create_session: bool,
+    /// agentd: store inline blobs of the message as artifacts.
+    #[serde(default, alias = "save_input_blobs_as_artifacts")]
+    save_input_blobs_as_artifacts: bool,
+    /// agentd: a shorter limit than the server's `--max-run-secs`.
+    #[serde(default, alias = "max_duration_secs")]
+    max_duration_secs: Option<u64>,
+}
+
+impl RunAgentRequest {
+    fn into_run_request(self) -> ApiResult<RunRequest> {
+        let app = self.app_name.ok_or_else(|| {
+            ApiError::bad_request(
+                "app_name_required",
+                "app_name is required when ADK_DEFAULT_APP_NAME is not set",
+            )
+        })?;
+        let custom_metadata = self.custom_metadata.map(|mut m| {
+            m.retain(|k, _| !k.starts_with("__adk_internal_"));
+            m
+        });
+        Ok(RunRequest {
+            key: SessionKey::new(app, self.user_id, self.session_id),
+            new_message: self.new_message,
+            state_delta: self.state_delta,
+            run_config: RunConfig {
+                streaming: self.streaming,
+                save_input_blobs_as_artifacts: self.save_input_blobs_as_artifacts,
+                custom_metadata,
+            },
+            on_busy: self.on_busy,
+            on_disconnect: self.on_disconnect,
+            create_session: self.create_session,
+            max_duration: self.max_duration_secs.map(Duration::from_secs),
+        })
+    }
+}
+
+fn run_error(state: &AppState, e: RunError) -> ApiError {
+    match e {
+        RunError::AppNotFound(app) => ApiError::not_found(
+            "app_not_found",
+            format!(
+                "Agent not found: '{app}'. No matching directory or module exists in '{}'.",
+                state.apps.dir.join(&app).display()
+            ),
+        ),
+        RunError::AppBroken(m) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "app_load_failed",
+            format!("Failed to load agent: {m}"),
+        ),
+        RunError::SessionNotFound(sid) => {
+            ApiError::not_found("session_not_found", format!("Session not found: {sid}"))
+        }
+        e @ RunError::NoMessage => ApiError::bad_request("new_message_required", e.to_string()),
+        RunError::Busy(active) => ApiError::conflict(
+            "session_busy",
+            format!(
+                "The session already has an active run ({active}). Retry later, or send \
+                 \"onBusy\": \"enqueue\" or \"interrupt\"."
+            ),
+        ),
+        e @ RunError::QueueTimeout(_) => ApiError::conflict("session_busy_timeout", e.to_string()),
+        RunError::ShuttingDown => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "The server is shutting down; retry on another replica.",
+        ),
+        RunError::Store(e) => e.into(),
+    }
+}
+
+fn sse_response(body: Body, headers: HeaderMap) -> Response {
+    let mut resp = Response::new(body);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    resp.headers_mut().extend(headers);
+    resp
+}
+
+/// ADK `/run_sse`.
+async fn run_sse(
+    state: axum::extract::State<AppState>,
+    Json(req): Json<RunAgentRequest>,
+) -> ApiResult<Response> {
+    let split_artifacts = req.function_call_event_id.is_none();
+    if req.new_message.is_none() && req.invocation_id.is_none() {
+        // ADK reports this inside the stream (fixture 078), after validating the app/session.
+        let run_req = req.into_run_request()?;
+        let key = run_req.key.clone();
+        let mut run_req = run_req;
+        run_req.new_message = Some(Content::default());
+        ensure_runnable(&state, &run_req).await?;
+        let msg = format!(
+            "{} Session: {}, User: {}",
+            RunError::NoMessage,
+            key.session_id,
+            key.user_id
+        );
+        let frame = sse::adk_error_frame("ValueError", &msg);
+        let body = Body::from_stream(stream::once(async move { Ok::<_, Infallible>(frame) }));
+        return Ok(sse_response(body, HeaderMap::new()));
+    }
+    let handle = start(&state, req.into_run_request()?).await?;
+    let headers = run_headers(&handle);
+    let RunHandle { items, guard, .. } = handle;
+    let frames = tokio_stream::wrappers::ReceiverStream::new(items).flat_map(move |item| {
+        let _keep = &guard;
+        stream::iter(
+            sse::adk_frames(&item, split_artifacts)
+                .into_iter()
+                .map(Ok::<_, Infallible>),
+        )
+    });
+    Ok(sse_response(Body::from_stream(frames), headers))
+}
+
+async fn ensure_runnable(state: &AppState, req: &RunRequest) -> ApiResult<()> {
+    if state.apps.get(&req.key.app_name).is_none() {
+        return Err(run_error(
+            state,
+            RunError::AppNotFound(req.key.app_name.clone()),
+        ));
+    }
+    if state.store.session_head(&req.key).await?.is_none() && !req.create_session {
+        return Err(run_error(
+            state,
+            RunError::SessionNotFound(req.key.session_id.clone()),
+        ));
+    }
+    Ok(())
+}
+
+async fn start(state: &AppState, req: RunRequest) -> ApiResult<RunHandle> {
+    state
+        .runner
+        .start(req)
+        .await
+        .map_err(|e| run_error(state, e))
+}
+
+fn run_headers(handle: &RunHandle) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&handle.run_id) {
+        h.insert("x-agentd-run-id", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&handle.invocation_id) {
+        h.insert("x-agentd-invocation-id", v);
+    }
+    h
+}
+
+/// True when the client asked for JSON and not for an event stream.
+fn wants_json(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    accept.contains("application/json") && !accept.contains("text/event-stream")
+}
+
+/// agentd `/run`: SSE with ids, keep-alives and a final `event: done` by default; the ADK JSON
+/// array of every event with `Accept: application/json`.
+async fn run(
+    state: axum::extract::State<AppState>,
+    headers: HeaderMap,
+    Json(req): Json<RunAgentRequest>,
+) -> ApiResult<Response> {
+    let handle = start(&state, req.into_run_request()?).await?;
+    let mut resp_headers = run_headers(&handle);
+    if wants_json(&headers) {
+        return collect_json(handle, resp_headers).await;
+    }
+    resp_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp_headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    let RunHandle {
+        run_id,
+        invocation_id,
+        items,
+        guard,
+    } = handle;
+    let frames = stream::unfold((items, false, guard), move |(mut items, done, guard)| {
+        let (run_id, invocation_id) = (run_id.clone(), invocation_id.clone());
+        async move {
+            if done {
+                return None;
+            }
+            match tokio::time::timeout(KEEP_ALIVE_EVERY, items.recv()).await {
+                Err(_) => Some((Bytes::from_static(sse::KEEP_ALIVE), (items, false, guard))),
+                Ok(None) => None,
+                Ok(Some(item)) => {
+                    let last = matches!(item, RunItem::Done { .. });
+                    let frame = sse::agentd_frame(&item, &run_id, &invocation_id);
+                    Some((frame, (items, last, guard)))
+                }
+            }
+        }
+    })
+    .map(Ok::<_, Infallible>);
+    Ok(sse_response(Body::from_stream(frames), resp_headers))
+}
+
+/// ADK `/run` semantics: wait for the end, answer every event (partials included) as JSON.
+async fn collect_json(mut handle: RunHandle, headers: HeaderMap) -> ApiResult<Response> {
+    let mut events: Vec<Event> = vec![];
+    while let Some(item) = handle.items.recv().await {
+        match item {
+            RunItem::Event { event, .. } => events.push(event),
+            RunItem::Error { kind, message } => {
+                tracing::warn!(%kind, %message, "run failed (JSON mode)");
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "run_failed",
+                    format!("{kind}: {message}"),
+                ));
+            }
+            RunItem::Done { status, .. } => {
+                if status == RunStatus::Cancelled {
+                    return Err(ApiError::new(
+                        StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+                        "run_cancelled",
+                        "The run was cancelled.",
+                    ));
+                }
+                break;
+            }
+        }
+    }
+    Ok((headers, axum::Json(events)).into_response())
+}
+
+fn run_not_found() -> ApiError {
+    ApiError::not_found("run_not_found", "Run not found")
+}
+
+async fn get_run(
+    state: axum::extract::State<AppState>,
+    Path(run_id): Path<String>,
+) -> ApiResult<axum::Json<RunRecord>> {
+    state
+        .runner
+        .get_run(&run_id)
+        .await?
+        .map(axum::Json)
+        .ok_or_else(run_not_found)
+}
+
+/// Cancels a running run on whichever replica executes it: 202 with the run, 404 if unknown,
+/// 409 if it already ended.
+async fn cancel_run(
+    state: axum::extract::State<AppState>,
+    Path(run_id): Path<String>,
+) -> ApiResult<Response> {
+    let record = state
+        .runner
+        .cancel(&run_id)
+        .await?
+        .ok_or_else(run_not_found)?;
+    if record.status != RunStatus::Running {
+        return Err(ApiError::conflict(
+            "run_not_active",
+            format!("Run {run_id} already ended ({}).", record.status.as_str()),
+        ));
+    }
+    Ok((StatusCode::ACCEPTED, axum::Json(record)).into_response())
+}

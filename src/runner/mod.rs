@@ -1,0 +1,634 @@
+//! The run loop: one user message in, the agent's events out.
+//!
+//! For `(app, user, session, new message)`: load the session head (no events), admit the run
+//! (one running run per session, enforced by the database), pick the agent, save input blobs
+//! as artifacts, commit the user event, run the agent — partial events stream to the client
+//! at once, complete events are committed first (see [`crate::agent::InvocationContext::emit`])
+//! — and end by sealing a cancelled transcript, recording the outcome and telling the client.
+
+use crate::agent::context::{ContextParts, RunItem};
+use crate::agent::{
+    run_agent, Agent, AgentError, AgentTree, InvocationContext, PluginSet, RunConfig,
+};
+use crate::apps::AppRegistry;
+use crate::event::{
+    apply_delta, new_invocation_id, Content, Event, FunctionResponse, JsonMap, Part,
+};
+use crate::store::{
+    ArtifactWrite, Claim, EventRange, Lease, NewRun, NewSession, RunRecord, RunStatus, SessionKey,
+    Store, StoreError,
+};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// How many items a run may have in flight towards a slow client before the agent waits.
+pub const RUN_BUFFER: usize = 16;
+
+/// How far back agent selection looks for the last agent that spoke.
+const SELECTION_SCAN_LIMIT: usize = 1000;
+
+/// Runner settings (from flags).
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// This replica's id: the owner recorded on the runs it executes.
+    pub owner: String,
+    /// A run's admission lease; renewed every `lease / 3`.
+    pub lease: Duration,
+    /// Longest a run may take (also bounds runs whose client left with `on_disconnect=continue`).
+    pub max_run_duration: Duration,
+    /// Longest an `enqueue`d request waits for the session.
+    pub enqueue_timeout: Duration,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            owner: format!("agentd-{}", uuid::Uuid::new_v4().simple()),
+            lease: Duration::from_secs(10),
+            max_run_duration: Duration::from_secs(600),
+            enqueue_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a request does when its session already has a running run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBusy {
+    /// Fail at once (HTTP 409).
+    #[default]
+    Reject,
+    /// Wait for the session to be free (up to the enqueue timeout).
+    Enqueue,
+    /// Cancel the running run, then start.
+    Interrupt,
+}
+
+/// What happens to a run whose client disconnects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDisconnect {
+    #[default]
+    Cancel,
+    Continue,
+}
+
+/// One run to start.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub key: SessionKey,
+    pub new_message: Option<Content>,
+    /// Applied with the user event.
+    pub state_delta: Option<JsonMap>,
+    pub run_config: RunConfig,
+    pub on_busy: OnBusy,
+    pub on_disconnect: OnDisconnect,
+    /// Create the session if it does not exist.
+    pub create_session: bool,
+    /// Shorter than the server's maximum, if given.
+    pub max_duration: Option<Duration>,
+}
+
+/// Why a run did not start. All of these happen before any byte is streamed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("Agent not found: '{0}'")]
+    AppNotFound(String),
+    #[error("Failed to load agent: {0}")]
+    AppBroken(String),
+    #[error("Session not found: {0}")]
+    SessionNotFound(String),
+    #[error("Running an agent requires either a new_message or an invocation_id to resume a previous invocation.")]
+    NoMessage,
+    #[error("Session is busy with run {0}")]
+    Busy(String),
+    #[error("Timed out waiting for the session's active run {0} to finish")]
+    QueueTimeout(String),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A started run: its ids, and its items in order (ending with [`RunItem::Done`]).
+pub struct RunHandle {
+    pub run_id: String,
+    pub invocation_id: String,
+    pub items: mpsc::Receiver<RunItem>,
+    /// Cancels the run when dropped before the run ends, if the request asked for
+    /// `on_disconnect: cancel`: the HTTP layer keeps it inside the response stream, so a
+    /// client that goes away cancels even an agent that is not emitting at that moment.
+    pub guard: Option<tokio_util::sync::DropGuard>,
+}
+
+/// Runs agents over sessions. One per process, shared by every request.
+pub struct Runner {
+    store: Arc<dyn Store>,
+    apps: Arc<AppRegistry>,
+    plugins: Arc<PluginSet>,
+    config: RunnerConfig,
+    /// Runs executing in this process, for instant local cancel and shutdown.
+    local: Mutex<HashMap<String, CancellationToken>>,
+    /// Woken whenever a local run ends (enqueued requests re-check at once).
+    finished: Notify,
+    shutdown: CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
+}
+
+impl Runner {
+    pub fn new(
+        store: Arc<dyn Store>,
+        apps: Arc<AppRegistry>,
+        plugins: PluginSet,
+        config: RunnerConfig,
+    ) -> Self {
+        Runner {
+            store,
+            apps,
+            plugins: Arc::new(plugins),
+            config,
+            local: Mutex::new(HashMap::new()),
+            finished: Notify::new(),
+            shutdown: CancellationToken::new(),
+            tracker: tokio_util::task::TaskTracker::new(),
+        }
+    }
+
+    pub fn config(&self) -> &RunnerConfig {
+        &self.config
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.local.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Validates and admits a run, then starts it in the background.
+    pub async fn start(self: &Arc<Self>, req: RunRequest) -> Result<RunHandle, RunError> {
+        if self.shutdown.is_cancelled() {
+            return Err(RunError::ShuttingDown);
+        }
+        let entry = self
+            .apps
+            .get(&req.key.app_name)
+            .ok_or_else(|| RunError::AppNotFound(req.key.app_name.clone()))?;
+        let tree = entry.tree.clone().map_err(RunError::AppBroken)?;
+        let head = match self.store.session_head(&req.key).await? {
+            Some(h) => h,
+            None if req.create_session => self.create_session(&req.key).await?,
+            None => return Err(RunError::SessionNotFound(req.key.session_id.clone())),
+        };
+        let new_message = req.new_message.clone().ok_or(RunError::NoMessage)?;
+
+        let run_id = format!("run-{}", uuid::Uuid::new_v4());
+        let invocation_id = new_invocation_id();
+        let new_run = NewRun {
+            run_id: run_id.clone(),
+            key: req.key.clone(),
+            invocation_id: invocation_id.clone(),
+            owner: self.config.owner.clone(),
+            lease: self.config.lease,
+        };
+        self.admit(&new_run, req.on_busy).await?;
+
+        let cancel = self.shutdown.child_token();
+        self.local().insert(run_id.clone(), cancel.clone());
+        let guard =
+            (req.on_disconnect == OnDisconnect::Cancel).then(|| cancel.clone().drop_guard());
+        let (tx, rx) = mpsc::channel(RUN_BUFFER);
+        let span = tracing::info_span!(
+            "run",
+            app = %req.key.app_name, user = %req.key.user_id, session = %req.key.session_id,
+            run = %run_id, invocation = %invocation_id,
+        );
+        let runner = self.clone();
+        let run = ActiveRun {
+            run_id: run_id.clone(),
+            invocation_id: invocation_id.clone(),
+            tree,
+            state: head.state,
+            new_message,
+            req,
+            cancel,
+            out: tx,
+        };
+        self.tracker
+            .spawn(async move { runner.drive(run).await }.instrument(span));
+        Ok(RunHandle {
+            run_id,
+            invocation_id,
+            items: rx,
+            guard,
+        })
+    }
+
+    async fn create_session(
+        &self,
+        key: &SessionKey,
+    ) -> Result<crate::store::SessionHead, RunError> {
+        let created = self
+            .store
+            .create_session(NewSession {
+                app_name: key.app_name.clone(),
+                user_id: key.user_id.clone(),
+                session_id: Some(key.session_id.clone()),
+                ..Default::default()
+            })
+            .await;
+        match created {
+            Ok(_) | Err(StoreError::SessionExists(_)) => self
+                .store
+                .session_head(key)
+                .await?
+                .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Claims the session for `run` according to `on_busy`.
+    async fn admit(&self, run: &NewRun, on_busy: OnBusy) -> Result<(), RunError> {
+        let deadline = Instant::now() + self.config.enqueue_timeout;
+        let mut interrupted = false;
+        loop {
+            let notified = self.finished.notified();
+            let active = match self.store.claim_run(run).await? {
+                Claim::Acquired => return Ok(()),
+                Claim::Busy(active) => active,
+            };
+            match on_busy {
+                OnBusy::Reject => return Err(RunError::Busy(active.run_id)),
+                OnBusy::Interrupt if !interrupted => {
+                    self.cancel(&active.run_id).await?;
+                    interrupted = true;
+                }
+                _ => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(RunError::QueueTimeout(active.run_id));
+            }
+            // A local run wakes us at once; a run on another replica is polled.
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = self.shutdown.cancelled() => return Err(RunError::ShuttingDown),
+            }
+        }
+    }
+
+    /// Requests cancellation: instantly if the run is local, else through the database
+    /// (its owner sees the flag within a third of the lease).
+    pub async fn cancel(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let record = self.store.request_cancel(run_id).await?;
+        if let Some(token) = self.local().get(run_id) {
+            token.cancel();
+        }
+        Ok(record)
+    }
+
+    pub async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.store.get_run(run_id).await
+    }
+
+    /// Cancels every local run (each is sealed and recorded) and waits up to `grace`.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("runs still finishing after the shutdown grace period");
+        }
+        self.plugins.close().await;
+    }
+
+    /// Executes an admitted run to its end and records the outcome.
+    async fn drive(self: Arc<Self>, run: ActiveRun) {
+        let ActiveRun {
+            run_id,
+            invocation_id,
+            tree,
+            mut state,
+            new_message,
+            req,
+            cancel,
+            out,
+        } = run;
+        let lease_done = CancellationToken::new();
+        self.spawn_lease_keeper(&run_id, cancel.clone(), lease_done.clone());
+
+        let (user_event, artifacts) = user_event(
+            &invocation_id,
+            new_message,
+            &req.state_delta,
+            &req.run_config,
+        );
+        let user_content = user_event.content.clone();
+        let committed_user = self
+            .store
+            .append_event(&req.key, user_event, artifacts)
+            .await;
+        if let Ok(stored) = &committed_user {
+            apply_delta(&mut state, &stored.event.actions.state_delta);
+            if let Some(delta) = &req.state_delta {
+                // `temp:` keys are visible during the invocation, never stored.
+                for (k, v) in delta
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(crate::event::TEMP_PREFIX))
+                {
+                    state.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        let ctx = InvocationContext::new(ContextParts {
+            invocation_id: invocation_id.clone(),
+            key: req.key.clone(),
+            store: self.store.clone(),
+            user_content,
+            run_config: req.run_config.clone(),
+            cancel: cancel.clone(),
+            tree: tree.clone(),
+            plugins: self.plugins.clone(),
+            cancel_on_disconnect: req.on_disconnect == OnDisconnect::Cancel,
+            state,
+            out,
+        });
+        if let Ok(stored) = &committed_user {
+            ctx.shared().emit.lock().await.last_seq = Some(stored.seq);
+        }
+
+        let max = req.max_duration.map_or(self.config.max_run_duration, |d| {
+            d.min(self.config.max_run_duration)
+        });
+        let mut timed_out = false;
+        let result = match committed_user {
+            Err(e) => {
+                tracing::error!(error = %e, "user event commit failed");
+                Err(AgentError::Commit(
+                    "the user message could not be saved".into(),
+                ))
+            }
+            Ok(_) => {
+                tokio::select! {
+                    r = self.run_turn(&ctx, &tree) => r,
+                    _ = cancel.cancelled() => Err(AgentError::Cancelled),
+                    _ = tokio::time::sleep(max) => {
+                        timed_out = true;
+                        cancel.cancel();
+                        Err(AgentError::Cancelled)
+                    }
+                }
+            }
+        };
+
+        let status = match &result {
+            Ok(()) => RunStatus::Completed,
+            Err(AgentError::Cancelled) if timed_out => RunStatus::TimedOut,
+            Err(AgentError::Cancelled) => RunStatus::Cancelled,
+            Err(_) => RunStatus::Failed,
+        };
+        let mut st = ctx.shared().emit.clone().lock_owned().await;
+        if matches!(status, RunStatus::Cancelled | RunStatus::TimedOut) {
+            let reason = if timed_out {
+                format!(
+                    "Invocation exceeded its maximum duration of {} s.",
+                    max.as_secs()
+                )
+            } else {
+                "Invocation was aborted by client.".to_string()
+            };
+            seal(&ctx, &mut st, tree.root().name(), &reason).await;
+        }
+        let error = match &result {
+            Err(e @ (AgentError::Failed { .. } | AgentError::Commit(_))) => {
+                tracing::warn!(error = %e, "run failed");
+                ctx.shared()
+                    .deliver(
+                        &mut st,
+                        RunItem::Error {
+                            kind: e.kind().to_string(),
+                            message: e.message(),
+                        },
+                    )
+                    .await;
+                Some(e.to_string())
+            }
+            _ => None,
+        };
+        let last_seq = st.last_seq;
+        drop(st);
+        self.plugins.after_run(&ctx).await;
+        if let Err(e) = self
+            .store
+            .finish_run(&run_id, status, last_seq, error.as_deref())
+            .await
+        {
+            tracing::error!(error = %e, "could not record the run outcome; its lease will expire");
+        }
+        lease_done.cancel();
+        self.local().remove(&run_id);
+        self.finished.notify_waiters();
+        tracing::info!(status = status.as_str(), last_seq, "run finished");
+        let mut st = ctx.shared().emit.lock().await;
+        ctx.shared()
+            .deliver(&mut st, RunItem::Done { status, last_seq })
+            .await;
+    }
+
+    /// Plugins' before-run hook, agent selection, the agent.
+    async fn run_turn(
+        &self,
+        ctx: &InvocationContext,
+        tree: &Arc<AgentTree>,
+    ) -> Result<(), AgentError> {
+        if let Some(content) = self.plugins.before_run(ctx).await? {
+            let root = ctx.for_agent(tree.root().name());
+            root.emit(root.new_event().with_content(content)).await?;
+            return Ok(());
+        }
+        let agent = self
+            .select_agent(tree, ctx.session_key())
+            .await
+            .map_err(|e| AgentError::failed("StoreError", e.to_string()))?;
+        tracing::debug!(agent = agent.name(), "agent selected");
+        run_agent(&agent, ctx).await
+    }
+
+    /// The last agent that spoke keeps the conversation if it and its ancestors allow it;
+    /// otherwise the root answers. Reads history newest-first, a page at a time.
+    async fn select_agent(
+        &self,
+        tree: &AgentTree,
+        key: &SessionKey,
+    ) -> Result<Arc<dyn Agent>, StoreError> {
+        let root = tree.root();
+        let mut before = None;
+        let mut scanned = 0;
+        while scanned < SELECTION_SCAN_LIMIT {
+            let Some(page) = self
+                .store
+                .list_events(
+                    key,
+                    EventRange {
+                        after: None,
+                        before,
+                        limit: 50,
+                    },
+                )
+                .await?
+            else {
+                break;
+            };
+            for stored in page.events.iter().rev() {
+                let author = stored.event.author.as_str();
+                if author == "user" {
+                    continue;
+                }
+                if author == root.name() {
+                    return Ok(root.clone());
+                }
+                if let Some(agent) = tree.find(author) {
+                    if tree.may_keep_turn(author) {
+                        return Ok(agent.clone());
+                    }
+                }
+            }
+            scanned += page.events.len();
+            match (page.has_more, page.events.first()) {
+                (true, Some(first)) => before = Some(first.seq),
+                _ => break,
+            }
+        }
+        Ok(root.clone())
+    }
+
+    /// Renews the run's lease every third of its length; a cancel flag set by any replica
+    /// (or a lost lease) cancels the run.
+    fn spawn_lease_keeper(&self, run_id: &str, cancel: CancellationToken, done: CancellationToken) {
+        let store = self.store.clone();
+        let run_id = run_id.to_string();
+        let owner = self.config.owner.clone();
+        let lease = self.config.lease;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(lease / 3);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = done.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                match store.renew_run(&run_id, &owner, lease).await {
+                    Ok(Lease::Held {
+                        cancel_requested: true,
+                    }) => cancel.cancel(),
+                    Ok(Lease::Held { .. }) => {}
+                    Ok(Lease::Lost) => {
+                        tracing::warn!(run = %run_id, "run lease lost; cancelling");
+                        cancel.cancel();
+                    }
+                    Err(e) => tracing::warn!(run = %run_id, error = %e, "lease renewal failed"),
+                }
+            }
+        });
+    }
+}
+
+/// An admitted run, moved into its task.
+struct ActiveRun {
+    run_id: String,
+    invocation_id: String,
+    tree: Arc<AgentTree>,
+    state: JsonMap,
+    new_message: Content,
+    req: RunRequest,
+    cancel: CancellationToken,
+    out: mpsc::Sender<RunItem>,
+}
+
+/// The user event: role forced to `user`, the request's state delta and metadata attached,
+/// inline blobs moved to artifacts (`artifact_<invocation>_<n>`) when the run config says so.
+fn user_event(
+    invocation_id: &str,
+    mut content: Content,
+    state_delta: &Option<JsonMap>,
+    config: &RunConfig,
+) -> (Event, Vec<ArtifactWrite>) {
+    content.role = Some("user".into());
+    let mut artifacts = vec![];
+    if config.save_input_blobs_as_artifacts {
+        for (i, part) in content.parts.iter_mut().enumerate() {
+            if part.inline_data.is_some() {
+                let filename = format!("artifact_{invocation_id}_{i}");
+                artifacts.push(ArtifactWrite {
+                    filename: filename.clone(),
+                    part: std::mem::take(part),
+                    custom_metadata: JsonMap::new(),
+                });
+                *part = Part::text(format!(
+                    "Uploaded file: {filename}. It is saved into artifacts"
+                ));
+            }
+        }
+    }
+    let mut event = Event::new(invocation_id, "user").with_content(content);
+    if let Some(delta) = state_delta {
+        event.actions.state_delta = delta.clone();
+    }
+    event.custom_metadata = config.custom_metadata.clone();
+    (event, artifacts)
+}
+
+/// Leaves a cancelled run's transcript valid: every function call without a response gets
+/// an error response (so an LLM's next turn does not fail), then an `INVOCATION_ABORTED` event.
+async fn seal(
+    ctx: &InvocationContext,
+    st: &mut crate::agent::context::EmitState,
+    root: &str,
+    reason: &str,
+) {
+    let open = std::mem::take(&mut st.open_calls);
+    let mut by_author: BTreeMap<String, Vec<Part>> = BTreeMap::new();
+    for (id, (name, author)) in open {
+        let response = serde_json::from_value(serde_json::json!({
+            "error": "cancelled", "message": reason,
+        }))
+        .unwrap_or_default();
+        by_author.entry(author).or_default().push(Part {
+            function_response: Some(FunctionResponse {
+                id: Some(id),
+                name,
+                response,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let mut events: Vec<Event> = by_author
+        .into_iter()
+        .map(|(author, parts)| {
+            Event::new(ctx.invocation_id(), author).with_content(Content {
+                parts,
+                role: Some("user".into()),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let mut abort = Event::new(ctx.invocation_id(), root);
+    abort.error_code = Some("INVOCATION_ABORTED".into());
+    abort.error_message = Some(reason.to_string());
+    abort.interrupted = Some(true);
+    events.push(abort);
+    for mut event in events {
+        if let Some(meta) = &ctx.run_config().custom_metadata {
+            event.custom_metadata = Some(meta.clone());
+        }
+        if let Err(e) = ctx.shared().commit(st, event, vec![]).await {
+            tracing::error!(error = %e, "could not seal the cancelled run");
+            return;
+        }
+    }
+}

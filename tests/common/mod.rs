@@ -1,0 +1,237 @@
+//! Shared test harness: a fresh PostgreSQL database or SQLite file per test, an agentd
+//! server on a real port, and the macro that runs one test body against both backends.
+//!
+//! PostgreSQL comes from `AGENTD_TEST_DATABASE_URL` (set by `scripts/test.sh`), else
+//! `DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/postgres`. If none answers, the
+//! test FAILS with a message saying what to start; it never skips.
+#![allow(dead_code)]
+
+use agentd::config::ServeArgs;
+use agentd::server::Server;
+use agentd::store::{self, Store, StoreLimits};
+use sqlx::Connection;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// A throwaway database: a fresh PostgreSQL database (dropped afterwards) or a temp file.
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: String,
+    admin: Option<(String, String)>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+pub fn admin_url() -> String {
+    std::env::var("AGENTD_TEST_DATABASE_URL")
+        .or_else(|_| std::env::var("DATABASE_URL"))
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
+}
+
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[scheme_end..].rfind('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{db}?{q}"),
+        None => format!("{base}/{db}"),
+    }
+}
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> TestDb {
+        match backend {
+            Backend::Postgres => Self::postgres().await,
+            Backend::Sqlite => Self::sqlite().await,
+        }
+    }
+
+    pub async fn postgres() -> TestDb {
+        let admin = admin_url();
+        let mut conn = match sqlx::PgConnection::connect(&admin).await {
+            Ok(c) => c,
+            Err(e) => panic!(
+                "PostgreSQL is required for these tests and {admin} did not answer ({e}).\n\
+                 Start PostgreSQL (e.g. `apt-get install postgresql` and start the cluster) or set \
+                 DATABASE_URL=postgres://user@host:port/db, or run ./scripts/test.sh, which starts a \
+                 throwaway cluster when it can."
+            ),
+        };
+        let name = format!("agentd_test_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("CREATE DATABASE for the test");
+        let _ = conn.close().await;
+        TestDb {
+            backend: Backend::Postgres,
+            url: with_database(&admin, &name),
+            admin: Some((admin, name)),
+            _dir: None,
+        }
+    }
+
+    pub async fn sqlite() -> TestDb {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}/agentd.db", dir.path().display());
+        TestDb {
+            backend: Backend::Sqlite,
+            url,
+            admin: None,
+            _dir: Some(dir),
+        }
+    }
+
+    /// Opens (and migrates) a store on this database.
+    pub async fn store(&self) -> Arc<dyn Store> {
+        self.store_with(StoreLimits::default()).await
+    }
+
+    pub async fn store_with(&self, limits: StoreLimits) -> Arc<dyn Store> {
+        store::open(&self.url, 8, limits)
+            .await
+            .unwrap_or_else(|e| panic!("open store at {}: {e}", self.url))
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((admin, name)) = self.admin.take() {
+            // Drop from a thread with its own runtime: Drop cannot await.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                if let Ok(rt) = rt {
+                    rt.block_on(async {
+                        if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
+                            let _ = sqlx::query(&format!(
+                                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                            ))
+                            .execute(&mut c)
+                            .await;
+                        }
+                    });
+                }
+            })
+            .join();
+        }
+    }
+}
+
+/// An agentd server on 127.0.0.1:<random port>, over the given database.
+pub struct TestServer {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub server: Option<Server>,
+    pub db: TestDb,
+}
+
+impl TestServer {
+    pub async fn start(backend: Backend) -> TestServer {
+        Self::start_with(backend, |_| {}).await
+    }
+
+    pub async fn start_with(
+        backend: Backend,
+        configure: impl FnOnce(&mut ServeArgs),
+    ) -> TestServer {
+        let db = TestDb::new(backend).await;
+        let mut args = ServeArgs::for_database(db.url.clone());
+        args.apps_dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/apps");
+        configure(&mut args);
+        let server = Server::start(args).await.expect("server starts");
+        TestServer {
+            base: format!("http://{}", server.addr),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("http client"),
+            server: Some(server),
+            db,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.expect("GET")
+    }
+
+    pub async fn post_json(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .expect("POST")
+    }
+
+    pub async fn patch_json(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
+        self.client
+            .patch(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .expect("PATCH")
+    }
+
+    pub async fn delete(&self, path: &str) -> reqwest::Response {
+        self.client
+            .delete(self.url(path))
+            .send()
+            .await
+            .expect("DELETE")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            // Stop accepting; the runtime tears the task down when the test ends.
+            drop(tokio::spawn(s.shutdown(Duration::from_millis(100))));
+        }
+    }
+}
+
+/// Reads a response as JSON, asserting its status first.
+pub async fn json_with_status(resp: reqwest::Response, status: u16) -> serde_json::Value {
+    let got = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    assert_eq!(got, status, "unexpected status {got}, body: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("body is not JSON ({e}): {text}"))
+}
+
+/// Runs each named `async fn(Backend)` test once per backend: `name::postgres`, `name::sqlite`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::common::Backend::Postgres).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::common::Backend::Sqlite).await
+                }
+            }
+        )*
+    };
+}
