@@ -278,7 +278,7 @@ async fn collect_json(mut handle: RunHandle, headers: HeaderMap) -> ApiResult<Re
     let mut events: Vec<Event> = vec![];
     while let Some(item) = handle.items.recv().await {
         match item {
-            RunItem::Event { event, .. } => events.push(event),
+            RunItem::Event { event, .. } => events.push(*event),
             RunItem::Error { kind, message } => {
                 tracing::warn!(%kind, %message, "run failed (JSON mode)");
                 return Err(ApiError::new(
