@@ -56,7 +56,8 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         tracing::info_span!("http", method = %req.method(), path = %req.uri().path(), request_id)
-    });
+    })
+    .on_response(tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO));
 
     let mut app = api
         .layer(axum::extract::DefaultBodyLimit::max(args.max_body_bytes))
