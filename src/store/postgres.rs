@@ -461,10 +461,12 @@ impl SessionStore for PgStore {
         &self,
         key: &SessionKey,
         mut event: Event,
-        artifacts: Vec<ArtifactWrite>,
+        mut artifacts: Vec<ArtifactWrite>,
     ) -> StoreResult<StoredEvent> {
         event.fill_defaults();
         crate::event::strip_temp_keys(&mut event.actions.state_delta);
+        // One global insert order, so two appends staging the same files cannot deadlock.
+        artifacts.sort_by(|a, b| a.filename.cmp(&b.filename));
         for a in &artifacts {
             validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
         }

@@ -95,7 +95,7 @@ pub struct RunRecord {
 pub enum Claim {
     Acquired,
     /// Another live run holds the session.
-    Busy(RunRecord),
+    Busy(Box<RunRecord>),
 }
 
 /// What a lease renewal learned.
@@ -208,7 +208,7 @@ impl RunStore for PgStore {
             .execute(self.pool())
             .await?;
             if expired.rows_affected() == 0 {
-                return Ok(Claim::Busy(active));
+                return Ok(Claim::Busy(Box::new(active)));
             }
             tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose run lease expired");
         }
@@ -321,7 +321,7 @@ impl RunStore for SqliteStore {
             .execute(self.writer())
             .await?;
             if expired.rows_affected() == 0 {
-                return Ok(Claim::Busy(active));
+                return Ok(Claim::Busy(Box::new(active)));
             }
             tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose run lease expired");
         }
