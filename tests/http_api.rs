@@ -127,7 +127,11 @@ fn assert_same_instant(a: &Value, b: &Value) {
         a.as_f64().expect("a timestamp"),
         b.as_f64().expect("a timestamp"),
     );
-    assert_eq!(x.to_bits(), y.to_bits(), "{x} and {y} are different instants");
+    assert_eq!(
+        x.to_bits(),
+        y.to_bits(),
+        "{x} and {y} are different instants"
+    );
 }
 
 /// Sends a fixture's request to agentd and asserts that the answer has ADK's status and

@@ -11,7 +11,11 @@ async fn concurrent_replicas_migrate_a_fresh_postgres_once() {
     let db = TestDb::new(Backend::Postgres).await;
     let opens = (0..4).map(|_| agentd::store::open(&db.url, 2, Default::default()));
     for result in futures::future::join_all(opens).await {
-        assert!(result.is_ok(), "a replica failed to start: {:?}", result.err());
+        assert!(
+            result.is_ok(),
+            "a replica failed to start: {:?}",
+            result.err()
+        );
     }
     let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
     let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
@@ -30,8 +34,12 @@ async fn concurrent_replicas_migrate_a_fresh_postgres_once() {
 async fn migrate_twice_is_a_no_op() {
     for backend in [Backend::Postgres, Backend::Sqlite] {
         let db = TestDb::new(backend).await;
-        agentd::store::migrate(&db.url).await.expect("first migrate");
-        agentd::store::migrate(&db.url).await.expect("second migrate");
+        agentd::store::migrate(&db.url)
+            .await
+            .expect("first migrate");
+        agentd::store::migrate(&db.url)
+            .await
+            .expect("second migrate");
     }
 }
 

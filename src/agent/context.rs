@@ -33,7 +33,7 @@ pub struct RunConfig {
 #[derive(Debug, Clone)]
 pub enum RunItem {
     /// A partial event (`seq: None`) or a committed one.
-    Event { event: Event, seq: Option<i64> },
+    Event { event: Box<Event>, seq: Option<i64> },
     /// The run failed after it started; nothing more follows but `Done`.
     Error { kind: String, message: String },
     /// The run is over.
@@ -307,7 +307,13 @@ impl InvocationContext {
             crate::event::strip_temp_keys(&mut event.actions.state_delta);
             let mut st = self.shared.emit.lock().await;
             self.shared
-                .deliver(&mut st, RunItem::Event { event, seq: None })
+                .deliver(
+                    &mut st,
+                    RunItem::Event {
+                        event: Box::new(event),
+                        seq: None,
+                    },
+                )
                 .await;
             return Ok(None);
         }
@@ -402,7 +408,7 @@ impl Shared {
         self.deliver(
             guard,
             RunItem::Event {
-                event: stored.event,
+                event: Box::new(stored.event),
                 seq: Some(seq),
             },
         )
