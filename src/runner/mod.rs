@@ -1,10 +1,11 @@
 //! The run loop: one user message in, the agent's events out.
 //!
-//! For `(app, user, session, new message)`: load the session head (no events), admit the run
-//! (one running run per session, enforced by the database), pick the agent, save input blobs
-//! as artifacts, commit the user event, run the agent — partial events stream to the client
-//! at once, complete events are committed first (see [`crate::agent::InvocationContext::emit`])
-//! — and end by sealing a cancelled transcript, recording the outcome and telling the client.
+//! For `(app, user, session, new message)`: check the session, admit the run (one running run
+//! per session, enforced by the database), load the session state (only now: an admitted run
+//! has the session to itself), pick the agent, save input blobs as artifacts, commit the user
+//! event, run the agent — partial events stream to the client at once, complete events are
+//! committed first (see [`crate::agent::InvocationContext::emit`]) — and end by sealing a
+//! cancelled transcript, recording the outcome and telling the client.
 
 use crate::agent::context::{ContextParts, RunItem};
 use crate::agent::{
@@ -177,11 +178,12 @@ impl Runner {
             .get(&req.key.app_name)
             .ok_or_else(|| RunError::AppNotFound(req.key.app_name.clone()))?;
         let tree = entry.tree.clone().map_err(RunError::AppBroken)?;
-        let head = match self.store.session_head(&req.key).await? {
-            Some(h) => h,
-            None if req.create_session => self.create_session(&req.key).await?,
-            None => return Err(RunError::SessionNotFound(req.key.session_id.clone())),
-        };
+        if self.store.session_head(&req.key).await?.is_none() {
+            if !req.create_session {
+                return Err(RunError::SessionNotFound(req.key.session_id.clone()));
+            }
+            self.create_session(&req.key).await?;
+        }
         let new_message = req.new_message.clone().ok_or(RunError::NoMessage)?;
 
         let run_id = format!("run-{}", uuid::Uuid::new_v4());
@@ -194,6 +196,26 @@ impl Runner {
             lease: self.config.lease,
         };
         self.admit(&new_run, req.on_busy).await?;
+        // Read the state only now that this run holds the session: a run that finished while
+        // this request waited (or raced it to the claim) may have changed it.
+        let state = match self.store.session_head(&req.key).await {
+            Ok(Some(head)) => head.state,
+            failed => {
+                let error = match failed {
+                    Err(e) => RunError::Store(e),
+                    Ok(_) => RunError::SessionNotFound(req.key.session_id.clone()),
+                };
+                let reason = error.to_string();
+                if let Err(e) = self
+                    .store
+                    .finish_run(&run_id, RunStatus::Failed, None, Some(&reason))
+                    .await
+                {
+                    tracing::error!(error = %e, "could not release the session; its lease will expire");
+                }
+                return Err(error);
+            }
+        };
 
         let cancel = self.shutdown.child_token();
         self.local().insert(run_id.clone(), cancel.clone());
@@ -210,7 +232,7 @@ impl Runner {
             run_id: run_id.clone(),
             invocation_id: invocation_id.clone(),
             tree,
-            state: head.state,
+            state,
             new_message,
             req,
             cancel,
@@ -226,10 +248,7 @@ impl Runner {
         })
     }
 
-    async fn create_session(
-        &self,
-        key: &SessionKey,
-    ) -> Result<crate::store::SessionHead, RunError> {
+    async fn create_session(&self, key: &SessionKey) -> Result<(), RunError> {
         let created = self
             .store
             .create_session(NewSession {
@@ -240,11 +259,7 @@ impl Runner {
             })
             .await;
         match created {
-            Ok(_) | Err(StoreError::SessionExists(_)) => self
-                .store
-                .session_head(key)
-                .await?
-                .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone())),
+            Ok(_) | Err(StoreError::SessionExists(_)) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }

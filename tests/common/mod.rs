@@ -165,6 +165,41 @@ impl TestServer {
         }
     }
 
+    /// A server over an existing database (one another process used before, say).
+    pub async fn start_on(db: TestDb, configure: impl FnOnce(&mut ServeArgs)) -> TestServer {
+        let mut args = ServeArgs::for_database(db.url.clone());
+        args.apps_dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/apps");
+        configure(&mut args);
+        let server = Server::start(args).await.expect("server starts");
+        Self::serving(server, db)
+    }
+
+    /// A server whose apps and plugins are built in Rust (agents with callbacks, custom agents).
+    pub async fn start_embedded(
+        backend: Backend,
+        apps: agentd::apps::AppRegistry,
+        plugins: agentd::agent::PluginSet,
+    ) -> TestServer {
+        let db = TestDb::new(backend).await;
+        let args = ServeArgs::for_database(db.url.clone());
+        let server = Server::start_with(args, db.store().await, Arc::new(apps), plugins)
+            .await
+            .expect("server starts");
+        Self::serving(server, db)
+    }
+
+    fn serving(server: Server, db: TestDb) -> TestServer {
+        TestServer {
+            base: format!("http://{}", server.addr),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("http client"),
+            server: Some(server),
+            db,
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
