@@ -13,11 +13,6 @@ use serde_json::{json, Value};
 // Recorded fixtures
 // ---------------------------------------------------------------------------------------
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/adk-wire/fixtures/memory"
-);
-
 /// Values that differ on every run; their keys are compared, their values are not.
 const VOLATILE: &[&str] = &[
     "id",
@@ -41,15 +36,7 @@ struct Fixture {
 
 /// Loads the fixture whose file name starts with `id` (`"018"` → `018_patch_session_state.txt`).
 fn fixture(id: &str) -> Fixture {
-    let prefix = format!("{id}_");
-    let file = std::fs::read_dir(FIXTURES)
-        .unwrap_or_else(|e| panic!("fixtures at {FIXTURES}: {e}"))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            name.starts_with(&prefix) && name.ends_with(".txt")
-        })
-        .unwrap_or_else(|| panic!("no fixture {id}_*.txt in {FIXTURES}"));
+    let file = common::fixture_path(id, "txt");
     let text = std::fs::read_to_string(&file).expect("fixture readable");
     let name = file.file_name().unwrap().to_string_lossy().into_owned();
     let (_, rest) = text.split_once("### REQUEST\n").expect("### REQUEST");

@@ -216,22 +216,9 @@ fn skeleton(json: &str) -> String {
 // Recorded ADK streams
 // ---------------------------------------------------------------------------------------
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/adk-wire/fixtures/memory"
-);
-
 /// The messages of the recorded stream `<id>_*.sse`.
 fn fixture_frames(id: &str) -> Vec<String> {
-    let prefix = format!("{id}_");
-    let file = std::fs::read_dir(FIXTURES)
-        .unwrap_or_else(|e| panic!("fixtures at {FIXTURES}: {e}"))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            name.starts_with(&prefix) && name.ends_with(".sse")
-        })
-        .unwrap_or_else(|| panic!("no fixture {id}_*.sse in {FIXTURES}"));
+    let file = common::fixture_path(id, "sse");
     let text = std::fs::read_to_string(file).expect("fixture readable");
     text.split_terminator("\n\n").map(str::to_string).collect()
 }

@@ -149,20 +149,7 @@ impl TestServer {
         backend: Backend,
         configure: impl FnOnce(&mut ServeArgs),
     ) -> TestServer {
-        let db = TestDb::new(backend).await;
-        let mut args = ServeArgs::for_database(db.url.clone());
-        args.apps_dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/apps");
-        configure(&mut args);
-        let server = Server::start(args).await.expect("server starts");
-        TestServer {
-            base: format!("http://{}", server.addr),
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .expect("http client"),
-            server: Some(server),
-            db,
-        }
+        Self::start_on(TestDb::new(backend).await, configure).await
     }
 
     /// A server over an existing database (one another process used before, say).
@@ -269,4 +256,24 @@ macro_rules! both_backends {
             }
         )*
     };
+}
+
+/// The recorded ADK exchanges (`shared/` sits beside the repository).
+pub const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/adk-wire/fixtures/memory"
+);
+
+/// The fixture file whose name starts with `<id>_` and ends with `.<ext>`.
+pub fn fixture_path(id: &str, ext: &str) -> std::path::PathBuf {
+    let prefix = format!("{id}_");
+    let suffix = format!(".{ext}");
+    std::fs::read_dir(FIXTURES)
+        .unwrap_or_else(|e| panic!("fixtures at {FIXTURES}: {e}"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.starts_with(&prefix) && name.ends_with(&suffix)
+        })
+        .unwrap_or_else(|| panic!("no fixture {id}_*{suffix} in {FIXTURES}"))
 }
