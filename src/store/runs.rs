@@ -134,43 +134,32 @@ const RUN_COLUMNS: &str =
     "id, app_name, user_id, session_id, invocation_id, status, owner, lease_expires_at, \
      cancel_requested, created_at, started_at, finished_at, last_seq, error";
 
-fn record_pg(r: &sqlx::postgres::PgRow) -> StoreResult<RunRecord> {
-    Ok(RunRecord {
-        run_id: r.try_get("id")?,
-        app_name: r.try_get("app_name")?,
-        user_id: r.try_get("user_id")?,
-        session_id: r.try_get("session_id")?,
-        invocation_id: r.try_get("invocation_id")?,
-        status: RunStatus::parse(r.try_get::<&str, _>("status")?),
-        owner: r.try_get("owner")?,
-        lease_expires_at: r.try_get("lease_expires_at")?,
-        cancel_requested: r.try_get("cancel_requested")?,
-        created_at: r.try_get("created_at")?,
-        started_at: r.try_get("started_at")?,
-        finished_at: r.try_get("finished_at")?,
-        last_seq: r.try_get("last_seq")?,
-        error: r.try_get("error")?,
-    })
+/// Reads a `runs` row; the same code for both backends' row types.
+macro_rules! run_record_reader {
+    ($fn_name:ident, $row:ty) => {
+        fn $fn_name(r: &$row) -> StoreResult<RunRecord> {
+            Ok(RunRecord {
+                run_id: r.try_get("id")?,
+                app_name: r.try_get("app_name")?,
+                user_id: r.try_get("user_id")?,
+                session_id: r.try_get("session_id")?,
+                invocation_id: r.try_get("invocation_id")?,
+                status: RunStatus::parse(r.try_get::<&str, _>("status")?),
+                owner: r.try_get("owner")?,
+                lease_expires_at: r.try_get("lease_expires_at")?,
+                cancel_requested: r.try_get("cancel_requested")?,
+                created_at: r.try_get("created_at")?,
+                started_at: r.try_get("started_at")?,
+                finished_at: r.try_get("finished_at")?,
+                last_seq: r.try_get("last_seq")?,
+                error: r.try_get("error")?,
+            })
+        }
+    };
 }
 
-fn record_sqlite(r: &sqlx::sqlite::SqliteRow) -> StoreResult<RunRecord> {
-    Ok(RunRecord {
-        run_id: r.try_get("id")?,
-        app_name: r.try_get("app_name")?,
-        user_id: r.try_get("user_id")?,
-        session_id: r.try_get("session_id")?,
-        invocation_id: r.try_get("invocation_id")?,
-        status: RunStatus::parse(r.try_get::<&str, _>("status")?),
-        owner: r.try_get("owner")?,
-        lease_expires_at: r.try_get("lease_expires_at")?,
-        cancel_requested: r.try_get("cancel_requested")?,
-        created_at: r.try_get("created_at")?,
-        started_at: r.try_get("started_at")?,
-        finished_at: r.try_get("finished_at")?,
-        last_seq: r.try_get("last_seq")?,
-        error: r.try_get("error")?,
-    })
-}
+run_record_reader!(record_pg, sqlx::postgres::PgRow);
+run_record_reader!(record_sqlite, sqlx::sqlite::SqliteRow);
 
 /// PostgreSQL's clock, as epoch seconds.
 const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
