@@ -104,7 +104,7 @@ pub struct Event {
     #[serde(default)]
     pub actions: EventActions,
     /// Always present on the wire (`{"path":""}` at least).
-    #[serde(default = "NodeInfo::empty_value", alias = "node_info")]
+    #[serde(default = "empty_node_info", alias = "node_info")]
     pub node_info: Value,
     #[serde(
         default,
@@ -124,12 +124,9 @@ pub struct Event {
     pub extra: JsonMap,
 }
 
-/// Helper for the `nodeInfo` default.
-pub struct NodeInfo;
-impl NodeInfo {
-    pub fn empty_value() -> Value {
-        serde_json::json!({ "path": "" })
-    }
+/// `nodeInfo` of events that are not workflow nodes: `{"path": ""}`, always on the wire.
+pub fn empty_node_info() -> Value {
+    serde_json::json!({ "path": "" })
 }
 
 impl Event {
@@ -138,7 +135,7 @@ impl Event {
         Event {
             invocation_id: invocation_id.into(),
             author: author.into(),
-            node_info: NodeInfo::empty_value(),
+            node_info: empty_node_info(),
             id: new_event_id(),
             timestamp: now_ts(),
             ..Default::default()
@@ -186,7 +183,7 @@ impl Event {
             self.timestamp = now_ts();
         }
         if self.node_info.is_null() {
-            self.node_info = NodeInfo::empty_value();
+            self.node_info = empty_node_info();
         }
     }
 }

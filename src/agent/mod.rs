@@ -18,7 +18,7 @@ pub use callbacks::{AgentCallbacks, CallbackContext};
 pub use context::{InvocationContext, RunConfig};
 pub use plugin::{Plugin, PluginSet};
 
-use crate::event::{Content, Event};
+use crate::event::Content;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -231,9 +231,4 @@ async fn emit_callback_event(
     event.content = content;
     event.actions.state_delta = delta;
     ctx.emit(event).await.map(|_| ())
-}
-
-/// Builds an event authored by `author` (helper for custom agents and tests).
-pub fn agent_event(ctx: &InvocationContext, content: Content) -> Event {
-    ctx.new_event().with_content(content)
 }

@@ -67,10 +67,6 @@ impl PluginSet {
         Ok(PluginSet { plugins })
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.plugins.is_empty()
-    }
-
     pub async fn before_run(&self, ctx: &InvocationContext) -> AgentResult<Option<Content>> {
         for p in &self.plugins {
             if let Some(c) = p.before_run(ctx).await? {

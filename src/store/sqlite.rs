@@ -60,7 +60,7 @@ impl SqliteStore {
         let reader = SqlitePoolOptions::new()
             .max_connections(max_connections.clamp(1, 8))
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(opts.read_only(false))
+            .connect_with(opts)
             .await?;
         Ok(SqliteStore {
             writer,
