@@ -843,6 +843,51 @@ async fn input_blobs_are_saved_as_artifacts(backend: Backend) {
     assert_eq!(decode_base64_any(data).expect("base64"), bytes);
 }
 
+/// A message the store refuses is a client error before the stream starts: 413 JSON, nothing
+/// stored, and the session is free for the next run at once.
+async fn an_oversize_input_blob_is_refused_before_the_stream(backend: Backend) {
+    let dir = Apps::new().echo("echo_agent", "chunks: 0");
+    let path = dir.path().to_path_buf();
+    let s = TestServer::start_with(backend, |args| {
+        args.apps_dir = path;
+        args.max_artifact_bytes = 16;
+    })
+    .await;
+    create_session(&s, "echo_agent", "s1").await;
+    let before = json_with_status(s.get(&session_path("echo_agent", "s1")).await, 200).await;
+    let body = json!({
+        "appName": "echo_agent", "userId": USER, "sessionId": "s1",
+        "saveInputBlobsAsArtifacts": true,
+        "newMessage": { "role": "user", "parts": [{ "inlineData": {
+            "mimeType": "application/octet-stream",
+            "data": base64::engine::general_purpose::URL_SAFE.encode([7u8; 64]),
+        } }] },
+    });
+    let refused = s.post_json("/run_sse", body).await;
+    let error = json_with_status(refused, 413).await;
+    assert_eq!(error["code"], "artifact_too_large");
+
+    let after = json_with_status(s.get(&session_path("echo_agent", "s1")).await, 200).await;
+    assert_eq!(after, before, "the refused run stored nothing");
+    let artifacts = json_with_status(
+        s.get(&format!("{}/artifacts", session_path("echo_agent", "s1")))
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(artifacts, json!([]));
+
+    let reply = run_sse(&s, run_body("echo_agent", "s1", "next"))
+        .await
+        .rest()
+        .await;
+    assert_eq!(
+        text(complete(&reply)[0]),
+        "next",
+        "the session is not left busy"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Callbacks and plugins
 // ---------------------------------------------------------------------------------------
@@ -1354,6 +1399,7 @@ both_backends!(
     errors_before_the_stream_are_plain_json,
     run_sse_splits_an_event_with_content_and_an_artifact_delta,
     input_blobs_are_saved_as_artifacts,
+    an_oversize_input_blob_is_refused_before_the_stream,
     before_agent_callback_answers_instead_of_the_agent,
     after_agent_callback_appends_an_event,
     plugin_before_run_ends_the_run_early,

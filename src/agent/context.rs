@@ -9,7 +9,9 @@
 use super::plugin::PluginSet;
 use super::{AgentError, AgentResult, AgentTree};
 use crate::event::{apply_delta, Content, Event, JsonMap, Part, TEMP_PREFIX};
-use crate::store::{ArtifactScope, ArtifactWrite, RunStatus, SessionKey, Store};
+use crate::store::{
+    ArtifactScope, ArtifactWrite, RunStatus, SessionKey, Store, StoreResult, StoredEvent,
+};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -367,46 +369,17 @@ impl Shared {
     /// Commits one complete event, then hands it to the client. Holds the emit lock.
     pub(crate) async fn commit(
         &self,
-        guard: &mut EmitState,
+        st: &mut EmitState,
         event: Event,
         artifacts: Vec<ArtifactWrite>,
     ) -> AgentResult<i64> {
-        let temp: JsonMap = event
-            .actions
-            .state_delta
-            .iter()
-            .filter(|(k, _)| k.starts_with(TEMP_PREFIX))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let stored = self
-            .store
-            .append_event(&self.key, event, artifacts)
-            .await
-            .map_err(|e| {
-                tracing::error!(invocation = %self.invocation_id, error = %e, "event commit failed");
-                AgentError::Commit("the event could not be saved".into())
-            })?;
-        {
-            let mut state = lock(&self.state);
-            apply_delta(&mut state, &stored.event.actions.state_delta);
-            apply_delta(&mut state, &temp);
-        }
-        guard.last_seq = Some(stored.seq);
-        for call in stored.event.function_calls() {
-            if let Some(id) = &call.id {
-                guard
-                    .open_calls
-                    .insert(id.clone(), (call.name.clone(), stored.event.author.clone()));
-            }
-        }
-        for resp in stored.event.function_responses() {
-            if let Some(id) = &resp.id {
-                guard.open_calls.remove(id);
-            }
-        }
+        let stored = self.record(st, event, artifacts).await.map_err(|e| {
+            tracing::error!(invocation = %self.invocation_id, error = %e, "event commit failed");
+            AgentError::Commit("the event could not be saved".into())
+        })?;
         let seq = stored.seq;
         self.deliver(
-            guard,
+            st,
             RunItem::Event {
                 event: Box::new(stored.event),
                 seq: Some(seq),
@@ -414,6 +387,43 @@ impl Shared {
         )
         .await;
         Ok(seq)
+    }
+
+    /// Commits one complete event and brings the run's view up to date (state, `temp:` keys,
+    /// last seq, open function calls) without handing it to the client. The user event of a
+    /// run goes only this far.
+    pub(crate) async fn record(
+        &self,
+        st: &mut EmitState,
+        event: Event,
+        artifacts: Vec<ArtifactWrite>,
+    ) -> StoreResult<StoredEvent> {
+        let temp: JsonMap = event
+            .actions
+            .state_delta
+            .iter()
+            .filter(|(k, _)| k.starts_with(TEMP_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let stored = self.store.append_event(&self.key, event, artifacts).await?;
+        {
+            let mut state = lock(&self.state);
+            apply_delta(&mut state, &stored.event.actions.state_delta);
+            apply_delta(&mut state, &temp);
+        }
+        st.last_seq = Some(stored.seq);
+        for call in stored.event.function_calls() {
+            if let Some(id) = &call.id {
+                st.open_calls
+                    .insert(id.clone(), (call.name.clone(), stored.event.author.clone()));
+            }
+        }
+        for resp in stored.event.function_responses() {
+            if let Some(id) = &resp.id {
+                st.open_calls.remove(id);
+            }
+        }
+        Ok(stored)
     }
 
     /// Hands an item to the client. A client that went away is noted once; depending on the

@@ -53,7 +53,10 @@ pub struct RunAgentRequest {
     state_delta: Option<JsonMap>,
     #[serde(default, alias = "function_call_event_id")]
     function_call_event_id: Option<String>,
+    /// ADK's resume of an interrupted invocation: accepted, not supported yet (a request
+    /// without `newMessage` gets ADK's "requires either a new_message or an invocation_id").
     #[serde(default, alias = "invocation_id")]
+    #[allow(dead_code)]
     invocation_id: Option<String>,
     #[serde(default, alias = "custom_metadata")]
     custom_metadata: Option<JsonMap>,
@@ -157,24 +160,25 @@ async fn run_sse(
     Json(req): Json<RunAgentRequest>,
 ) -> ApiResult<Response> {
     let split_artifacts = req.function_call_event_id.is_none();
-    if req.new_message.is_none() && req.invocation_id.is_none() {
-        // ADK reports this inside the stream (fixture 078), after validating the app/session.
-        let run_req = req.into_run_request()?;
-        let key = run_req.key.clone();
-        let mut run_req = run_req;
-        run_req.new_message = Some(Content::default());
-        ensure_runnable(&state, &run_req).await?;
-        let msg = format!(
-            "{} Session: {}, User: {}",
-            RunError::NoMessage,
-            key.session_id,
-            key.user_id
-        );
-        let frame = sse::adk_error_frame("ValueError", &msg);
-        let body = Body::from_stream(stream::once(async move { Ok::<_, Infallible>(frame) }));
-        return Ok(sse_response(body, HeaderMap::new()));
-    }
-    let handle = start(&state, req.into_run_request()?).await?;
+    let run_req = req.into_run_request()?;
+    let key = run_req.key.clone();
+    let handle = match state.runner.start(run_req).await {
+        Ok(handle) => handle,
+        // ADK reports a missing message inside the stream (fixture 078), once the app and
+        // the session have been checked.
+        Err(RunError::NoMessage) => {
+            let msg = format!(
+                "{} Session: {}, User: {}",
+                RunError::NoMessage,
+                key.session_id,
+                key.user_id
+            );
+            let frame = sse::adk_error_frame("ValueError", &msg);
+            let body = Body::from_stream(stream::once(async move { Ok::<_, Infallible>(frame) }));
+            return Ok(sse_response(body, HeaderMap::new()));
+        }
+        Err(e) => return Err(run_error(&state, e)),
+    };
     let headers = run_headers(&handle);
     let RunHandle { items, guard, .. } = handle;
     let frames = tokio_stream::wrappers::ReceiverStream::new(items).flat_map(move |item| {
@@ -186,22 +190,6 @@ async fn run_sse(
         )
     });
     Ok(sse_response(Body::from_stream(frames), headers))
-}
-
-async fn ensure_runnable(state: &AppState, req: &RunRequest) -> ApiResult<()> {
-    if state.apps.get(&req.key.app_name).is_none() {
-        return Err(run_error(
-            state,
-            RunError::AppNotFound(req.key.app_name.clone()),
-        ));
-    }
-    if state.store.session_head(&req.key).await?.is_none() && !req.create_session {
-        return Err(run_error(
-            state,
-            RunError::SessionNotFound(req.key.session_id.clone()),
-        ));
-    }
-    Ok(())
 }
 
 async fn start(state: &AppState, req: RunRequest) -> ApiResult<RunHandle> {

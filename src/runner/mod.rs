@@ -1,20 +1,20 @@
 //! The run loop: one user message in, the agent's events out.
 //!
-//! For `(app, user, session, new message)`: check the session, admit the run (one running run
-//! per session, enforced by the database), load the session state (only now: an admitted run
-//! has the session to itself), pick the agent, save input blobs as artifacts, commit the user
-//! event, run the agent — partial events stream to the client at once, complete events are
-//! committed first (see [`crate::agent::InvocationContext::emit`]) — and end by sealing a
-//! cancelled transcript, recording the outcome and telling the client.
+//! For `(app, user, session, new message)`, [`Runner::start`] does everything that can fail
+//! because of the request, before the caller sends a byte: admit the run (the claim is one
+//! statement that also checks the session exists; one running run per session, enforced by
+//! the database), read the session state (only now: an admitted run has the session to
+//! itself), save input blobs as artifacts and commit the user event. Then, in the background,
+//! it picks the agent and runs it — partial events stream to the client at once, complete
+//! events are committed first (see [`crate::agent::InvocationContext::emit`]) — and ends by
+//! sealing a cancelled transcript, recording the outcome and telling the client.
 
 use crate::agent::context::{ContextParts, RunItem};
 use crate::agent::{
     run_agent, Agent, AgentError, AgentTree, InvocationContext, PluginSet, RunConfig,
 };
 use crate::apps::AppRegistry;
-use crate::event::{
-    apply_delta, new_invocation_id, Content, Event, FunctionResponse, JsonMap, Part,
-};
+use crate::event::{new_invocation_id, Content, Event, FunctionResponse, JsonMap, Part};
 use crate::store::{
     ArtifactWrite, Claim, EventRange, Lease, NewRun, NewSession, RunRecord, RunStatus, SessionKey,
     Store, StoreError,
@@ -160,15 +160,14 @@ impl Runner {
         }
     }
 
-    pub fn config(&self) -> &RunnerConfig {
-        &self.config
-    }
-
     fn local(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
         self.local.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Validates and admits a run, then starts it in the background.
+    /// Validates and admits a run, commits its user event, then runs the agent in the
+    /// background. Everything that can fail because of the request fails here, before the
+    /// caller has sent a byte: unknown app, missing session, busy session, a user message the
+    /// store refuses (e.g. an oversize blob saved as an artifact).
     pub async fn start(self: &Arc<Self>, req: RunRequest) -> Result<RunHandle, RunError> {
         if self.shutdown.is_cancelled() {
             return Err(RunError::ShuttingDown);
@@ -178,13 +177,16 @@ impl Runner {
             .get(&req.key.app_name)
             .ok_or_else(|| RunError::AppNotFound(req.key.app_name.clone()))?;
         let tree = entry.tree.clone().map_err(RunError::AppBroken)?;
-        if self.store.session_head(&req.key).await?.is_none() {
-            if !req.create_session {
-                return Err(RunError::SessionNotFound(req.key.session_id.clone()));
-            }
-            self.create_session(&req.key).await?;
-        }
-        let new_message = req.new_message.clone().ok_or(RunError::NoMessage)?;
+        let Some(new_message) = req.new_message.clone() else {
+            // As ADK: a missing session is reported before a missing message.
+            return Err(
+                if req.create_session || self.store.session_head(&req.key).await?.is_some() {
+                    RunError::NoMessage
+                } else {
+                    RunError::SessionNotFound(req.key.session_id.clone())
+                },
+            );
+        };
 
         let run_id = format!("run-{}", uuid::Uuid::new_v4());
         let invocation_id = new_invocation_id();
@@ -195,17 +197,20 @@ impl Runner {
             owner: self.config.owner.clone(),
             lease: self.config.lease,
         };
-        self.admit(&new_run, req.on_busy).await?;
-        // Read the state only now that this run holds the session: a run that finished while
-        // this request waited (or raced it to the claim) may have changed it.
-        let state = match self.store.session_head(&req.key).await {
-            Ok(Some(head)) => head.state,
-            failed => {
-                let error = match failed {
-                    Err(e) => RunError::Store(e),
-                    Ok(_) => RunError::SessionNotFound(req.key.session_id.clone()),
-                };
-                let reason = error.to_string();
+        self.admit(&new_run, &req).await?;
+        let cancel = self.shutdown.child_token();
+        let lease_done = CancellationToken::new();
+        self.spawn_lease_keeper(&run_id, cancel.clone(), lease_done.clone());
+
+        let (tx, rx) = mpsc::channel(RUN_BUFFER);
+        let ctx = match self
+            .begin(&req, &invocation_id, &tree, new_message, cancel.clone(), tx)
+            .await
+        {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                // Free the session again; nothing of this run was stored.
+                let reason = e.to_string();
                 if let Err(e) = self
                     .store
                     .finish_run(&run_id, RunStatus::Failed, None, Some(&reason))
@@ -213,15 +218,15 @@ impl Runner {
                 {
                     tracing::error!(error = %e, "could not release the session; its lease will expire");
                 }
-                return Err(error);
+                lease_done.cancel();
+                self.finished.notify_waiters();
+                return Err(e);
             }
         };
 
-        let cancel = self.shutdown.child_token();
         self.local().insert(run_id.clone(), cancel.clone());
         let guard =
             (req.on_disconnect == OnDisconnect::Cancel).then(|| cancel.clone().drop_guard());
-        let (tx, rx) = mpsc::channel(RUN_BUFFER);
         let span = tracing::info_span!(
             "run",
             app = %req.key.app_name, user = %req.key.user_id, session = %req.key.session_id,
@@ -230,13 +235,11 @@ impl Runner {
         let runner = self.clone();
         let run = ActiveRun {
             run_id: run_id.clone(),
-            invocation_id: invocation_id.clone(),
             tree,
-            state,
-            new_message,
-            req,
+            ctx,
+            max_duration: req.max_duration,
             cancel,
-            out: tx,
+            lease_done,
         };
         self.tracker
             .spawn(async move { runner.drive(run).await }.instrument(span));
@@ -246,6 +249,54 @@ impl Runner {
             items: rx,
             guard,
         })
+    }
+
+    /// With the session held: reads its state (only now, so a run that finished while this
+    /// request waited is seen), builds the invocation context and commits the user event.
+    async fn begin(
+        &self,
+        req: &RunRequest,
+        invocation_id: &str,
+        tree: &Arc<AgentTree>,
+        new_message: Content,
+        cancel: CancellationToken,
+        out: mpsc::Sender<RunItem>,
+    ) -> Result<InvocationContext, RunError> {
+        let head = self
+            .store
+            .session_head(&req.key)
+            .await?
+            .ok_or_else(|| RunError::SessionNotFound(req.key.session_id.clone()))?;
+        let (user_event, artifacts) = user_event(
+            invocation_id,
+            new_message,
+            &req.state_delta,
+            &req.run_config,
+        );
+        let ctx = InvocationContext::new(ContextParts {
+            invocation_id: invocation_id.to_string(),
+            key: req.key.clone(),
+            store: self.store.clone(),
+            user_content: user_event.content.clone(),
+            run_config: req.run_config.clone(),
+            cancel,
+            tree: tree.clone(),
+            plugins: self.plugins.clone(),
+            cancel_on_disconnect: req.on_disconnect == OnDisconnect::Cancel,
+            state: head.state,
+            out,
+        });
+        let shared = ctx.shared();
+        let mut st = shared.emit.lock().await;
+        match shared.record(&mut st, user_event, artifacts).await {
+            Ok(_) => {}
+            Err(StoreError::SessionNotFound) => {
+                return Err(RunError::SessionNotFound(req.key.session_id.clone()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        drop(st);
+        Ok(ctx)
     }
 
     async fn create_session(&self, key: &SessionKey) -> Result<(), RunError> {
@@ -264,17 +315,27 @@ impl Runner {
         }
     }
 
-    /// Claims the session for `run` according to `on_busy`.
-    async fn admit(&self, run: &NewRun, on_busy: OnBusy) -> Result<(), RunError> {
+    /// Claims the session for `run` according to the request's `on_busy` (creating the
+    /// session first if it is missing and the request asks for that).
+    async fn admit(&self, run: &NewRun, req: &RunRequest) -> Result<(), RunError> {
         let deadline = Instant::now() + self.config.enqueue_timeout;
         let mut interrupted = false;
+        let mut created = false;
         loop {
             let notified = self.finished.notified();
             let active = match self.store.claim_run(run).await? {
                 Claim::Acquired => return Ok(()),
+                Claim::NoSession if req.create_session && !created => {
+                    self.create_session(&run.key).await?;
+                    created = true;
+                    continue;
+                }
+                Claim::NoSession => {
+                    return Err(RunError::SessionNotFound(run.key.session_id.clone()))
+                }
                 Claim::Busy(active) => active,
             };
-            match on_busy {
+            match req.on_busy {
                 OnBusy::Reject => return Err(RunError::Busy(active.run_id)),
                 OnBusy::Interrupt if !interrupted => {
                     self.cancel(&active.run_id).await?;
@@ -321,82 +382,27 @@ impl Runner {
         self.plugins.close().await;
     }
 
-    /// Executes an admitted run to its end and records the outcome.
+    /// Runs the agent of a started run to its end and records the outcome.
     async fn drive(self: Arc<Self>, run: ActiveRun) {
         let ActiveRun {
             run_id,
-            invocation_id,
             tree,
-            mut state,
-            new_message,
-            req,
+            ctx,
+            max_duration,
             cancel,
-            out,
+            lease_done,
         } = run;
-        let lease_done = CancellationToken::new();
-        self.spawn_lease_keeper(&run_id, cancel.clone(), lease_done.clone());
-
-        let (user_event, artifacts) = user_event(
-            &invocation_id,
-            new_message,
-            &req.state_delta,
-            &req.run_config,
-        );
-        let user_content = user_event.content.clone();
-        let committed_user = self
-            .store
-            .append_event(&req.key, user_event, artifacts)
-            .await;
-        if let Ok(stored) = &committed_user {
-            apply_delta(&mut state, &stored.event.actions.state_delta);
-            if let Some(delta) = &req.state_delta {
-                // `temp:` keys are visible during the invocation, never stored.
-                for (k, v) in delta
-                    .iter()
-                    .filter(|(k, _)| k.starts_with(crate::event::TEMP_PREFIX))
-                {
-                    state.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        let ctx = InvocationContext::new(ContextParts {
-            invocation_id: invocation_id.clone(),
-            key: req.key.clone(),
-            store: self.store.clone(),
-            user_content,
-            run_config: req.run_config.clone(),
-            cancel: cancel.clone(),
-            tree: tree.clone(),
-            plugins: self.plugins.clone(),
-            cancel_on_disconnect: req.on_disconnect == OnDisconnect::Cancel,
-            state,
-            out,
-        });
-        if let Ok(stored) = &committed_user {
-            ctx.shared().emit.lock().await.last_seq = Some(stored.seq);
-        }
-
-        let max = req.max_duration.map_or(self.config.max_run_duration, |d| {
+        let max = max_duration.map_or(self.config.max_run_duration, |d| {
             d.min(self.config.max_run_duration)
         });
         let mut timed_out = false;
-        let result = match committed_user {
-            Err(e) => {
-                tracing::error!(error = %e, "user event commit failed");
-                Err(AgentError::Commit(
-                    "the user message could not be saved".into(),
-                ))
-            }
-            Ok(_) => {
-                tokio::select! {
-                    r = self.run_turn(&ctx, &tree) => r,
-                    _ = cancel.cancelled() => Err(AgentError::Cancelled),
-                    _ = tokio::time::sleep(max) => {
-                        timed_out = true;
-                        cancel.cancel();
-                        Err(AgentError::Cancelled)
-                    }
-                }
+        let result = tokio::select! {
+            r = self.run_turn(&ctx, &tree) => r,
+            _ = cancel.cancelled() => Err(AgentError::Cancelled),
+            _ = tokio::time::sleep(max) => {
+                timed_out = true;
+                cancel.cancel();
+                Err(AgentError::Cancelled)
             }
         };
 
@@ -552,16 +558,14 @@ impl Runner {
     }
 }
 
-/// An admitted run, moved into its task.
+/// A started run (user event committed), moved into its task.
 struct ActiveRun {
     run_id: String,
-    invocation_id: String,
     tree: Arc<AgentTree>,
-    state: JsonMap,
-    new_message: Content,
-    req: RunRequest,
+    ctx: InvocationContext,
+    max_duration: Option<Duration>,
     cancel: CancellationToken,
-    out: mpsc::Sender<RunItem>,
+    lease_done: CancellationToken,
 }
 
 /// The user event: role forced to `user`, the request's state delta and metadata attached,

@@ -12,7 +12,7 @@ pub mod postgres;
 pub mod runs;
 pub mod sqlite;
 
-pub use runs::{Claim, Lease, NewRun, RunRecord, RunStatus, RunStore};
+pub use runs::{Claim, Insert, Lease, NewRun, RunRecord, RunStatus, RunStore};
 
 use crate::event::{Event, JsonMap, Part, Session};
 use async_trait::async_trait;

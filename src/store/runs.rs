@@ -96,6 +96,17 @@ pub enum Claim {
     Acquired,
     /// Another live run holds the session.
     Busy(Box<RunRecord>),
+    /// The session does not exist (nothing was written).
+    NoSession,
+}
+
+/// What one attempt to insert a running row did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Insert {
+    Inserted,
+    /// The partial unique index refused it: a run is already `running` on the session.
+    Occupied,
+    NoSession,
 }
 
 /// What a lease renewal learned.
@@ -110,9 +121,33 @@ pub enum Lease {
 
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
-    /// Inserts the run as `running` unless another live run holds the session. A holder whose
-    /// lease expired is marked `abandoned` first.
-    async fn claim_run(&self, run: &NewRun) -> StoreResult<Claim>;
+    /// Inserts the run as `running` if its session exists and has no running run. One statement.
+    async fn insert_run(&self, run: &NewRun) -> StoreResult<Insert>;
+
+    /// Marks the run `abandoned` if it is running with an expired lease. Returns whether it did.
+    async fn expire_run(&self, run_id: &str) -> StoreResult<bool>;
+
+    /// Admits `run`: inserts it as `running` unless another live run holds the session. A
+    /// holder whose lease expired belongs to a dead process: it is marked `abandoned` and the
+    /// claim is retried. One round trip when the session is free.
+    async fn claim_run(&self, run: &NewRun) -> StoreResult<Claim> {
+        for _ in 0..5 {
+            match self.insert_run(run).await? {
+                Insert::Inserted => return Ok(Claim::Acquired),
+                Insert::NoSession => return Ok(Claim::NoSession),
+                Insert::Occupied => {}
+            }
+            let Some(active) = self.active_run(&run.key).await? else {
+                continue; // it finished in between: try again
+            };
+            if !self.expire_run(&active.run_id).await? {
+                return Ok(Claim::Busy(Box::new(active)));
+            }
+            tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose run lease expired");
+        }
+        Err(super::StoreError::Conflict)
+    }
+
     /// Extends the lease; tells whether a cancel was requested.
     async fn renew_run(&self, run_id: &str, owner: &str, lease: Duration) -> StoreResult<Lease>;
     /// Records the outcome and frees the session.
@@ -161,47 +196,56 @@ macro_rules! run_record_reader {
 run_record_reader!(record_pg, sqlx::postgres::PgRow);
 run_record_reader!(record_sqlite, sqlx::sqlite::SqliteRow);
 
+fn insert_outcome(session: bool, inserted: bool) -> Insert {
+    match (session, inserted) {
+        (_, true) => Insert::Inserted,
+        (true, false) => Insert::Occupied,
+        (false, false) => Insert::NoSession,
+    }
+}
+
 /// PostgreSQL's clock, as epoch seconds.
 const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
 
 #[async_trait]
 impl RunStore for PgStore {
-    async fn claim_run(&self, run: &NewRun) -> StoreResult<Claim> {
-        for _ in 0..5 {
-            let inserted = sqlx::query(&format!(
-                "INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
+    async fn insert_run(&self, run: &NewRun) -> StoreResult<Insert> {
+        let row = sqlx::query(&format!(
+            "WITH s AS (
+                 SELECT 1 FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4
+             ), ins AS (
+                 INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
                                    lease_expires_at, created_at, started_at)
-                 VALUES ($1, $2, $3, $4, $5, 'running', $6, {PG_NOW} + $7, {PG_NOW}, {PG_NOW})
-                 ON CONFLICT DO NOTHING"
-            ))
-            .bind(&run.run_id)
-            .bind(&run.key.app_name)
-            .bind(&run.key.user_id)
-            .bind(&run.key.session_id)
-            .bind(&run.invocation_id)
-            .bind(&run.owner)
-            .bind(run.lease.as_secs_f64())
-            .execute(self.pool())
-            .await?;
-            if inserted.rows_affected() == 1 {
-                return Ok(Claim::Acquired);
-            }
-            let Some(active) = self.active_run(&run.key).await? else {
-                continue; // it finished in between: try again
-            };
-            let expired = sqlx::query(&format!(
-                "UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, error = 'lease expired'
-                  WHERE id = $1 AND status = 'running' AND lease_expires_at < {PG_NOW}"
-            ))
-            .bind(&active.run_id)
-            .execute(self.pool())
-            .await?;
-            if expired.rows_affected() == 0 {
-                return Ok(Claim::Busy(Box::new(active)));
-            }
-            tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose run lease expired");
-        }
-        Err(super::StoreError::Conflict)
+                 SELECT $1, $2, $3, $4, $5, 'running', $6, {PG_NOW} + $7, {PG_NOW}, {PG_NOW} FROM s
+                 ON CONFLICT DO NOTHING
+                 RETURNING 1
+             )
+             SELECT EXISTS (SELECT 1 FROM s) AS session, EXISTS (SELECT 1 FROM ins) AS inserted"
+        ))
+        .bind(&run.run_id)
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .bind(&run.invocation_id)
+        .bind(&run.owner)
+        .bind(run.lease.as_secs_f64())
+        .fetch_one(self.pool())
+        .await?;
+        Ok(insert_outcome(
+            row.try_get("session")?,
+            row.try_get("inserted")?,
+        ))
+    }
+
+    async fn expire_run(&self, run_id: &str) -> StoreResult<bool> {
+        let expired = sqlx::query(&format!(
+            "UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, error = 'lease expired'
+              WHERE id = $1 AND status = 'running' AND lease_expires_at < {PG_NOW}"
+        ))
+        .bind(run_id)
+        .execute(self.pool())
+        .await?;
+        Ok(expired.rows_affected() > 0)
     }
 
     async fn renew_run(&self, run_id: &str, owner: &str, lease: Duration) -> StoreResult<Lease> {
@@ -275,46 +319,52 @@ impl RunStore for PgStore {
 
 #[async_trait]
 impl RunStore for SqliteStore {
-    async fn claim_run(&self, run: &NewRun) -> StoreResult<Claim> {
-        for _ in 0..5 {
-            let now = now_ts();
-            let inserted = sqlx::query(
-                "INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
-                                   lease_expires_at, created_at, started_at)
-                 VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(&run.run_id)
-            .bind(&run.key.app_name)
-            .bind(&run.key.user_id)
-            .bind(&run.key.session_id)
-            .bind(&run.invocation_id)
-            .bind(&run.owner)
-            .bind(now + run.lease.as_secs_f64())
-            .bind(now)
-            .bind(now)
-            .execute(self.writer())
-            .await?;
-            if inserted.rows_affected() == 1 {
-                return Ok(Claim::Acquired);
-            }
-            let Some(active) = self.active_run(&run.key).await? else {
-                continue;
-            };
-            let expired = sqlx::query(
-                "UPDATE runs SET status = 'abandoned', finished_at = ?2, error = 'lease expired'
-                  WHERE id = ?1 AND status = 'running' AND lease_expires_at < ?2",
-            )
-            .bind(&active.run_id)
-            .bind(now_ts())
-            .execute(self.writer())
-            .await?;
-            if expired.rows_affected() == 0 {
-                return Ok(Claim::Busy(Box::new(active)));
-            }
-            tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose run lease expired");
+    async fn insert_run(&self, run: &NewRun) -> StoreResult<Insert> {
+        let now = now_ts();
+        // SQLite has no DML in CTEs; `WHERE EXISTS` does the session check in the same statement.
+        let inserted = sqlx::query(
+            "INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
+                               lease_expires_at, created_at, started_at)
+             SELECT ?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?8
+              WHERE EXISTS (SELECT 1 FROM sessions WHERE app_name = ?2 AND user_id = ?3 AND id = ?4)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&run.run_id)
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .bind(&run.invocation_id)
+        .bind(&run.owner)
+        .bind(now + run.lease.as_secs_f64())
+        .bind(now)
+        .execute(self.writer())
+        .await?
+        .rows_affected()
+            > 0;
+        if inserted {
+            return Ok(Insert::Inserted);
         }
-        Err(super::StoreError::Conflict)
+        let session: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?)",
+        )
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .fetch_one(self.writer())
+        .await?;
+        Ok(insert_outcome(session, false))
+    }
+
+    async fn expire_run(&self, run_id: &str) -> StoreResult<bool> {
+        let expired = sqlx::query(
+            "UPDATE runs SET status = 'abandoned', finished_at = ?2, error = 'lease expired'
+              WHERE id = ?1 AND status = 'running' AND lease_expires_at < ?2",
+        )
+        .bind(run_id)
+        .bind(now_ts())
+        .execute(self.writer())
+        .await?;
+        Ok(expired.rows_affected() > 0)
     }
 
     async fn renew_run(&self, run_id: &str, owner: &str, lease: Duration) -> StoreResult<Lease> {
