@@ -1,7 +1,7 @@
 //! Agents declared in YAML, ADK's Agent Config format (`root_agent.yaml`):
 //!
 //! ```yaml
-//! agent_class: SequentialAgent      # EchoAgent | SequentialAgent | ParallelAgent | LoopAgent
+//! agent_class: SequentialAgent      # LlmAgent (default) | EchoAgent | SequentialAgent | ParallelAgent | LoopAgent
 //! name: pipeline
 //! description: Runs two echo agents in order.
 //! sub_agents:
@@ -158,14 +158,143 @@ fn build(
                 max_iterations: s.max_iterations,
             })
         }
+        "LlmAgent" => llm_agent(c, rest, file)?,
         other => {
             return Err(err(
                 file,
                 format!(
-                    "field `agent_class`: unsupported class {other:?} (supported: EchoAgent, SequentialAgent, \
-                     ParallelAgent, LoopAgent)"
+                    "field `agent_class`: unsupported class {other:?} (supported: LlmAgent, EchoAgent, \
+                     SequentialAgent, ParallelAgent, LoopAgent)"
                 ),
             ))
         }
     })
+}
+
+/// One entry of an LLM agent's `tools` (ADK: `{name, args}`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolRef {
+    name: String,
+    #[serde(default)]
+    args: Option<serde_json::Value>,
+    /// agentd: calls need the client's approval first (ADK tool confirmation).
+    #[serde(default)]
+    require_confirmation: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LlmSettings {
+    model: Option<String>,
+    #[serde(default)]
+    model_options: crate::model::ModelOptions,
+    #[serde(default)]
+    instruction: String,
+    #[serde(default)]
+    global_instruction: String,
+    #[serde(default)]
+    tools: Vec<ToolRef>,
+    #[serde(default)]
+    output_key: Option<String>,
+    #[serde(default)]
+    generate_content_config: crate::model::GenerateConfig,
+    #[serde(default)]
+    include_contents: crate::agent::llm::IncludeContents,
+    #[serde(default)]
+    disallow_transfer_to_parent: bool,
+    #[serde(default)]
+    disallow_transfer_to_peers: bool,
+    #[serde(default)]
+    max_steps: Option<u32>,
+}
+
+fn llm_agent(c: Common, rest: Mapping, file: &Path) -> Result<Arc<dyn Agent>, ConfigError> {
+    for key in [
+        "before_agent_callbacks",
+        "after_agent_callbacks",
+        "before_model_callbacks",
+        "after_model_callbacks",
+        "before_tool_callbacks",
+        "after_tool_callbacks",
+    ] {
+        if rest.contains_key(key) {
+            return Err(err(
+                file,
+                format!(
+                    "field `{key}`: callbacks are Rust code in agentd; register them with \
+                     the Rust API (LlmAgent::llm_callbacks / AgentCallbacks)"
+                ),
+            ));
+        }
+    }
+    let s: LlmSettings = settings(rest, file, "LlmAgent")?;
+    let model_name = s
+        .model
+        .ok_or_else(|| err(file, "LlmAgent: field `model` is required"))?;
+    let model = crate::model::resolve(&model_name, &s.model_options)
+        .map_err(|e| err(file, format!("field `model`: {e}")))?;
+    let mut agent = crate::agent::llm::LlmAgent::new(c.name, model);
+    agent.description = c.description;
+    agent.sub_agents = c.sub_agents;
+    agent.instruction = s.instruction;
+    agent.global_instruction = s.global_instruction;
+    agent.output_key = s.output_key;
+    agent.generate_config = s.generate_content_config;
+    agent.include_contents = s.include_contents;
+    agent.disallow_transfer_to_parent = s.disallow_transfer_to_parent;
+    agent.disallow_transfer_to_peers = s.disallow_transfer_to_peers;
+    if let Some(n) = s.max_steps {
+        if n == 0 {
+            return Err(err(file, "field `max_steps`: must be at least 1"));
+        }
+        agent.max_steps = n;
+    }
+    for (i, t) in s.tools.into_iter().enumerate() {
+        let at = |m: String| err(file, format!("field `tools[{i}]` ({}): {m}", t.name));
+        let name = t.name.strip_prefix("google.adk.tools.").unwrap_or(&t.name);
+        let no_args = |tool: Arc<dyn crate::tools::Tool>| match &t.args {
+            Some(serde_json::Value::Object(m)) if !m.is_empty() => {
+                Err(at("this tool takes no `args`".into()))
+            }
+            _ => Ok(tool),
+        };
+        let tool: Arc<dyn crate::tools::Tool> = match name {
+            "transfer_to_agent" => no_args(Arc::new(crate::tools::builtin::TransferToAgent))?,
+            "exit_loop" => no_args(Arc::new(crate::tools::builtin::ExitLoop))?,
+            "load_artifacts" => no_args(Arc::new(crate::tools::builtin::LoadArtifacts))?,
+            "load_memory" => no_args(Arc::new(crate::tools::builtin::LoadMemory))?,
+            "HttpTool" => Arc::new(
+                crate::tools::http::HttpTool::from_config(t.args.clone().unwrap_or_default())
+                    .map_err(at)?,
+            ),
+            "McpToolset" => {
+                if t.require_confirmation {
+                    return Err(at("require_confirmation is not supported on toolsets".into()));
+                }
+                let set = crate::tools::mcp::McpToolset::from_config(
+                    t.args.clone().unwrap_or_default(),
+                )
+                .map_err(at)?;
+                agent.toolsets.push(Arc::new(set));
+                continue;
+            }
+            other => {
+                return Err(at(format!(
+                    "unknown tool {other:?} (built in: transfer_to_agent, exit_loop, \
+                     load_artifacts, load_memory, HttpTool, McpToolset; Python tools need the \
+                     Rust API)"
+                )))
+            }
+        };
+        if agent.tools.iter().any(|x| x.name() == tool.name()) {
+            return Err(at(format!("tool name {:?} is declared twice", tool.name())));
+        }
+        agent.tools.push(if t.require_confirmation {
+            Arc::new(crate::tools::RequireConfirmation(tool))
+        } else {
+            tool
+        });
+    }
+    Ok(Arc::new(agent))
 }

@@ -29,6 +29,8 @@ pub struct RunConfig {
     pub save_input_blobs_as_artifacts: bool,
     /// Copied into `customMetadata` of every event of the run.
     pub custom_metadata: Option<JsonMap>,
+    /// Tool calls left without a response by an interrupted run are executed first.
+    pub resume: bool,
 }
 
 /// What a run hands to its client, in order.

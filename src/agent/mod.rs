@@ -11,6 +11,7 @@ pub mod callbacks;
 pub mod config;
 pub mod context;
 pub mod echo;
+pub mod llm;
 pub mod plugin;
 pub mod workflow;
 
@@ -83,6 +84,11 @@ pub trait Agent: Send + Sync + 'static {
     /// When true, a conversation that this agent answered last goes back to the root on the
     /// next turn instead of staying here.
     fn disallow_transfer_to_parent(&self) -> bool {
+        false
+    }
+
+    /// When true, an LLM agent may not transfer the conversation to its siblings.
+    fn disallow_transfer_to_peers(&self) -> bool {
         false
     }
 
@@ -170,6 +176,33 @@ impl AgentTree {
         }
         true
     }
+}
+
+/// The agents `name` may hand the conversation to (ADK's rules): its sub-agents; its parent
+/// unless it disallows that; its peers unless it disallows that. Parent and peers only when
+/// the parent is an LLM agent (a workflow decides its own order).
+pub fn transfer_targets(tree: &AgentTree, name: &str) -> Vec<Arc<dyn Agent>> {
+    let Some(agent) = tree.find(name) else {
+        return vec![];
+    };
+    let mut targets: Vec<Arc<dyn Agent>> = agent.sub_agents().to_vec();
+    if let Some(parent) = tree.parent_of(name) {
+        if parent.agent_class() == "LlmAgent" {
+            if !agent.disallow_transfer_to_parent() {
+                targets.push(parent.clone());
+            }
+            if !agent.disallow_transfer_to_peers() {
+                targets.extend(
+                    parent
+                        .sub_agents()
+                        .iter()
+                        .filter(|p| p.name() != name)
+                        .cloned(),
+                );
+            }
+        }
+    }
+    targets
 }
 
 /// Runs `agent` through the base wrapper: plugin and callback hooks before (either may

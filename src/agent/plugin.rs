@@ -1,9 +1,13 @@
 //! Runner plugins: cross-cutting hooks over every run of every app (logging, policy,
 //! redaction, metrics). Named (unique), run in registration order.
 
-use super::{AgentError, AgentResult, InvocationContext};
+use super::llm::ToolCall;
+use super::{AgentError, AgentResult, CallbackContext, InvocationContext};
 use crate::event::{Content, Event};
+use crate::model::{LlmRequest, LlmResponse};
+use crate::tools::ToolContext;
 use async_trait::async_trait;
+use serde_json::Value;
 use std::sync::Arc;
 
 #[async_trait]
@@ -42,6 +46,35 @@ pub trait Plugin: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Before an LLM agent calls its model; may edit the request, or answer instead.
+    async fn before_model(
+        &self,
+        _ctx: &CallbackContext,
+        _request: &mut LlmRequest,
+    ) -> AgentResult<Option<LlmResponse>> {
+        Ok(None)
+    }
+
+    /// After a model answered (aggregated response); may edit it.
+    async fn after_model(&self, _ctx: &CallbackContext, _response: &mut LlmResponse) -> AgentResult {
+        Ok(())
+    }
+
+    /// Before a tool runs; returning a result answers instead of the tool.
+    async fn before_tool(&self, _ctx: &ToolContext, _call: &ToolCall) -> AgentResult<Option<Value>> {
+        Ok(None)
+    }
+
+    /// After a tool ran; may edit its result.
+    async fn after_tool(
+        &self,
+        _ctx: &ToolContext,
+        _call: &ToolCall,
+        _result: &mut Value,
+    ) -> AgentResult {
+        Ok(())
+    }
+
     /// On server shutdown.
     async fn close(&self) {}
 }
@@ -65,6 +98,19 @@ impl PluginSet {
             }
         }
         Ok(PluginSet { plugins })
+    }
+
+    /// Appends a plugin (the server adds its own, e.g. memory auto-ingest); fails if the name
+    /// is taken.
+    pub fn push(&mut self, plugin: Arc<dyn Plugin>) -> Result<(), AgentError> {
+        if self.plugins.iter().any(|p| p.name() == plugin.name()) {
+            return Err(AgentError::failed(
+                "ValueError",
+                format!("plugin name {:?} is registered twice", plugin.name()),
+            ));
+        }
+        self.plugins.push(plugin);
+        Ok(())
     }
 
     pub async fn before_run(&self, ctx: &InvocationContext) -> AgentResult<Option<Content>> {
@@ -113,6 +159,42 @@ impl PluginSet {
             }
         }
         Ok(None)
+    }
+
+    pub async fn before_model(
+        &self,
+        ctx: &CallbackContext,
+        request: &mut LlmRequest,
+    ) -> AgentResult<Option<LlmResponse>> {
+        for p in &self.plugins {
+            if let Some(r) = p.before_model(ctx, request).await? {
+                return Ok(Some(r));
+            }
+        }
+        Ok(None)
+    }
+
+    pub async fn after_model(&self, ctx: &CallbackContext, response: &mut LlmResponse) -> AgentResult {
+        for p in &self.plugins {
+            p.after_model(ctx, response).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn before_tool(&self, ctx: &ToolContext, call: &ToolCall) -> AgentResult<Option<Value>> {
+        for p in &self.plugins {
+            if let Some(v) = p.before_tool(ctx, call).await? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    pub async fn after_tool(&self, ctx: &ToolContext, call: &ToolCall, result: &mut Value) -> AgentResult {
+        for p in &self.plugins {
+            p.after_tool(ctx, call, result).await?;
+        }
+        Ok(())
     }
 
     pub async fn close(&self) {

@@ -53,11 +53,14 @@ pub struct RunAgentRequest {
     state_delta: Option<JsonMap>,
     #[serde(default, alias = "function_call_event_id")]
     function_call_event_id: Option<String>,
-    /// ADK's resume of an interrupted invocation: accepted, not supported yet (a request
-    /// without `newMessage` gets ADK's "requires either a new_message or an invocation_id").
+    /// ADK's resume of an interrupted invocation: with no `newMessage`, the same as
+    /// `resume: true`.
     #[serde(default, alias = "invocation_id")]
-    #[allow(dead_code)]
     invocation_id: Option<String>,
+    /// agentd: execute tool calls an interrupted run left without a response first, then
+    /// continue the agent's loop (`newMessage` may then be omitted).
+    #[serde(default)]
+    resume: bool,
     #[serde(default, alias = "custom_metadata")]
     custom_metadata: Option<JsonMap>,
     #[serde(default, alias = "service_tier")]
@@ -92,6 +95,7 @@ impl RunAgentRequest {
             m.retain(|k, _| !k.starts_with("__adk_internal_"));
             m
         });
+        let resume = self.resume || (self.invocation_id.is_some() && self.new_message.is_none());
         Ok(RunRequest {
             key: SessionKey::new(app, self.user_id, self.session_id),
             new_message: self.new_message,
@@ -100,6 +104,7 @@ impl RunAgentRequest {
                 streaming: self.streaming,
                 save_input_blobs_as_artifacts: self.save_input_blobs_as_artifacts,
                 custom_metadata,
+                resume,
             },
             on_busy: self.on_busy,
             on_disconnect: self.on_disconnect,

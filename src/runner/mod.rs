@@ -177,7 +177,8 @@ impl Runner {
             .get(&req.key.app_name)
             .ok_or_else(|| RunError::AppNotFound(req.key.app_name.clone()))?;
         let tree = entry.tree.clone().map_err(RunError::AppBroken)?;
-        let Some(new_message) = req.new_message.clone() else {
+        let new_message = req.new_message.clone();
+        if new_message.is_none() && !req.run_config.resume {
             // As ADK: a missing session is reported before a missing message.
             return Err(
                 if req.create_session || self.store.session_head(&req.key).await?.is_some() {
@@ -186,7 +187,7 @@ impl Runner {
                     RunError::SessionNotFound(req.key.session_id.clone())
                 },
             );
-        };
+        }
 
         let run_id = format!("run-{}", uuid::Uuid::new_v4());
         let invocation_id = new_invocation_id();
@@ -258,7 +259,7 @@ impl Runner {
         req: &RunRequest,
         invocation_id: &str,
         tree: &Arc<AgentTree>,
-        new_message: Content,
+        new_message: Option<Content>,
         cancel: CancellationToken,
         out: mpsc::Sender<RunItem>,
     ) -> Result<InvocationContext, RunError> {
@@ -267,17 +268,14 @@ impl Runner {
             .session_head(&req.key)
             .await?
             .ok_or_else(|| RunError::SessionNotFound(req.key.session_id.clone()))?;
-        let (user_event, artifacts) = user_event(
-            invocation_id,
-            new_message,
-            &req.state_delta,
-            &req.run_config,
-        );
+        let user = new_message.map(|m| {
+            user_event(invocation_id, m, &req.state_delta, &req.run_config)
+        });
         let ctx = InvocationContext::new(ContextParts {
             invocation_id: invocation_id.to_string(),
             key: req.key.clone(),
             store: self.store.clone(),
-            user_content: user_event.content.clone(),
+            user_content: user.as_ref().and_then(|(e, _)| e.content.clone()),
             run_config: req.run_config.clone(),
             cancel,
             tree: tree.clone(),
@@ -286,16 +284,18 @@ impl Runner {
             state: head.state,
             out,
         });
-        let shared = ctx.shared();
-        let mut st = shared.emit.lock().await;
-        match shared.record(&mut st, user_event, artifacts).await {
-            Ok(_) => {}
-            Err(StoreError::SessionNotFound) => {
-                return Err(RunError::SessionNotFound(req.key.session_id.clone()))
+        // A resume without a message has no user event.
+        if let Some((user_event, artifacts)) = user {
+            let shared = ctx.shared();
+            let mut st = shared.emit.lock().await;
+            match shared.record(&mut st, user_event, artifacts).await {
+                Ok(_) => {}
+                Err(StoreError::SessionNotFound) => {
+                    return Err(RunError::SessionNotFound(req.key.session_id.clone()))
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => return Err(e.into()),
         }
-        drop(st);
         Ok(ctx)
     }
 
@@ -471,20 +471,33 @@ impl Runner {
             root.emit(root.new_event().with_content(content)).await?;
             return Ok(());
         }
+        let answered: Vec<String> = ctx
+            .user_content()
+            .map(|c| {
+                c.parts
+                    .iter()
+                    .filter_map(|p| p.function_response.as_ref()?.id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
         let agent = self
-            .select_agent(tree, ctx.session_key())
+            .select_agent(tree, ctx.session_key(), &answered)
             .await
             .map_err(|e| AgentError::failed("StoreError", e.to_string()))?;
         tracing::debug!(agent = agent.name(), "agent selected");
         run_agent(&agent, ctx).await
     }
 
-    /// The last agent that spoke keeps the conversation if it and its ancestors allow it;
-    /// otherwise the root answers. Reads history newest-first, a page at a time.
+    /// A new message that answers function calls (a long-running tool's result, a
+    /// confirmation) goes to the agent that made the calls. Otherwise the last agent that
+    /// spoke keeps the conversation if it and its ancestors allow it, else the root answers.
+    /// Sealing events of cancelled runs do not count as speaking. Reads history
+    /// newest-first, a page at a time.
     async fn select_agent(
         &self,
         tree: &AgentTree,
         key: &SessionKey,
+        answered_calls: &[String],
     ) -> Result<Arc<dyn Agent>, StoreError> {
         let root = tree.root();
         let mut before = None;
@@ -506,7 +519,19 @@ impl Runner {
             };
             for stored in page.events.iter().rev() {
                 let author = stored.event.author.as_str();
-                if author == "user" {
+                if !answered_calls.is_empty() {
+                    let made_call = stored
+                        .event
+                        .function_calls()
+                        .any(|c| c.id.as_ref().is_some_and(|id| answered_calls.contains(id)));
+                    if let (true, Some(agent)) = (made_call, tree.find(author)) {
+                        return Ok(agent.clone());
+                    }
+                    continue;
+                }
+                if author == "user"
+                    || stored.event.error_code.as_deref() == Some(INVOCATION_ABORTED)
+                {
                     continue;
                 }
                 if author == root.name() {
@@ -557,6 +582,9 @@ impl Runner {
         });
     }
 }
+
+/// `errorCode` of the event that seals a cancelled or timed-out run.
+pub const INVOCATION_ABORTED: &str = "INVOCATION_ABORTED";
 
 /// A started run (user event committed), moved into its task.
 struct ActiveRun {
@@ -637,7 +665,7 @@ async fn seal(
         })
         .collect();
     let mut abort = Event::new(ctx.invocation_id(), root);
-    abort.error_code = Some("INVOCATION_ABORTED".into());
+    abort.error_code = Some(INVOCATION_ABORTED.into());
     abort.error_message = Some(reason.to_string());
     abort.interrupted = Some(true);
     events.push(abort);

@@ -6,6 +6,9 @@
 //! test FAILS with a message saying what to start; it never skips.
 #![allow(dead_code)]
 
+pub mod model_server;
+pub mod sse_client;
+
 use agentd::config::ServeArgs;
 use agentd::server::Server;
 use agentd::store::{self, Store, StoreLimits};

@@ -1,0 +1,326 @@
+//! The conversation an LLM agent sends to its model, built from the session's stored
+//! events the ADK way:
+//!
+//! - only events on the agent's branch (a parallel sibling's events are not seen);
+//! - the user's and this agent's own events as they are;
+//! - other agents' turns as user-role context ("For context: [agent] said: …"), so the
+//!   model neither impersonates them nor sees tool calls it cannot answer;
+//! - ADK-internal confirmation calls left out;
+//! - each function response placed right after its call, using the latest response for a
+//!   call answered twice (a confirmation round trip) and a clear placeholder for a call that
+//!   never got one (providers reject unanswered calls).
+//!
+//! Events are read incrementally: [`History::refresh`] fetches only what was committed since
+//! the last step, so a long tool loop does not re-read the whole session.
+
+use crate::agent::{AgentError, AgentResult, InvocationContext};
+use crate::event::{Content, Event, FunctionResponse, JsonMap, Part};
+use crate::store::EventRange;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+
+/// The function ADK uses to ask the client to approve a tool call.
+pub const REQUEST_CONFIRMATION: &str = "adk_request_confirmation";
+
+/// Which past events go to the model (ADK `include_contents`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IncludeContents {
+    /// The whole conversation on this branch.
+    #[default]
+    Default,
+    /// Only the current turn (since the latest user message).
+    None,
+}
+
+/// The session's events, read page by page and kept for the rest of the agent's turn.
+#[derive(Default)]
+pub struct History {
+    pub events: Vec<Event>,
+    last_seq: Option<i64>,
+}
+
+const PAGE: u32 = 500;
+
+impl History {
+    /// Fetches events committed since the last refresh.
+    pub async fn refresh(&mut self, ctx: &InvocationContext) -> AgentResult {
+        loop {
+            let page = ctx
+                .store()
+                .list_events(
+                    ctx.session_key(),
+                    EventRange {
+                        after: self.last_seq.or(Some(0)),
+                        before: None,
+                        limit: PAGE,
+                    },
+                )
+                .await
+                .map_err(|e| AgentError::failed("StoreError", e.to_string()))?;
+            let Some(page) = page else {
+                return Err(AgentError::failed("StoreError", "the session disappeared"));
+            };
+            for stored in page.events {
+                self.last_seq = Some(stored.seq);
+                self.events.push(stored.event);
+            }
+            if !page.has_more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The latest response to each function call id, across the whole history.
+    pub fn latest_responses(&self) -> HashMap<String, FunctionResponse> {
+        let mut latest = HashMap::new();
+        for e in &self.events {
+            for r in e.function_responses() {
+                if let Some(id) = &r.id {
+                    latest.insert(id.clone(), r.clone());
+                }
+            }
+        }
+        latest
+    }
+
+    /// The event holding the function call `id`, newest first.
+    pub fn find_call(&self, id: &str) -> Option<&Event> {
+        self.events
+            .iter()
+            .rev()
+            .find(|e| e.function_calls().any(|c| c.id.as_deref() == Some(id)))
+    }
+}
+
+fn on_branch(event: &Event, branch: Option<&str>) -> bool {
+    match (branch, event.branch.as_deref()) {
+        (_, None) | (None, _) => true,
+        (Some(mine), Some(theirs)) => {
+            mine == theirs
+                || (mine.starts_with(theirs) && mine.as_bytes().get(theirs.len()) == Some(&b'.'))
+        }
+    }
+}
+
+fn is_internal(part: &Part) -> bool {
+    part.function_call
+        .as_ref()
+        .is_some_and(|c| c.name == REQUEST_CONFIRMATION)
+        || part
+            .function_response
+            .as_ref()
+            .is_some_and(|r| r.name == REQUEST_CONFIRMATION)
+}
+
+/// A seal response (the runner's answer to calls left open by a cancelled run).
+pub fn is_seal_response(r: &FunctionResponse) -> bool {
+    r.response.get("error").and_then(Value::as_str) == Some("cancelled")
+        && r.response.contains_key("message")
+}
+
+/// Another agent's event, retold as user-role context.
+fn as_context(event: &Event) -> Option<Content> {
+    let author = &event.author;
+    let mut parts = vec![Part::text("For context:")];
+    for p in &event.content.as_ref()?.parts {
+        if p.thought == Some(true) || is_internal(p) {
+            continue;
+        }
+        if let Some(t) = &p.text {
+            parts.push(Part::text(format!("[{author}] said: {t}")));
+        } else if let Some(c) = &p.function_call {
+            parts.push(Part::text(format!(
+                "[{author}] called tool `{}` with parameters: {}",
+                c.name,
+                crate::model::json_text(&c.args)
+            )));
+        } else if let Some(r) = &p.function_response {
+            parts.push(Part::text(format!(
+                "[{author}] `{}` tool returned result: {}",
+                r.name,
+                crate::model::json_text(&r.response)
+            )));
+        }
+    }
+    (parts.len() > 1).then(|| Content {
+        parts,
+        role: Some("user".into()),
+        extra: JsonMap::new(),
+    })
+}
+
+/// The model's view of the conversation for agent `agent` on `branch`.
+pub fn contents(
+    history: &History,
+    agent: &str,
+    branch: Option<&str>,
+    include: IncludeContents,
+) -> Vec<Content> {
+    let events: &[Event] = match include {
+        IncludeContents::Default => &history.events,
+        IncludeContents::None => {
+            let start = history
+                .events
+                .iter()
+                .rposition(|e| e.author == "user" && e.function_responses().next().is_none())
+                .unwrap_or(0);
+            &history.events[start..]
+        }
+    };
+    let latest = history.latest_responses();
+    // Calls of this agent: their responses are placed right after them.
+    let own_calls: HashSet<String> = events
+        .iter()
+        .filter(|e| e.author == agent && on_branch(e, branch))
+        .flat_map(|e| e.function_calls().filter_map(|c| c.id.clone()))
+        .collect();
+
+    let mut out: Vec<Content> = vec![];
+    for event in events {
+        if event.partial == Some(true) || !on_branch(event, branch) {
+            continue;
+        }
+        let Some(content) = &event.content else {
+            continue;
+        };
+        if event.author != "user" && event.author != agent {
+            out.extend(as_context(event));
+            continue;
+        }
+        let mut parts: Vec<Part> = vec![];
+        let mut calls_here: Vec<(String, String)> = vec![];
+        for p in &content.parts {
+            if is_internal(p) {
+                continue;
+            }
+            if let Some(r) = &p.function_response {
+                if r.id.as_ref().is_some_and(|id| own_calls.contains(id)) {
+                    continue; // placed after its call
+                }
+            }
+            if let Some(c) = &p.function_call {
+                if let Some(id) = &c.id {
+                    calls_here.push((id.clone(), c.name.clone()));
+                }
+            }
+            parts.push(p.clone());
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        out.push(Content {
+            parts,
+            role: content.role.clone().or_else(|| {
+                Some(if event.author == "user" { "user" } else { "model" }.into())
+            }),
+            extra: content.extra.clone(),
+        });
+        if !calls_here.is_empty() && event.author == agent {
+            let responses = calls_here
+                .into_iter()
+                .map(|(id, name)| {
+                    let response = latest.get(&id).cloned().unwrap_or_else(|| {
+                        let mut m = JsonMap::new();
+                        m.insert(
+                            "error".into(),
+                            "no result was recorded for this call (it may still be pending)"
+                                .into(),
+                        );
+                        FunctionResponse {
+                            id: Some(id.clone()),
+                            name,
+                            response: m,
+                            extra: JsonMap::new(),
+                        }
+                    });
+                    Part {
+                        function_response: Some(response),
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            out.push(Content {
+                parts: responses,
+                role: Some("user".into()),
+                extra: JsonMap::new(),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::FunctionCall;
+
+    fn call_event(author: &str, id: &str, name: &str) -> Event {
+        Event::new("e-1", author).with_content(Content {
+            parts: vec![Part {
+                function_call: Some(FunctionCall {
+                    id: Some(id.into()),
+                    name: name.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            role: Some("model".into()),
+            ..Default::default()
+        })
+    }
+
+    fn response_event(author: &str, id: &str, name: &str, v: Value) -> Event {
+        Event::new("e-1", author).with_content(Content {
+            parts: vec![Part {
+                function_response: Some(FunctionResponse {
+                    id: Some(id.into()),
+                    name: name.into(),
+                    response: serde_json::from_value(v).unwrap(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            role: Some("user".into()),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn responses_follow_calls_and_latest_wins() {
+        let h = History {
+            events: vec![
+                Event::new("e-1", "user").with_content(Content::text("user", "delete it")),
+                call_event("a", "c1", "delete"),
+                response_event("a", "c1", "delete", serde_json::json!({"error": "needs approval"})),
+                call_event("a", "c2", REQUEST_CONFIRMATION),
+                response_event("user", "c2", REQUEST_CONFIRMATION, serde_json::json!({"confirmed": true})),
+                response_event("a", "c1", "delete", serde_json::json!({"ok": true})),
+                Event::new("e-1", "other").with_content(Content::text("model", "hi")),
+                call_event("a", "c3", "slow"),
+            ],
+            last_seq: None,
+        };
+        let c = contents(&h, "a", None, IncludeContents::Default);
+        assert_eq!(c.len(), 6, "{c:#?}");
+        assert_eq!(c[1].parts[0].function_call.as_ref().unwrap().name, "delete");
+        assert_eq!(
+            c[2].parts[0].function_response.as_ref().unwrap().response["ok"],
+            true
+        );
+        assert!(c[3].parts[1].text.as_deref().unwrap().starts_with("[other] said"));
+        // The unanswered call gets a placeholder response.
+        assert!(c[5].parts[0].function_response.as_ref().unwrap().response.contains_key("error"));
+    }
+
+    #[test]
+    fn branches() {
+        let mut e = Event::new("e", "x");
+        e.branch = Some("p.a".into());
+        assert!(on_branch(&e, Some("p.a")));
+        assert!(on_branch(&e, Some("p.a.b")));
+        assert!(!on_branch(&e, Some("p.b")));
+        assert!(!on_branch(&e, Some("p.ab")));
+        assert!(on_branch(&e, None));
+    }
+}

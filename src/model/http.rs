@@ -1,0 +1,212 @@
+//! What every HTTP model provider shares: one connection-pooled client, retries with
+//! backoff before the first byte, HTTP status → [`ModelError`] mapping (a bad API key is a
+//! sentence, not a stack trace), and Server-Sent Events parsing with an idle timeout
+//! (`eventsource-stream`, a maintained parser; never a hand-rolled line splitter).
+
+use super::ModelError;
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Retries on 429, 5xx and connection errors, before any response byte was read.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    /// First delay; doubles per attempt, capped at 30 s, or the server's `Retry-After`.
+    pub backoff: Duration,
+}
+
+/// The process-wide client: pooled keep-alive connections to each provider.
+pub fn client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new())
+    })
+}
+
+/// Sends the request built by `build` until it gets a 2xx response, retrying what is worth
+/// retrying. `provider` names the service in error messages.
+pub async fn send_with_retry(
+    provider: &str,
+    policy: RetryPolicy,
+    timeout: Duration,
+    build: impl Fn() -> reqwest::RequestBuilder,
+) -> Result<reqwest::Response, ModelError> {
+    let mut attempt = 0u32;
+    loop {
+        let result = match tokio::time::timeout(timeout, build().send()).await {
+            Err(_) => Err(ModelError {
+                code: "MODEL_TIMEOUT",
+                message: format!(
+                    "{provider} did not start answering within {} s",
+                    timeout.as_secs_f64()
+                ),
+                retryable: true,
+                retry_after: None,
+            }),
+            Ok(Err(e)) => Err(transport_error(provider, &e)),
+            Ok(Ok(resp)) if resp.status().is_success() => return Ok(resp),
+            Ok(Ok(resp)) => Err(status_error(provider, resp).await),
+        };
+        let err = match result {
+            Ok(r) => return Ok(r),
+            Err(e) => e,
+        };
+        if !err.retryable || attempt >= policy.max_retries {
+            if attempt > 0 && err.retryable {
+                return Err(ModelError {
+                    message: format!("{} (after {} retries)", err.message, attempt),
+                    ..err
+                });
+            }
+            return Err(err);
+        }
+        let backoff = policy
+            .backoff
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(Duration::from_secs(30));
+        let delay = err
+            .retry_after
+            .map_or(backoff, |d| d.min(Duration::from_secs(60)));
+        tracing::warn!(provider, attempt = attempt + 1, delay_ms = delay.as_millis() as u64, error = %err.message, "model call failed; retrying");
+        tokio::time::sleep(delay).await;
+        attempt += 1;
+    }
+}
+
+fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
+    let (code, what) = if e.is_timeout() {
+        ("MODEL_TIMEOUT", "timed out")
+    } else if e.is_connect() {
+        ("MODEL_CONNECTION", "could not connect")
+    } else {
+        ("MODEL_CONNECTION", "request failed")
+    };
+    let mut source = String::new();
+    let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    while let Some(s) = cur {
+        source = s.to_string();
+        cur = s.source();
+    }
+    ModelError {
+        code,
+        message: format!(
+            "{provider}: {what}: {}",
+            if source.is_empty() {
+                e.to_string()
+            } else {
+                source
+            }
+        ),
+        retryable: true,
+        retry_after: None,
+    }
+}
+
+/// Maps an error status to a clear error, quoting the provider's own message.
+pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError {
+    let status = resp.status();
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
+    let body = resp.text().await.unwrap_or_default();
+    let detail = provider_message(&body);
+    let (code, retryable, what) = match status.as_u16() {
+        401 | 403 => (
+            "UNAUTHENTICATED",
+            false,
+            "rejected the API key (check the key in the environment variable named by \
+             model_options.api_key_env, or the provider's default variable)",
+        ),
+        404 => (
+            "MODEL_NOT_FOUND",
+            false,
+            "does not know this model or route",
+        ),
+        408 => ("MODEL_TIMEOUT", true, "timed out"),
+        429 => ("RATE_LIMITED", true, "is rate limiting requests"),
+        400..=499 => ("MODEL_BAD_REQUEST", false, "rejected the request"),
+        _ => ("MODEL_UNAVAILABLE", true, "failed"),
+    };
+    ModelError {
+        code,
+        message: format!("{provider} {what} (HTTP {}): {detail}", status.as_u16()),
+        retryable,
+        retry_after,
+    }
+}
+
+/// The human part of a provider's error body (`{"error":{"message":…}}` and friends).
+pub fn provider_message(body: &str) -> String {
+    let from_json = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            let e = v.get("error").unwrap_or(&v);
+            e.get("message")
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+                .or_else(|| e.as_str().map(str::to_string))
+        });
+    let msg = from_json.unwrap_or_else(|| body.trim().to_string());
+    let msg: String = msg.chars().take(500).collect();
+    if msg.is_empty() {
+        "no details".into()
+    } else {
+        msg
+    }
+}
+
+/// One SSE message of a response body.
+pub struct SseMessage {
+    pub event: String,
+    pub data: String,
+}
+
+/// The response body as SSE messages; a stream silent for `idle` ends with a timeout error.
+pub fn sse_messages(
+    provider: &'static str,
+    resp: reqwest::Response,
+    idle: Duration,
+) -> impl Stream<Item = Result<SseMessage, ModelError>> + Send + 'static {
+    let events = resp.bytes_stream().eventsource();
+    futures::stream::unfold(Some(Box::pin(events)), move |state| async move {
+        let mut events = state?;
+        match tokio::time::timeout(idle, events.next()).await {
+            Err(_) => Some((
+                Err(ModelError::new(
+                    "MODEL_TIMEOUT",
+                    format!(
+                        "{provider} sent nothing for {} s mid-stream",
+                        idle.as_secs_f64()
+                    ),
+                )),
+                None,
+            )),
+            Ok(None) => None,
+            Ok(Some(Ok(ev))) => Some((
+                Ok(SseMessage {
+                    event: ev.event,
+                    data: ev.data,
+                }),
+                Some(events),
+            )),
+            Ok(Some(Err(e))) => Some((
+                Err(ModelError::new(
+                    "MODEL_CONNECTION",
+                    format!("{provider} stream broke: {e}"),
+                )),
+                None,
+            )),
+        }
+    })
+}

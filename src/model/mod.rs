@@ -1,0 +1,554 @@
+//! Models: the streaming [`Model`] trait, the provider-neutral request and response types,
+//! and the providers (OpenAI-compatible Chat Completions, Anthropic Messages, Google Gemini).
+//!
+//! A provider turns its wire stream into [`Delta`]s and nothing else; [`Aggregator`] (shared
+//! by every provider) turns deltas into the text shown to the client as it streams and into
+//! the one aggregated [`LlmResponse`] the LLM agent commits. That keeps the tricky parts
+//! (tool-call argument accumulation, JSON repair, finish reasons) in one tested place.
+
+pub mod anthropic;
+pub mod gemini;
+pub mod http;
+pub mod openai;
+pub mod repair;
+
+use crate::event::{Content, FunctionCall, JsonMap, Part};
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde::Deserialize;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One call to a model: instruction, conversation, tools and generation settings.
+#[derive(Debug, Clone, Default)]
+pub struct LlmRequest {
+    /// The provider's model name (`gpt-4o-mini`, `claude-sonnet-4-5`, `gemini-2.5-flash`).
+    pub model: String,
+    pub system_instruction: Option<String>,
+    /// The conversation, oldest first: `user` and `model` turns, function calls in model
+    /// turns and their responses in the following user turn.
+    pub contents: Vec<Content>,
+    pub tools: Vec<ToolDeclaration>,
+    pub config: GenerateConfig,
+}
+
+/// A tool as the model sees it: a name, what it does, a JSON schema of its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDeclaration {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments object (`None`: no arguments).
+    pub parameters: Option<Value>,
+}
+
+/// Generation settings (ADK's `generate_content_config`), each optional.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateConfig {
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default, alias = "topP")]
+    pub top_p: Option<f64>,
+    #[serde(default, alias = "maxOutputTokens", alias = "max_tokens")]
+    pub max_output_tokens: Option<u32>,
+    #[serde(default, alias = "stopSequences", alias = "stop")]
+    pub stop_sequences: Vec<String>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+}
+
+/// Token counts, in ADK's `usageMetadata` shape.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub candidates_tokens: u64,
+    pub total_tokens: u64,
+    pub thoughts_tokens: Option<u64>,
+}
+
+impl Usage {
+    pub fn to_json(self) -> Value {
+        let mut m = JsonMap::new();
+        m.insert("candidatesTokenCount".into(), self.candidates_tokens.into());
+        m.insert("promptTokenCount".into(), self.prompt_tokens.into());
+        if let Some(t) = self.thoughts_tokens {
+            m.insert("thoughtsTokenCount".into(), t.into());
+        }
+        m.insert("totalTokenCount".into(), self.total_tokens.into());
+        Value::Object(m)
+    }
+}
+
+/// One piece of a streamed model response, provider-neutral.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    /// Answer text.
+    Text(String),
+    /// Reasoning text (`thought: true` parts).
+    Thought(String),
+    /// A piece of a tool call streamed incrementally (OpenAI, Anthropic): the first piece of
+    /// `index` carries the id and name, later ones append to the argument JSON text.
+    ToolCallChunk {
+        index: usize,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    /// A whole tool call (Gemini).
+    ToolCall {
+        id: Option<String>,
+        name: String,
+        args: Value,
+    },
+    /// Why generation stopped, as ADK's `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, …).
+    Finish(String),
+    Usage(Usage),
+    /// The model that actually answered (`modelVersion`).
+    ModelVersion(String),
+}
+
+pub type DeltaStream = BoxStream<'static, Result<Delta, ModelError>>;
+
+/// A model provider.
+#[async_trait]
+pub trait Model: Send + Sync + 'static {
+    /// The model name requests go to.
+    fn name(&self) -> &str;
+
+    /// Starts a streamed generation. Errors before the first byte (after the provider's
+    /// retries) come back here; errors mid-stream come as stream items.
+    async fn stream(&self, request: &LlmRequest) -> Result<DeltaStream, ModelError>;
+}
+
+/// Why a model call failed, classified so the agent can show a clear error event.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ModelError {
+    /// Stable code for `errorCode`: `UNAUTHENTICATED`, `RATE_LIMITED`, `MODEL_UNAVAILABLE`,
+    /// `MODEL_TIMEOUT`, `MODEL_CONNECTION`, `MODEL_BAD_REQUEST`, `MODEL_NOT_FOUND`,
+    /// `MODEL_PROTOCOL`, `MODEL_ERROR`.
+    pub code: &'static str,
+    pub message: String,
+    /// Worth retrying (before the first byte): 429, 5xx, connection errors, timeouts.
+    pub retryable: bool,
+    /// The provider's `Retry-After`, when it sent one.
+    pub retry_after: Option<Duration>,
+}
+
+impl ModelError {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        ModelError {
+            code,
+            message: message.into(),
+            retryable: false,
+            retry_after: None,
+        }
+    }
+
+    pub fn protocol(message: impl Into<String>) -> Self {
+        ModelError::new("MODEL_PROTOCOL", message)
+    }
+}
+
+/// The aggregated result of one model call (or of a callback that answered instead).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LlmResponse {
+    pub content: Option<Content>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+    pub model_version: Option<String>,
+    /// Calls whose argument text was not valid JSON even after repair: call id → why. The
+    /// agent answers these with a tool error instead of running the tool.
+    pub invalid_calls: Vec<(String, String)>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+}
+
+impl LlmResponse {
+    /// A text-only response (callbacks that answer instead of the model).
+    pub fn text(text: impl Into<String>) -> Self {
+        LlmResponse {
+            content: Some(Content::text("model", text)),
+            ..Default::default()
+        }
+    }
+
+    pub fn function_calls(&self) -> impl Iterator<Item = &FunctionCall> {
+        self.content
+            .iter()
+            .flat_map(|c| c.parts.iter())
+            .filter_map(|p| p.function_call.as_ref())
+    }
+}
+
+/// What a partial chunk shows the client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartialChunk {
+    Text(String),
+    Thought(String),
+}
+
+#[derive(Default)]
+struct PendingCall {
+    id: Option<String>,
+    name: String,
+    arguments: String,
+    whole: Option<Value>,
+}
+
+/// Folds a delta stream into one [`LlmResponse`]; [`Aggregator::push`] returns what should
+/// be streamed to the client right away.
+#[derive(Default)]
+pub struct Aggregator {
+    text: String,
+    thought: String,
+    /// Parts in arrival order of their first chunk: text and thought runs close when a
+    /// call starts, so interleaving is kept.
+    calls: Vec<PendingCall>,
+    index_to_call: std::collections::BTreeMap<usize, usize>,
+    finish: Option<String>,
+    usage: Option<Usage>,
+    model_version: Option<String>,
+}
+
+impl Aggregator {
+    pub fn push(&mut self, delta: Delta) -> Option<PartialChunk> {
+        match delta {
+            Delta::Text(t) if t.is_empty() => None,
+            Delta::Text(t) => {
+                self.text.push_str(&t);
+                Some(PartialChunk::Text(t))
+            }
+            Delta::Thought(t) if t.is_empty() => None,
+            Delta::Thought(t) => {
+                self.thought.push_str(&t);
+                Some(PartialChunk::Thought(t))
+            }
+            Delta::ToolCallChunk {
+                index,
+                id,
+                name,
+                arguments,
+            } => {
+                let slot = match self.index_to_call.get(&index) {
+                    Some(&i) => i,
+                    None => {
+                        self.calls.push(PendingCall::default());
+                        self.index_to_call.insert(index, self.calls.len() - 1);
+                        self.calls.len() - 1
+                    }
+                };
+                let call = &mut self.calls[slot];
+                if let Some(id) = id.filter(|s| !s.is_empty()) {
+                    call.id = Some(id);
+                }
+                if let Some(name) = name.filter(|s| !s.is_empty()) {
+                    call.name.push_str(&name);
+                }
+                call.arguments.push_str(&arguments);
+                None
+            }
+            Delta::ToolCall { id, name, args } => {
+                self.calls.push(PendingCall {
+                    id,
+                    name,
+                    arguments: String::new(),
+                    whole: Some(args),
+                });
+                None
+            }
+            Delta::Finish(reason) => {
+                self.finish = Some(reason);
+                None
+            }
+            Delta::Usage(u) => {
+                self.usage = Some(u);
+                None
+            }
+            Delta::ModelVersion(v) => {
+                self.model_version.get_or_insert(v);
+                None
+            }
+        }
+    }
+
+    /// The aggregated response. Calls without an id get ADK's `adk-<uuid>`; argument text is
+    /// parsed strictly, then repaired, and recorded as invalid when neither works.
+    pub fn finish(self) -> LlmResponse {
+        let mut parts = vec![];
+        if !self.thought.is_empty() {
+            parts.push(Part {
+                text: Some(self.thought),
+                thought: Some(true),
+                ..Default::default()
+            });
+        }
+        if !self.text.is_empty() {
+            parts.push(Part::text(self.text));
+        }
+        let mut invalid_calls = vec![];
+        for call in self.calls {
+            let id = call
+                .id
+                .unwrap_or_else(|| format!("adk-{}", uuid::Uuid::new_v4()));
+            let args = match call.whole {
+                Some(Value::Object(m)) => m,
+                Some(Value::Null) => JsonMap::new(),
+                Some(other) => {
+                    invalid_calls.push((
+                        id.clone(),
+                        format!("arguments must be a JSON object, got {other}"),
+                    ));
+                    JsonMap::new()
+                }
+                None => match repair::parse_arguments(&call.arguments) {
+                    Ok(m) => m,
+                    Err(why) => {
+                        invalid_calls.push((id.clone(), why));
+                        JsonMap::new()
+                    }
+                },
+            };
+            parts.push(Part {
+                function_call: Some(FunctionCall {
+                    id: Some(id),
+                    name: call.name,
+                    args,
+                    extra: JsonMap::new(),
+                }),
+                ..Default::default()
+            });
+        }
+        LlmResponse {
+            content: (!parts.is_empty()).then(|| Content {
+                parts,
+                role: Some("model".into()),
+                extra: JsonMap::new(),
+            }),
+            finish_reason: self.finish,
+            usage: self.usage,
+            model_version: self.model_version,
+            invalid_calls,
+            error_code: None,
+            error_message: None,
+        }
+    }
+}
+
+/// Which wire protocol a model speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// OpenAI-compatible Chat Completions (OpenAI, Ollama, vLLM, llama.cpp, LiteLLM, …).
+    Openai,
+    Anthropic,
+    Gemini,
+}
+
+/// Where and how to reach a model (`model_options` in an agent's YAML; every field optional).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelOptions {
+    /// Overrides the provider guessed from the model name.
+    #[serde(default)]
+    pub provider: Option<Provider>,
+    /// API base URL (default: the provider's, or `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` /
+    /// `GEMINI_BASE_URL`).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the API key (default: `OPENAI_API_KEY`,
+    /// `ANTHROPIC_API_KEY`, `GEMINI_API_KEY` then `GOOGLE_API_KEY`).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Seconds to wait for the response to start (default 60).
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Seconds a started stream may stay silent (default 120).
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
+    /// Retries on 429/5xx/connection errors before the first byte (default 3).
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+    /// First retry delay in milliseconds; doubles each time (default 500).
+    #[serde(default)]
+    pub retry_backoff_ms: Option<u64>,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+/// Resolved connection settings shared by the providers.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub retry: http::RetryPolicy,
+    pub timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+/// Builds the model for `spec`: `provider/model` (`openai/gpt-4o-mini`,
+/// `anthropic/claude-sonnet-4-5`, `gemini/gemini-2.5-flash`) or a bare name, whose provider
+/// is guessed (`claude-*` Anthropic, `gemini-*` Gemini, anything else OpenAI-compatible).
+/// A missing API key is not an error here (local servers need none); the provider's 401
+/// becomes a clear error event at run time.
+pub fn resolve(spec: &str, options: &ModelOptions) -> Result<Arc<dyn Model>, String> {
+    let spec = spec.trim();
+    if spec.is_empty() {
+        return Err("the model name is empty".into());
+    }
+    let (prefix, name) = match spec.split_once('/') {
+        Some((p @ ("openai" | "anthropic" | "gemini" | "google"), rest)) => (Some(p), rest),
+        _ => (None, spec),
+    };
+    let provider = options.provider.unwrap_or(match prefix {
+        Some("openai") => Provider::Openai,
+        Some("anthropic") => Provider::Anthropic,
+        Some("gemini" | "google") => Provider::Gemini,
+        _ if name.starts_with("claude") => Provider::Anthropic,
+        _ if name.starts_with("gemini") => Provider::Gemini,
+        _ => Provider::Openai,
+    });
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (default_base, base_env, key_envs): (&str, &str, &[&str]) = match provider {
+        Provider::Openai => (
+            "https://api.openai.com/v1",
+            "OPENAI_BASE_URL",
+            &["OPENAI_API_KEY"],
+        ),
+        Provider::Anthropic => (
+            "https://api.anthropic.com/v1",
+            "ANTHROPIC_BASE_URL",
+            &["ANTHROPIC_API_KEY"],
+        ),
+        Provider::Gemini => (
+            "https://generativelanguage.googleapis.com/v1beta",
+            "GEMINI_BASE_URL",
+            &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+        ),
+    };
+    let base_url = options
+        .base_url
+        .clone()
+        .or_else(|| env(base_env))
+        .unwrap_or_else(|| default_base.to_string())
+        .trim_end_matches('/')
+        .to_string();
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        return Err(format!(
+            "model_options.base_url {base_url:?} must start with http:// or https://"
+        ));
+    }
+    let api_key = match &options.api_key_env {
+        Some(var) => env(var),
+        None => key_envs.iter().find_map(|k| env(k)),
+    };
+    let endpoint = Endpoint {
+        base_url,
+        api_key,
+        headers: options
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        retry: http::RetryPolicy {
+            max_retries: options.max_retries.unwrap_or(3),
+            backoff: Duration::from_millis(options.retry_backoff_ms.unwrap_or(500)),
+        },
+        timeout: Duration::from_secs(options.timeout_secs.unwrap_or(60)),
+        idle_timeout: Duration::from_secs(options.idle_timeout_secs.unwrap_or(120)),
+    };
+    Ok(match provider {
+        Provider::Openai => Arc::new(openai::OpenAiModel::new(name, endpoint)),
+        Provider::Anthropic => Arc::new(anthropic::AnthropicModel::new(name, endpoint)),
+        Provider::Gemini => Arc::new(gemini::GeminiModel::new(name, endpoint)),
+    })
+}
+
+/// Text of a function response or tool result as a JSON string (for providers that take
+/// tool results as text).
+pub(crate) fn json_text(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "{}".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_call_chunks_accumulate_by_index() {
+        let mut a = Aggregator::default();
+        for d in [
+            Delta::Text("Checking ".into()),
+            Delta::ToolCallChunk {
+                index: 0,
+                id: Some("call_1".into()),
+                name: Some("get_weather".into()),
+                arguments: "{\"ci".into(),
+            },
+            Delta::ToolCallChunk {
+                index: 1,
+                id: Some("call_2".into()),
+                name: Some("get_time".into()),
+                arguments: "".into(),
+            },
+            Delta::ToolCallChunk {
+                index: 0,
+                id: None,
+                name: None,
+                arguments: "ty\": \"Paris\"}".into(),
+            },
+            Delta::ToolCallChunk {
+                index: 1,
+                id: None,
+                name: None,
+                arguments: "{\"tz\": \"CET\"".into(),
+            },
+            Delta::Finish("STOP".into()),
+        ] {
+            a.push(d);
+        }
+        let r = a.finish();
+        let calls: Vec<_> = r.function_calls().collect();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].id.as_deref(), Some("call_1"));
+        assert_eq!(calls[0].args["city"], "Paris");
+        // Missing closing brace repaired.
+        assert_eq!(calls[1].args["tz"], "CET");
+        assert!(r.invalid_calls.is_empty());
+        assert_eq!(r.finish_reason.as_deref(), Some("STOP"));
+    }
+
+    #[test]
+    fn calls_without_ids_get_adk_ids_and_bad_json_is_reported() {
+        let mut a = Aggregator::default();
+        a.push(Delta::ToolCallChunk {
+            index: 0,
+            id: None,
+            name: Some("f".into()),
+            arguments: "not json at all".into(),
+        });
+        let r = a.finish();
+        let call = r.function_calls().next().unwrap();
+        assert!(call.id.as_deref().unwrap().starts_with("adk-"));
+        assert_eq!(r.invalid_calls.len(), 1);
+    }
+
+    #[test]
+    fn resolve_guesses_providers() {
+        let o = ModelOptions::default();
+        assert_eq!(resolve("openai/gpt-4o", &o).unwrap().name(), "gpt-4o");
+        assert_eq!(
+            resolve("claude-sonnet-4-5", &o).unwrap().name(),
+            "claude-sonnet-4-5"
+        );
+        assert!(resolve("", &o).is_err());
+        let bad = ModelOptions {
+            base_url: Some("ftp://x".into()),
+            ..Default::default()
+        };
+        assert!(resolve("gpt-4o", &bad).is_err());
+    }
+}

@@ -1,0 +1,786 @@
+//! HTTP tools declared in config: one REST endpoint as a tool.
+//!
+//! ```yaml
+//! tools:
+//!   - name: HttpTool
+//!     args:
+//!       name: get_weather
+//!       description: Current weather for a city.
+//!       method: GET                                   # GET|POST|PUT|PATCH|DELETE, default GET
+//!       url: https://api.example.com/weather/{city}   # {arg}: the call's argument, one path segment
+//!       headers:
+//!         Authorization: "Bearer ${WEATHER_API_KEY}"  # ${VAR}: the environment, at call time
+//!       parameters: {type: object, properties: {city: {type: string}}, required: [city]}
+//!       timeout_secs: 30                              # default 30
+//!       max_response_bytes: 1048576                   # default 1 MiB
+//! ```
+//!
+//! Arguments that fill no `{placeholder}` go to the query string (GET, DELETE) or to a JSON
+//! body (POST, PUT, PATCH). `${VAR}` references (in `url` and `headers`) are resolved at call
+//! time, so an app loads without the variable; a call then fails with a sentence naming it,
+//! and never sends the literal `${VAR}`. Error messages show the URL with `${VAR}` unexpanded
+//! and never show header values, so secrets do not reach the model.
+//!
+//! A JSON response becomes the tool's result (an object as is, anything else as
+//! `{"result": …}`); other text becomes `{"status": 200, "body": "…"}` (cut at
+//! `max_response_bytes`, with `"truncated": true`); a non-2xx status is a tool error
+//! `HTTP 404 from GET https://…: <body excerpt>`.
+
+use super::{Tool, ToolContext, ToolError, ToolResult};
+use crate::event::JsonMap;
+use async_trait::async_trait;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
+const DEFAULT_MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+/// How much of an error response's body the model sees.
+const ERROR_EXCERPT_CHARS: usize = 500;
+
+/// Everything but the RFC 3986 unreserved characters is escaped in a placeholder's value,
+/// so it stays one path segment (or one query value): no `/`, `?`, `#`, `&`, `=`.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The YAML `args` of an `HttpTool`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpToolConfig {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    method: Option<String>,
+    url: String,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    parameters: Option<Value>,
+    #[serde(default)]
+    timeout_secs: Option<f64>,
+    #[serde(default)]
+    max_response_bytes: Option<usize>,
+}
+
+/// A piece of a `url` or header template.
+#[derive(Debug, Clone, PartialEq)]
+enum Piece {
+    Lit(String),
+    /// `${VAR}`: from the environment, at call time.
+    Env(String),
+    /// `{arg}`: the call's argument, percent-encoded.
+    Arg(String),
+}
+
+/// One REST endpoint as a tool (see the module docs).
+#[derive(Debug)]
+pub struct HttpTool {
+    name: String,
+    description: String,
+    method: Method,
+    url: Vec<Piece>,
+    /// The `{placeholder}` names of `url`.
+    url_args: BTreeSet<String>,
+    /// Header name, its name as configured (for messages), its value template.
+    headers: Vec<(HeaderName, String, Vec<Piece>)>,
+    parameters: Option<Value>,
+    /// `parameters.properties` keys: the arguments a call may pass.
+    properties: BTreeSet<String>,
+    required: Vec<String>,
+    timeout: Duration,
+    max_response_bytes: usize,
+}
+
+impl HttpTool {
+    /// Builds the tool from its YAML `args` (as JSON). Errors name the field: `args.url: …`.
+    pub fn from_config(args: Value) -> Result<Self, String> {
+        let c: HttpToolConfig = serde_path_to_error::deserialize(args).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." {
+                format!("args: {}", e.inner())
+            } else {
+                format!("args.{path}: {}", e.inner())
+            }
+        })?;
+
+        if !valid_tool_name(&c.name) {
+            return Err(format!(
+                "args.name: {:?} is not a valid tool name (a letter or `_`, then up to 63 \
+                 letters, digits, `_` or `-`)",
+                c.name
+            ));
+        }
+
+        let method = match c.method.as_deref().map(str::to_ascii_uppercase).as_deref() {
+            None | Some("GET") => Method::GET,
+            Some("POST") => Method::POST,
+            Some("PUT") => Method::PUT,
+            Some("PATCH") => Method::PATCH,
+            Some("DELETE") => Method::DELETE,
+            Some(_) => {
+                return Err(format!(
+                    "args.method: {:?} is not one of GET, POST, PUT, PATCH, DELETE",
+                    c.method.unwrap_or_default()
+                ))
+            }
+        };
+
+        let (properties, required) = match &c.parameters {
+            None => (BTreeSet::new(), Vec::new()),
+            Some(p) => check_parameters(p)?,
+        };
+
+        let url = parse_template(&c.url, true).map_err(|e| format!("args.url: {e}"))?;
+        check_url(&url)?;
+        let mut url_args = BTreeSet::new();
+        for piece in &url {
+            if let Piece::Arg(a) = piece {
+                if !properties.contains(a) {
+                    return Err(format!(
+                        "args.url: placeholder {{{a}}} is not declared in \
+                         args.parameters.properties"
+                    ));
+                }
+                url_args.insert(a.clone());
+            }
+        }
+
+        let mut headers = Vec::new();
+        for (name, value) in &c.headers {
+            let field = format!("args.headers.{name}");
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("{field}: not a valid HTTP header name"))?;
+            let pieces = parse_template(value, false).map_err(|e| format!("{field}: {e}"))?;
+            // What the environment cannot change must already be a valid header value.
+            let literal: String = pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Lit(s) => s.as_str(),
+                    _ => "x",
+                })
+                .collect();
+            if HeaderValue::from_str(&literal).is_err() {
+                return Err(format!("{field}: not a valid HTTP header value"));
+            }
+            headers.push((header, name.clone(), pieces));
+        }
+
+        let timeout_secs = c.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
+        let timeout = Duration::try_from_secs_f64(timeout_secs)
+            .ok()
+            .filter(|d| !d.is_zero() && *d <= Duration::from_secs(24 * 3600))
+            .ok_or_else(|| {
+                format!("args.timeout_secs: {timeout_secs} is not between 0 and 86400 seconds")
+            })?;
+        let max_response_bytes = c.max_response_bytes.unwrap_or(DEFAULT_MAX_RESPONSE_BYTES);
+        if max_response_bytes == 0 {
+            return Err("args.max_response_bytes: must be at least 1".into());
+        }
+
+        Ok(HttpTool {
+            name: c.name,
+            description: c.description,
+            method,
+            url,
+            url_args,
+            headers,
+            parameters: c.parameters,
+            properties,
+            required,
+            timeout,
+            max_response_bytes,
+        })
+    }
+
+    /// Runs one call: what [`Tool::call`] does, without needing a [`ToolContext`].
+    pub async fn execute(&self, args: &JsonMap) -> ToolResult {
+        let request = self.build(args)?;
+        let shown = request.shown.clone();
+        let method = self.method.clone();
+        match tokio::time::timeout(self.timeout, self.send(request)).await {
+            Ok(result) => result,
+            Err(_) => Err(ToolError(format!(
+                "{method} {shown} timed out after {} s",
+                self.timeout.as_secs_f64()
+            ))),
+        }
+    }
+
+    /// Checks the arguments and builds the request.
+    fn build(&self, args: &JsonMap) -> Result<Request, ToolError> {
+        if let Some(unknown) = args.keys().find(|k| !self.properties.contains(*k)) {
+            let allowed = if self.properties.is_empty() {
+                "this tool takes no arguments".to_string()
+            } else {
+                let names: Vec<&str> = self.properties.iter().map(String::as_str).collect();
+                format!("expected: {}", names.join(", "))
+            };
+            return Err(ToolError(format!("unknown argument `{unknown}` ({allowed})")));
+        }
+        for name in self.required.iter().chain(self.url_args.iter()) {
+            if args.get(name).is_none_or(Value::is_null) {
+                return Err(ToolError(format!("missing required argument `{name}`")));
+            }
+        }
+
+        // The URL: placeholders filled and escaped; `shown` keeps `${VAR}` for messages.
+        let mut real = String::new();
+        let mut shown = String::new();
+        for piece in &self.url {
+            match piece {
+                Piece::Lit(s) => {
+                    real.push_str(s);
+                    shown.push_str(s);
+                }
+                Piece::Env(var) => {
+                    real.push_str(&self.env(var, "args.url")?);
+                    let _ = write!(shown, "${{{var}}}");
+                }
+                Piece::Arg(name) => {
+                    let value = scalar(name, &args[name.as_str()])?;
+                    if value == "." || value == ".." {
+                        return Err(ToolError(format!(
+                            "argument `{name}` may not be `{value}` (it fills a URL path segment)"
+                        )));
+                    }
+                    let encoded = utf8_percent_encode(&value, SEGMENT).to_string();
+                    real.push_str(&encoded);
+                    shown.push_str(&encoded);
+                }
+            }
+        }
+        let mut url = reqwest::Url::parse(&real).map_err(|e| {
+            ToolError(format!("the tool's URL {shown} is not a valid URL: {e}"))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
+            return Err(ToolError(format!(
+                "the tool's URL {shown} is not an http:// or https:// URL"
+            )));
+        }
+
+        let rest: JsonMap = args
+            .iter()
+            .filter(|(k, v)| !self.url_args.contains(*k) && !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let body = if matches!(self.method, Method::GET | Method::DELETE) {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            for (k, v) in &rest {
+                match v {
+                    Value::Array(items) => {
+                        for item in items {
+                            query.append_pair(k, &query_value(item));
+                        }
+                    }
+                    other => {
+                        query.append_pair(k, &query_value(other));
+                    }
+                }
+            }
+            let query = query.finish();
+            if !query.is_empty() {
+                let joined = match url.query() {
+                    Some(q) if !q.is_empty() => format!("{q}&{query}"),
+                    _ => query.clone(),
+                };
+                url.set_query(Some(&joined));
+                let sep = if shown.contains('?') { '&' } else { '?' };
+                shown.push(sep);
+                shown.push_str(&query);
+            }
+            None
+        } else {
+            Some(Value::Object(rest))
+        };
+
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            reqwest::header::ACCEPT,
+            HeaderValue::from_static("application/json, */*;q=0.5"),
+        );
+        for (name, configured, pieces) in &self.headers {
+            let mut value = String::new();
+            for piece in pieces {
+                match piece {
+                    Piece::Lit(s) | Piece::Arg(s) => value.push_str(s),
+                    Piece::Env(var) => {
+                        value.push_str(&self.env(var, &format!("args.headers.{configured}"))?)
+                    }
+                }
+            }
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                ToolError(format!(
+                    "args.headers.{configured} of HTTP tool {} is not a valid header value \
+                     once its environment variables are filled in",
+                    self.name
+                ))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(name.clone(), value);
+        }
+
+        Ok(Request {
+            url,
+            shown: truncate_chars(&shown, 300),
+            headers,
+            body,
+        })
+    }
+
+    /// An environment variable a template refers to.
+    fn env(&self, var: &str, field: &str) -> Result<String, ToolError> {
+        std::env::var(var).map_err(|_| {
+            ToolError(format!(
+                "environment variable {var} is not set (HTTP tool {} needs it for {field})",
+                self.name
+            ))
+        })
+    }
+
+    async fn send(&self, r: Request) -> ToolResult {
+        let method = &self.method;
+        let shown = &r.shown;
+        let mut builder = crate::model::http::client()
+            .request(method.clone(), r.url)
+            .headers(r.headers);
+        if let Some(body) = &r.body {
+            builder = builder.json(body);
+        }
+        let mut resp = builder.send().await.map_err(|e| {
+            let what = if e.is_connect() {
+                "could not connect"
+            } else {
+                "failed"
+            };
+            ToolError(format!("{method} {shown} {what}: {}", error_chain(&e)))
+        })?;
+        let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+
+        let limit = if status.is_success() {
+            self.max_response_bytes
+        } else {
+            self.max_response_bytes.min(4 * ERROR_EXCERPT_CHARS)
+        };
+        let mut buf: Vec<u8> = Vec::new();
+        let mut truncated = false;
+        loop {
+            let chunk = resp.chunk().await.map_err(|e| {
+                ToolError(format!(
+                    "{method} {shown}: reading the response failed: {}",
+                    error_chain(&e)
+                ))
+            })?;
+            let Some(chunk) = chunk else { break };
+            let room = limit - buf.len();
+            if chunk.len() > room {
+                buf.extend_from_slice(&chunk[..room]);
+                truncated = true;
+                break;
+            }
+            buf.extend_from_slice(&chunk);
+        }
+
+        if !status.is_success() {
+            let text = utf8_prefix(&buf);
+            let excerpt = truncate_chars(text.trim(), ERROR_EXCERPT_CHARS);
+            let mut msg = format!("HTTP {} from {method} {shown}", status.as_u16());
+            if !excerpt.is_empty() {
+                let _ = write!(msg, ": {excerpt}");
+            }
+            return Err(ToolError(msg));
+        }
+
+        if is_json(&content_type) && !truncated {
+            if let Ok(v) = serde_json::from_slice::<Value>(&buf) {
+                return Ok(match v {
+                    Value::Object(_) => v,
+                    other => json!({ "result": other }),
+                });
+            }
+        }
+        if !is_textual(&content_type) {
+            return Ok(json!({
+                "status": status.as_u16(),
+                "content_type": content_type,
+                "size_bytes": buf.len(),
+                "note": "binary content not shown",
+            }));
+        }
+        let mut out = json!({
+            "status": status.as_u16(),
+            "body": utf8_prefix(&buf),
+        });
+        if truncated {
+            out["truncated"] = Value::Bool(true);
+        }
+        Ok(out)
+    }
+}
+
+/// A request ready to send; `shown` is its URL as messages may show it.
+struct Request {
+    url: reqwest::Url,
+    shown: String,
+    headers: HeaderMap,
+    body: Option<Value>,
+}
+
+#[async_trait]
+impl Tool for HttpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Option<Value> {
+        self.parameters.clone()
+    }
+
+    async fn call(&self, args: JsonMap, _ctx: &ToolContext) -> ToolResult {
+        self.execute(&args).await
+    }
+}
+
+/// `^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$`
+fn valid_tool_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-')
+}
+
+/// `parameters` must be an object schema; returns its property names and `required` list.
+fn check_parameters(p: &Value) -> Result<(BTreeSet<String>, Vec<String>), String> {
+    let obj = p
+        .as_object()
+        .ok_or("args.parameters: must be a JSON schema object (`type: object`)")?;
+    match obj.get("type") {
+        None => {}
+        Some(Value::String(t)) if t == "object" => {}
+        Some(_) => return Err("args.parameters.type: must be `object`".into()),
+    }
+    let properties: BTreeSet<String> = match obj.get("properties") {
+        None => BTreeSet::new(),
+        Some(Value::Object(m)) => m.keys().cloned().collect(),
+        Some(_) => return Err("args.parameters.properties: must be a mapping".into()),
+    };
+    let required = match obj.get("required") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut out = Vec::new();
+            for item in items {
+                let name = item
+                    .as_str()
+                    .ok_or("args.parameters.required: must be a list of property names")?;
+                if !properties.contains(name) {
+                    return Err(format!(
+                        "args.parameters.required: `{name}` is not in args.parameters.properties"
+                    ));
+                }
+                out.push(name.to_string());
+            }
+            out
+        }
+        Some(_) => return Err("args.parameters.required: must be a list".into()),
+    };
+    Ok((properties, required))
+}
+
+/// Splits a template into literal text, `${VAR}` and (when `args`) `{arg}` pieces.
+fn parse_template(s: &str, args: bool) -> Result<Vec<Piece>, String> {
+    let mut pieces = Vec::new();
+    let mut lit = String::new();
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        let (is_env, open) = if rest.starts_with("${") {
+            (true, 2)
+        } else if c == '{' && args {
+            (false, 1)
+        } else {
+            lit.push(c);
+            rest = &rest[c.len_utf8()..];
+            continue;
+        };
+        let close = rest
+            .find('}')
+            .ok_or_else(|| format!("unclosed `{}` in {s:?}", &rest[..open]))?;
+        let name = &rest[open..close];
+        if is_env {
+            if !valid_env_name(name) {
+                return Err(format!("`${{{name}}}` is not a valid environment variable name"));
+            }
+        } else if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+        {
+            return Err(format!("`{{{name}}}` is not a valid placeholder"));
+        }
+        if !lit.is_empty() {
+            pieces.push(Piece::Lit(std::mem::take(&mut lit)));
+        }
+        pieces.push(if is_env {
+            Piece::Env(name.to_string())
+        } else {
+            Piece::Arg(name.to_string())
+        });
+        rest = &rest[close + 1..];
+    }
+    if !lit.is_empty() {
+        pieces.push(Piece::Lit(lit));
+    }
+    Ok(pieces)
+}
+
+/// Checks the `${VAR}` references in a config value (for other tool kinds' config).
+pub(super) fn check_env_refs(s: &str) -> Result<(), String> {
+    parse_template(s, false).map(|_| ())
+}
+
+/// Fills in the `${VAR}` references of a config value from the environment; the error
+/// names the variable and `field`, never the value.
+pub(super) fn expand_env(s: &str, field: &str) -> Result<String, String> {
+    let mut out = String::new();
+    for piece in parse_template(s, false).map_err(|e| format!("{field}: {e}"))? {
+        match piece {
+            Piece::Lit(t) | Piece::Arg(t) => out.push_str(&t),
+            Piece::Env(var) => match std::env::var(&var) {
+                Ok(v) => out.push_str(&v),
+                Err(_) => {
+                    return Err(format!(
+                        "environment variable {var} is not set (needed by {field})"
+                    ))
+                }
+            },
+        }
+    }
+    Ok(out)
+}
+
+fn valid_env_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+/// The URL must be http(s) and its placeholders must sit after the host. A URL that starts
+/// with `${VAR}` (a base URL from the environment) is checked at call time instead.
+fn check_url(url: &[Piece]) -> Result<(), String> {
+    let first = match url.first() {
+        Some(Piece::Lit(s)) => s.as_str(),
+        Some(Piece::Env(_)) => return Ok(()),
+        _ => "",
+    };
+    let scheme_end = match first.find("://") {
+        Some(i) if matches!(&first[..i].to_ascii_lowercase()[..], "http" | "https") => i + 3,
+        _ => return Err("args.url: must be an http:// or https:// URL".into()),
+    };
+    // The authority is the first piece up to `/`, `?` or `#`; it may not have placeholders.
+    if !first[scheme_end..].contains(['/', '?', '#']) {
+        if let Some(p) = url.get(1) {
+            let what = match p {
+                Piece::Arg(a) => format!("placeholder {{{a}}}"),
+                Piece::Env(v) => format!("${{{v}}}"),
+                Piece::Lit(_) => unreachable!("consecutive literals are merged"),
+            };
+            return Err(format!(
+                "args.url: {what} is in the host; placeholders may only fill the path or query"
+            ));
+        }
+    }
+    // Check the shape with every placeholder filled in.
+    let sample: String = url
+        .iter()
+        .map(|p| match p {
+            Piece::Lit(s) => s.as_str(),
+            Piece::Env(_) | Piece::Arg(_) => "x",
+        })
+        .collect();
+    let parsed = reqwest::Url::parse(&sample).map_err(|e| format!("args.url: {e}"))?;
+    if !parsed.has_host() {
+        return Err("args.url: has no host".into());
+    }
+    Ok(())
+}
+
+/// A placeholder's value: strings as they are, numbers and booleans written out.
+fn scalar(name: &str, v: &Value) -> Result<String, ToolError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Bool(b) => Ok(b.to_string()),
+        _ => Err(ToolError(format!(
+            "argument `{name}` must be a string, number or boolean (it fills the URL)"
+        ))),
+    }
+}
+
+/// A query-string value: scalars written out, anything else as JSON.
+fn query_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence == "application/json" || essence.ends_with("+json") || essence == "text/json"
+}
+
+fn is_textual(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence.is_empty()
+        || essence.starts_with("text/")
+        || ["json", "xml", "javascript", "yaml", "x-www-form-urlencoded", "csv"]
+            .iter()
+            .any(|k| essence.contains(k))
+}
+
+/// The bytes as text: a character cut at the end is dropped, invalid UTF-8 replaced.
+fn utf8_prefix(buf: &[u8]) -> String {
+    match std::str::from_utf8(buf) {
+        Ok(s) => s.to_string(),
+        Err(e) if e.error_len().is_none() => {
+            String::from_utf8_lossy(&buf[..e.valid_up_to()]).into_owned()
+        }
+        Err(_) => String::from_utf8_lossy(buf).into_owned(),
+    }
+}
+
+fn truncate_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// A reqwest error and its causes, without the URL (which may carry a secret).
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut out = String::new();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    if out.is_empty() {
+        // reqwest's own message names the URL; say what kind of failure it was instead.
+        out.push_str(if e.is_timeout() {
+            "timed out"
+        } else if e.is_body() || e.is_decode() {
+            "bad response body"
+        } else {
+            "request error"
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(args: Value) -> Result<HttpTool, String> {
+        HttpTool::from_config(args)
+    }
+
+    #[test]
+    fn templates() {
+        assert_eq!(
+            parse_template("https://x/{a}/b?k=${K}", true).unwrap(),
+            vec![
+                Piece::Lit("https://x/".into()),
+                Piece::Arg("a".into()),
+                Piece::Lit("/b?k=".into()),
+                Piece::Env("K".into()),
+            ]
+        );
+        assert_eq!(
+            parse_template("Bearer {x}", false).unwrap(),
+            vec![Piece::Lit("Bearer {x}".into())]
+        );
+        assert!(parse_template("a ${B", false).unwrap_err().contains("unclosed"));
+        assert!(parse_template("${1X}", false).is_err());
+    }
+
+    #[test]
+    fn config_errors_name_the_field() {
+        let base = json!({"name": "t", "url": "https://example.com/{city}",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}});
+        assert!(tool(base.clone()).is_ok());
+
+        let mut v = base.clone();
+        v["name"] = json!("bad name");
+        assert!(tool(v).unwrap_err().starts_with("args.name:"));
+        let mut v = base.clone();
+        v["method"] = json!("TRACE");
+        assert!(tool(v).unwrap_err().starts_with("args.method:"));
+        let mut v = base.clone();
+        v["url"] = json!("ftp://example.com/x");
+        assert!(tool(v).unwrap_err().starts_with("args.url:"));
+        let mut v = base.clone();
+        v["url"] = json!("https://example.com/{town}");
+        let e = tool(v).unwrap_err();
+        assert!(e.contains("{town}") && e.starts_with("args.url:"), "{e}");
+        let mut v = base.clone();
+        v["url"] = json!("https://{city}.example.com/");
+        assert!(tool(v).unwrap_err().contains("host"));
+        let mut v = base.clone();
+        v["headers"] = json!({"Bad Header": "x"});
+        assert!(tool(v).unwrap_err().starts_with("args.headers.Bad Header:"));
+        let mut v = base.clone();
+        v["timeout_secs"] = json!(0);
+        assert!(tool(v).unwrap_err().starts_with("args.timeout_secs:"));
+        let mut v = base.clone();
+        v["timeout_secs"] = json!("soon");
+        assert!(tool(v).unwrap_err().starts_with("args.timeout_secs:"));
+        let mut v = base.clone();
+        v["extra"] = json!(1);
+        assert!(tool(v).unwrap_err().starts_with("args:"));
+        let mut v = base;
+        v["parameters"]["required"] = json!(["nope"]);
+        assert!(tool(v)
+            .unwrap_err()
+            .starts_with("args.parameters.required:"));
+        // A base URL from the environment is checked at call time.
+        assert!(tool(json!({"name": "t", "url": "${BASE}/x"})).is_ok());
+    }
+
+    #[test]
+    fn text_helpers() {
+        assert_eq!(utf8_prefix("héllo".as_bytes()), "héllo");
+        assert_eq!(utf8_prefix(&"hé".as_bytes()[..2]), "h");
+        assert_eq!(truncate_chars("abcdef", 3), "abc…");
+        assert!(is_json("application/problem+json; charset=utf-8"));
+        assert!(!is_textual("image/png"));
+    }
+}

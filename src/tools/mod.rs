@@ -1,0 +1,236 @@
+//! Tools an LLM agent can call: the [`Tool`] trait, the [`ToolContext`] a call sees, function
+//! tools built from Rust closures ([`FunctionTool`], JSON schema derived from the argument
+//! type), toolsets that list their tools at run time ([`Toolset`], e.g. MCP servers), and
+//! the built-ins (`transfer_to_agent`, `exit_loop`, `load_artifacts`, `load_memory`,
+//! HTTP tools declared in config).
+
+pub mod builtin;
+pub mod function;
+pub mod http;
+pub mod mcp;
+
+pub use function::FunctionTool;
+
+use crate::agent::InvocationContext;
+use crate::event::{EventActions, JsonMap, Part};
+use crate::model::ToolDeclaration;
+use async_trait::async_trait;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+
+/// A failed tool call. The message goes back to the model as `{"error": message}` so it
+/// can correct itself; it is not an error of the run.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+impl ToolError {
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError(message.into())
+    }
+}
+
+pub type ToolResult = Result<Value, ToolError>;
+
+/// A tool the model can call.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    fn name(&self) -> &str;
+
+    fn description(&self) -> &str;
+
+    /// JSON schema of the arguments object; `None` for a tool without arguments.
+    fn parameters(&self) -> Option<Value> {
+        None
+    }
+
+    /// What the model is told about this tool.
+    fn declaration(&self) -> ToolDeclaration {
+        ToolDeclaration {
+            name: self.name().to_string(),
+            description: self.description().to_string(),
+            parameters: self.parameters(),
+        }
+    }
+
+    /// A long-running tool may answer `Value::Null` ("pending"): the run then ends with the
+    /// call open (ADK `longRunningToolIds`), and a later `/run` carrying the call's
+    /// `functionResponse` resumes the conversation.
+    fn is_long_running(&self) -> bool {
+        false
+    }
+
+    /// When true, a call first asks the client for approval (ADK
+    /// `requestedToolConfirmations`) and runs only after it is approved.
+    fn requires_confirmation(&self) -> bool {
+        false
+    }
+
+    /// Runs the tool. The returned JSON becomes the `functionResponse.response` (objects as
+    /// they are, anything else as `{"result": value}`).
+    async fn call(&self, args: JsonMap, ctx: &ToolContext) -> ToolResult;
+}
+
+/// A group of tools discovered at run time (an MCP server's tools).
+#[async_trait]
+pub trait Toolset: Send + Sync + 'static {
+    fn name(&self) -> &str;
+
+    /// The tools, as of now. Called once per model step, so implementations cache.
+    async fn tools(&self, ctx: &InvocationContext) -> Result<Vec<Arc<dyn Tool>>, ToolError>;
+
+    /// Releases connections and child processes (server shutdown).
+    async fn close(&self) {}
+}
+
+/// Wraps a tool so that every call needs the client's approval first.
+pub struct RequireConfirmation(pub Arc<dyn Tool>);
+
+#[async_trait]
+impl Tool for RequireConfirmation {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn description(&self) -> &str {
+        self.0.description()
+    }
+
+    fn parameters(&self) -> Option<Value> {
+        self.0.parameters()
+    }
+
+    fn declaration(&self) -> ToolDeclaration {
+        self.0.declaration()
+    }
+
+    fn is_long_running(&self) -> bool {
+        self.0.is_long_running()
+    }
+
+    fn requires_confirmation(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, args: JsonMap, ctx: &ToolContext) -> ToolResult {
+        self.0.call(args, ctx).await
+    }
+}
+
+/// The client's answer to a confirmation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolConfirmation {
+    pub confirmed: bool,
+    pub payload: Option<Value>,
+}
+
+/// What one tool call sees and may change: state, artifacts, transfer/escalation, and the
+/// confirmation flow. Its changes become the actions of the function-response event.
+#[derive(Clone)]
+pub struct ToolContext {
+    ctx: InvocationContext,
+    function_call_id: String,
+    actions: Arc<Mutex<EventActions>>,
+    confirmation: Option<ToolConfirmation>,
+}
+
+impl ToolContext {
+    pub(crate) fn new(
+        ctx: &InvocationContext,
+        function_call_id: impl Into<String>,
+        confirmation: Option<ToolConfirmation>,
+    ) -> Self {
+        ToolContext {
+            ctx: ctx.clone(),
+            function_call_id: function_call_id.into(),
+            actions: Arc::new(Mutex::new(EventActions::default())),
+            confirmation,
+        }
+    }
+
+    fn actions(&self) -> std::sync::MutexGuard<'_, EventActions> {
+        self.actions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn invocation(&self) -> &InvocationContext {
+        &self.ctx
+    }
+
+    pub fn agent_name(&self) -> &str {
+        self.ctx.agent_name()
+    }
+
+    pub fn function_call_id(&self) -> &str {
+        &self.function_call_id
+    }
+
+    /// Reads state, seeing this call's own writes first.
+    pub fn state_get(&self, key: &str) -> Option<Value> {
+        let own = self.actions().state_delta.get(key).cloned();
+        own.or_else(|| self.ctx.state_get(key))
+    }
+
+    /// Writes state; committed with the function-response event.
+    pub fn set_state(&self, key: impl Into<String>, value: Value) {
+        self.actions().state_delta.insert(key.into(), value);
+    }
+
+    /// Hands the conversation to another agent after this step.
+    pub fn transfer_to_agent(&self, agent: impl Into<String>) {
+        self.actions().transfer_to_agent = Some(agent.into());
+    }
+
+    /// Ends the enclosing loop agent (and this agent's turn).
+    pub fn escalate(&self) {
+        self.actions().escalate = Some(true);
+    }
+
+    /// The model is not called again with this tool's result.
+    pub fn skip_summarization(&self) {
+        self.actions().skip_summarization = Some(true);
+    }
+
+    /// Saves an artifact, committed with the function-response event.
+    pub fn save_artifact(&self, filename: impl Into<String>, part: Part) {
+        self.ctx.save_artifact(filename, part);
+    }
+
+    /// The client's approval or rejection, when this call was confirmed.
+    pub fn tool_confirmation(&self) -> Option<&ToolConfirmation> {
+        self.confirmation.as_ref()
+    }
+
+    /// Asks the client to approve this call; the call's response tells the model it waits.
+    pub fn request_confirmation(&self, hint: impl Into<String>, payload: Option<Value>) {
+        let mut conf = JsonMap::new();
+        conf.insert("hint".into(), Value::String(hint.into()));
+        conf.insert("confirmed".into(), Value::Bool(false));
+        if let Some(p) = payload {
+            conf.insert("payload".into(), p);
+        }
+        self.actions()
+            .requested_tool_confirmations
+            .insert(self.function_call_id.clone(), Value::Object(conf));
+    }
+
+    pub(crate) fn take_actions(&self) -> EventActions {
+        std::mem::take(&mut *self.actions())
+    }
+}
+
+/// The `functionResponse.response` object for a tool's result.
+pub fn response_object(result: ToolResult) -> JsonMap {
+    match result {
+        Ok(Value::Object(m)) => m,
+        Ok(other) => {
+            let mut m = JsonMap::new();
+            m.insert("result".into(), other);
+            m
+        }
+        Err(e) => {
+            let mut m = JsonMap::new();
+            m.insert("error".into(), Value::String(e.0));
+            m
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! LLM agents end to end: a scripted OpenAI-compatible model server on a real port (real
+//! streaming wire format), agentd on a real port, real SSE parsed by a client, each test on
+//! PostgreSQL and SQLite.
+
+mod common;
+
+use agentd::agent::llm::LlmAgent;
+use agentd::agent::workflow::{LoopAgent, SequentialAgent, WorkflowParts};
+use agentd::agent::{Agent, AgentTree, PluginSet};
+use agentd::apps::AppRegistry;
+use agentd::model::{resolve, Model, ModelOptions};
+use agentd::tools::builtin::ExitLoop;
+use agentd::tools::{FunctionTool, ToolError};
+use common::model_server::{Reply, ScriptedModel};
+use common::sse_client::{complete, read_all, text_of, Msg};
+use common::{json_with_status, Backend, TestServer};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const USER: &str = "u1";
+
+fn model(s: &ScriptedModel, name: &str) -> Arc<dyn Model> {
+    resolve(
+        &format!("openai/{name}"),
+        &ModelOptions {
+            base_url: Some(s.base_url.clone()),
+            max_retries: Some(2),
+            retry_backoff_ms: Some(5),
+            ..Default::default()
+        },
+    )
+    .expect("model")
+}
+
+async fn serve(backend: Backend, app: &str, root: Arc<dyn Agent>) -> TestServer {
+    let mut apps = AppRegistry::default();
+    apps.insert(app, AgentTree::new(root).expect("valid tree"));
+    TestServer::start_embedded(backend, apps, PluginSet::default()).await
+}
+
+fn body(app: &str, session: &str, text: &str) -> Value {
+    json!({
+        "appName": app, "userId": USER, "sessionId": session,
+        "newMessage": {"role": "user", "parts": [{"text": text}]},
+        "streaming": true, "createSession": true,
+    })
+}
+
+async fn run(s: &TestServer, body: Value) -> Vec<Msg> {
+    read_all(s.post_json("/run", body).await).await
+}
+
+fn done_status(msgs: &[Msg]) -> String {
+    let last = msgs.last().expect("messages");
+    assert_eq!(last.event, "done", "the stream ends with done: {msgs:#?}");
+    last.data["status"].as_str().unwrap_or_default().to_string()
+}
+
+async fn session(s: &TestServer, app: &str, session: &str) -> Value {
+    json_with_status(
+        s.get(&format!("/apps/{app}/users/{USER}/sessions/{session}"))
+            .await,
+        200,
+    )
+    .await
+}
+
+fn call_of(event: &Value) -> Option<&Value> {
+    event["content"]["parts"]
+        .as_array()?
+        .iter()
+        .find_map(|p| p.get("functionCall"))
+}
+
+fn responses_of(event: &Value) -> Vec<&Value> {
+    event["content"]["parts"]
+        .as_array()
+        .map(|ps| ps.iter().filter_map(|p| p.get("functionResponse")).collect())
+        .unwrap_or_default()
+}
+
+/// Messages of a recorded model request with the given role.
+fn messages<'a>(request: &'a Value, role: &str) -> Vec<&'a Value> {
+    request["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == role)
+        .collect()
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct City {
+    /// The city to look up.
+    city: String,
+}
+
+fn weather_tool(calls: Arc<AtomicUsize>) -> FunctionTool {
+    FunctionTool::new(
+        "get_weather",
+        "Current weather for a city.",
+        move |a: City, ctx| {
+            let calls = calls.clone();
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                ctx.set_state("last_city", json!(a.city));
+                let forecast = if a.city == "Paris" { "sunny" } else { "rainy" };
+                Ok(json!({"city": a.city, "forecast": forecast}))
+            }
+        },
+    )
+}
+
+/// Two tool rounds, then a streamed answer: every complete event is stored in order, the
+/// partials share the final event's id, tool results go back to the model, the instruction
+/// is filled from state and the answer lands in `output_key`.
+async fn a_tool_loop_streams_commits_and_feeds_results_back(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    m.push(
+        "weather",
+        Reply::tool_calls(&[("call_1", "get_weather", r#"{"city": "Paris"}"#)]),
+    )
+    .push(
+        "weather",
+        Reply::tool_calls(&[("call_2", "get_weather", r#"{"city": "Rome"}"#)]),
+    )
+    .push("weather", Reply::text(&["Paris is ", "sunny, Rome ", "rainy."]));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let agent = LlmAgent::new("weather_agent", model(&m, "weather"))
+        .instruction("You help {user:name}.{nickname?} Answer briefly.")
+        .tool(weather_tool(calls.clone()))
+        .output_key("answer");
+    let s = serve(backend, "weather", Arc::new(agent)).await;
+
+    let mut b = body("weather", "s1", "Weather in Paris and Rome?");
+    b["stateDelta"] = json!({"user:name": "Ada"});
+    let msgs = run(&s, b).await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
+    let events = complete(&msgs);
+    assert_eq!(events.len(), 5, "call, response, call, response, answer: {events:#?}");
+    assert_eq!(call_of(&events[0]).unwrap()["args"], json!({"city": "Paris"}));
+    assert_eq!(call_of(&events[0]).unwrap()["id"], "call_1");
+    assert_eq!(events[0]["longRunningToolIds"], json!([]));
+    let r1 = responses_of(&events[1]);
+    assert_eq!(r1[0]["id"], "call_1");
+    assert_eq!(r1[0]["response"]["forecast"], "sunny");
+    assert_eq!(events[1]["content"]["role"], "user");
+    assert_eq!(events[1]["author"], "weather_agent");
+    assert_eq!(events[1]["actions"]["stateDelta"]["last_city"], "Paris");
+    assert_eq!(call_of(&events[2]).unwrap()["args"]["city"], "Rome");
+    let answer = &events[4];
+    assert_eq!(text_of(answer), "Paris is sunny, Rome rainy.");
+    assert_eq!(answer["finishReason"], "STOP");
+    assert_eq!(answer["modelVersion"], "scripted-1");
+    assert_eq!(answer["usageMetadata"]["totalTokenCount"], 15);
+    assert_eq!(answer["actions"]["stateDelta"]["answer"], "Paris is sunny, Rome rainy.");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    // Partials: streamed, same id as the final event, text adding up to it.
+    let partials: Vec<&Msg> = msgs.iter().filter(|m| m.is_partial()).collect();
+    assert_eq!(partials.len(), 3, "{msgs:#?}");
+    assert!(partials.iter().all(|p| p.data["id"] == answer["id"]));
+    let streamed: String = partials.iter().map(|p| text_of(&p.data)).collect();
+    assert_eq!(streamed, text_of(answer));
+
+    // What the model saw.
+    let reqs = m.requests_for("weather");
+    assert_eq!(reqs.len(), 3);
+    let system = messages(&reqs[0], "system");
+    assert_eq!(system[0]["content"], "You help Ada. Answer briefly.");
+    assert_eq!(reqs[0]["tools"][0]["function"]["name"], "get_weather");
+    assert_eq!(
+        reqs[0]["tools"][0]["function"]["parameters"]["properties"]["city"]["type"],
+        "string"
+    );
+    assert_eq!(reqs[0]["stream"], true);
+    let tool_msgs = messages(&reqs[2], "tool");
+    assert_eq!(tool_msgs.len(), 2);
+    assert_eq!(tool_msgs[0]["tool_call_id"], "call_1");
+    assert!(tool_msgs[0]["content"].as_str().unwrap().contains("sunny"));
+    let assistant = messages(&reqs[2], "assistant");
+    assert_eq!(assistant[0]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(m.unused(), 0);
+
+    // The store has exactly what the client saw as complete, after the user event.
+    let stored = session(&s, "weather", "s1").await;
+    let stored_events = stored["events"].as_array().unwrap();
+    assert_eq!(stored_events.len(), 6);
+    assert_eq!(stored_events[0]["author"], "user");
+    for (got, want) in stored_events[1..].iter().zip(&events) {
+        assert_eq!(got["id"], want["id"]);
+    }
+    assert_eq!(stored["state"]["answer"], "Paris is sunny, Rome rainy.");
+    assert_eq!(stored["state"]["last_city"], "Rome");
+
+    // Next turn: the history includes the whole first turn.
+    m.push("weather", Reply::text(&["You asked about two cities."]));
+    let msgs = run(&s, body("weather", "s1", "What did I ask?")).await;
+    assert_eq!(done_status(&msgs), "completed");
+    let reqs = m.requests_for("weather");
+    let users = messages(&reqs[3], "user");
+    assert_eq!(users.len(), 2);
+    assert_eq!(users[1]["content"], "What did I ask?");
+}
+
+/// Two calls in one model turn run at the same time (each waits for the other).
+async fn parallel_tool_calls_run_concurrently(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    m.push(
+        "par",
+        Reply::tool_calls(&[
+            ("c1", "meet", r#"{"who": "a"}"#),
+            ("c2", "meet", r#"{"who": "b"}"#),
+        ]),
+    )
+    .push("par", Reply::text(&["both met"]));
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let tool = FunctionTool::raw("meet", "Waits for a partner call.", None, move |args, _ctx| {
+        let barrier = barrier.clone();
+        async move {
+            tokio::time::timeout(std::time::Duration::from_secs(10), barrier.wait())
+                .await
+                .map_err(|_| ToolError::new("ran alone: calls were not concurrent"))?;
+            Ok(json!({"met": args["who"]}))
+        }
+    });
+    let agent = LlmAgent::new("par_agent", model(&m, "par")).tool(tool);
+    let s = serve(backend, "par", Arc::new(agent)).await;
+    let msgs = run(&s, body("par", "s1", "go")).await;
+    assert_eq!(done_status(&msgs), "completed");
+    let events = complete(&msgs);
+    assert_eq!(events.len(), 3, "{events:#?}");
+    let responses = responses_of(&events[1]);
+    assert_eq!(responses.len(), 2, "both responses in one event");
+    assert_eq!(responses[0]["id"], "c1");
+    assert_eq!(responses[0]["response"]["met"], "a");
+    assert_eq!(responses[1]["id"], "c2");
+    assert_eq!(responses[1]["response"]["met"], "b");
+    let reqs = m.requests_for("par");
+    let tool_msgs = messages(&reqs[1], "tool");
+    assert_eq!(tool_msgs.len(), 2);
+}
+
+/// `transfer_to_agent` hands the turn to a sub-agent, which answers in the same run and
+/// keeps the conversation on the next turn.
+async fn transfer_to_a_sub_agent_keeps_the_next_turn(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let billing = LlmAgent::new("billing", model(&m, "billing"))
+        .description("Handles invoices and payments.");
+    let support =
+        LlmAgent::new("support", model(&m, "support")).description("Fixes technical problems.");
+    let coordinator = LlmAgent::new("coordinator", model(&m, "coord"))
+        .instruction("Route the user.")
+        .sub_agent(Arc::new(billing))
+        .sub_agent(Arc::new(support));
+    m.push(
+        "coord",
+        Reply::tool_calls(&[("t1", "transfer_to_agent", r#"{"agent_name": "nobody"}"#)]),
+    )
+    .push(
+        "coord",
+        Reply::tool_calls(&[("t2", "transfer_to_agent", r#"{"agent_name": "billing"}"#)]),
+    )
+    .push("billing", Reply::text(&["Billing here."]))
+    .push("billing", Reply::text(&["Still billing."]));
+    let s = serve(backend, "desk", Arc::new(coordinator)).await;
+
+    let msgs = run(&s, body("desk", "s1", "My invoice is wrong")).await;
+    assert_eq!(done_status(&msgs), "completed");
+    let events = complete(&msgs);
+    let authors: Vec<&str> = events.iter().map(|e| e["author"].as_str().unwrap()).collect();
+    assert_eq!(
+        authors,
+        ["coordinator", "coordinator", "coordinator", "coordinator", "billing"],
+        "{events:#?}"
+    );
+    // A transfer to an unknown agent is an error the model sees, naming the valid targets.
+    let bad = responses_of(&events[1])[0]["response"]["error"].as_str().unwrap().to_string();
+    assert!(bad.contains("billing") && bad.contains("support"), "{bad}");
+    assert_eq!(events[3]["actions"]["transferToAgent"], "billing");
+    assert_eq!(text_of(&events[4]), "Billing here.");
+
+    // The coordinator was told whom it can transfer to; billing sees the routing as context
+    // and may go back to its parent or to its peer.
+    let coord_req = &m.requests_for("coord")[0];
+    let system = messages(coord_req, "system")[0]["content"].as_str().unwrap();
+    assert!(system.starts_with("Route the user."));
+    assert!(system.contains("Agent name: billing") && system.contains("Agent name: support"));
+    let billing_req = &m.requests_for("billing")[0];
+    let billing_system = messages(billing_req, "system")[0]["content"].as_str().unwrap();
+    assert!(billing_system.contains("Agent name: coordinator"));
+    assert!(billing_system.contains("Agent name: support"));
+    let context: Vec<String> = messages(billing_req, "user")
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        context.iter().any(|c| c.contains("For context:")
+            && c.contains("[coordinator] called tool `transfer_to_agent`")),
+        "{context:#?}"
+    );
+    assert!(messages(billing_req, "tool").is_empty(), "other agents' calls are context");
+
+    // Next turn: billing answers directly.
+    let msgs = run(&s, body("desk", "s1", "And the refund?")).await;
+    let events = complete(&msgs);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["author"], "billing");
+    assert_eq!(text_of(&events[0]), "Still billing.");
+    assert_eq!(m.requests_for("coord").len(), 2, "the coordinator was not asked again");
+    assert_eq!(m.unused(), 0);
+}
+
+/// A sequential pipeline passes state between LLM agents (`output_key` → `{draft}`); a loop
+/// of an LLM agent stops when it calls `exit_loop`.
+async fn sequential_and_loop_workflows_of_llm_agents(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let writer = LlmAgent::new("writer", model(&m, "writer"))
+        .instruction("Write a draft.")
+        .output_key("draft");
+    let reviewer = LlmAgent::new("reviewer", model(&m, "reviewer")).instruction("Review: {draft}");
+    let pipeline = SequentialAgent {
+        parts: WorkflowParts {
+            name: "pipeline".into(),
+            description: String::new(),
+            sub_agents: vec![Arc::new(writer), Arc::new(reviewer)],
+            callbacks: None,
+        },
+    };
+    m.push("writer", Reply::text(&["A ", "draft."]))
+        .push("reviewer", Reply::text(&["Looks good."]));
+    let s = serve(backend, "pipe", Arc::new(pipeline)).await;
+    let msgs = run(&s, body("pipe", "s1", "Write about cats")).await;
+    assert_eq!(done_status(&msgs), "completed");
+    let events = complete(&msgs);
+    let authors: Vec<&str> = events.iter().map(|e| e["author"].as_str().unwrap()).collect();
+    assert_eq!(authors, ["writer", "reviewer"]);
+    let review_req = &m.requests_for("reviewer")[0];
+    assert_eq!(messages(review_req, "system")[0]["content"], "Review: A draft.");
+    // The reviewer sees the writer's draft as context.
+    let users: Vec<String> = messages(review_req, "user")
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(users.iter().any(|u| u.contains("[writer] said: A draft.")), "{users:#?}");
+
+    let worker = LlmAgent::new("worker", model(&m, "worker"))
+        .instruction("Improve until done, then call exit_loop.")
+        .tool(ExitLoop);
+    let looped = LoopAgent {
+        parts: WorkflowParts {
+            name: "refine".into(),
+            description: String::new(),
+            sub_agents: vec![Arc::new(worker)],
+            callbacks: None,
+        },
+        max_iterations: Some(5),
+    };
+    m.push("worker", Reply::text(&["round one"]))
+        .push("worker", Reply::tool_calls(&[("x1", "exit_loop", "{}")]));
+    let s2 = serve(backend, "loop", Arc::new(looped)).await;
+    let msgs = run(&s2, body("loop", "s1", "go")).await;
+    assert_eq!(done_status(&msgs), "completed");
+    let events = complete(&msgs);
+    assert_eq!(events.len(), 3, "text, exit_loop call, its response: {events:#?}");
+    assert_eq!(events[2]["actions"]["escalate"], true);
+    assert_eq!(events[2]["actions"]["skipSummarization"], true);
+    assert_eq!(m.requests_for("worker").len(), 2, "the loop stopped at exit_loop");
+    assert_eq!(m.unused(), 0);
+}
+
+/// Model failures: a 429 is retried; a bad key, a mid-stream error and a runaway tool loop
+/// end the turn with a clear error event (the run itself completes, nothing half-stored).
+async fn model_errors_become_clear_error_events(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let agent = LlmAgent::new("a", model(&m, "flaky"))
+        .tool(weather_tool(calls.clone()))
+        .max_steps(2);
+    let s = serve(backend, "flaky", Arc::new(agent)).await;
+
+    m.push("flaky", Reply::status(429, "slow down"))
+        .push("flaky", Reply::text(&["fine now"]));
+    let events = complete(&run(&s, body("flaky", "s1", "hi")).await);
+    assert_eq!(events.len(), 1);
+    assert_eq!(text_of(&events[0]), "fine now");
+
+    m.push("flaky", Reply::status(401, "Incorrect API key provided: sk-***"));
+    let msgs = run(&s, body("flaky", "s2", "hi")).await;
+    assert_eq!(done_status(&msgs), "completed");
+    let events = complete(&msgs);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["errorCode"], "UNAUTHENTICATED");
+    let msg = events[0]["errorMessage"].as_str().unwrap();
+    assert!(msg.contains("API key") && msg.contains("401") && msg.contains("Incorrect API key"), "{msg}");
+
+    m.push(
+        "flaky",
+        Reply::StreamThenError(
+            match Reply::text(&["Half an ans"]) {
+                Reply::Stream(mut c) => {
+                    c.truncate(2);
+                    c
+                }
+                _ => unreachable!(),
+            },
+            "upstream overloaded".into(),
+        ),
+    );
+    let msgs = run(&s, body("flaky", "s3", "hi")).await;
+    let events = complete(&msgs);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["errorCode"], "MODEL_ERROR");
+    assert!(events[0]["errorMessage"].as_str().unwrap().contains("upstream overloaded"));
+    let partial = msgs.iter().find(|m| m.is_partial()).expect("a partial was streamed");
+    assert_eq!(partial.data["id"], events[0]["id"], "the error event replaces the partial row");
+
+    // max_steps: the model keeps calling tools.
+    m.push("flaky", Reply::tool_calls(&[("k1", "get_weather", r#"{"city":"Oslo"}"#)]))
+        .push("flaky", Reply::tool_calls(&[("k2", "get_weather", r#"{"city":"Oslo"}"#)]));
+    let events = complete(&run(&s, body("flaky", "s4", "loop")).await);
+    let last = events.last().unwrap();
+    assert_eq!(last["errorCode"], "MAX_STEPS_EXCEEDED", "{events:#?}");
+    assert_eq!(m.unused(), 0);
+
+    // Every session's stored events are whole: no partial, ids unique.
+    let stored = session(&s, "flaky", "s3").await;
+    assert_eq!(stored["events"].as_array().unwrap().len(), 2);
+}
+
+both_backends!(
+    a_tool_loop_streams_commits_and_feeds_results_back,
+    parallel_tool_calls_run_concurrently,
+    transfer_to_a_sub_agent_keeps_the_next_turn,
+    sequential_and_loop_workflows_of_llm_agents,
+    model_errors_become_clear_error_events,
+);
