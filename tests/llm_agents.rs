@@ -429,7 +429,152 @@ async fn model_errors_become_clear_error_events(backend: Backend) {
     assert_eq!(stored["events"].as_array().unwrap().len(), 2);
 }
 
+/// A tool's artifact is committed with its response event (`artifactDelta`), and the
+/// `load_artifacts` tool lists and reads it back for the model.
+async fn tools_save_artifacts_and_load_artifacts_reads_them(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    m.push("art", Reply::tool_calls(&[("w1", "write_note", r#"{"text": "buy milk"}"#)]))
+        .push("art", Reply::tool_calls(&[("l1", "load_artifacts", "{}")]))
+        .push(
+            "art",
+            Reply::tool_calls(&[("l2", "load_artifacts", r#"{"artifact_names": ["note.txt", "nope.txt"]}"#)]),
+        )
+        .push("art", Reply::text(&["Your note says buy milk."]));
+    let writer = FunctionTool::raw("write_note", "Saves a note.", None, |args, ctx| async move {
+        let text = args["text"].as_str().unwrap_or_default().to_string();
+        ctx.save_artifact("note.txt", agentd::event::Part::text(text));
+        Ok(json!({"saved": "note.txt"}))
+    });
+    let agent = LlmAgent::new("notes", model(&m, "art"))
+        .tool(writer)
+        .tool(agentd::tools::builtin::LoadArtifacts);
+    let s = serve(backend, "notes", Arc::new(agent)).await;
+    let events = complete(&run(&s, body("notes", "s1", "note: buy milk")).await);
+    assert_eq!(events.len(), 7, "{events:#?}");
+    assert_eq!(events[1]["actions"]["artifactDelta"], json!({"note.txt": 0}));
+    let listed = &responses_of(&events[3])[0]["response"];
+    assert_eq!(listed["available_artifacts"], json!(["note.txt"]));
+    let read = &responses_of(&events[5])[0]["response"]["artifacts"];
+    assert_eq!(read["note.txt"]["text"], "buy milk");
+    assert_eq!(read["nope.txt"]["error"], "no such artifact");
+    let stored = json_with_status(
+        s.get(&format!("/apps/notes/users/{USER}/sessions/s1/artifacts/note.txt"))
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(stored["text"], "buy milk");
+}
+
+fn write(dir: &std::path::Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Apps declared in YAML under `--apps-dir`: loaded, listed, described, run over `POST /run`;
+/// a broken file is a clear error naming the file and the field and takes nothing else down.
+async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = format!("model_options:\n  base_url: {}\n  retry_backoff_ms: 5\n", m.base_url);
+    write(
+        dir.path(),
+        "desk/root_agent.yaml",
+        &format!(
+            "agent_class: LlmAgent\nname: coordinator\nmodel: openai/yaml-coord\n{opts}\
+             description: Routes requests.\ninstruction: Route {{topic?}} requests.\n\
+             generate_content_config:\n  temperature: 0.1\n  max_output_tokens: 64\n  stop_sequences: [END]\n\
+             sub_agents:\n  - config_path: billing.yaml\n"
+        ),
+    );
+    write(
+        dir.path(),
+        "desk/billing.yaml",
+        &format!(
+            "name: billing\nmodel: openai/yaml-billing\n{opts}description: Invoices.\n\
+             instruction: You do billing.\noutput_key: last_billing_answer\ntools:\n  - name: exit_loop\n"
+        ),
+    );
+    write(
+        dir.path(),
+        "broken/root_agent.yaml",
+        "name: b\nmodel: openai/x\ntools:\n  - name: google_search\n",
+    );
+    let apps_dir = dir.path().to_path_buf();
+    let s = TestServer::start_with(backend, move |a| a.apps_dir = apps_dir).await;
+
+    let apps = json_with_status(s.get("/list-apps").await, 200).await;
+    assert_eq!(apps, json!(["broken", "desk"]));
+    let detailed = json_with_status(s.get("/list-apps?detailed=true").await, 200).await;
+    let broken = &detailed["apps"][0];
+    let error = broken["error"].as_str().unwrap();
+    assert!(
+        error.contains("broken/root_agent.yaml") && error.contains("tools[0]") && error.contains("google_search"),
+        "{error}"
+    );
+    let info = json_with_status(s.get("/apps/desk/app-info").await, 200).await;
+    assert_eq!(info["rootAgentName"], "coordinator");
+    assert_eq!(info["agents"]["coordinator"]["sub_agents"], json!(["billing"]));
+    assert_eq!(
+        info["agents"]["billing"]["tools"][0]["functionDeclarations"][0]["name"],
+        "exit_loop"
+    );
+    let bad_run = s.post_json("/run", body("broken", "s1", "hi")).await;
+    let err = json_with_status(bad_run, 500).await;
+    assert_eq!(err["code"], "app_load_failed");
+
+    m.push(
+        "yaml-coord",
+        Reply::tool_calls(&[("t1", "transfer_to_agent", r#"{"agent_name":"billing"}"#)]),
+    )
+    .push("yaml-billing", Reply::text(&["Your invoice ", "is fixed."]));
+    let mut b = body("desk", "s1", "invoice problem");
+    b["stateDelta"] = json!({"topic": "support"});
+    let msgs = run(&s, b).await;
+    assert_eq!(done_status(&msgs), "completed");
+    let events = complete(&msgs);
+    assert_eq!(events.last().unwrap()["author"], "billing");
+    assert_eq!(text_of(events.last().unwrap()), "Your invoice is fixed.");
+    let req = &m.requests_for("yaml-coord")[0];
+    assert_eq!(
+        messages(req, "system")[0]["content"].as_str().unwrap().lines().next(),
+        Some("Route support requests.")
+    );
+    assert_eq!(req["temperature"], 0.1);
+    assert_eq!(req["max_tokens"], 64);
+    assert_eq!(req["stop"], json!(["END"]));
+    let stored = session(&s, "desk", "s1").await;
+    assert_eq!(stored["state"]["last_billing_answer"], "Your invoice is fixed.");
+}
+
+/// The shipped example apps load (no model key is needed to load them).
+#[tokio::test]
+async fn the_shipped_example_apps_load() {
+    let s = TestServer::start(Backend::Sqlite).await;
+    let detailed = json_with_status(s.get("/list-apps?detailed=true").await, 200).await;
+    for app in detailed["apps"].as_array().unwrap() {
+        assert!(app.get("error").is_none(), "example app failed to load: {app:#}");
+    }
+    let names: Vec<&str> = detailed["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    for expected in ["echo", "helpdesk", "pipeline"] {
+        assert!(names.contains(&expected), "{names:?}");
+    }
+    let info = json_with_status(s.get("/apps/helpdesk/app-info").await, 200).await;
+    assert_eq!(
+        info["agents"]["coordinator"]["sub_agents"],
+        json!(["billing", "tech_support"])
+    );
+}
+
 both_backends!(
+    tools_save_artifacts_and_load_artifacts_reads_them,
+    a_yaml_declared_app_runs_end_to_end,
     a_tool_loop_streams_commits_and_feeds_results_back,
     parallel_tool_calls_run_concurrently,
     transfer_to_a_sub_agent_keeps_the_next_turn,

@@ -232,6 +232,8 @@ fn llm_agent(c: Common, rest: Mapping, file: &Path) -> Result<Arc<dyn Agent>, Co
     let model_name = s
         .model
         .ok_or_else(|| err(file, "LlmAgent: field `model` is required"))?;
+    let model_name =
+        expand_env(&model_name).map_err(|e| err(file, format!("field `model`: {e}")))?;
     let model = crate::model::resolve(&model_name, &s.model_options)
         .map_err(|e| err(file, format!("field `model`: {e}")))?;
     let mut agent = crate::agent::llm::LlmAgent::new(c.name, model);
@@ -297,4 +299,51 @@ fn llm_agent(c: Common, rest: Mapping, file: &Path) -> Result<Arc<dyn Agent>, Co
         });
     }
     Ok(Arc::new(agent))
+}
+
+/// Expands `${VAR}` and `${VAR:-default}` from the environment, so one config serves several
+/// deployments (`model: ${AGENTD_MODEL:-openai/gpt-4o-mini}`).
+pub fn expand_env(text: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("unclosed `${{` in {text:?}"))?;
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        match (std::env::var(name).ok().filter(|v| !v.is_empty()), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => {
+                return Err(format!(
+                    "environment variable {name} is not set (write ${{{name}:-default}} for a fallback)"
+                ))
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand_env;
+
+    #[test]
+    fn env_expansion() {
+        assert_eq!(expand_env("plain").unwrap(), "plain");
+        assert_eq!(
+            expand_env("${AGENTD_SURELY_UNSET_VAR:-openai/x}").unwrap(),
+            "openai/x"
+        );
+        assert!(expand_env("${AGENTD_SURELY_UNSET_VAR}").is_err());
+        assert!(expand_env("${OOPS").is_err());
+    }
 }

@@ -97,6 +97,16 @@ pub trait Agent: Send + Sync + 'static {
         None
     }
 
+    /// The instruction shown by `app-info` (LLM agents).
+    fn instruction(&self) -> &str {
+        ""
+    }
+
+    /// The tools shown by `app-info` (LLM agents; toolsets are listed at run time only).
+    fn tool_declarations(&self) -> Vec<crate::model::ToolDeclaration> {
+        vec![]
+    }
+
     /// The ADK class name shown by `app-info` (`LlmAgent`, `SequentialAgent`, …).
     fn agent_class(&self) -> &str {
         "BaseAgent"

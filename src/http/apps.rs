@@ -1,9 +1,10 @@
-//! Service routes: health, version, the app list, app info, and memory.
+//! Service routes: health, version, the app list, app info, and memory (ADK's PATCH and
+//! agentd's search).
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, Path, Query};
 use super::AppState;
-use crate::store::SessionKey;
+use crate::store::{MemoryEntry, SessionKey};
 use axum::routing::{get, patch};
 use axum::Router;
 use serde::Deserialize;
@@ -15,7 +16,10 @@ pub fn router() -> Router<AppState> {
         .route("/version", get(version))
         .route("/list-apps", get(list_apps))
         .route("/apps/{app}/app-info", get(app_info))
-        .route("/apps/{app}/users/{user}/memory", patch(update_memory))
+        .route(
+            "/apps/{app}/users/{user}/memory",
+            patch(update_memory).get(search_memory),
+        )
 }
 
 /// Liveness plus a database round trip: a replica that cannot reach its database is not
@@ -106,9 +110,28 @@ async fn app_info(
     let mut stack = vec![root.clone()];
     while let Some(agent) = stack.pop() {
         let subs: Vec<&str> = agent.sub_agents().iter().map(|a| a.name()).collect();
+        let declarations: Vec<Value> = agent
+            .tool_declarations()
+            .into_iter()
+            .map(|d| {
+                let mut f = json!({ "description": d.description, "name": d.name });
+                if let Some(p) = d.parameters {
+                    f["parametersJsonSchema"] = p;
+                }
+                f
+            })
+            .collect();
+        let tools = if declarations.is_empty() {
+            json!([])
+        } else {
+            json!([{ "functionDeclarations": declarations }])
+        };
         agents.insert(
             agent.name().to_string(),
-            json!({ "name": agent.name(), "description": agent.description(), "tools": [], "sub_agents": subs }),
+            json!({
+                "name": agent.name(), "description": agent.description(),
+                "instruction": agent.instruction(), "tools": tools, "sub_agents": subs,
+            }),
         );
         stack.extend(agent.sub_agents().iter().cloned());
     }
@@ -125,20 +148,50 @@ struct UpdateMemoryRequest {
     session_id: String,
 }
 
-/// ADK adds a session to the memory service. agentd has no memory service yet: the session
-/// is checked (404 as ADK) and the request is answered with a clear 501.
+/// ADK: adds the session's events to the memory service (idempotent). 200 `null`, or 404
+/// when the session does not exist. Like ADK's session routes, the app is not checked.
 async fn update_memory(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,
     Json(req): Json<UpdateMemoryRequest>,
 ) -> ApiResult<axum::Json<Value>> {
     let key = SessionKey::new(app, user, req.session_id);
-    if state.store.session_head(&key).await?.is_none() {
-        return Err(ApiError::session_not_found());
-    }
-    Err(ApiError::new(
-        axum::http::StatusCode::NOT_IMPLEMENTED,
-        "memory_unavailable",
-        "This server has no memory service configured.",
-    ))
+    let added = state.store.add_session_to_memory(&key).await?;
+    tracing::debug!(added, session = %key.session_id, "session added to memory");
+    Ok(axum::Json(Value::Null))
+}
+
+/// Default and largest `limit` of a memory search.
+pub const DEFAULT_MEMORY_RESULTS: u32 = 10;
+pub const MAX_MEMORY_RESULTS: u32 = 100;
+
+#[derive(Debug, Deserialize)]
+struct SearchMemoryQuery {
+    #[serde(default)]
+    query: String,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct SearchMemoryResponse {
+    memories: Vec<MemoryEntry>,
+}
+
+/// agentd: `GET …/memory?query=…&limit=…`, the user's memories matching any word of `query`,
+/// best first (`limit` default 10, at most 100). A blank query finds nothing.
+async fn search_memory(
+    state: axum::extract::State<AppState>,
+    Path((app, user)): Path<(String, String)>,
+    Query(q): Query<SearchMemoryQuery>,
+) -> ApiResult<axum::Json<SearchMemoryResponse>> {
+    let limit = q
+        .limit
+        .unwrap_or(DEFAULT_MEMORY_RESULTS)
+        .min(MAX_MEMORY_RESULTS);
+    let memories = state
+        .store
+        .search_memory(&app, &user, &q.query, limit as usize)
+        .await?;
+    Ok(axum::Json(SearchMemoryResponse { memories }))
 }

@@ -101,6 +101,9 @@ pub enum Delta {
         name: String,
         args: Value,
     },
+    /// The opaque `thoughtSignature` of the tool call pushed last (Gemini 3 requires it back
+    /// in the history).
+    CallSignature(Vec<u8>),
     /// Why generation stopped, as ADK's `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, …).
     Finish(String),
     Usage(Usage),
@@ -191,6 +194,7 @@ pub enum PartialChunk {
 
 #[derive(Default)]
 struct PendingCall {
+    signature: Option<Vec<u8>>,
     id: Option<String>,
     name: String,
     arguments: String,
@@ -251,11 +255,18 @@ impl Aggregator {
             }
             Delta::ToolCall { id, name, args } => {
                 self.calls.push(PendingCall {
+                    signature: None,
                     id,
                     name,
                     arguments: String::new(),
                     whole: Some(args),
                 });
+                None
+            }
+            Delta::CallSignature(sig) => {
+                if let Some(call) = self.calls.last_mut() {
+                    call.signature = Some(sig);
+                }
                 None
             }
             Delta::Finish(reason) => {
@@ -317,6 +328,7 @@ impl Aggregator {
                     args,
                     extra: JsonMap::new(),
                 }),
+                thought_signature: call.signature.map(crate::event::Bytes64),
                 ..Default::default()
             });
         }

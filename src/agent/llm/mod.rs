@@ -143,6 +143,14 @@ impl Agent for LlmAgent {
         "LlmAgent"
     }
 
+    fn instruction(&self) -> &str {
+        &self.instruction
+    }
+
+    fn tool_declarations(&self) -> Vec<crate::model::ToolDeclaration> {
+        self.tools.iter().map(|t| t.declaration()).collect()
+    }
+
     async fn run(&self, ctx: &InvocationContext) -> AgentResult {
         flow::Turn::new(self, ctx).run().await
     }
