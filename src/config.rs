@@ -85,6 +85,15 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
     #[arg(long, env = "AGENTD_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
+
+    /// Add each run's session to memory when the run ends (as `PATCH …/memory` does), so
+    /// memory search finds every conversation. Off by default.
+    #[arg(
+        long,
+        env = "AGENTD_MEMORY_AUTO_INGEST",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub memory_auto_ingest: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -112,6 +121,7 @@ impl ServeArgs {
             max_run_secs: 600,
             enqueue_timeout_secs: 60,
             replica_id: None,
+            memory_auto_ingest: false,
         }
     }
 }

@@ -42,8 +42,13 @@ impl Server {
         args: ServeArgs,
         store: Arc<dyn crate::store::Store>,
         apps: Arc<AppRegistry>,
-        plugins: PluginSet,
+        mut plugins: PluginSet,
     ) -> anyhow::Result<Server> {
+        if args.memory_auto_ingest {
+            plugins
+                .push(Arc::new(crate::memory_ingest::MemoryIngestPlugin))
+                .map_err(|e| anyhow::anyhow!("cannot enable memory auto-ingest: {e}"))?;
+        }
         let mut runner_config = RunnerConfig {
             lease: Duration::from_secs(args.run_lease_secs.max(1)),
             max_run_duration: Duration::from_secs(args.max_run_secs.max(1)),

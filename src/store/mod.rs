@@ -8,10 +8,14 @@
 //! complete event, its state delta (split by prefix), its staged artifacts and the session's
 //! new `seq` atomically. Callers stream an event to a client only after it returns.
 
+pub mod memory;
 pub mod postgres;
+mod postgres_memory;
 pub mod runs;
 pub mod sqlite;
+mod sqlite_memory;
 
+pub use memory::{MemoryEntry, MemoryStore};
 pub use runs::{Claim, Insert, Lease, NewRun, RunRecord, RunStatus, RunStore};
 
 use crate::event::{Event, JsonMap, Part, Session};
@@ -374,7 +378,7 @@ pub trait ArtifactStore: Send + Sync + 'static {
 }
 
 /// Everything the daemon persists, behind one handle.
-pub trait Store: SessionStore + ArtifactStore + RunStore {
+pub trait Store: SessionStore + ArtifactStore + RunStore + MemoryStore {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;
 }

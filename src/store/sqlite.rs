@@ -22,7 +22,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 #[derive(Clone)]
 pub struct SqliteStore {
     writer: SqlitePool,
-    reader: SqlitePool,
+    pub(crate) reader: SqlitePool,
     limits: StoreLimits,
 }
 

@@ -1,0 +1,288 @@
+//! The memory service: the text of a user's past sessions, searchable by the agents of the
+//! same app (ADK's `MemoryService`, used by `PATCH …/memory` and the `load_memory` tool).
+//!
+//! Memory lives in the same database as the sessions: PostgreSQL full-text search
+//! ([`super::postgres_memory`]) or SQLite FTS5 ([`super::sqlite_memory`]). A memory is one
+//! complete event that carries text; it belongs to `(app, user)` and is never returned to
+//! another user or app. Adding a session is idempotent: each event is stored once, and a
+//! per-session watermark makes adding a long session again read only its new events.
+//!
+//! A query matches memories containing **any** of its words (ADK's in-memory service does the
+//! same), best matches first: more matched words and rarer words rank higher. Query text is
+//! reduced to its words before it reaches the database, so no input is a syntax error.
+
+use super::{EventRange, SessionKey, SessionStore, StoreError, StoreResult};
+use crate::event::{Content, Event, Part};
+use async_trait::async_trait;
+
+/// Memory search over the sessions of one `(app, user)`.
+#[async_trait]
+pub trait MemoryStore: Send + Sync {
+    /// Adds the session's complete events that carry text to memory; idempotent (an event
+    /// already in memory is skipped). `Err(StoreError::SessionNotFound)` when the session does
+    /// not exist. Returns how many entries were newly added.
+    async fn add_session_to_memory(&self, key: &SessionKey) -> StoreResult<usize>;
+
+    /// Best matches first, at most `limit`, only (app, user)'s memories. An empty/blank query
+    /// returns nothing.
+    async fn search_memory(
+        &self,
+        app: &str,
+        user: &str,
+        query: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<MemoryEntry>>;
+}
+
+/// One remembered event.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryEntry {
+    pub session_id: String,
+    pub event_id: String,
+    pub author: String,
+    pub timestamp: f64,
+    /// The indexed text: the event's text parts, one per line.
+    pub text: String,
+    /// The event's content reduced to those text parts (no thoughts, blobs or calls).
+    pub content: Content,
+}
+
+/// Function calls that drive ADK-internal flows; events carrying them are not memories.
+const INTERNAL_FUNCTIONS: &[&str] = &[
+    "adk_request_credential",
+    "adk_request_confirmation",
+    "adk_request_input",
+    "transfer_to_agent",
+];
+
+/// Longest text indexed per event, in bytes. PostgreSQL refuses a tsvector over 1 MB; a
+/// memory is a snippet for a model's context, not a document store.
+pub const MAX_MEMORY_TEXT_BYTES: usize = 64 * 1024;
+
+/// Most query words used; the rest of a very long query is ignored.
+pub const MAX_QUERY_WORDS: usize = 32;
+
+/// Events read per page while adding a session.
+const INGEST_PAGE: u32 = 200;
+
+/// The memory entry of a stored event of session `session_id`, if it is one: complete, not an
+/// ADK-internal function event, and with non-blank text outside `thought` parts.
+pub fn memory_entry(session_id: &str, event: &Event) -> Option<MemoryEntry> {
+    if event.is_partial() {
+        return None;
+    }
+    let internal = event
+        .function_calls()
+        .map(|c| c.name.as_str())
+        .chain(event.function_responses().map(|r| r.name.as_str()))
+        .any(|n| INTERNAL_FUNCTIONS.contains(&n));
+    if internal {
+        return None;
+    }
+    let content = event.content.as_ref()?;
+    let texts: Vec<&str> = content
+        .parts
+        .iter()
+        .filter(|p| p.thought != Some(true))
+        .filter_map(|p| p.text.as_deref())
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    if texts.is_empty() {
+        return None;
+    }
+    let mut text = texts.join("\n");
+    truncate_at_char(&mut text, MAX_MEMORY_TEXT_BYTES);
+    Some(MemoryEntry {
+        session_id: session_id.to_string(),
+        event_id: event.id.clone(),
+        author: event.author.clone(),
+        timestamp: event.timestamp,
+        text,
+        content: Content {
+            parts: texts.into_iter().map(Part::text).collect(),
+            role: content.role.clone(),
+            extra: Default::default(),
+        },
+    })
+}
+
+fn truncate_at_char(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+}
+
+/// The words of a search query: maximal runs of alphanumeric characters (any script), at most
+/// [`MAX_QUERY_WORDS`], duplicates (ignoring case) dropped. Punctuation, quotes and operators
+/// are separators, so `"a" AND (b* -c):d` is the words `a AND b c d`. Empty for a blank query.
+pub fn query_words(query: &str) -> Vec<&str> {
+    let mut words: Vec<&str> = Vec::new();
+    for w in query.split(|c: char| !c.is_alphanumeric()) {
+        if w.is_empty() || words.iter().any(|x| x.to_lowercase() == w.to_lowercase()) {
+            continue;
+        }
+        words.push(w);
+        if words.len() == MAX_QUERY_WORDS {
+            break;
+        }
+    }
+    words
+}
+
+/// `"w1" or "w2" …`: the words as quoted terms joined by OR. Quoting makes every word a plain
+/// term in both dialects (PostgreSQL `websearch_to_tsquery` and SQLite FTS5 query syntax),
+/// even `AND`, `OR`, `NOT`, `NEAR`; the words contain no quotes, so the quoting is safe.
+pub(crate) fn or_query(words: &[&str], or: &str) -> String {
+    words
+        .iter()
+        .map(|w| format!("\"{w}\""))
+        .collect::<Vec<_>>()
+        .join(&format!(" {or} "))
+}
+
+/// How far a session has been added to memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct IngestMark {
+    /// The session's `create_time`: a recreated session (same id) starts over.
+    pub session_create_time: f64,
+    /// Every event with `seq <= ingested_seq` is in memory.
+    pub ingested_seq: i64,
+}
+
+/// What a backend provides so [`add_session`] can add a session page by page.
+#[async_trait]
+pub(crate) trait MemoryBackend: SessionStore {
+    /// The session's mark (`ingested_seq` 0 when it was never added, or was recreated since);
+    /// `None` when the session does not exist.
+    async fn ingest_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>>;
+
+    /// Stores `entries` (skipping events already in memory) and records `mark`, in one
+    /// transaction. Returns how many entries were new.
+    async fn write_memory(
+        &self,
+        key: &SessionKey,
+        mark: IngestMark,
+        entries: &[MemoryEntry],
+    ) -> StoreResult<usize>;
+}
+
+/// [`MemoryStore::add_session_to_memory`] for any backend: reads the events after the
+/// session's mark a page at a time and writes each page's entries with the advanced mark.
+pub(crate) async fn add_session<S: MemoryBackend + ?Sized>(
+    store: &S,
+    key: &SessionKey,
+) -> StoreResult<usize> {
+    let mut mark = store
+        .ingest_mark(key)
+        .await?
+        .ok_or(StoreError::SessionNotFound)?;
+    let mut added = 0;
+    loop {
+        let range = EventRange {
+            after: Some(mark.ingested_seq),
+            before: None,
+            limit: INGEST_PAGE,
+        };
+        let Some(page) = store.list_events(key, range).await? else {
+            // Deleted while we read it: what was read is in memory, the rest is gone.
+            return if added > 0 {
+                Ok(added)
+            } else {
+                Err(StoreError::SessionNotFound)
+            };
+        };
+        let Some(last) = page.events.last() else {
+            return Ok(added);
+        };
+        mark.ingested_seq = last.seq;
+        let entries: Vec<MemoryEntry> = page
+            .events
+            .iter()
+            .filter_map(|e| memory_entry(&key.session_id, &e.event))
+            .collect();
+        added += store.write_memory(key, mark, &entries).await?;
+        if !page.has_more {
+            return Ok(added);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::FunctionCall;
+
+    #[test]
+    fn query_words_drop_every_operator_and_quote() {
+        assert_eq!(
+            query_words(r#""weather" AND (Zürich* -rain):today"#),
+            ["weather", "AND", "Zürich", "rain", "today"]
+        );
+        assert_eq!(query_words(" \t\"*()-: "), Vec::<&str>::new());
+        assert_eq!(query_words("Tokyo tokyo 東京"), ["Tokyo", "東京"]);
+        assert_eq!(
+            or_query(&["a", "OR", "東京"], "OR"),
+            r#""a" OR "OR" OR "東京""#
+        );
+        let many = "w ".repeat(10) + &(0..100).map(|i| format!("x{i} ")).collect::<String>();
+        assert_eq!(query_words(&many).len(), MAX_QUERY_WORDS);
+    }
+
+    #[test]
+    fn memory_entries_take_text_but_not_thoughts_partials_or_internal_calls() {
+        let mut e = Event::new("inv", "model").with_content(Content {
+            parts: vec![
+                Part {
+                    thought: Some(true),
+                    ..Part::text("secret reasoning")
+                },
+                Part::text("It is sunny."),
+                Part::text("  "),
+                Part::text("Enjoy!"),
+            ],
+            role: Some("model".into()),
+            extra: Default::default(),
+        });
+        let m = memory_entry("s1", &e).expect("an entry");
+        assert_eq!(m.text, "It is sunny.\nEnjoy!");
+        assert_eq!(m.content.parts.len(), 2);
+        assert_eq!(m.session_id, "s1");
+
+        e.partial = Some(true);
+        assert!(memory_entry("s1", &e).is_none());
+        e.partial = None;
+
+        e.content.as_mut().unwrap().parts.push(Part {
+            function_call: Some(FunctionCall {
+                name: "transfer_to_agent".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert!(memory_entry("s1", &e).is_none());
+
+        let thoughts_only = Event::new("inv", "model").with_content(Content {
+            parts: vec![Part {
+                thought: Some(true),
+                ..Part::text("hmm")
+            }],
+            ..Default::default()
+        });
+        assert!(memory_entry("s1", &thoughts_only).is_none());
+        assert!(memory_entry("s1", &Event::new("inv", "model")).is_none());
+    }
+
+    #[test]
+    fn long_text_is_cut_at_a_char_boundary() {
+        let e = Event::new("inv", "user")
+            .with_content(Content::text("user", "é".repeat(MAX_MEMORY_TEXT_BYTES)));
+        let m = memory_entry("s", &e).unwrap();
+        assert!(m.text.len() <= MAX_MEMORY_TEXT_BYTES);
+        assert!(m.text.len() >= MAX_MEMORY_TEXT_BYTES - 1);
+    }
+}

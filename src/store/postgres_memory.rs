@@ -1,0 +1,155 @@
+//! Memory on PostgreSQL: `memory_entries` with a generated `tsvector` (English configuration)
+//! and a GIN index, searched with `websearch_to_tsquery` and ranked by `ts_rank`
+//! (see migrations/postgres/0002_memory.sql).
+
+use super::memory::{
+    add_session, or_query, query_words, IngestMark, MemoryBackend, MemoryEntry, MemoryStore,
+};
+use super::postgres::PgStore;
+use super::{SessionKey, StoreResult};
+use async_trait::async_trait;
+use sqlx::types::Json;
+use sqlx::Row;
+
+/// The query's words OR-ed (`"a" or "b"`), parsed by `memory_tsquery` (websearch_to_tsquery,
+/// which never fails), ranked by `ts_rank`, newest first among equals.
+const SEARCH_SQL: &str = r#"
+SELECT m.session_id, m.event_id, m.author, m."timestamp", m.text, m.content
+  FROM memory_entries m, memory_tsquery($3) AS t(q)
+ WHERE m.app_name = $1 AND m.user_id = $2 AND m.tsv @@ t.q
+ ORDER BY ts_rank(m.tsv, t.q) DESC, m."timestamp" DESC, m.event_id
+ LIMIT $4
+"#;
+
+#[async_trait]
+impl MemoryBackend for PgStore {
+    async fn ingest_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>> {
+        let row = sqlx::query(
+            "SELECT s.create_time,
+                    CASE WHEN m.session_create_time = s.create_time THEN m.ingested_seq ELSE 0 END
+                      AS ingested_seq
+               FROM sessions s
+               LEFT JOIN memory_sessions m
+                 ON m.app_name = s.app_name AND m.user_id = s.user_id AND m.session_id = s.id
+              WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| {
+            Ok(IngestMark {
+                session_create_time: r.try_get("create_time")?,
+                ingested_seq: r.try_get("ingested_seq")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn write_memory(
+        &self,
+        key: &SessionKey,
+        mark: IngestMark,
+        entries: &[MemoryEntry],
+    ) -> StoreResult<usize> {
+        let mut tx = self.pool().begin().await?;
+        let mut added = 0;
+        if !entries.is_empty() {
+            let mut contents = Vec::with_capacity(entries.len());
+            for e in entries {
+                contents.push(serde_json::to_string(&e.content)?);
+            }
+            // One statement per page: the entries as parallel arrays.
+            added = sqlx::query(
+                r#"INSERT INTO memory_entries
+                       (app_name, user_id, session_id, event_id, author, "timestamp", text, content)
+                   SELECT $1, $2, $3, e.event_id, e.author, e.ts, e.text, e.content::jsonb
+                     FROM UNNEST($4::text[], $5::text[], $6::float8[], $7::text[], $8::text[])
+                          AS e(event_id, author, ts, text, content)
+                   ON CONFLICT DO NOTHING"#,
+            )
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(
+                entries
+                    .iter()
+                    .map(|e| e.event_id.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                entries
+                    .iter()
+                    .map(|e| e.author.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(entries.iter().map(|e| e.timestamp).collect::<Vec<_>>())
+            .bind(entries.iter().map(|e| e.text.as_str()).collect::<Vec<_>>())
+            .bind(contents)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected() as usize;
+        }
+        sqlx::query(
+            "INSERT INTO memory_sessions AS t
+                    (app_name, user_id, session_id, session_create_time, ingested_seq)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (app_name, user_id, session_id) DO UPDATE
+                SET ingested_seq = CASE
+                        WHEN t.session_create_time = EXCLUDED.session_create_time
+                        THEN GREATEST(t.ingested_seq, EXCLUDED.ingested_seq)
+                        ELSE EXCLUDED.ingested_seq END,
+                    session_create_time = EXCLUDED.session_create_time",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(mark.session_create_time)
+        .bind(mark.ingested_seq)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(added)
+    }
+}
+
+#[async_trait]
+impl MemoryStore for PgStore {
+    async fn add_session_to_memory(&self, key: &SessionKey) -> StoreResult<usize> {
+        add_session(self, key).await
+    }
+
+    async fn search_memory(
+        &self,
+        app: &str,
+        user: &str,
+        query: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<MemoryEntry>> {
+        let words = query_words(query);
+        if words.is_empty() || limit == 0 {
+            return Ok(vec![]);
+        }
+        let rows = sqlx::query(SEARCH_SQL)
+            .bind(app)
+            .bind(user)
+            .bind(or_query(&words, "or"))
+            .bind(limit.min(i64::MAX as usize) as i64)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let Json(content) = r.try_get("content")?;
+                Ok(MemoryEntry {
+                    session_id: r.try_get("session_id")?,
+                    event_id: r.try_get("event_id")?,
+                    author: r.try_get("author")?,
+                    timestamp: r.try_get("timestamp")?,
+                    text: r.try_get("text")?,
+                    content,
+                })
+            })
+            .collect()
+    }
+}
