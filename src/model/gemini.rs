@@ -494,6 +494,13 @@ pub fn chunk_deltas(chunk: &Value) -> Result<Vec<Delta>, ModelError> {
                         .to_string(),
                     args: call.get("args").cloned().unwrap_or_else(|| json!({})),
                 });
+                if let Some(sig) = p
+                    .get("thoughtSignature")
+                    .and_then(Value::as_str)
+                    .and_then(crate::event::decode_base64_any)
+                {
+                    out.push(Delta::CallSignature(sig));
+                }
             } else if let Some(t) = p.get("text").and_then(Value::as_str) {
                 if p.get("thought").and_then(Value::as_bool) == Some(true) {
                     out.push(Delta::Thought(t.to_string()));
