@@ -76,7 +76,11 @@ fn call_of(event: &Value) -> Option<&Value> {
 fn responses_of(event: &Value) -> Vec<&Value> {
     event["content"]["parts"]
         .as_array()
-        .map(|ps| ps.iter().filter_map(|p| p.get("functionResponse")).collect())
+        .map(|ps| {
+            ps.iter()
+                .filter_map(|p| p.get("functionResponse"))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -125,7 +129,10 @@ async fn a_tool_loop_streams_commits_and_feeds_results_back(backend: Backend) {
         "weather",
         Reply::tool_calls(&[("call_2", "get_weather", r#"{"city": "Rome"}"#)]),
     )
-    .push("weather", Reply::text(&["Paris is ", "sunny, Rome ", "rainy."]));
+    .push(
+        "weather",
+        Reply::text(&["Paris is ", "sunny, Rome ", "rainy."]),
+    );
     let calls = Arc::new(AtomicUsize::new(0));
     let agent = LlmAgent::new("weather_agent", model(&m, "weather"))
         .instruction("You help {user:name}.{nickname?} Answer briefly.")
@@ -138,8 +145,15 @@ async fn a_tool_loop_streams_commits_and_feeds_results_back(backend: Backend) {
     let msgs = run(&s, b).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     let events = complete(&msgs);
-    assert_eq!(events.len(), 5, "call, response, call, response, answer: {events:#?}");
-    assert_eq!(call_of(&events[0]).unwrap()["args"], json!({"city": "Paris"}));
+    assert_eq!(
+        events.len(),
+        5,
+        "call, response, call, response, answer: {events:#?}"
+    );
+    assert_eq!(
+        call_of(&events[0]).unwrap()["args"],
+        json!({"city": "Paris"})
+    );
     assert_eq!(call_of(&events[0]).unwrap()["id"], "call_1");
     assert_eq!(events[0]["longRunningToolIds"], json!([]));
     let r1 = responses_of(&events[1]);
@@ -154,7 +168,10 @@ async fn a_tool_loop_streams_commits_and_feeds_results_back(backend: Backend) {
     assert_eq!(answer["finishReason"], "STOP");
     assert_eq!(answer["modelVersion"], "scripted-1");
     assert_eq!(answer["usageMetadata"]["totalTokenCount"], 15);
-    assert_eq!(answer["actions"]["stateDelta"]["answer"], "Paris is sunny, Rome rainy.");
+    assert_eq!(
+        answer["actions"]["stateDelta"]["answer"],
+        "Paris is sunny, Rome rainy."
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 
     // Partials: streamed, same id as the final event, text adding up to it.
@@ -216,15 +233,20 @@ async fn parallel_tool_calls_run_concurrently(backend: Backend) {
     )
     .push("par", Reply::text(&["both met"]));
     let barrier = Arc::new(tokio::sync::Barrier::new(2));
-    let tool = FunctionTool::raw("meet", "Waits for a partner call.", None, move |args, _ctx| {
-        let barrier = barrier.clone();
-        async move {
-            tokio::time::timeout(std::time::Duration::from_secs(10), barrier.wait())
-                .await
-                .map_err(|_| ToolError::new("ran alone: calls were not concurrent"))?;
-            Ok(json!({"met": args["who"]}))
-        }
-    });
+    let tool = FunctionTool::raw(
+        "meet",
+        "Waits for a partner call.",
+        None,
+        move |args, _ctx| {
+            let barrier = barrier.clone();
+            async move {
+                tokio::time::timeout(std::time::Duration::from_secs(10), barrier.wait())
+                    .await
+                    .map_err(|_| ToolError::new("ran alone: calls were not concurrent"))?;
+                Ok(json!({"met": args["who"]}))
+            }
+        },
+    );
     let agent = LlmAgent::new("par_agent", model(&m, "par")).tool(tool);
     let s = serve(backend, "par", Arc::new(agent)).await;
     let msgs = run(&s, body("par", "s1", "go")).await;
@@ -269,14 +291,26 @@ async fn transfer_to_a_sub_agent_keeps_the_next_turn(backend: Backend) {
     let msgs = run(&s, body("desk", "s1", "My invoice is wrong")).await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
-    let authors: Vec<&str> = events.iter().map(|e| e["author"].as_str().unwrap()).collect();
+    let authors: Vec<&str> = events
+        .iter()
+        .map(|e| e["author"].as_str().unwrap())
+        .collect();
     assert_eq!(
         authors,
-        ["coordinator", "coordinator", "coordinator", "coordinator", "billing"],
+        [
+            "coordinator",
+            "coordinator",
+            "coordinator",
+            "coordinator",
+            "billing"
+        ],
         "{events:#?}"
     );
     // A transfer to an unknown agent is an error the model sees, naming the valid targets.
-    let bad = responses_of(&events[1])[0]["response"]["error"].as_str().unwrap().to_string();
+    let bad = responses_of(&events[1])[0]["response"]["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(bad.contains("billing") && bad.contains("support"), "{bad}");
     assert_eq!(events[3]["actions"]["transferToAgent"], "billing");
     assert_eq!(text_of(&events[4]), "Billing here.");
@@ -284,11 +318,15 @@ async fn transfer_to_a_sub_agent_keeps_the_next_turn(backend: Backend) {
     // The coordinator was told whom it can transfer to; billing sees the routing as context
     // and may go back to its parent or to its peer.
     let coord_req = &m.requests_for("coord")[0];
-    let system = messages(coord_req, "system")[0]["content"].as_str().unwrap();
+    let system = messages(coord_req, "system")[0]["content"]
+        .as_str()
+        .unwrap();
     assert!(system.starts_with("Route the user."));
     assert!(system.contains("Agent name: billing") && system.contains("Agent name: support"));
     let billing_req = &m.requests_for("billing")[0];
-    let billing_system = messages(billing_req, "system")[0]["content"].as_str().unwrap();
+    let billing_system = messages(billing_req, "system")[0]["content"]
+        .as_str()
+        .unwrap();
     assert!(billing_system.contains("Agent name: coordinator"));
     assert!(billing_system.contains("Agent name: support"));
     let context: Vec<String> = messages(billing_req, "user")
@@ -300,7 +338,10 @@ async fn transfer_to_a_sub_agent_keeps_the_next_turn(backend: Backend) {
             && c.contains("[coordinator] called tool `transfer_to_agent`")),
         "{context:#?}"
     );
-    assert!(messages(billing_req, "tool").is_empty(), "other agents' calls are context");
+    assert!(
+        messages(billing_req, "tool").is_empty(),
+        "other agents' calls are context"
+    );
 
     // Next turn: billing answers directly.
     let msgs = run(&s, body("desk", "s1", "And the refund?")).await;
@@ -308,7 +349,11 @@ async fn transfer_to_a_sub_agent_keeps_the_next_turn(backend: Backend) {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["author"], "billing");
     assert_eq!(text_of(&events[0]), "Still billing.");
-    assert_eq!(m.requests_for("coord").len(), 2, "the coordinator was not asked again");
+    assert_eq!(
+        m.requests_for("coord").len(),
+        2,
+        "the coordinator was not asked again"
+    );
     assert_eq!(m.unused(), 0);
 }
 
@@ -334,16 +379,25 @@ async fn sequential_and_loop_workflows_of_llm_agents(backend: Backend) {
     let msgs = run(&s, body("pipe", "s1", "Write about cats")).await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
-    let authors: Vec<&str> = events.iter().map(|e| e["author"].as_str().unwrap()).collect();
+    let authors: Vec<&str> = events
+        .iter()
+        .map(|e| e["author"].as_str().unwrap())
+        .collect();
     assert_eq!(authors, ["writer", "reviewer"]);
     let review_req = &m.requests_for("reviewer")[0];
-    assert_eq!(messages(review_req, "system")[0]["content"], "Review: A draft.");
+    assert_eq!(
+        messages(review_req, "system")[0]["content"],
+        "Review: A draft."
+    );
     // The reviewer sees the writer's draft as context.
     let users: Vec<String> = messages(review_req, "user")
         .iter()
         .map(|m| m["content"].as_str().unwrap_or_default().to_string())
         .collect();
-    assert!(users.iter().any(|u| u.contains("[writer] said: A draft.")), "{users:#?}");
+    assert!(
+        users.iter().any(|u| u.contains("[writer] said: A draft.")),
+        "{users:#?}"
+    );
 
     let worker = LlmAgent::new("worker", model(&m, "worker"))
         .instruction("Improve until done, then call exit_loop.")
@@ -363,10 +417,18 @@ async fn sequential_and_loop_workflows_of_llm_agents(backend: Backend) {
     let msgs = run(&s2, body("loop", "s1", "go")).await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
-    assert_eq!(events.len(), 3, "text, exit_loop call, its response: {events:#?}");
+    assert_eq!(
+        events.len(),
+        3,
+        "text, exit_loop call, its response: {events:#?}"
+    );
     assert_eq!(events[2]["actions"]["escalate"], true);
     assert_eq!(events[2]["actions"]["skipSummarization"], true);
-    assert_eq!(m.requests_for("worker").len(), 2, "the loop stopped at exit_loop");
+    assert_eq!(
+        m.requests_for("worker").len(),
+        2,
+        "the loop stopped at exit_loop"
+    );
     assert_eq!(m.unused(), 0);
 }
 
@@ -386,14 +448,20 @@ async fn model_errors_become_clear_error_events(backend: Backend) {
     assert_eq!(events.len(), 1);
     assert_eq!(text_of(&events[0]), "fine now");
 
-    m.push("flaky", Reply::status(401, "Incorrect API key provided: sk-***"));
+    m.push(
+        "flaky",
+        Reply::status(401, "Incorrect API key provided: sk-***"),
+    );
     let msgs = run(&s, body("flaky", "s2", "hi")).await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0]["errorCode"], "UNAUTHENTICATED");
     let msg = events[0]["errorMessage"].as_str().unwrap();
-    assert!(msg.contains("API key") && msg.contains("401") && msg.contains("Incorrect API key"), "{msg}");
+    assert!(
+        msg.contains("API key") && msg.contains("401") && msg.contains("Incorrect API key"),
+        "{msg}"
+    );
 
     m.push(
         "flaky",
@@ -412,13 +480,28 @@ async fn model_errors_become_clear_error_events(backend: Backend) {
     let events = complete(&msgs);
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0]["errorCode"], "MODEL_ERROR");
-    assert!(events[0]["errorMessage"].as_str().unwrap().contains("upstream overloaded"));
-    let partial = msgs.iter().find(|m| m.is_partial()).expect("a partial was streamed");
-    assert_eq!(partial.data["id"], events[0]["id"], "the error event replaces the partial row");
+    assert!(events[0]["errorMessage"]
+        .as_str()
+        .unwrap()
+        .contains("upstream overloaded"));
+    let partial = msgs
+        .iter()
+        .find(|m| m.is_partial())
+        .expect("a partial was streamed");
+    assert_eq!(
+        partial.data["id"], events[0]["id"],
+        "the error event replaces the partial row"
+    );
 
     // max_steps: the model keeps calling tools.
-    m.push("flaky", Reply::tool_calls(&[("k1", "get_weather", r#"{"city":"Oslo"}"#)]))
-        .push("flaky", Reply::tool_calls(&[("k2", "get_weather", r#"{"city":"Oslo"}"#)]));
+    m.push(
+        "flaky",
+        Reply::tool_calls(&[("k1", "get_weather", r#"{"city":"Oslo"}"#)]),
+    )
+    .push(
+        "flaky",
+        Reply::tool_calls(&[("k2", "get_weather", r#"{"city":"Oslo"}"#)]),
+    );
     let events = complete(&run(&s, body("flaky", "s4", "loop")).await);
     let last = events.last().unwrap();
     assert_eq!(last["errorCode"], "MAX_STEPS_EXCEEDED", "{events:#?}");
@@ -433,33 +516,50 @@ async fn model_errors_become_clear_error_events(backend: Backend) {
 /// `load_artifacts` tool lists and reads it back for the model.
 async fn tools_save_artifacts_and_load_artifacts_reads_them(backend: Backend) {
     let m = ScriptedModel::start().await;
-    m.push("art", Reply::tool_calls(&[("w1", "write_note", r#"{"text": "buy milk"}"#)]))
-        .push("art", Reply::tool_calls(&[("l1", "load_artifacts", "{}")]))
-        .push(
-            "art",
-            Reply::tool_calls(&[("l2", "load_artifacts", r#"{"artifact_names": ["note.txt", "nope.txt"]}"#)]),
-        )
-        .push("art", Reply::text(&["Your note says buy milk."]));
-    let writer = FunctionTool::raw("write_note", "Saves a note.", None, |args, ctx| async move {
-        let text = args["text"].as_str().unwrap_or_default().to_string();
-        ctx.save_artifact("note.txt", agentd::event::Part::text(text));
-        Ok(json!({"saved": "note.txt"}))
-    });
+    m.push(
+        "art",
+        Reply::tool_calls(&[("w1", "write_note", r#"{"text": "buy milk"}"#)]),
+    )
+    .push("art", Reply::tool_calls(&[("l1", "load_artifacts", "{}")]))
+    .push(
+        "art",
+        Reply::tool_calls(&[(
+            "l2",
+            "load_artifacts",
+            r#"{"artifact_names": ["note.txt", "nope.txt"]}"#,
+        )]),
+    )
+    .push("art", Reply::text(&["Your note says buy milk."]));
+    let writer = FunctionTool::raw(
+        "write_note",
+        "Saves a note.",
+        None,
+        |args, ctx| async move {
+            let text = args["text"].as_str().unwrap_or_default().to_string();
+            ctx.save_artifact("note.txt", agentd::event::Part::text(text));
+            Ok(json!({"saved": "note.txt"}))
+        },
+    );
     let agent = LlmAgent::new("notes", model(&m, "art"))
         .tool(writer)
         .tool(agentd::tools::builtin::LoadArtifacts);
     let s = serve(backend, "notes", Arc::new(agent)).await;
     let events = complete(&run(&s, body("notes", "s1", "note: buy milk")).await);
     assert_eq!(events.len(), 7, "{events:#?}");
-    assert_eq!(events[1]["actions"]["artifactDelta"], json!({"note.txt": 0}));
+    assert_eq!(
+        events[1]["actions"]["artifactDelta"],
+        json!({"note.txt": 0})
+    );
     let listed = &responses_of(&events[3])[0]["response"];
     assert_eq!(listed["available_artifacts"], json!(["note.txt"]));
     let read = &responses_of(&events[5])[0]["response"]["artifacts"];
     assert_eq!(read["note.txt"]["text"], "buy milk");
     assert_eq!(read["nope.txt"]["error"], "no such artifact");
     let stored = json_with_status(
-        s.get(&format!("/apps/notes/users/{USER}/sessions/s1/artifacts/note.txt"))
-            .await,
+        s.get(&format!(
+            "/apps/notes/users/{USER}/sessions/s1/artifacts/note.txt"
+        ))
+        .await,
         200,
     )
     .await;
@@ -477,7 +577,10 @@ fn write(dir: &std::path::Path, rel: &str, text: &str) {
 async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
     let m = ScriptedModel::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let opts = format!("model_options:\n  base_url: {}\n  retry_backoff_ms: 5\n", m.base_url);
+    let opts = format!(
+        "model_options:\n  base_url: {}\n  retry_backoff_ms: 5\n",
+        m.base_url
+    );
     write(
         dir.path(),
         "desk/root_agent.yaml",
@@ -510,12 +613,17 @@ async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
     let broken = &detailed["apps"][0];
     let error = broken["error"].as_str().unwrap();
     assert!(
-        error.contains("broken/root_agent.yaml") && error.contains("tools[0]") && error.contains("google_search"),
+        error.contains("broken/root_agent.yaml")
+            && error.contains("tools[0]")
+            && error.contains("google_search"),
         "{error}"
     );
     let info = json_with_status(s.get("/apps/desk/app-info").await, 200).await;
     assert_eq!(info["rootAgentName"], "coordinator");
-    assert_eq!(info["agents"]["coordinator"]["sub_agents"], json!(["billing"]));
+    assert_eq!(
+        info["agents"]["coordinator"]["sub_agents"],
+        json!(["billing"])
+    );
     assert_eq!(
         info["agents"]["billing"]["tools"][0]["functionDeclarations"][0]["name"],
         "exit_loop"
@@ -538,14 +646,21 @@ async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
     assert_eq!(text_of(events.last().unwrap()), "Your invoice is fixed.");
     let req = &m.requests_for("yaml-coord")[0];
     assert_eq!(
-        messages(req, "system")[0]["content"].as_str().unwrap().lines().next(),
+        messages(req, "system")[0]["content"]
+            .as_str()
+            .unwrap()
+            .lines()
+            .next(),
         Some("Route support requests.")
     );
     assert_eq!(req["temperature"], 0.1);
     assert_eq!(req["max_tokens"], 64);
     assert_eq!(req["stop"], json!(["END"]));
     let stored = session(&s, "desk", "s1").await;
-    assert_eq!(stored["state"]["last_billing_answer"], "Your invoice is fixed.");
+    assert_eq!(
+        stored["state"]["last_billing_answer"],
+        "Your invoice is fixed."
+    );
 }
 
 /// The shipped example apps load (no model key is needed to load them).
@@ -554,7 +669,10 @@ async fn the_shipped_example_apps_load() {
     let s = TestServer::start(Backend::Sqlite).await;
     let detailed = json_with_status(s.get("/list-apps?detailed=true").await, 200).await;
     for app in detailed["apps"].as_array().unwrap() {
-        assert!(app.get("error").is_none(), "example app failed to load: {app:#}");
+        assert!(
+            app.get("error").is_none(),
+            "example app failed to load: {app:#}"
+        );
     }
     let names: Vec<&str> = detailed["apps"]
         .as_array()

@@ -272,12 +272,13 @@ fn llm_agent(c: Common, rest: Mapping, file: &Path) -> Result<Arc<dyn Agent>, Co
             ),
             "McpToolset" => {
                 if t.require_confirmation {
-                    return Err(at("require_confirmation is not supported on toolsets".into()));
+                    return Err(at(
+                        "require_confirmation is not supported on toolsets".into()
+                    ));
                 }
-                let set = crate::tools::mcp::McpToolset::from_config(
-                    t.args.clone().unwrap_or_default(),
-                )
-                .map_err(at)?;
+                let set =
+                    crate::tools::mcp::McpToolset::from_config(t.args.clone().unwrap_or_default())
+                        .map_err(at)?;
                 agent.toolsets.push(Arc::new(set));
                 continue;
             }

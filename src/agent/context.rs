@@ -336,6 +336,18 @@ impl InvocationContext {
         .map(Some)
     }
 
+    /// Marks `calls` (some made in an earlier run: approved, resumed) as open in this run, so
+    /// a cancel before they are answered seals them with an error response.
+    pub(crate) async fn track_open_calls(&self, calls: &[crate::event::FunctionCall]) {
+        let mut st = self.shared.emit.lock().await;
+        for c in calls {
+            if let Some(id) = &c.id {
+                st.open_calls
+                    .insert(id.clone(), (c.name.clone(), self.agent_name().to_string()));
+            }
+        }
+    }
+
     /// Fills what the agent left out: invocation, author, branch, run metadata, id, time.
     fn stamp(&self, event: &mut Event) {
         if event.invocation_id.is_empty() {

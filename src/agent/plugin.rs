@@ -56,12 +56,20 @@ pub trait Plugin: Send + Sync + 'static {
     }
 
     /// After a model answered (aggregated response); may edit it.
-    async fn after_model(&self, _ctx: &CallbackContext, _response: &mut LlmResponse) -> AgentResult {
+    async fn after_model(
+        &self,
+        _ctx: &CallbackContext,
+        _response: &mut LlmResponse,
+    ) -> AgentResult {
         Ok(())
     }
 
     /// Before a tool runs; returning a result answers instead of the tool.
-    async fn before_tool(&self, _ctx: &ToolContext, _call: &ToolCall) -> AgentResult<Option<Value>> {
+    async fn before_tool(
+        &self,
+        _ctx: &ToolContext,
+        _call: &ToolCall,
+    ) -> AgentResult<Option<Value>> {
         Ok(None)
     }
 
@@ -174,14 +182,22 @@ impl PluginSet {
         Ok(None)
     }
 
-    pub async fn after_model(&self, ctx: &CallbackContext, response: &mut LlmResponse) -> AgentResult {
+    pub async fn after_model(
+        &self,
+        ctx: &CallbackContext,
+        response: &mut LlmResponse,
+    ) -> AgentResult {
         for p in &self.plugins {
             p.after_model(ctx, response).await?;
         }
         Ok(())
     }
 
-    pub async fn before_tool(&self, ctx: &ToolContext, call: &ToolCall) -> AgentResult<Option<Value>> {
+    pub async fn before_tool(
+        &self,
+        ctx: &ToolContext,
+        call: &ToolCall,
+    ) -> AgentResult<Option<Value>> {
         for p in &self.plugins {
             if let Some(v) = p.before_tool(ctx, call).await? {
                 return Ok(Some(v));
@@ -190,7 +206,12 @@ impl PluginSet {
         Ok(None)
     }
 
-    pub async fn after_tool(&self, ctx: &ToolContext, call: &ToolCall, result: &mut Value) -> AgentResult {
+    pub async fn after_tool(
+        &self,
+        ctx: &ToolContext,
+        call: &ToolCall,
+        result: &mut Value,
+    ) -> AgentResult {
         for p in &self.plugins {
             p.after_tool(ctx, call, result).await?;
         }

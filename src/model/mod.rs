@@ -158,6 +158,8 @@ impl ModelError {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LlmResponse {
     pub content: Option<Content>,
+    /// A streamed chunk (after-model hooks see each chunk, then the aggregated response).
+    pub partial: bool,
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
     pub model_version: Option<String>,
@@ -333,6 +335,7 @@ impl Aggregator {
             });
         }
         LlmResponse {
+            partial: false,
             content: (!parts.is_empty()).then(|| Content {
                 parts,
                 role: Some("model".into()),

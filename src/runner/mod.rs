@@ -268,9 +268,8 @@ impl Runner {
             .session_head(&req.key)
             .await?
             .ok_or_else(|| RunError::SessionNotFound(req.key.session_id.clone()))?;
-        let user = new_message.map(|m| {
-            user_event(invocation_id, m, &req.state_delta, &req.run_config)
-        });
+        let user =
+            new_message.map(|m| user_event(invocation_id, m, &req.state_delta, &req.run_config));
         let ctx = InvocationContext::new(ContextParts {
             invocation_id: invocation_id.to_string(),
             key: req.key.clone(),

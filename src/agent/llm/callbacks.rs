@@ -20,10 +20,16 @@ pub enum BeforeModel {
     Respond(LlmResponse),
 }
 
-pub type BeforeModelCallback =
-    Arc<dyn Fn(CallbackContext, LlmRequest) -> BoxFuture<'static, AgentResult<BeforeModel>> + Send + Sync>;
-pub type AfterModelCallback =
-    Arc<dyn Fn(CallbackContext, LlmResponse) -> BoxFuture<'static, AgentResult<LlmResponse>> + Send + Sync>;
+pub type BeforeModelCallback = Arc<
+    dyn Fn(CallbackContext, LlmRequest) -> BoxFuture<'static, AgentResult<BeforeModel>>
+        + Send
+        + Sync,
+>;
+pub type AfterModelCallback = Arc<
+    dyn Fn(CallbackContext, LlmResponse) -> BoxFuture<'static, AgentResult<LlmResponse>>
+        + Send
+        + Sync,
+>;
 
 /// A tool call as callbacks see it.
 #[derive(Debug, Clone)]
@@ -56,7 +62,8 @@ impl LlmCallbacks {
         F: Fn(CallbackContext, LlmRequest) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = AgentResult<BeforeModel>> + Send + 'static,
     {
-        self.before_model.push(Arc::new(move |c, r| Box::pin(f(c, r))));
+        self.before_model
+            .push(Arc::new(move |c, r| Box::pin(f(c, r))));
         self
     }
 
@@ -65,7 +72,8 @@ impl LlmCallbacks {
         F: Fn(CallbackContext, LlmResponse) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = AgentResult<LlmResponse>> + Send + 'static,
     {
-        self.after_model.push(Arc::new(move |c, r| Box::pin(f(c, r))));
+        self.after_model
+            .push(Arc::new(move |c, r| Box::pin(f(c, r))));
         self
     }
 
@@ -74,7 +82,8 @@ impl LlmCallbacks {
         F: Fn(ToolCall, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = AgentResult<Option<Value>>> + Send + 'static,
     {
-        self.before_tool.push(Arc::new(move |c, t| Box::pin(f(c, t))));
+        self.before_tool
+            .push(Arc::new(move |c, t| Box::pin(f(c, t))));
         self
     }
 

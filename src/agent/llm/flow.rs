@@ -3,7 +3,9 @@
 use super::callbacks::{BeforeModel, ToolCall};
 use super::history::{self, History, REQUEST_CONFIRMATION};
 use super::{instruction, LlmAgent};
-use crate::agent::{run_agent, transfer_targets, AgentError, AgentResult, CallbackContext, InvocationContext};
+use crate::agent::{
+    run_agent, transfer_targets, AgentError, AgentResult, CallbackContext, InvocationContext,
+};
 use crate::event::{Content, Event, EventActions, FunctionCall, FunctionResponse, JsonMap, Part};
 use crate::model::{Aggregator, LlmRequest, LlmResponse, PartialChunk};
 use crate::tools::builtin::{TransferToAgent, TRANSFER_TO_AGENT};
@@ -29,7 +31,8 @@ struct CallsOutcome {
     waiting: bool,
 }
 
-const CONFIRMATION_REQUIRED: &str = "This tool call requires confirmation, please approve or reject.";
+const CONFIRMATION_REQUIRED: &str =
+    "This tool call requires confirmation, please approve or reject.";
 const CONFIRMATION_REJECTED: &str = "This tool call is rejected.";
 
 impl<'a> Turn<'a> {
@@ -56,7 +59,9 @@ impl<'a> Turn<'a> {
             let tools = match self.tools().await {
                 Ok(t) => t,
                 Err(message) => {
-                    return self.error_event("TOOLSET_UNAVAILABLE", &message, None).await;
+                    return self
+                        .error_event("TOOLSET_UNAVAILABLE", &message, None)
+                        .await;
                 }
             };
             let by_name: HashMap<String, Arc<dyn Tool>> = tools
@@ -80,7 +85,10 @@ impl<'a> Turn<'a> {
                 if let Some(key) = &self.agent.output_key {
                     let text = final_text(&response);
                     if !text.is_empty() {
-                        event.actions.state_delta.insert(key.clone(), Value::String(text));
+                        event
+                            .actions
+                            .state_delta
+                            .insert(key.clone(), Value::String(text));
                     }
                 }
             }
@@ -229,7 +237,8 @@ impl<'a> Turn<'a> {
                 Ok(delta) => {
                     if let Some(chunk) = agg.push(delta) {
                         if streaming {
-                            self.ctx.emit(self.partial(event_id, chunk)).await?;
+                            let partial = self.partial(event_id, chunk).await?;
+                            self.ctx.emit(partial).await?;
                         }
                     }
                 }
@@ -246,10 +255,9 @@ impl<'a> Turn<'a> {
         Ok(agg.finish())
     }
 
-    fn partial(&self, event_id: &str, chunk: PartialChunk) -> Event {
-        let mut e = self.ctx.new_event();
-        e.id = event_id.to_string();
-        e.partial = Some(true);
+    /// A streamed chunk as a partial event. After-model hooks see each chunk too (ADK
+    /// does the same), so a redacting callback also covers what is streamed.
+    async fn partial(&self, event_id: &str, chunk: PartialChunk) -> AgentResult<Event> {
         let part = match chunk {
             PartialChunk::Text(t) => Part::text(t),
             PartialChunk::Thought(t) => Part {
@@ -258,12 +266,25 @@ impl<'a> Turn<'a> {
                 ..Default::default()
             },
         };
-        e.content = Some(Content {
-            parts: vec![part],
-            role: Some("model".into()),
-            extra: JsonMap::new(),
-        });
-        e
+        let mut response = LlmResponse {
+            content: Some(Content {
+                parts: vec![part],
+                role: Some("model".into()),
+                extra: JsonMap::new(),
+            }),
+            partial: true,
+            ..Default::default()
+        };
+        let cb = CallbackContext::new(self.ctx);
+        self.ctx.plugins().after_model(&cb, &mut response).await?;
+        for f in &self.agent.llm_callbacks.after_model {
+            response = f(cb.clone(), response).await?;
+        }
+        let mut e = self.ctx.new_event();
+        e.id = event_id.to_string();
+        e.partial = Some(true);
+        e.content = response.content;
+        Ok(e)
     }
 
     fn model_event(
@@ -321,6 +342,7 @@ impl<'a> Turn<'a> {
         invalid: &HashMap<String, String>,
         confirmations: &HashMap<String, ToolConfirmation>,
     ) -> AgentResult<CallsOutcome> {
+        self.ctx.track_open_calls(&calls).await;
         let available: Vec<&str> = {
             let mut v: Vec<&str> = tools.keys().map(String::as_str).collect();
             v.sort();
@@ -386,9 +408,10 @@ impl<'a> Turn<'a> {
         Ok(outcome)
     }
 
-    /// One call: checks, confirmation, before-callbacks, the tool (in its own task, so a
-    /// panicking tool is an error response, not a dead run), after-callbacks. `None` when a
-    /// long-running tool left the call pending.
+    /// One call: checks, before-callbacks (which may answer instead, even before an
+    /// approval is asked for), confirmation, the tool (in its own task, so a panicking tool
+    /// is an error response, not a dead run), after-callbacks. `None` when a long-running
+    /// tool left the call pending.
     async fn run_call(
         &self,
         call: FunctionCall,
@@ -397,27 +420,11 @@ impl<'a> Turn<'a> {
         confirmation: Option<ToolConfirmation>,
     ) -> AgentResult<(Option<Part>, EventActions)> {
         let id = call.id.clone().unwrap_or_default();
-        let tctx = ToolContext::new(self.ctx, id.clone(), confirmation.clone());
+        let tctx = ToolContext::new(self.ctx, id.clone(), confirmation);
         let value = match (tool, error) {
             (_, Some(e)) => Some(json!({ "error": e })),
             (None, None) => Some(json!({ "error": "unknown tool" })),
-            (Some(tool), None) => {
-                if tool.requires_confirmation() && confirmation.is_none() {
-                    tctx.request_confirmation(
-                        format!(
-                            "Please approve or reject the tool call {}() by responding with a \
-                             FunctionResponse with an expected ToolConfirmation payload.",
-                            call.name
-                        ),
-                        None,
-                    );
-                    Some(json!({ "error": CONFIRMATION_REQUIRED }))
-                } else if confirmation.as_ref().is_some_and(|c| !c.confirmed) {
-                    Some(json!({ "error": CONFIRMATION_REJECTED }))
-                } else {
-                    self.invoke(&tool, &call, &tctx).await?
-                }
-            }
+            (Some(tool), None) => self.invoke(&tool, &call, &tctx).await?,
         };
         let part = value.map(|v| Part {
             function_response: Some(FunctionResponse {
@@ -449,6 +456,26 @@ impl<'a> Turn<'a> {
                     short = Some(v);
                     break;
                 }
+            }
+        }
+        let confirmation = tctx.tool_confirmation();
+        if short.is_none() && tool.requires_confirmation() {
+            match confirmation {
+                None => {
+                    tctx.request_confirmation(
+                        format!(
+                            "Please approve or reject the tool call {}() by responding with a \
+                             FunctionResponse with an expected ToolConfirmation payload.",
+                            call.name
+                        ),
+                        None,
+                    );
+                    return Ok(Some(json!({ "error": CONFIRMATION_REQUIRED })));
+                }
+                Some(c) if !c.confirmed => {
+                    return Ok(Some(json!({ "error": CONFIRMATION_REJECTED })));
+                }
+                Some(_) => {}
             }
         }
         let mut value = match short {
@@ -483,7 +510,11 @@ impl<'a> Turn<'a> {
 
     /// ADK's confirmation request: one long-running `adk_request_confirmation` call per
     /// call that needs approval, carrying the original call and the confirmation asked for.
-    async fn request_confirmations(&self, calls: &[FunctionCall], requested: JsonMap) -> AgentResult {
+    async fn request_confirmations(
+        &self,
+        calls: &[FunctionCall],
+        requested: JsonMap,
+    ) -> AgentResult {
         let mut parts = vec![];
         let mut ids = vec![];
         for (call_id, confirmation) in requested {
@@ -525,13 +556,23 @@ impl<'a> Turn<'a> {
     /// Work left from an earlier run: confirmations the client just answered, or (with
     /// `resume`) this agent's calls that never got a response.
     async fn pending_work(&mut self) -> AgentResult<Option<CallsOutcome>> {
-        let tools = self.tools().await.unwrap_or_else(|_| self.agent.tools.clone());
+        let tools = self
+            .tools()
+            .await
+            .unwrap_or_else(|_| self.agent.tools.clone());
         let by_name: HashMap<String, Arc<dyn Tool>> = tools
             .iter()
             .map(|t| (t.name().to_string(), t.clone()))
             .collect();
+        let latest = self.history.latest_responses();
+        let awaiting_approval = |id: &str| {
+            latest.get(id).is_some_and(|r| {
+                r.response.get("error").and_then(Value::as_str) == Some(CONFIRMATION_REQUIRED)
+            })
+        };
 
-        // Confirmations in the new message.
+        // Confirmations in the new message. A call already resolved (a replayed approval,
+        // a double click) is not run again: one approval, one execution.
         let mut confirmed_calls = vec![];
         let mut confirmations = HashMap::new();
         let answers: Vec<FunctionResponse> = self
@@ -546,21 +587,20 @@ impl<'a> Turn<'a> {
             })
             .unwrap_or_default();
         for answer in answers {
-            let Some(id) = &answer.id else { continue };
-            let Some(request) = self.history.find_call(id) else {
-                continue;
-            };
-            let Some(original) = request
-                .function_calls()
-                .find(|c| c.id.as_deref() == Some(id.as_str()))
-                .and_then(|c| c.args.get("originalFunctionCall"))
-                .and_then(|v| serde_json::from_value::<FunctionCall>(v.clone()).ok())
+            let Some(original) = answer
+                .id
+                .as_deref()
+                .and_then(|id| self.original_call(id))
             else {
                 continue;
             };
             let Some(call_id) = original.id.clone() else {
                 continue;
             };
+            if !awaiting_approval(&call_id) || confirmations.contains_key(&call_id) {
+                tracing::info!(call = %call_id, "confirmation for a call that is already resolved; ignored");
+                continue;
+            }
             confirmations.insert(call_id, parse_confirmation(&answer.response));
             confirmed_calls.push(original);
         }
@@ -574,18 +614,18 @@ impl<'a> Turn<'a> {
         if !self.ctx.run_config().resume {
             return Ok(None);
         }
-        let latest = self.history.latest_responses();
-        let Some(last_calls) = self
+        // This agent's calls since the last user message that have no response, or only a
+        // cancelled run's seal: not calls waiting for approval or for the client.
+        let since = self
             .history
             .events
             .iter()
-            .rev()
-            .find(|e| e.author == self.agent.name && e.function_calls().next().is_some())
-        else {
-            return Ok(None);
-        };
-        let open: Vec<FunctionCall> = last_calls
-            .function_calls()
+            .rposition(|e| e.author == "user" && e.function_responses().next().is_none())
+            .unwrap_or(0);
+        let open: Vec<FunctionCall> = self.history.events[since..]
+            .iter()
+            .filter(|e| e.author == self.agent.name)
+            .flat_map(|e| e.function_calls())
             .filter(|c| c.name != REQUEST_CONFIRMATION)
             .filter(|c| !by_name.get(&c.name).is_some_and(|t| t.is_long_running()))
             .filter(|c| {
@@ -597,11 +637,41 @@ impl<'a> Turn<'a> {
         if open.is_empty() {
             return Ok(None);
         }
+        // Calls the client approved before the interruption keep their approval.
+        let approvals = self.approvals();
         tracing::info!(agent = %self.agent.name, calls = open.len(), "resuming unanswered tool calls");
         let outcome = self
-            .run_calls(open, &by_name, &HashMap::new(), &HashMap::new())
+            .run_calls(open, &by_name, &HashMap::new(), &approvals)
             .await?;
         Ok(Some(outcome))
+    }
+
+    /// The call an `adk_request_confirmation` call (by id) asked about.
+    fn original_call(&self, request_id: &str) -> Option<FunctionCall> {
+        self.history
+            .find_call(request_id)?
+            .function_calls()
+            .find(|c| c.id.as_deref() == Some(request_id))
+            .and_then(|c| c.args.get("originalFunctionCall"))
+            .and_then(|v| serde_json::from_value::<FunctionCall>(v.clone()).ok())
+    }
+
+    /// Every confirmation answer in the history, by original call id.
+    fn approvals(&self) -> HashMap<String, ToolConfirmation> {
+        let mut out = HashMap::new();
+        for e in self.history.events.iter().filter(|e| e.author == "user") {
+            for r in e
+                .function_responses()
+                .filter(|r| r.name == REQUEST_CONFIRMATION)
+            {
+                if let Some(original) = r.id.as_deref().and_then(|id| self.original_call(id)) {
+                    if let Some(id) = original.id {
+                        out.insert(id, parse_confirmation(&r.response));
+                    }
+                }
+            }
+        }
+        out
     }
 }
 

@@ -176,6 +176,18 @@ pub fn contents(
         .flat_map(|e| e.function_calls().filter_map(|c| c.id.clone()))
         .collect();
 
+    // Who made each call: a response to another agent's call is retold as context, and a
+    // response to a call that does not exist (a stale id from a client) is dropped; either
+    // would be an orphan tool message that providers reject.
+    let call_authors: HashMap<String, &str> = history
+        .events
+        .iter()
+        .flat_map(|e| {
+            e.function_calls()
+                .filter_map(move |c| Some((c.id.clone()?, e.author.as_str())))
+        })
+        .collect();
+
     let mut out: Vec<Content> = vec![];
     for event in events {
         if event.partial == Some(true) || !on_branch(event, branch) {
@@ -189,15 +201,25 @@ pub fn contents(
             continue;
         }
         let mut parts: Vec<Part> = vec![];
+        let mut context: Vec<Part> = vec![];
         let mut calls_here: Vec<(String, String)> = vec![];
         for p in &content.parts {
             if is_internal(p) {
                 continue;
             }
             if let Some(r) = &p.function_response {
-                if r.id.as_ref().is_some_and(|id| own_calls.contains(id)) {
+                let id = r.id.as_deref().unwrap_or_default();
+                if own_calls.contains(id) {
                     continue; // placed after its call
                 }
+                if let Some(author) = call_authors.get(id).filter(|a| **a != agent) {
+                    context.push(Part::text(format!(
+                        "[{author}] `{}` tool returned result: {}",
+                        r.name,
+                        crate::model::json_text(&r.response)
+                    )));
+                }
+                continue;
             }
             if let Some(c) = &p.function_call {
                 if let Some(id) = &c.id {
@@ -206,13 +228,28 @@ pub fn contents(
             }
             parts.push(p.clone());
         }
+        if !context.is_empty() {
+            context.insert(0, Part::text("For context:"));
+            out.push(Content {
+                parts: context,
+                role: Some("user".into()),
+                extra: JsonMap::new(),
+            });
+        }
         if parts.is_empty() {
             continue;
         }
         out.push(Content {
             parts,
             role: content.role.clone().or_else(|| {
-                Some(if event.author == "user" { "user" } else { "model" }.into())
+                Some(
+                    if event.author == "user" {
+                        "user"
+                    } else {
+                        "model"
+                    }
+                    .into(),
+                )
             }),
             extra: content.extra.clone(),
         });
@@ -224,8 +261,7 @@ pub fn contents(
                         let mut m = JsonMap::new();
                         m.insert(
                             "error".into(),
-                            "no result was recorded for this call (it may still be pending)"
-                                .into(),
+                            "no result was recorded for this call (it may still be pending)".into(),
                         );
                         FunctionResponse {
                             id: Some(id.clone()),
@@ -292,9 +328,19 @@ mod tests {
             events: vec![
                 Event::new("e-1", "user").with_content(Content::text("user", "delete it")),
                 call_event("a", "c1", "delete"),
-                response_event("a", "c1", "delete", serde_json::json!({"error": "needs approval"})),
+                response_event(
+                    "a",
+                    "c1",
+                    "delete",
+                    serde_json::json!({"error": "needs approval"}),
+                ),
                 call_event("a", "c2", REQUEST_CONFIRMATION),
-                response_event("user", "c2", REQUEST_CONFIRMATION, serde_json::json!({"confirmed": true})),
+                response_event(
+                    "user",
+                    "c2",
+                    REQUEST_CONFIRMATION,
+                    serde_json::json!({"confirmed": true}),
+                ),
                 response_event("a", "c1", "delete", serde_json::json!({"ok": true})),
                 Event::new("e-1", "other").with_content(Content::text("model", "hi")),
                 call_event("a", "c3", "slow"),
@@ -308,9 +354,18 @@ mod tests {
             c[2].parts[0].function_response.as_ref().unwrap().response["ok"],
             true
         );
-        assert!(c[3].parts[1].text.as_deref().unwrap().starts_with("[other] said"));
+        assert!(c[3].parts[1]
+            .text
+            .as_deref()
+            .unwrap()
+            .starts_with("[other] said"));
         // The unanswered call gets a placeholder response.
-        assert!(c[5].parts[0].function_response.as_ref().unwrap().response.contains_key("error"));
+        assert!(c[5].parts[0]
+            .function_response
+            .as_ref()
+            .unwrap()
+            .response
+            .contains_key("error"));
     }
 
     #[test]
