@@ -100,6 +100,16 @@ impl Server {
         // Runs first: each is cancelled, sealed and recorded, and its stream ends, so the
         // HTTP server's graceful shutdown is not held up by open SSE responses.
         self.state.runner.shutdown(grace).await;
+        // MCP servers started as child processes end with us.
+        for app in self.state.apps.entries() {
+            if let Ok(tree) = &app.tree {
+                for agent in tree.agents() {
+                    for set in agent.toolsets() {
+                        set.close().await;
+                    }
+                }
+            }
+        }
         self.shutdown.cancel();
         match tokio::time::timeout(grace, self.task).await {
             Ok(joined) => Ok(joined??),

@@ -576,6 +576,18 @@ fn write(dir: &std::path::Path, rel: &str, text: &str) {
 /// a broken file is a clear error naming the file and the field and takes nothing else down.
 async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
     let m = ScriptedModel::start().await;
+    // The invoice API the billing agent's HTTP tool calls.
+    let api = axum::Router::new().route(
+        "/invoices/{id}",
+        axum::routing::get(
+            |axum::extract::Path(id): axum::extract::Path<String>| async move {
+                axum::Json(json!({"invoice": id, "status": "paid", "amount_eur": 42}))
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, api).await });
     let dir = tempfile::tempdir().unwrap();
     let opts = format!(
         "model_options:\n  base_url: {}\n  retry_backoff_ms: 5\n",
@@ -596,7 +608,10 @@ async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
         "desk/billing.yaml",
         &format!(
             "name: billing\nmodel: openai/yaml-billing\n{opts}description: Invoices.\n\
-             instruction: You do billing.\noutput_key: last_billing_answer\ntools:\n  - name: exit_loop\n"
+             instruction: You do billing.\noutput_key: last_billing_answer\ntools:\n  - name: exit_loop\n\
+             \x20 - name: HttpTool\n    args:\n      name: lookup_invoice\n      description: Finds an invoice.\n\
+             \x20     url: http://{api_addr}/invoices/{{id}}\n\
+             \x20     parameters: {{type: object, properties: {{id: {{type: string}}}}, required: [id]}}\n"
         ),
     );
     write(
@@ -636,6 +651,10 @@ async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
         "yaml-coord",
         Reply::tool_calls(&[("t1", "transfer_to_agent", r#"{"agent_name":"billing"}"#)]),
     )
+    .push(
+        "yaml-billing",
+        Reply::tool_calls(&[("h1", "lookup_invoice", r#"{"id": "INV-7"}"#)]),
+    )
     .push("yaml-billing", Reply::text(&["Your invoice ", "is fixed."]));
     let mut b = body("desk", "s1", "invoice problem");
     b["stateDelta"] = json!({"topic": "support"});
@@ -643,6 +662,15 @@ async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
     assert_eq!(events.last().unwrap()["author"], "billing");
+    let looked_up = events
+        .iter()
+        .flat_map(responses_of)
+        .find(|r| r["name"] == "lookup_invoice")
+        .expect("the HTTP tool answered");
+    assert_eq!(
+        looked_up["response"],
+        json!({"invoice": "INV-7", "status": "paid", "amount_eur": 42})
+    );
     assert_eq!(text_of(events.last().unwrap()), "Your invoice is fixed.");
     let req = &m.requests_for("yaml-coord")[0];
     assert_eq!(
@@ -680,7 +708,7 @@ async fn the_shipped_example_apps_load() {
         .iter()
         .map(|a| a["name"].as_str().unwrap())
         .collect();
-    for expected in ["echo", "helpdesk", "pipeline"] {
+    for expected in ["assistant", "echo", "helpdesk", "pipeline"] {
         assert!(names.contains(&expected), "{names:?}");
     }
     let info = json_with_status(s.get("/apps/helpdesk/app-info").await, 200).await;
@@ -688,6 +716,10 @@ async fn the_shipped_example_apps_load() {
         info["agents"]["coordinator"]["sub_agents"],
         json!(["billing", "tech_support"])
     );
+    let info = json_with_status(s.get("/apps/assistant/app-info").await, 200).await;
+    let tools = &info["agents"]["assistant"]["tools"][0]["functionDeclarations"];
+    assert_eq!(tools[0]["name"], "get_current_weather");
+    assert_eq!(tools[1]["name"], "load_memory");
 }
 
 both_backends!(

@@ -107,6 +107,11 @@ pub trait Agent: Send + Sync + 'static {
         vec![]
     }
 
+    /// Toolsets holding connections or child processes (MCP), closed on server shutdown.
+    fn toolsets(&self) -> &[Arc<dyn crate::tools::Toolset>] {
+        &[]
+    }
+
     /// The ADK class name shown by `app-info` (`LlmAgent`, `SequentialAgent`, …).
     fn agent_class(&self) -> &str {
         "BaseAgent"
@@ -176,6 +181,17 @@ impl AgentTree {
     }
 
     /// True when `name` and every ancestor allow a conversation to stay with it.
+    /// Every agent of the tree, root first.
+    pub fn agents(&self) -> impl Iterator<Item = &Arc<dyn Agent>> {
+        let mut out = vec![&self.root];
+        let mut i = 0;
+        while i < out.len() {
+            out.extend(out[i].sub_agents().iter());
+            i += 1;
+        }
+        out.into_iter()
+    }
+
     pub fn may_keep_turn(&self, name: &str) -> bool {
         let mut current = self.find(name);
         while let Some(agent) = current {

@@ -224,7 +224,9 @@ impl HttpTool {
                 let names: Vec<&str> = self.properties.iter().map(String::as_str).collect();
                 format!("expected: {}", names.join(", "))
             };
-            return Err(ToolError(format!("unknown argument `{unknown}` ({allowed})")));
+            return Err(ToolError(format!(
+                "unknown argument `{unknown}` ({allowed})"
+            )));
         }
         for name in self.required.iter().chain(self.url_args.iter()) {
             if args.get(name).is_none_or(Value::is_null) {
@@ -258,9 +260,8 @@ impl HttpTool {
                 }
             }
         }
-        let mut url = reqwest::Url::parse(&real).map_err(|e| {
-            ToolError(format!("the tool's URL {shown} is not a valid URL: {e}"))
-        })?;
+        let mut url = reqwest::Url::parse(&real)
+            .map_err(|e| ToolError(format!("the tool's URL {shown} is not a valid URL: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
             return Err(ToolError(format!(
                 "the tool's URL {shown} is not an http:// or https:// URL"
@@ -349,7 +350,7 @@ impl HttpTool {
     async fn send(&self, r: Request) -> ToolResult {
         let method = &self.method;
         let shown = &r.shown;
-        let mut builder = crate::model::http::client()
+        let mut builder = tool_client()
             .request(method.clone(), r.url)
             .headers(r.headers);
         if let Some(body) = &r.body {
@@ -528,7 +529,9 @@ fn parse_template(s: &str, args: bool) -> Result<Vec<Piece>, String> {
         let name = &rest[open..close];
         if is_env {
             if !valid_env_name(name) {
-                return Err(format!("`${{{name}}}` is not a valid environment variable name"));
+                return Err(format!(
+                    "`${{{name}}}` is not a valid environment variable name"
+                ));
             }
         } else if name.is_empty()
             || !name
@@ -655,9 +658,16 @@ fn is_textual(content_type: &str) -> bool {
     let essence = content_type.split(';').next().unwrap_or("").trim();
     essence.is_empty()
         || essence.starts_with("text/")
-        || ["json", "xml", "javascript", "yaml", "x-www-form-urlencoded", "csv"]
-            .iter()
-            .any(|k| essence.contains(k))
+        || [
+            "json",
+            "xml",
+            "javascript",
+            "yaml",
+            "x-www-form-urlencoded",
+            "csv",
+        ]
+        .iter()
+        .any(|k| essence.contains(k))
 }
 
 /// The bytes as text: a character cut at the end is dropped, invalid UTF-8 replaced.
@@ -728,7 +738,9 @@ mod tests {
             parse_template("Bearer {x}", false).unwrap(),
             vec![Piece::Lit("Bearer {x}".into())]
         );
-        assert!(parse_template("a ${B", false).unwrap_err().contains("unclosed"));
+        assert!(parse_template("a ${B", false)
+            .unwrap_err()
+            .contains("unclosed"));
         assert!(parse_template("${1X}", false).is_err());
     }
 
@@ -765,7 +777,9 @@ mod tests {
         assert!(tool(v).unwrap_err().starts_with("args.timeout_secs:"));
         let mut v = base.clone();
         v["extra"] = json!(1);
-        assert!(tool(v).unwrap_err().starts_with("args:"));
+        assert!(tool(v)
+            .unwrap_err()
+            .starts_with("args.extra: unknown field `extra`"));
         let mut v = base;
         v["parameters"]["required"] = json!(["nope"]);
         assert!(tool(v)
@@ -783,4 +797,18 @@ mod tests {
         assert!(is_json("application/problem+json; charset=utf-8"));
         assert!(!is_textual("image/png"));
     }
+}
+
+/// HTTP tools' own client: redirects are not followed, so a configured secret header (an
+/// `X-Api-Key`, say) is never replayed to another host; a 3xx is reported as it is.
+fn tool_client() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new())
+    })
 }

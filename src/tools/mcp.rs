@@ -24,6 +24,12 @@
 //! call retries only when it cannot have reached the server (or the tool is annotated
 //! read-only or idempotent). An MCP result becomes `structuredContent` when the server
 //! sent it, else `{"result": "<text contents>"}`; `isError: true` becomes a tool error.
+//!
+//! Timeouts: connecting and listing take at most `timeout` of the connection params (30 s
+//! when not given). A call takes at most `sse_read_timeout` over HTTP (300 s when not
+//! given); over stdio, `stdio_connection_params.timeout` bounds calls too, as in ADK, and
+//! `stdio_server_params` calls get 300 s. A stdio server's stderr is logged (target
+//! `agentd::mcp`) and its last lines are quoted when it fails to start.
 
 use super::http::{check_env_refs, expand_env};
 use super::{Tool, ToolContext, ToolError, ToolResult, Toolset};
@@ -35,7 +41,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     ContentBlock, Implementation, ResourceContents,
 };
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::service::{ClientInitializeError, NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
@@ -43,7 +49,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
 
@@ -52,7 +58,12 @@ const DEFAULT_CALL_TIMEOUT_SECS: f64 = 300.0;
 /// The environment a stdio server inherits (the MCP SDKs' `get_default_environment`).
 const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
 /// Tool names agentd gives a meaning of its own; a server's tool may not take them.
-const RESERVED_NAMES: &[&str] = &["transfer_to_agent", "exit_loop", "load_artifacts", "load_memory"];
+const RESERVED_NAMES: &[&str] = &[
+    "transfer_to_agent",
+    "exit_loop",
+    "load_artifacts",
+    "load_memory",
+];
 /// Headers the streamable HTTP transport sets itself.
 const RESERVED_HEADERS: &[&str] = &["accept", "mcp-session-id", "last-event-id", "content-type"];
 /// How many of a stdio server's last stderr lines a connection error quotes.
@@ -175,7 +186,7 @@ struct Inner {
 struct State {
     session: Option<Session>,
     /// The tools of `session`, as listed at the given time.
-    tools: Option<(Vec<Arc<dyn Tool>>, Instant)>,
+    tools: Option<(Vec<Arc<McpTool>>, Instant)>,
     /// Counts sessions, so a failing call replaces only the session it used.
     generation: u64,
     closed: bool,
@@ -233,14 +244,18 @@ impl McpToolset {
         .filter(|x| **x)
         .count();
         if given != 1 {
-            return Err("args: exactly one of stdio_server_params, stdio_connection_params, \
+            return Err(
+                "args: exactly one of stdio_server_params, stdio_connection_params, \
                  sse_connection_params, streamable_http_connection_params must be set"
-                .into());
+                    .into(),
+            );
         }
         if c.sse_connection_params.is_some() {
-            return Err("args.sse_connection_params: the legacy HTTP+SSE transport is not \
+            return Err(
+                "args.sse_connection_params: the legacy HTTP+SSE transport is not \
                  supported; use streamable_http_connection_params"
-                .into());
+                    .into(),
+            );
         }
         for (field, set) in [
             ("auth_scheme", c.auth_scheme.is_some()),
@@ -286,7 +301,7 @@ impl McpToolset {
                 call_timeout = seconds(&format!("{field}.sse_read_timeout"), Some(t), 0.0)?;
             }
             let _ = p.terminate_on_close; // the session is always ended on close
-            // The label leaves out credentials a URL may carry.
+                                          // The label leaves out credentials a URL may carry.
             let mut shown = url.clone();
             let _ = shown.set_username("");
             let _ = shown.set_password(None);
@@ -302,11 +317,16 @@ impl McpToolset {
             let (params, field) = match (c.stdio_server_params, c.stdio_connection_params) {
                 (Some(p), _) => (p, "args.stdio_server_params"),
                 (None, Some(p)) => {
+                    // As in ADK, this timeout bounds every request, tool calls included.
                     if let Some(t) = p.timeout {
                         connect_timeout =
                             seconds("args.stdio_connection_params.timeout", Some(t), 0.0)?;
+                        call_timeout = connect_timeout;
                     }
-                    (p.server_params, "args.stdio_connection_params.server_params")
+                    (
+                        p.server_params,
+                        "args.stdio_connection_params.server_params",
+                    )
                 }
                 (None, None) => unreachable!("one connection kind is set"),
             };
@@ -383,6 +403,12 @@ impl McpToolset {
     /// The server's tools, filtered and prefixed: what [`Toolset::tools`] returns, without
     /// needing an [`InvocationContext`]. Connects (or reconnects) as needed.
     pub async fn list_tools(&self) -> Result<Vec<Arc<dyn Tool>>, ToolError> {
+        let tools = self.inner.list_tools().await?;
+        Ok(tools.into_iter().map(|t| t as Arc<dyn Tool>).collect())
+    }
+
+    /// The same tools as [`McpToolset::list_tools`], as [`McpTool`]s.
+    pub async fn mcp_tools(&self) -> Result<Vec<Arc<McpTool>>, ToolError> {
         self.inner.list_tools().await
     }
 }
@@ -414,7 +440,7 @@ impl Toolset for McpToolset {
 }
 
 impl Inner {
-    async fn list_tools(self: &Arc<Self>) -> Result<Vec<Arc<dyn Tool>>, ToolError> {
+    async fn list_tools(self: &Arc<Self>) -> Result<Vec<Arc<McpTool>>, ToolError> {
         let mut st = self.state.lock().await;
         if st.closed {
             return Err(ToolError::new("the MCP toolset is closed"));
@@ -456,7 +482,10 @@ impl Inner {
                     if is_transport_error(&e) {
                         Self::drop_session(&mut st);
                     }
-                    return Err(ToolError(format!("listing the MCP server's tools failed: {e}")));
+                    return Err(ToolError(format!(
+                        "listing the MCP server's tools failed: {}",
+                        service_error(&e)
+                    )));
                 }
                 Err(_) => {
                     Self::drop_session(&mut st);
@@ -471,8 +500,8 @@ impl Inner {
 
     /// Wraps the listed MCP tools: filter (by the server's names), prefix, skip reserved
     /// names, sort by name (a stable order keeps model prompt caches warm).
-    fn build_tools(self: &Arc<Self>, listed: Vec<rmcp::model::Tool>) -> Vec<Arc<dyn Tool>> {
-        let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    fn build_tools(self: &Arc<Self>, listed: Vec<rmcp::model::Tool>) -> Vec<Arc<McpTool>> {
+        let mut tools = Vec::new();
         for t in listed {
             let mcp_name = t.name.to_string();
             if let Some(filter) = &self.filter {
@@ -495,9 +524,10 @@ impl Inner {
                 .map(str::to_string)
                 .or(t.title.clone())
                 .unwrap_or_default();
-            let retry_safe = t.annotations.as_ref().is_some_and(|a| {
-                a.read_only_hint == Some(true) || a.idempotent_hint == Some(true)
-            });
+            let retry_safe = t
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
             tools.push(Arc::new(McpTool {
                 name,
                 mcp_name,
@@ -507,7 +537,7 @@ impl Inner {
                 set: Arc::downgrade(self),
             }));
         }
-        tools.sort_by(|a, b| a.name().cmp(b.name()));
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
     }
 
@@ -529,7 +559,11 @@ impl Inner {
     /// Drops the session a failed call used, unless it was already replaced.
     async fn invalidate(&self, generation: u64) {
         let mut st = self.state.lock().await;
-        if st.session.as_ref().is_some_and(|s| s.generation == generation) {
+        if st
+            .session
+            .as_ref()
+            .is_some_and(|s| s.generation == generation)
+        {
             Self::drop_session(&mut st);
         }
     }
@@ -577,7 +611,8 @@ impl Inner {
                     }
                 }
                 for (k, v) in env {
-                    let v = expand_env(v, &format!("the MCP server's env.{k}")).map_err(ToolError)?;
+                    let v =
+                        expand_env(v, &format!("the MCP server's env.{k}")).map_err(ToolError)?;
                     cmd.env(k, v);
                 }
                 if let Some(dir) = cwd {
@@ -591,14 +626,14 @@ impl Inner {
                 if let Some(stderr) = stderr {
                     tokio::spawn(forward_stderr(stderr, self.label.clone(), tail.clone()));
                 }
-                match tokio::time::timeout(self.connect_timeout, handler.serve(transport)).await
-                {
+                match tokio::time::timeout(self.connect_timeout, handler.serve(transport)).await {
                     Ok(Ok(service)) => service,
                     Ok(Err(e)) => {
                         // Give the stderr reader a moment to catch the server's last words.
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         return Err(ToolError(format!(
-                            "the MCP server `{command}` did not start: {e}{}",
+                            "the MCP server `{command}` did not start: {}{}",
+                            init_error(&e),
                             stderr_note(&tail)
                         )));
                     }
@@ -611,27 +646,26 @@ impl Inner {
                 }
             }
             Connection::Http { url, headers } => {
-                install_crypto_provider();
+                let client = http_client()?;
                 let mut map = HashMap::new();
                 for (name, configured, template) in headers {
                     let field = format!("streamable_http_connection_params.headers.{configured}");
                     let value = expand_env(template, &field).map_err(ToolError)?;
-                    let mut value = HeaderValue::from_str(&value).map_err(|_| {
-                        ToolError(format!("{field} is not a valid header value"))
-                    })?;
+                    let mut value = HeaderValue::from_str(&value)
+                        .map_err(|_| ToolError(format!("{field} is not a valid header value")))?;
                     value.set_sensitive(true);
                     map.insert(name.clone(), value);
                 }
                 let config =
                     StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
-                let transport = StreamableHttpClientTransport::from_config(config);
-                match tokio::time::timeout(self.connect_timeout, handler.serve(transport)).await
-                {
+                let transport = StreamableHttpClientTransport::with_client(client, config);
+                match tokio::time::timeout(self.connect_timeout, handler.serve(transport)).await {
                     Ok(Ok(service)) => service,
                     Ok(Err(e)) => {
                         return Err(ToolError(format!(
-                            "cannot connect to the MCP server at {}: {e}",
-                            self.label.trim_start_matches("mcp:")
+                            "cannot connect to the MCP server at {}: {}",
+                            self.label.trim_start_matches("mcp:"),
+                            init_error(&e)
                         )))
                     }
                     Err(_) => {
@@ -652,12 +686,36 @@ impl Inner {
     }
 }
 
-/// `rmcp`'s reqwest has no crypto provider of its own: use ring, the one agentd's other
-/// HTTP client already uses (a provider installed earlier is kept).
-fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+/// The HTTP client of streamable HTTP connections (rmcp's reqwest 0.13), shared by all MCP
+/// toolsets. Its TLS is rustls with ring and the webpki roots, as agentd's other client:
+/// preconfigured, because reqwest 0.13 would otherwise want a process-wide crypto provider and
+/// the system's CA store (and panic inside rmcp without them). No redirects are followed (a
+/// redirect could carry the session id and headers elsewhere); no idle connections are
+/// pooled (rmcp's own default, against delayed-ACK stalls).
+fn http_client() -> Result<mcp_reqwest::Client, ToolError> {
+    static CLIENT: OnceLock<Result<mcp_reqwest::Client, String>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let roots =
+                rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+            mcp_reqwest::Client::builder()
+                .tls_backend_preconfigured(tls)
+                .redirect(mcp_reqwest::redirect::Policy::none())
+                .pool_max_idle_per_host(0)
+                .connect_timeout(Duration::from_secs(10))
+                .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| ToolError(format!("cannot build the MCP HTTP client: {e}")))
 }
 
 /// Logs a stdio server's stderr and keeps its last lines for connection errors.
@@ -684,6 +742,40 @@ fn stderr_note(tail: &StdMutex<VecDeque<String>>) -> String {
     } else {
         let lines: Vec<&str> = t.iter().map(String::as_str).collect();
         format!(" (server stderr: {})", lines.join(" | "))
+    }
+}
+
+/// An error and its causes, each once.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// What went wrong while initializing, without rmcp's transport type names.
+fn init_error(e: &ClientInitializeError) -> String {
+    match e {
+        ClientInitializeError::TransportError { error, context } => {
+            format!("{} ({context})", error_chain(&*error.error))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// What went wrong with a request, without rmcp's transport type names.
+fn service_error(e: &ServiceError) -> String {
+    match e {
+        ServiceError::TransportSend(t) => error_chain(&*t.error),
+        ServiceError::TransportClosed => "the connection is closed".into(),
+        other => other.to_string(),
     }
 }
 
@@ -744,7 +836,7 @@ impl McpTool {
                         "the MCP server rejected the call: {} (code {})",
                         err.message, err.code.0
                     )),
-                    other => ToolError(format!("the MCP call failed: {other}")),
+                    other => ToolError(format!("the MCP call failed: {}", service_error(&other))),
                 });
             }
             set.invalidate(generation).await;
@@ -756,8 +848,9 @@ impl McpTool {
                 continue;
             }
             return Err(ToolError(format!(
-                "the connection to the MCP server broke during the call ({e}); the tool may \
-                 or may not have run. The next call reconnects."
+                "the connection to the MCP server broke during the call ({}); the tool may \
+                 or may not have run. The next call reconnects.",
+                service_error(&e)
             )));
         }
     }
@@ -808,8 +901,12 @@ fn content_text(content: &[ContentBlock]) -> String {
     for block in content {
         parts.push(match block {
             ContentBlock::Text(t) => t.text.clone(),
-            ContentBlock::Image(i) => format!("[image {}, {} base64 chars]", i.mime_type, i.data.len()),
-            ContentBlock::Audio(a) => format!("[audio {}, {} base64 chars]", a.mime_type, a.data.len()),
+            ContentBlock::Image(i) => {
+                format!("[image {}, {} base64 chars]", i.mime_type, i.data.len())
+            }
+            ContentBlock::Audio(a) => {
+                format!("[audio {}, {} base64 chars]", a.mime_type, a.data.len())
+            }
             ContentBlock::Resource(r) => match &r.resource {
                 ResourceContents::TextResourceContents { text, .. } => text.clone(),
                 ResourceContents::BlobResourceContents { uri, .. } => format!("[resource {uri}]"),
@@ -853,6 +950,12 @@ mod tests {
     }
 
     #[test]
+    fn http_client_builds_without_system_certs_or_a_default_provider() {
+        assert!(http_client().is_ok());
+        assert!(rustls::crypto::CryptoProvider::get_default().is_none());
+    }
+
+    #[test]
     fn config() {
         let ok = McpToolset::from_config(json!({
             "stdio_server_params": {"command": "npx", "args": ["-y", "srv"], "env": {"K": "${HOME}"}},
@@ -873,19 +976,30 @@ mod tests {
             .starts_with("args.sse_connection_params:"));
         assert!(err(json!({"stdio_server_params": {"command": ""}}))
             .starts_with("args.stdio_server_params.command:"));
-        assert!(err(json!({"stdio_server_params": {"command": "x", "nope": 1}}))
-            .starts_with("args.stdio_server_params:"));
-        assert!(err(json!({"streamable_http_connection_params": {"url": "ftp://x/"}}))
-            .starts_with("args.streamable_http_connection_params.url:"));
-        assert!(err(json!({"streamable_http_connection_params": {"url": "http://x/",
-            "headers": {"Accept": "x"}}}))
+        let e = err(json!({"stdio_server_params": {"command": "x", "nope": 1}}));
+        assert!(e.starts_with("args.stdio_server_params"), "{e}");
+        assert!(e.contains("unknown field `nope`"), "{e}");
+        assert!(
+            err(json!({"streamable_http_connection_params": {"url": "ftp://x/"}}))
+                .starts_with("args.streamable_http_connection_params.url:")
+        );
+        assert!(err(
+            json!({"streamable_http_connection_params": {"url": "http://x/",
+            "headers": {"Accept": "x"}}})
+        )
         .contains("headers.Accept"));
-        assert!(err(json!({"streamable_http_connection_params": {"url": "http://x/",
-            "headers": {"A": "${"}}}))
+        assert!(err(
+            json!({"streamable_http_connection_params": {"url": "http://x/",
+            "headers": {"A": "${"}}})
+        )
         .contains("headers.A"));
-        assert!(err(json!({"stdio_server_params": {"command": "x"}, "tool_name_prefix": "a b"}))
-            .starts_with("args.tool_name_prefix:"));
-        assert!(err(json!({"stdio_server_params": {"command": "x"}, "auth_scheme": {}}))
-            .starts_with("args.auth_scheme:"));
+        assert!(
+            err(json!({"stdio_server_params": {"command": "x"}, "tool_name_prefix": "a b"}))
+                .starts_with("args.tool_name_prefix:")
+        );
+        assert!(
+            err(json!({"stdio_server_params": {"command": "x"}, "auth_scheme": {}}))
+                .starts_with("args.auth_scheme:")
+        );
     }
 }

@@ -587,11 +587,7 @@ impl<'a> Turn<'a> {
             })
             .unwrap_or_default();
         for answer in answers {
-            let Some(original) = answer
-                .id
-                .as_deref()
-                .and_then(|id| self.original_call(id))
-            else {
+            let Some(original) = answer.id.as_deref().and_then(|id| self.original_call(id)) else {
                 continue;
             };
             let Some(call_id) = original.id.clone() else {
