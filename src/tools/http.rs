@@ -715,6 +715,20 @@ fn error_chain(e: &reqwest::Error) -> String {
     out
 }
 
+/// HTTP tools' own client: redirects are not followed, so a configured secret header (an
+/// `X-Api-Key`, say) is never replayed to another host; a 3xx is reported as it is.
+fn tool_client() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -797,18 +811,4 @@ mod tests {
         assert!(is_json("application/problem+json; charset=utf-8"));
         assert!(!is_textual("image/png"));
     }
-}
-
-/// HTTP tools' own client: redirects are not followed, so a configured secret header (an
-/// `X-Api-Key`, say) is never replayed to another host; a 3xx is reported as it is.
-fn tool_client() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
 }
