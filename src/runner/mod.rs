@@ -470,6 +470,10 @@ impl Runner {
             root.emit(root.new_event().with_content(content)).await?;
             return Ok(());
         }
+        // A tree of one agent has nothing to choose from: no history read.
+        if tree.root().sub_agents().is_empty() {
+            return run_agent(tree.root(), ctx).await;
+        }
         let answered: Vec<String> = ctx
             .user_content()
             .map(|c| {
