@@ -1085,6 +1085,25 @@ async fn a_transfer_keeps_the_conversation_with_the_agent_that_spoke_last(backen
     assert_eq!(turn_authors(&s, "relay", "still you?").await, ["child"]);
 }
 
+/// Selection reads the newest events: a transfer after a long conversation with the root
+/// (more than a page of history) still keeps the next turn at the sub-agent.
+async fn selection_looks_at_the_newest_events_of_a_long_session(backend: Backend) {
+    let apps = selection_apps();
+    let s = apps.serve(backend).await;
+    create_session(&s, "relay", "s1").await;
+    for i in 0..30 {
+        assert_eq!(
+            turn_authors(&s, "relay", &format!("turn {i}")).await,
+            ["relay"]
+        );
+    }
+    assert_eq!(
+        turn_authors(&s, "relay", "@child hi").await,
+        ["relay", "child"]
+    );
+    assert_eq!(turn_authors(&s, "relay", "and now?").await, ["child"]);
+}
+
 async fn an_agent_that_disallows_transfer_to_parent_hands_the_next_turn_to_the_root(
     backend: Backend,
 ) {
@@ -1391,6 +1410,7 @@ async fn a_killed_replica_leaves_only_complete_events_and_its_lease_expires(back
 }
 
 both_backends!(
+    selection_looks_at_the_newest_events_of_a_long_session,
     run_sse_framing_is_byte_exact_adk,
     partial_events_are_streamed_but_never_stored,
     run_streams_seq_ids_and_ends_with_done,

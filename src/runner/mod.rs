@@ -503,7 +503,8 @@ impl Runner {
         answered_calls: &[String],
     ) -> Result<Arc<dyn Agent>, StoreError> {
         let root = tree.root();
-        let mut before = None;
+        // Newest first: `before` past the last seq asks for the newest page.
+        let mut before = Some(i64::MAX);
         let mut scanned = 0;
         while scanned < SELECTION_SCAN_LIMIT {
             let Some(page) = self

@@ -44,6 +44,27 @@ SELECT $1, $2, $3, s.last_seq, $8, $9, $10, $7, $11::jsonb FROM s
 RETURNING seq
 "#;
 
+/// A pooled connection idle for this long is pinged before use (see [`PgStore::connect`]).
+const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Creating a session with no initial events and no `app:`/`user:` state (the usual case) is
+/// one statement: insert the row, read back the head with the shared state. No conflict
+/// means no row.
+const CREATE_SQL: &str = r#"
+WITH s AS (
+    INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
+    VALUES ($1, $2, $3, $4, $5, $6, 0)
+    ON CONFLICT DO NOTHING
+    RETURNING state, update_time, last_seq
+)
+SELECT s.state, s.update_time, s.last_seq,
+       COALESCE(a.state, '{}'::jsonb) AS app_state,
+       COALESCE(u.state, '{}'::jsonb) AS user_state
+  FROM s
+  LEFT JOIN app_states a ON a.app_name = $1
+  LEFT JOIN user_states u ON u.app_name = $1 AND u.user_id = $2
+"#;
+
 /// How often a write that lost the race for an artifact version is retried. Every conflict
 /// means a concurrent writer committed that version, so a writer retries at most once per
 /// competitor; the bound only stops a bug from looping forever.
@@ -72,6 +93,18 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(std::time::Duration::from_secs(10))
+            // sqlx pings every pooled connection before handing it out: a round trip per
+            // statement. Only a connection that sat idle can have been cut (server restart,
+            // idle timeouts along the way), so only those are pinged; a busy pool never is.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IDLE_AFTER {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(opts)
             .await?;
         Ok(PgStore { pool, limits })
@@ -294,6 +327,19 @@ impl SessionStore for PgStore {
         let update_time = initial_update_time(&new.events, now);
         let split = SplitState::split(&new.state);
 
+        if new.events.is_empty() && split.app.is_empty() && split.user.is_empty() {
+            let row = sqlx::query(CREATE_SQL)
+                .bind(&key.app_name)
+                .bind(&key.user_id)
+                .bind(&key.session_id)
+                .bind(Json(&split.session))
+                .bind(now)
+                .bind(update_time)
+                .fetch_optional(&self.pool)
+                .await?
+                .ok_or(StoreError::SessionExists(id))?;
+            return Ok(head_from_row(&key, &row)?.into_session(vec![]));
+        }
         let mut tx = self.pool.begin().await?;
         let inserted = sqlx::query(
             "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)

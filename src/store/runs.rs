@@ -207,11 +207,26 @@ fn insert_outcome(session: bool, inserted: bool) -> Insert {
 /// PostgreSQL's clock, as epoch seconds.
 const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
 
+/// Makes the statement's own (implicit) transaction commit without waiting for its WAL to
+/// reach disk (`SET LOCAL synchronous_commit = off`, inside the one statement, so it costs no
+/// round trip). Used where losing the write in a database crash is harmless:
+///
+/// - Admission: the run id is revealed to no one until the run's user event is committed,
+///   synchronously, right after it, and that flush covers the earlier admission record too
+///   (WAL is flushed in order); every failure path ends in a synchronous `finish_run`. So no
+///   client can act on an admission that a crash could undo; a crash before that flush simply
+///   means the run never started.
+/// - Lease renewals: losing one only moves the lease's expiry back to the previous renewal's,
+///   which the owner renews again long before it runs out.
+///
+/// Each saves a WAL flush wait (~0.7 ms here) per run, resp. per renewal.
+const ASYNC_COMMIT: &str = "SELECT set_config('synchronous_commit', 'off', true)";
+
 #[async_trait]
 impl RunStore for PgStore {
     async fn insert_run(&self, run: &NewRun) -> StoreResult<Insert> {
         let row = sqlx::query(&format!(
-            "WITH s AS (
+            "WITH async_commit AS ({ASYNC_COMMIT}), s AS (
                  SELECT 1 FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4
              ), ins AS (
                  INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
@@ -220,7 +235,8 @@ impl RunStore for PgStore {
                  ON CONFLICT DO NOTHING
                  RETURNING 1
              )
-             SELECT EXISTS (SELECT 1 FROM s) AS session, EXISTS (SELECT 1 FROM ins) AS inserted"
+             SELECT EXISTS (SELECT 1 FROM s) AS session, EXISTS (SELECT 1 FROM ins) AS inserted
+               FROM async_commit"
         ))
         .bind(&run.run_id)
         .bind(&run.key.app_name)
@@ -250,7 +266,9 @@ impl RunStore for PgStore {
 
     async fn renew_run(&self, run_id: &str, owner: &str, lease: Duration) -> StoreResult<Lease> {
         let row = sqlx::query(&format!(
-            "UPDATE runs SET lease_expires_at = {PG_NOW} + $3
+            "WITH async_commit AS ({ASYNC_COMMIT})
+             UPDATE runs SET lease_expires_at = {PG_NOW} + $3
+               FROM async_commit
               WHERE id = $1 AND owner = $2 AND status = 'running'
              RETURNING cancel_requested"
         ))

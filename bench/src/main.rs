@@ -1,0 +1,229 @@
+//! `agentd-bench`: agentd's load generator, its two ceiling servers and the other
+//! measurements of the README's "Performance" section.
+//!
+//! `agentd-bench all` reproduces everything: it starts `target/release/agentd` and the two
+//! ceilings (`agentd-bench ceiling --mode a|b`) as child processes (so each one's RSS and CPU
+//! are its own), each on a fresh PostgreSQL database, drives them with real HTTP and real SSE
+//! parsing, and prints markdown.
+
+mod ceiling;
+mod extra;
+mod load;
+mod pg;
+mod proc_stats;
+mod proxy;
+mod report;
+mod servers;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentd-bench",
+    about = "Benchmarks agentd against two ceiling servers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Everything: the run table (agentd vs both ceilings), DB round trips per run, and the
+    /// other measurements (event pages, whole sessions, artifacts, idle streams, long history).
+    All(BenchArgs),
+    /// Only the run table (agentd vs ceilings (a) and (b) at each concurrency).
+    Runs(BenchArgs),
+    /// Only the measurements besides the run table.
+    Extra(BenchArgs),
+    /// Serve a ceiling (started by the harness as a child process).
+    Ceiling(ceiling::CeilingArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// Parameters shared by the benchmark subcommands.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// PostgreSQL server (a role that may CREATE DATABASE). Each benchmark run creates fresh
+    /// databases `agentd_bench_*` there and drops them at the end. Ceiling (b) always uses it.
+    #[arg(
+        long,
+        env = "AGENTD_BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    database_url: String,
+
+    /// agentd's backend: `postgres` (a fresh database on --database-url) or `sqlite` (a fresh
+    /// file in a temporary directory).
+    #[arg(long, value_enum, default_value_t = Backend::Postgres)]
+    backend: Backend,
+
+    /// Concurrency levels (concurrent clients, each doing one run after the other).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
+    levels: Vec<usize>,
+
+    /// Measured seconds per level and server.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+
+    /// Unmeasured seconds before each measurement.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+
+    /// Partial events per run (the echo agent's `chunks`).
+    #[arg(long, default_value_t = 20)]
+    chunks: usize,
+
+    /// Bytes of the user message (echoed back: `chunks` partials of message/chunks bytes).
+    #[arg(long, default_value_t = 320)]
+    message_bytes: usize,
+
+    /// Concurrent idle SSE streams to hold open.
+    #[arg(long, default_value_t = 1000)]
+    idle_streams: usize,
+
+    /// The agentd binary (default: `agentd` next to this executable, i.e. target/release).
+    #[arg(long)]
+    agentd_bin: Option<PathBuf>,
+
+    /// agentd's `--db-max-connections`; ceiling (b) uses the same pool size.
+    #[arg(long, default_value_t = 16)]
+    db_max_connections: u32,
+
+    /// Skip the `ANALYZE` after the warm-up: measure a cold database, whose tables have no
+    /// statistics yet (as in the first minute of a new deployment).
+    #[arg(long)]
+    skip_analyze: bool,
+
+    /// Also write the markdown report to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.duration)
+    }
+    fn warmup(&self) -> Duration {
+        Duration::from_secs_f64(self.warmup)
+    }
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    match cli.command {
+        Command::Ceiling(args) => rt.block_on(ceiling::serve(args)),
+        Command::All(args) => rt.block_on(bench(args, true, true)),
+        Command::Runs(args) => rt.block_on(bench(args, true, false)),
+        Command::Extra(args) => rt.block_on(bench(args, false, true)),
+    }
+}
+
+/// Runs the selected measurements and prints (and optionally writes) the markdown report.
+async fn bench(args: BenchArgs, runs: bool, extras: bool) -> Result<()> {
+    if args.levels.is_empty() || args.levels.contains(&0) {
+        bail!("--levels needs positive concurrency levels, e.g. 1,8,32,128");
+    }
+    if args.chunks == 0 || args.message_bytes < args.chunks {
+        bail!("--message-bytes must be at least --chunks (each partial carries at least one byte)");
+    }
+    raise_fd_limit(args.idle_streams)?;
+    let agentd_bin = match &args.agentd_bin {
+        Some(p) => p.clone(),
+        None => sibling_binary("agentd")?,
+    };
+    let self_bin = std::env::current_exe().context("cannot find this executable's path")?;
+
+    let admin = pg::Admin::connect(&args.database_url).await?;
+    let mut report = report::Report::new(&args, &admin).await?;
+    let result = async {
+        let mut env = servers::Env::new(&args, &admin, &agentd_bin, &self_bin).await?;
+        let outcome = async {
+            if runs {
+                let table = load::run_table(&args, &mut env).await?;
+                report.run_table(&table);
+                let profile = proxy::profile(&args, &env).await?;
+                report.profile(&profile);
+            }
+            if extras {
+                let x = extra::measure(&args, &env).await?;
+                report.extra(&x);
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        env.stop(outcome.is_err()).await;
+        outcome
+    }
+    .await;
+    admin.drop_created().await;
+
+    let text = report.finish();
+    if result.is_err() {
+        eprintln!("the benchmark failed; what it measured before that:\n");
+    }
+    println!("{text}");
+    if let Some(path) = &args.out {
+        std::fs::write(path, &text)
+            .with_context(|| format!("cannot write the report to {}", path.display()))?;
+        eprintln!("report written to {}", path.display());
+    }
+    result
+}
+
+/// The path of a binary built next to this one (cargo puts all of a profile's binaries in
+/// one directory).
+fn sibling_binary(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find this executable's path")?;
+    let dir = exe
+        .parent()
+        .context("this executable's path has no parent directory")?;
+    let path = dir.join(name);
+    if !path.is_file() {
+        bail!(
+            "{} does not exist: build it first with `cargo build --release -p agentd -p agentd-bench`, \
+             or pass --agentd-bin",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Idle streams need two descriptors each in this process and one each in the server (which
+/// inherits the limit): raise the soft limit to the hard one if it is short.
+fn raise_fd_limit(streams: usize) -> Result<()> {
+    let want = (streams as u64) * 2 + 512;
+    let (soft, hard) =
+        rlimit::getrlimit(rlimit::Resource::NOFILE).context("cannot read the open-files limit")?;
+    if soft >= want {
+        return Ok(());
+    }
+    if hard < want {
+        bail!(
+            "the open-files limit is {soft} (hard {hard}); {streams} idle streams need about {want}: \
+             raise it (ulimit -n {want}) or pass a smaller --idle-streams"
+        );
+    }
+    rlimit::setrlimit(rlimit::Resource::NOFILE, hard, hard)
+        .context("cannot raise the open-files limit")?;
+    Ok(())
+}
+
+/// `127.0.0.1:<free port>`: binds port 0 and releases it (the child binds it right after).
+pub fn free_addr() -> Result<SocketAddr> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a local port")?;
+    Ok(l.local_addr()?)
+}
