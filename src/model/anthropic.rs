@@ -15,15 +15,14 @@
 //! pieces, `thinking`), `message_delta` (stop reason, output tokens), `message_stop`,
 //! `ping`, and `error` events mid-stream. Unknown events are ignored, as Anthropic asks.
 
-use super::http::{self, sse_messages, SseMessage};
+use super::http::{self, sse_messages};
 use super::{json_text, Delta, DeltaStream, Endpoint, LlmRequest, Model, ModelError, Usage};
 use crate::event::Part;
 use async_trait::async_trait;
 use base64::Engine;
-use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 pub struct AnthropicModel {
     name: String,
@@ -372,65 +371,18 @@ fn block_index(data: &Value) -> Result<usize, ModelError> {
         })
 }
 
-/// Feeds SSE messages through a [`StreamState`]; ends after the first error, and reports a
-/// body that ends before the message did.
-struct Run {
-    messages: BoxStream<'static, Result<SseMessage, ModelError>>,
-    state: StreamState,
-    pending: VecDeque<Delta>,
-    done: bool,
-}
+impl http::StreamDecoder for StreamState {
+    fn decode(&mut self, event: &str, data: &Value) -> Result<Vec<Delta>, ModelError> {
+        self.on_event(event, data)
+    }
 
-fn deltas(messages: BoxStream<'static, Result<SseMessage, ModelError>>) -> DeltaStream {
-    let run = Run {
-        messages,
-        state: StreamState::default(),
-        pending: VecDeque::new(),
-        done: false,
-    };
-    futures::stream::unfold(run, |mut run| async move {
-        loop {
-            if let Some(d) = run.pending.pop_front() {
-                return Some((Ok(d), run));
-            }
-            if run.done {
-                return None;
-            }
-            let fail = |mut run: Run, e: ModelError| {
-                run.done = true;
-                Some((Err(e), run))
-            };
-            match run.messages.next().await {
-                None if run.state.is_finished() => return None,
-                None => {
-                    let e = ModelError::new(
-                        "MODEL_CONNECTION",
-                        format!("{PROVIDER} stream ended before the message was complete"),
-                    );
-                    return fail(run, e);
-                }
-                Some(Err(e)) => return fail(run, e),
-                Some(Ok(m)) if m.data.trim().is_empty() => {}
-                Some(Ok(m)) => {
-                    let value = match serde_json::from_str::<Value>(&m.data) {
-                        Ok(v) => v,
-                        Err(_) if m.event == "ping" => continue,
-                        Err(e) => {
-                            let e = ModelError::protocol(format!(
-                                "{PROVIDER} sent an event that is not JSON ({e})"
-                            ));
-                            return fail(run, e);
-                        }
-                    };
-                    match run.state.on_event(&m.event, &value) {
-                        Ok(ds) => run.pending.extend(ds),
-                        Err(e) => return fail(run, e),
-                    }
-                }
-            }
-        }
-    })
-    .boxed()
+    fn finished(&self) -> bool {
+        self.is_finished()
+    }
+
+    fn expected_end(&self) -> &'static str {
+        "the message was complete"
+    }
 }
 
 #[async_trait]
@@ -458,8 +410,10 @@ impl Model for AnthropicModel {
             rb
         })
         .await?;
-        Ok(deltas(
+        Ok(http::decode_stream(
+            PROVIDER,
             sse_messages(PROVIDER, resp, ep.idle_timeout).boxed(),
+            StreamState::default(),
         ))
     }
 }

@@ -18,15 +18,13 @@
 //! (text, `thought: true` text, whole `functionCall`s), `candidates[0].finishReason` (passed
 //! through), cumulative `usageMetadata`, `modelVersion`, or an `error` object.
 
-use super::http::{self, sse_messages, SseMessage};
+use super::http::{self, sse_messages};
 use super::{Delta, DeltaStream, Endpoint, LlmRequest, Model, ModelError, Usage};
 use crate::event::{Content, JsonMap, Part};
 use async_trait::async_trait;
 use base64::Engine;
-use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::{json, Map, Value};
-use std::collections::VecDeque;
 
 pub struct GeminiModel {
     name: String,
@@ -538,67 +536,27 @@ pub fn chunk_deltas(chunk: &Value) -> Result<Vec<Delta>, ModelError> {
     Ok(out)
 }
 
-/// Feeds SSE messages through [`chunk_deltas`]; ends after the first error, and reports a
-/// body that ends before any `finishReason` (Gemini sends one in its last chunk).
-struct Run {
-    messages: BoxStream<'static, Result<SseMessage, ModelError>>,
-    pending: VecDeque<Delta>,
+/// Gemini's stream: each message a whole `GenerateContentResponse`; the last one carries a
+/// `finishReason`.
+#[derive(Default)]
+struct Decoder {
     finished: bool,
-    done: bool,
 }
 
-fn deltas(messages: BoxStream<'static, Result<SseMessage, ModelError>>) -> DeltaStream {
-    let run = Run {
-        messages,
-        pending: VecDeque::new(),
-        finished: false,
-        done: false,
-    };
-    futures::stream::unfold(run, |mut run| async move {
-        loop {
-            if let Some(d) = run.pending.pop_front() {
-                return Some((Ok(d), run));
-            }
-            if run.done {
-                return None;
-            }
-            let fail = |mut run: Run, e: ModelError| {
-                run.done = true;
-                Some((Err(e), run))
-            };
-            match run.messages.next().await {
-                None if run.finished => return None,
-                None => {
-                    let e = ModelError::new(
-                        "MODEL_CONNECTION",
-                        format!("{PROVIDER} stream ended before a finishReason"),
-                    );
-                    return fail(run, e);
-                }
-                Some(Err(e)) => return fail(run, e),
-                Some(Ok(m)) if m.data.trim().is_empty() => {}
-                Some(Ok(m)) => {
-                    let value = match serde_json::from_str::<Value>(&m.data) {
-                        Ok(v) => v,
-                        Err(e) => {
-                            let e = ModelError::protocol(format!(
-                                "{PROVIDER} sent a chunk that is not JSON ({e})"
-                            ));
-                            return fail(run, e);
-                        }
-                    };
-                    match chunk_deltas(&value) {
-                        Ok(ds) => {
-                            run.finished |= ds.iter().any(|d| matches!(d, Delta::Finish(_)));
-                            run.pending.extend(ds);
-                        }
-                        Err(e) => return fail(run, e),
-                    }
-                }
-            }
-        }
-    })
-    .boxed()
+impl http::StreamDecoder for Decoder {
+    fn decode(&mut self, _event: &str, data: &Value) -> Result<Vec<Delta>, ModelError> {
+        let ds = chunk_deltas(data)?;
+        self.finished |= ds.iter().any(|d| matches!(d, Delta::Finish(_)));
+        Ok(ds)
+    }
+
+    fn finished(&self) -> bool {
+        self.finished
+    }
+
+    fn expected_end(&self) -> &'static str {
+        "a finishReason"
+    }
 }
 
 /// Gemini answers a bad API key with 400 `INVALID_ARGUMENT` ("API key not valid"), which
@@ -648,8 +606,10 @@ impl Model for GeminiModel {
         })
         .await
         .map_err(reclassify)?;
-        Ok(deltas(
+        Ok(http::decode_stream(
+            PROVIDER,
             sse_messages(PROVIDER, resp, ep.idle_timeout).boxed(),
+            Decoder::default(),
         ))
     }
 }

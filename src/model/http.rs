@@ -3,9 +3,11 @@
 //! sentence, not a stack trace), and Server-Sent Events parsing with an idle timeout
 //! (`eventsource-stream`, a maintained parser; never a hand-rolled line splitter).
 
-use super::ModelError;
+use super::{Delta, DeltaStream, ModelError};
 use eventsource_stream::Eventsource;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
+use std::collections::VecDeque;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -209,4 +211,85 @@ pub fn sse_messages(
             )),
         }
     })
+}
+
+/// A provider's stream format: each SSE message's JSON data becomes deltas.
+pub trait StreamDecoder: Send + 'static {
+    /// The deltas of one message (`event` is its SSE event name, `data` its parsed JSON).
+    fn decode(&mut self, event: &str, data: &serde_json::Value) -> Result<Vec<Delta>, ModelError>;
+
+    /// True once the provider signalled a proper end; a body that ends before is an error,
+    /// not a short answer.
+    fn finished(&self) -> bool;
+
+    /// What was missing when the body ended early (`"the message was complete"`).
+    fn expected_end(&self) -> &'static str;
+
+    /// Non-JSON messages that are skipped rather than failing the stream.
+    fn skip(&self, event: &str, data: &str) -> bool {
+        event == "ping" || data.trim().is_empty()
+    }
+
+    /// A message that ends the stream successfully (OpenAI's `[DONE]`).
+    fn is_end(&self, _data: &str) -> bool {
+        false
+    }
+}
+
+/// Feeds SSE messages through `decoder`: deltas in order, the first error ends the stream.
+pub fn decode_stream(
+    provider: &'static str,
+    messages: BoxStream<'static, Result<SseMessage, ModelError>>,
+    decoder: impl StreamDecoder,
+) -> DeltaStream {
+    struct Run<D> {
+        messages: BoxStream<'static, Result<SseMessage, ModelError>>,
+        decoder: D,
+        pending: VecDeque<Delta>,
+        done: bool,
+    }
+    let run = Run {
+        messages,
+        decoder,
+        pending: VecDeque::new(),
+        done: false,
+    };
+    futures::stream::unfold(run, move |mut run| async move {
+        loop {
+            if let Some(d) = run.pending.pop_front() {
+                return Some((Ok(d), run));
+            }
+            if run.done {
+                return None;
+            }
+            let error = match run.messages.next().await {
+                None if run.decoder.finished() => return None,
+                None => ModelError::new(
+                    "MODEL_CONNECTION",
+                    format!(
+                        "{provider} stream ended before {}",
+                        run.decoder.expected_end()
+                    ),
+                ),
+                Some(Err(e)) => e,
+                Some(Ok(m)) if run.decoder.is_end(&m.data) => return None,
+                Some(Ok(m)) if run.decoder.skip(&m.event, &m.data) => continue,
+                Some(Ok(m)) => match serde_json::from_str::<serde_json::Value>(&m.data) {
+                    Err(e) => ModelError::protocol(format!(
+                        "{provider} sent a message that is not JSON ({e})"
+                    )),
+                    Ok(value) => match run.decoder.decode(&m.event, &value) {
+                        Ok(ds) => {
+                            run.pending.extend(ds);
+                            continue;
+                        }
+                        Err(e) => e,
+                    },
+                },
+            };
+            run.done = true;
+            return Some((Err(error), run));
+        }
+    })
+    .boxed()
 }

@@ -225,6 +225,33 @@ pub fn chunk_deltas(chunk: &Value) -> Result<Vec<Delta>, ModelError> {
     Ok(out)
 }
 
+/// Chat Completions chunks, ended by `data: [DONE]` (a body that ends after a
+/// `finish_reason` without it is accepted too: some compatible servers omit it).
+#[derive(Default)]
+struct Decoder {
+    finished: bool,
+}
+
+impl http::StreamDecoder for Decoder {
+    fn decode(&mut self, _event: &str, data: &Value) -> Result<Vec<Delta>, ModelError> {
+        let ds = chunk_deltas(data)?;
+        self.finished |= ds.iter().any(|d| matches!(d, Delta::Finish(_)));
+        Ok(ds)
+    }
+
+    fn finished(&self) -> bool {
+        self.finished
+    }
+
+    fn expected_end(&self) -> &'static str {
+        "a finish_reason or [DONE]"
+    }
+
+    fn is_end(&self, data: &str) -> bool {
+        data.trim() == "[DONE]"
+    }
+}
+
 #[async_trait]
 impl Model for OpenAiModel {
     fn name(&self) -> &str {
@@ -249,28 +276,11 @@ impl Model for OpenAiModel {
             rb
         })
         .await?;
-        let stream = sse_messages(PROVIDER, resp, ep.idle_timeout)
-            .take_while(|m| {
-                let done = matches!(m, Ok(m) if m.data.trim() == "[DONE]");
-                futures::future::ready(!done)
-            })
-            .flat_map(|m| {
-                let items: Vec<Result<Delta, ModelError>> = match m {
-                    Err(e) => vec![Err(e)],
-                    Ok(m) if m.data.trim().is_empty() => vec![],
-                    Ok(m) => match serde_json::from_str::<Value>(&m.data) {
-                        Err(e) => vec![Err(ModelError::protocol(format!(
-                            "{PROVIDER} sent a chunk that is not JSON ({e})"
-                        )))],
-                        Ok(v) => match chunk_deltas(&v) {
-                            Ok(ds) => ds.into_iter().map(Ok).collect(),
-                            Err(e) => vec![Err(e)],
-                        },
-                    },
-                };
-                futures::stream::iter(items)
-            });
-        Ok(stream.boxed())
+        Ok(http::decode_stream(
+            PROVIDER,
+            sse_messages(PROVIDER, resp, ep.idle_timeout).boxed(),
+            Decoder::default(),
+        ))
     }
 }
 
