@@ -15,12 +15,11 @@
 //! pieces, `thinking`), `message_delta` (stop reason, output tokens), `message_stop`,
 //! `ping`, and `error` events mid-stream. Unknown events are ignored, as Anthropic asks.
 
-use super::http::{self, sse_messages};
+use super::http;
 use super::{json_text, Delta, DeltaStream, Endpoint, LlmRequest, Model, ModelError, Usage};
 use crate::event::Part;
 use async_trait::async_trait;
 use base64::Engine;
-use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -394,27 +393,16 @@ impl Model for AnthropicModel {
     async fn stream(&self, req: &LlmRequest) -> Result<DeltaStream, ModelError> {
         let body = request_body(&self.name, req);
         let url = format!("{}/messages", self.endpoint.base_url);
-        let ep = &self.endpoint;
-        let resp = http::send_with_retry(PROVIDER, ep.retry, ep.timeout, || {
-            let mut rb = http::client()
-                .post(&url)
-                .header("accept", "text/event-stream")
-                .header("anthropic-version", API_VERSION)
-                .json(&body);
-            if let Some(key) = &ep.api_key {
-                rb = rb.header("x-api-key", key);
-            }
-            for (k, v) in &ep.headers {
-                rb = rb.header(k, v);
-            }
-            rb
-        })
-        .await?;
-        Ok(http::decode_stream(
+        http::post_stream(
             PROVIDER,
-            sse_messages(PROVIDER, resp, ep.idle_timeout).boxed(),
+            &self.endpoint,
+            &url,
+            &body,
+            http::Auth::Header("x-api-key"),
+            &[("anthropic-version", API_VERSION)],
             StreamState::default(),
-        ))
+        )
+        .await
     }
 }
 

@@ -18,12 +18,11 @@
 //! (text, `thought: true` text, whole `functionCall`s), `candidates[0].finishReason` (passed
 //! through), cumulative `usageMetadata`, `modelVersion`, or an `error` object.
 
-use super::http::{self, sse_messages};
+use super::http;
 use super::{Delta, DeltaStream, Endpoint, LlmRequest, Model, ModelError, Usage};
 use crate::event::{Content, JsonMap, Part};
 use async_trait::async_trait;
 use base64::Engine;
-use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
 pub struct GeminiModel {
@@ -536,29 +535,6 @@ pub fn chunk_deltas(chunk: &Value) -> Result<Vec<Delta>, ModelError> {
     Ok(out)
 }
 
-/// Gemini's stream: each message a whole `GenerateContentResponse`; the last one carries a
-/// `finishReason`.
-#[derive(Default)]
-struct Decoder {
-    finished: bool,
-}
-
-impl http::StreamDecoder for Decoder {
-    fn decode(&mut self, _event: &str, data: &Value) -> Result<Vec<Delta>, ModelError> {
-        let ds = chunk_deltas(data)?;
-        self.finished |= ds.iter().any(|d| matches!(d, Delta::Finish(_)));
-        Ok(ds)
-    }
-
-    fn finished(&self) -> bool {
-        self.finished
-    }
-
-    fn expected_end(&self) -> &'static str {
-        "a finishReason"
-    }
-}
-
 /// Gemini answers a bad API key with 400 `INVALID_ARGUMENT` ("API key not valid"), which
 /// [`http::status_error`] files as a bad request; it is an authentication problem.
 fn reclassify(err: ModelError) -> ModelError {
@@ -590,27 +566,17 @@ impl Model for GeminiModel {
             "{}/models/{model}:streamGenerateContent?alt=sse",
             self.endpoint.base_url
         );
-        let ep = &self.endpoint;
-        let resp = http::send_with_retry(PROVIDER, ep.retry, ep.timeout, || {
-            let mut rb = http::client()
-                .post(&url)
-                .header("accept", "text/event-stream")
-                .json(&body);
-            if let Some(key) = &ep.api_key {
-                rb = rb.header("x-goog-api-key", key);
-            }
-            for (k, v) in &ep.headers {
-                rb = rb.header(k, v);
-            }
-            rb
-        })
-        .await
-        .map_err(reclassify)?;
-        Ok(http::decode_stream(
-            PROVIDER,
-            sse_messages(PROVIDER, resp, ep.idle_timeout).boxed(),
-            Decoder::default(),
-        ))
+        // Each message is a whole `GenerateContentResponse`; the last carries a finishReason.
+        let decoder = http::ChunkDecoder {
+            chunk: chunk_deltas,
+            expected_end: "a finishReason",
+            end_marker: None,
+            finished: false,
+        };
+        let auth = http::Auth::Header("x-goog-api-key");
+        http::post_stream(PROVIDER, &self.endpoint, &url, &body, auth, &[], decoder)
+            .await
+            .map_err(reclassify)
     }
 }
 

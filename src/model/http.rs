@@ -3,7 +3,7 @@
 //! sentence, not a stack trace), and Server-Sent Events parsing with an idle timeout
 //! (`eventsource-stream`, a maintained parser; never a hand-rolled line splitter).
 
-use super::{Delta, DeltaStream, ModelError};
+use super::{Delta, DeltaStream, Endpoint, ModelError};
 use eventsource_stream::Eventsource;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
@@ -292,4 +292,80 @@ pub fn decode_stream(
         }
     })
     .boxed()
+}
+
+/// A stream of self-contained chunks (OpenAI, Gemini): each message maps to deltas by
+/// `chunk`, and the stream is complete once a finish reason arrived (or `end_marker`).
+pub struct ChunkDecoder {
+    pub chunk: fn(&serde_json::Value) -> Result<Vec<Delta>, ModelError>,
+    pub expected_end: &'static str,
+    pub end_marker: Option<&'static str>,
+    pub finished: bool,
+}
+
+impl StreamDecoder for ChunkDecoder {
+    fn decode(&mut self, _event: &str, data: &serde_json::Value) -> Result<Vec<Delta>, ModelError> {
+        let ds = (self.chunk)(data)?;
+        self.finished |= ds.iter().any(|d| matches!(d, Delta::Finish(_)));
+        Ok(ds)
+    }
+
+    fn finished(&self) -> bool {
+        self.finished
+    }
+
+    fn expected_end(&self) -> &'static str {
+        self.expected_end
+    }
+
+    fn is_end(&self, data: &str) -> bool {
+        self.end_marker.is_some_and(|m| data.trim() == m)
+    }
+}
+
+/// How a provider takes its API key.
+#[derive(Debug, Clone, Copy)]
+pub enum Auth {
+    /// `Authorization: Bearer <key>`.
+    Bearer,
+    /// The key in this header.
+    Header(&'static str),
+}
+
+/// POSTs `body` to `url` for a streamed answer (retrying before the first byte, see
+/// [`send_with_retry`]) and decodes the SSE body with `decoder`.
+pub async fn post_stream(
+    provider: &'static str,
+    ep: &Endpoint,
+    url: &str,
+    body: &serde_json::Value,
+    auth: Auth,
+    extra_headers: &[(&str, &str)],
+    decoder: impl StreamDecoder,
+) -> Result<DeltaStream, ModelError> {
+    let resp = send_with_retry(provider, ep.retry, ep.timeout, || {
+        let mut rb = client()
+            .post(url)
+            .header("accept", "text/event-stream")
+            .json(body);
+        for (k, v) in extra_headers {
+            rb = rb.header(*k, *v);
+        }
+        if let Some(key) = &ep.api_key {
+            rb = match auth {
+                Auth::Bearer => rb.bearer_auth(key),
+                Auth::Header(name) => rb.header(name, key),
+            };
+        }
+        for (k, v) in &ep.headers {
+            rb = rb.header(k, v);
+        }
+        rb
+    })
+    .await?;
+    Ok(decode_stream(
+        provider,
+        sse_messages(provider, resp, ep.idle_timeout).boxed(),
+        decoder,
+    ))
 }

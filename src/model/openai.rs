@@ -8,12 +8,11 @@
 //! tool calls as `delta.tool_calls[{index, id?, function:{name?, arguments}}]` pieces, and
 //! usage in a last chunk (`stream_options.include_usage`).
 
-use super::http::{self, sse_messages};
+use super::http;
 use super::{json_text, Delta, DeltaStream, Endpoint, LlmRequest, Model, ModelError, Usage};
 use crate::event::Content;
 use async_trait::async_trait;
 use base64::Engine;
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 pub struct OpenAiModel {
@@ -225,33 +224,6 @@ pub fn chunk_deltas(chunk: &Value) -> Result<Vec<Delta>, ModelError> {
     Ok(out)
 }
 
-/// Chat Completions chunks, ended by `data: [DONE]` (a body that ends after a
-/// `finish_reason` without it is accepted too: some compatible servers omit it).
-#[derive(Default)]
-struct Decoder {
-    finished: bool,
-}
-
-impl http::StreamDecoder for Decoder {
-    fn decode(&mut self, _event: &str, data: &Value) -> Result<Vec<Delta>, ModelError> {
-        let ds = chunk_deltas(data)?;
-        self.finished |= ds.iter().any(|d| matches!(d, Delta::Finish(_)));
-        Ok(ds)
-    }
-
-    fn finished(&self) -> bool {
-        self.finished
-    }
-
-    fn expected_end(&self) -> &'static str {
-        "a finish_reason or [DONE]"
-    }
-
-    fn is_end(&self, data: &str) -> bool {
-        data.trim() == "[DONE]"
-    }
-}
-
 #[async_trait]
 impl Model for OpenAiModel {
     fn name(&self) -> &str {
@@ -261,26 +233,24 @@ impl Model for OpenAiModel {
     async fn stream(&self, req: &LlmRequest) -> Result<DeltaStream, ModelError> {
         let body = request_body(&self.name, req);
         let url = format!("{}/chat/completions", self.endpoint.base_url);
-        let ep = &self.endpoint;
-        let resp = http::send_with_retry(PROVIDER, ep.retry, ep.timeout, || {
-            let mut rb = http::client()
-                .post(&url)
-                .header("accept", "text/event-stream")
-                .json(&body);
-            if let Some(key) = &ep.api_key {
-                rb = rb.bearer_auth(key);
-            }
-            for (k, v) in &ep.headers {
-                rb = rb.header(k, v);
-            }
-            rb
-        })
-        .await?;
-        Ok(http::decode_stream(
+        // Ended by `data: [DONE]`; a body that ends after a `finish_reason` without it is
+        // accepted too (some compatible servers omit it).
+        let decoder = http::ChunkDecoder {
+            chunk: chunk_deltas,
+            expected_end: "a finish_reason or [DONE]",
+            end_marker: Some("[DONE]"),
+            finished: false,
+        };
+        http::post_stream(
             PROVIDER,
-            sse_messages(PROVIDER, resp, ep.idle_timeout).boxed(),
-            Decoder::default(),
-        ))
+            &self.endpoint,
+            &url,
+            &body,
+            http::Auth::Bearer,
+            &[],
+            decoder,
+        )
+        .await
     }
 }
 
