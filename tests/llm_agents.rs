@@ -6,13 +6,11 @@ mod common;
 
 use agentd::agent::llm::LlmAgent;
 use agentd::agent::workflow::{LoopAgent, SequentialAgent, WorkflowParts};
-use agentd::agent::{Agent, AgentTree, PluginSet};
-use agentd::apps::AppRegistry;
-use agentd::model::{resolve, Model, ModelOptions};
+use agentd::agent::PluginSet;
 use agentd::tools::builtin::ExitLoop;
 use agentd::tools::{FunctionTool, ToolError};
 use common::model_server::{Reply, ScriptedModel};
-use common::sse_client::{complete, read_all, text_of, Msg};
+use common::sse_client::{complete, done_status, text_of, Msg};
 use common::{json_with_status, Backend, TestServer};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,41 +18,12 @@ use std::sync::Arc;
 
 const USER: &str = "u1";
 
-fn model(s: &ScriptedModel, name: &str) -> Arc<dyn Model> {
-    resolve(
-        &format!("openai/{name}"),
-        &ModelOptions {
-            base_url: Some(s.base_url.clone()),
-            max_retries: Some(2),
-            retry_backoff_ms: Some(5),
-            ..Default::default()
-        },
-    )
-    .expect("model")
-}
-
-async fn serve(backend: Backend, app: &str, root: Arc<dyn Agent>) -> TestServer {
-    let mut apps = AppRegistry::default();
-    apps.insert(app, AgentTree::new(root).expect("valid tree"));
-    TestServer::start_embedded(backend, apps, PluginSet::default()).await
-}
-
 fn body(app: &str, session: &str, text: &str) -> Value {
     json!({
         "appName": app, "userId": USER, "sessionId": session,
         "newMessage": {"role": "user", "parts": [{"text": text}]},
         "streaming": true, "createSession": true,
     })
-}
-
-async fn run(s: &TestServer, body: Value) -> Vec<Msg> {
-    read_all(s.post_json("/run", body).await).await
-}
-
-fn done_status(msgs: &[Msg]) -> String {
-    let last = msgs.last().expect("messages");
-    assert_eq!(last.event, "done", "the stream ends with done: {msgs:#?}");
-    last.data["status"].as_str().unwrap_or_default().to_string()
 }
 
 async fn session(s: &TestServer, app: &str, session: &str) -> Value {
@@ -134,15 +103,16 @@ async fn a_tool_loop_streams_commits_and_feeds_results_back(backend: Backend) {
         Reply::text(&["Paris is ", "sunny, Rome ", "rainy."]),
     );
     let calls = Arc::new(AtomicUsize::new(0));
-    let agent = LlmAgent::new("weather_agent", model(&m, "weather"))
+    let agent = LlmAgent::new("weather_agent", m.model("weather"))
         .instruction("You help {user:name}.{nickname?} Answer briefly.")
         .tool(weather_tool(calls.clone()))
         .output_key("answer");
-    let s = serve(backend, "weather", Arc::new(agent)).await;
+    let s =
+        TestServer::start_agent(backend, "weather", Arc::new(agent), PluginSet::default()).await;
 
     let mut b = body("weather", "s1", "Weather in Paris and Rome?");
     b["stateDelta"] = json!({"user:name": "Ada"});
-    let msgs = run(&s, b).await;
+    let msgs = s.run_stream(b).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     let events = complete(&msgs);
     assert_eq!(
@@ -213,7 +183,7 @@ async fn a_tool_loop_streams_commits_and_feeds_results_back(backend: Backend) {
 
     // Next turn: the history includes the whole first turn.
     m.push("weather", Reply::text(&["You asked about two cities."]));
-    let msgs = run(&s, body("weather", "s1", "What did I ask?")).await;
+    let msgs = s.run_stream(body("weather", "s1", "What did I ask?")).await;
     assert_eq!(done_status(&msgs), "completed");
     let reqs = m.requests_for("weather");
     let users = messages(&reqs[3], "user");
@@ -247,9 +217,9 @@ async fn parallel_tool_calls_run_concurrently(backend: Backend) {
             }
         },
     );
-    let agent = LlmAgent::new("par_agent", model(&m, "par")).tool(tool);
-    let s = serve(backend, "par", Arc::new(agent)).await;
-    let msgs = run(&s, body("par", "s1", "go")).await;
+    let agent = LlmAgent::new("par_agent", m.model("par")).tool(tool);
+    let s = TestServer::start_agent(backend, "par", Arc::new(agent), PluginSet::default()).await;
+    let msgs = s.run_stream(body("par", "s1", "go")).await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
     assert_eq!(events.len(), 3, "{events:#?}");
@@ -268,11 +238,11 @@ async fn parallel_tool_calls_run_concurrently(backend: Backend) {
 /// keeps the conversation on the next turn.
 async fn transfer_to_a_sub_agent_keeps_the_next_turn(backend: Backend) {
     let m = ScriptedModel::start().await;
-    let billing = LlmAgent::new("billing", model(&m, "billing"))
-        .description("Handles invoices and payments.");
+    let billing =
+        LlmAgent::new("billing", m.model("billing")).description("Handles invoices and payments.");
     let support =
-        LlmAgent::new("support", model(&m, "support")).description("Fixes technical problems.");
-    let coordinator = LlmAgent::new("coordinator", model(&m, "coord"))
+        LlmAgent::new("support", m.model("support")).description("Fixes technical problems.");
+    let coordinator = LlmAgent::new("coordinator", m.model("coord"))
         .instruction("Route the user.")
         .sub_agent(Arc::new(billing))
         .sub_agent(Arc::new(support));
@@ -286,9 +256,12 @@ async fn transfer_to_a_sub_agent_keeps_the_next_turn(backend: Backend) {
     )
     .push("billing", Reply::text(&["Billing here."]))
     .push("billing", Reply::text(&["Still billing."]));
-    let s = serve(backend, "desk", Arc::new(coordinator)).await;
+    let s =
+        TestServer::start_agent(backend, "desk", Arc::new(coordinator), PluginSet::default()).await;
 
-    let msgs = run(&s, body("desk", "s1", "My invoice is wrong")).await;
+    let msgs = s
+        .run_stream(body("desk", "s1", "My invoice is wrong"))
+        .await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
     let authors: Vec<&str> = events
@@ -344,7 +317,7 @@ async fn transfer_to_a_sub_agent_keeps_the_next_turn(backend: Backend) {
     );
 
     // Next turn: billing answers directly.
-    let msgs = run(&s, body("desk", "s1", "And the refund?")).await;
+    let msgs = s.run_stream(body("desk", "s1", "And the refund?")).await;
     let events = complete(&msgs);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["author"], "billing");
@@ -361,10 +334,10 @@ async fn transfer_to_a_sub_agent_keeps_the_next_turn(backend: Backend) {
 /// of an LLM agent stops when it calls `exit_loop`.
 async fn sequential_and_loop_workflows_of_llm_agents(backend: Backend) {
     let m = ScriptedModel::start().await;
-    let writer = LlmAgent::new("writer", model(&m, "writer"))
+    let writer = LlmAgent::new("writer", m.model("writer"))
         .instruction("Write a draft.")
         .output_key("draft");
-    let reviewer = LlmAgent::new("reviewer", model(&m, "reviewer")).instruction("Review: {draft}");
+    let reviewer = LlmAgent::new("reviewer", m.model("reviewer")).instruction("Review: {draft}");
     let pipeline = SequentialAgent {
         parts: WorkflowParts {
             name: "pipeline".into(),
@@ -375,8 +348,9 @@ async fn sequential_and_loop_workflows_of_llm_agents(backend: Backend) {
     };
     m.push("writer", Reply::text(&["A ", "draft."]))
         .push("reviewer", Reply::text(&["Looks good."]));
-    let s = serve(backend, "pipe", Arc::new(pipeline)).await;
-    let msgs = run(&s, body("pipe", "s1", "Write about cats")).await;
+    let s =
+        TestServer::start_agent(backend, "pipe", Arc::new(pipeline), PluginSet::default()).await;
+    let msgs = s.run_stream(body("pipe", "s1", "Write about cats")).await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
     let authors: Vec<&str> = events
@@ -399,7 +373,7 @@ async fn sequential_and_loop_workflows_of_llm_agents(backend: Backend) {
         "{users:#?}"
     );
 
-    let worker = LlmAgent::new("worker", model(&m, "worker"))
+    let worker = LlmAgent::new("worker", m.model("worker"))
         .instruction("Improve until done, then call exit_loop.")
         .tool(ExitLoop);
     let looped = LoopAgent {
@@ -413,8 +387,8 @@ async fn sequential_and_loop_workflows_of_llm_agents(backend: Backend) {
     };
     m.push("worker", Reply::text(&["round one"]))
         .push("worker", Reply::tool_calls(&[("x1", "exit_loop", "{}")]));
-    let s2 = serve(backend, "loop", Arc::new(looped)).await;
-    let msgs = run(&s2, body("loop", "s1", "go")).await;
+    let s2 = TestServer::start_agent(backend, "loop", Arc::new(looped), PluginSet::default()).await;
+    let msgs = s2.run_stream(body("loop", "s1", "go")).await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
     assert_eq!(
@@ -437,14 +411,14 @@ async fn sequential_and_loop_workflows_of_llm_agents(backend: Backend) {
 async fn model_errors_become_clear_error_events(backend: Backend) {
     let m = ScriptedModel::start().await;
     let calls = Arc::new(AtomicUsize::new(0));
-    let agent = LlmAgent::new("a", model(&m, "flaky"))
+    let agent = LlmAgent::new("a", m.model("flaky"))
         .tool(weather_tool(calls.clone()))
         .max_steps(2);
-    let s = serve(backend, "flaky", Arc::new(agent)).await;
+    let s = TestServer::start_agent(backend, "flaky", Arc::new(agent), PluginSet::default()).await;
 
     m.push("flaky", Reply::status(429, "slow down"))
         .push("flaky", Reply::text(&["fine now"]));
-    let events = complete(&run(&s, body("flaky", "s1", "hi")).await);
+    let events = complete(&s.run_stream(body("flaky", "s1", "hi")).await);
     assert_eq!(events.len(), 1);
     assert_eq!(text_of(&events[0]), "fine now");
 
@@ -452,7 +426,7 @@ async fn model_errors_become_clear_error_events(backend: Backend) {
         "flaky",
         Reply::status(401, "Incorrect API key provided: sk-***"),
     );
-    let msgs = run(&s, body("flaky", "s2", "hi")).await;
+    let msgs = s.run_stream(body("flaky", "s2", "hi")).await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
     assert_eq!(events.len(), 1, "{events:#?}");
@@ -476,7 +450,7 @@ async fn model_errors_become_clear_error_events(backend: Backend) {
             "upstream overloaded".into(),
         ),
     );
-    let msgs = run(&s, body("flaky", "s3", "hi")).await;
+    let msgs = s.run_stream(body("flaky", "s3", "hi")).await;
     let events = complete(&msgs);
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0]["errorCode"], "MODEL_ERROR");
@@ -502,7 +476,7 @@ async fn model_errors_become_clear_error_events(backend: Backend) {
         "flaky",
         Reply::tool_calls(&[("k2", "get_weather", r#"{"city":"Oslo"}"#)]),
     );
-    let events = complete(&run(&s, body("flaky", "s4", "loop")).await);
+    let events = complete(&s.run_stream(body("flaky", "s4", "loop")).await);
     let last = events.last().unwrap();
     assert_eq!(last["errorCode"], "MAX_STEPS_EXCEEDED", "{events:#?}");
     assert_eq!(m.unused(), 0);
@@ -540,11 +514,11 @@ async fn tools_save_artifacts_and_load_artifacts_reads_them(backend: Backend) {
             Ok(json!({"saved": "note.txt"}))
         },
     );
-    let agent = LlmAgent::new("notes", model(&m, "art"))
+    let agent = LlmAgent::new("notes", m.model("art"))
         .tool(writer)
         .tool(agentd::tools::builtin::LoadArtifacts);
-    let s = serve(backend, "notes", Arc::new(agent)).await;
-    let events = complete(&run(&s, body("notes", "s1", "note: buy milk")).await);
+    let s = TestServer::start_agent(backend, "notes", Arc::new(agent), PluginSet::default()).await;
+    let events = complete(&s.run_stream(body("notes", "s1", "note: buy milk")).await);
     assert_eq!(events.len(), 7, "{events:#?}");
     assert_eq!(
         events[1]["actions"]["artifactDelta"],
@@ -658,7 +632,7 @@ async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
     .push("yaml-billing", Reply::text(&["Your invoice ", "is fixed."]));
     let mut b = body("desk", "s1", "invoice problem");
     b["stateDelta"] = json!({"topic": "support"});
-    let msgs = run(&s, b).await;
+    let msgs = s.run_stream(b).await;
     assert_eq!(done_status(&msgs), "completed");
     let events = complete(&msgs);
     assert_eq!(events.last().unwrap()["author"], "billing");

@@ -8,14 +8,14 @@
 mod common;
 
 use agentd::agent::llm::{BeforeModel, LlmAgent, LlmCallbacks, ToolCall};
-use agentd::agent::{Agent, AgentResult, AgentTree, Plugin, PluginSet};
+use agentd::agent::{AgentResult, AgentTree, Plugin, PluginSet};
 use agentd::apps::AppRegistry;
-use agentd::model::{resolve, LlmResponse, Model, ModelOptions};
+use agentd::model::LlmResponse;
 use agentd::tools::builtin::LoadMemory;
 use agentd::tools::{FunctionTool, ToolContext};
 use async_trait::async_trait;
 use common::model_server::{Reply, ScriptedModel};
-use common::sse_client::{complete, read_all, text_of, Msg};
+use common::sse_client::{complete, done_status, read_all, text_of, Msg};
 use common::{json_with_status, Backend, TestServer};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -37,34 +37,6 @@ const REQUEST_CONFIRMATION: &str = "adk_request_confirmation";
 // Helpers
 // ---------------------------------------------------------------------------------------
 
-fn model(s: &ScriptedModel, name: &str) -> Arc<dyn Model> {
-    resolve(
-        &format!("openai/{name}"),
-        &ModelOptions {
-            base_url: Some(s.base_url.clone()),
-            max_retries: Some(2),
-            retry_backoff_ms: Some(5),
-            ..Default::default()
-        },
-    )
-    .expect("model")
-}
-
-async fn serve_with(
-    backend: Backend,
-    app: &str,
-    root: Arc<dyn Agent>,
-    plugins: PluginSet,
-) -> TestServer {
-    let mut apps = AppRegistry::default();
-    apps.insert(app, AgentTree::new(root).expect("valid tree"));
-    TestServer::start_embedded(backend, apps, plugins).await
-}
-
-async fn serve(backend: Backend, app: &str, root: Arc<dyn Agent>) -> TestServer {
-    serve_with(backend, app, root, PluginSet::default()).await
-}
-
 fn text_body(app: &str, user: &str, session: &str, text: &str) -> Value {
     json!({
         "appName": app, "userId": user, "sessionId": session,
@@ -83,16 +55,6 @@ fn answer_body(app: &str, session: &str, id: &str, name: &str, response: Value) 
         ]},
         "streaming": true,
     })
-}
-
-async fn run(s: &TestServer, body: Value) -> Vec<Msg> {
-    read_all(s.post_json("/run", body).await).await
-}
-
-fn done_status(msgs: &[Msg]) -> String {
-    let last = msgs.last().expect("messages");
-    assert_eq!(last.event, "done", "the stream ends with done: {msgs:#?}");
-    last.data["status"].as_str().unwrap_or_default().to_string()
 }
 
 async fn stored_events(s: &TestServer, app: &str, user: &str, session: &str) -> Vec<Value> {
@@ -327,15 +289,16 @@ async fn long_running_tool_round_trip_through_a_sub_agent(backend: Backend) {
         "The budget left.",
         |_a: RequestArgs, _ctx| async move { Ok(json!({"left": 1000})) },
     );
-    let worker = LlmAgent::new("worker", model(&m, "worker-model"))
+    let worker = LlmAgent::new("worker", m.model("worker-model"))
         .description("Handles budget requests.")
         .instruction("You handle budget requests.")
         .tool(ask)
         .tool(check);
-    let coordinator = LlmAgent::new("coordinator", model(&m, "coord-model"))
+    let coordinator = LlmAgent::new("coordinator", m.model("coord-model"))
         .instruction("Route requests.")
         .sub_agent(Arc::new(worker));
-    let s = serve(backend, "hitl", Arc::new(coordinator)).await;
+    let s =
+        TestServer::start_agent(backend, "hitl", Arc::new(coordinator), PluginSet::default()).await;
 
     // Turn 1: the coordinator transfers, the worker calls the long-running tool (and a
     // normal one).
@@ -350,7 +313,9 @@ async fn long_running_tool_round_trip_through_a_sub_agent(backend: Backend) {
             ("n1", "check_budget", r#"{"request":"left"}"#),
         ]),
     );
-    let msgs = run(&s, text_body("hitl", USER, "s1", "I need more budget")).await;
+    let msgs = s
+        .run_stream(text_body("hitl", USER, "s1", "I need more budget"))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(started.load(Ordering::SeqCst), 1, "the tool ran once");
     assert_eq!(m.requests_for("coord-model").len(), 1);
@@ -397,17 +362,15 @@ async fn long_running_tool_round_trip_through_a_sub_agent(backend: Backend) {
         "worker-model",
         Reply::text(&["Your budget ", "was approved."]),
     );
-    let msgs = run(
-        &s,
-        answer_body(
+    let msgs = s
+        .run_stream(answer_body(
             "hitl",
             "s1",
             "lr1",
             "ask_manager",
             json!({"status": "approved"}),
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(
         m.requests_for("coord-model").len(),
@@ -447,11 +410,14 @@ async fn long_running_tool_round_trip_through_a_sub_agent(backend: Backend) {
         Reply::tool_calls(&[("t2", "transfer_to_agent", r#"{"agent_name":"coordinator"}"#)]),
     );
     m.push("coord-model", Reply::text(&["Anything else?"]));
-    let msgs = run(
-        &s,
-        text_body("hitl", USER, "s1", "Thanks, that is all for budgets."),
-    )
-    .await;
+    let msgs = s
+        .run_stream(text_body(
+            "hitl",
+            USER,
+            "s1",
+            "Thanks, that is all for budgets.",
+        ))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(final_text(&msgs), "Anything else?");
     let coord = m.requests_for("coord-model");
@@ -469,27 +435,27 @@ async fn long_running_tool_round_trip_through_a_sub_agent(backend: Backend) {
 /// id) does not poison the session: the model's requests stay ones a provider accepts.
 async fn a_stray_function_response_does_not_poison_the_session(backend: Backend) {
     let m = ScriptedModel::start().await;
-    let agent = LlmAgent::new("helper", model(&m, "stray-model")).instruction("Help.");
-    let s = serve(backend, "stray", Arc::new(agent)).await;
+    let agent = LlmAgent::new("helper", m.model("stray-model")).instruction("Help.");
+    let s = TestServer::start_agent(backend, "stray", Arc::new(agent), PluginSet::default()).await;
     m.push("stray-model", Reply::text(&["Hello."]));
-    let msgs = run(&s, text_body("stray", USER, "s1", "hi")).await;
+    let msgs = s.run_stream(text_body("stray", USER, "s1", "hi")).await;
     assert_eq!(done_status(&msgs), "completed");
 
     m.push("stray-model", Reply::text(&["I did not ask for that."]));
-    let msgs = run(
-        &s,
-        answer_body(
+    let msgs = s
+        .run_stream(answer_body(
             "stray",
             "s1",
             "ghost-1",
             "ask_manager",
             json!({"status": "approved"}),
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     m.push("stray-model", Reply::text(&["Still here."]));
-    let msgs = run(&s, text_body("stray", USER, "s1", "are you there?")).await;
+    let msgs = s
+        .run_stream(text_body("stray", USER, "s1", "are you there?"))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(m.requests_for("stray-model").len(), 3);
     assert_requests_well_formed(&m);
@@ -537,16 +503,19 @@ async fn confirmation_requested(backend: Backend) -> ConfirmSetup {
         },
     )
     .require_confirmation();
-    let agent = LlmAgent::new("ops", model(&m, "ops-model"))
+    let agent = LlmAgent::new("ops", m.model("ops-model"))
         .instruction("You manage files.")
         .tool(delete);
-    let s = serve(backend, "confirm", Arc::new(agent)).await;
+    let s =
+        TestServer::start_agent(backend, "confirm", Arc::new(agent), PluginSet::default()).await;
 
     m.push(
         "ops-model",
         Reply::tool_calls(&[("c1", "delete_file", r#"{"path":"/tmp/report.txt"}"#)]),
     );
-    let msgs = run(&s, text_body("confirm", USER, "s1", "delete the report")).await;
+    let msgs = s
+        .run_stream(text_body("confirm", USER, "s1", "delete the report"))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(calls.load(Ordering::SeqCst), 0, "not run before approval");
     assert_eq!(m.requests_for("ops-model").len(), 1, "model called once");
@@ -623,17 +592,15 @@ async fn approving_a_confirmation_runs_the_tool_once(backend: Backend) {
     } = confirmation_requested(backend).await;
 
     m.push("ops-model", Reply::text(&["Deleted ", "the report."]));
-    let msgs = run(
-        &s,
-        answer_body(
+    let msgs = s
+        .run_stream(answer_body(
             "confirm",
             "s1",
             &request_id,
             REQUEST_CONFIRMATION,
             json!({"confirmed": true}),
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the tool ran once");
 
@@ -685,17 +652,15 @@ async fn rejecting_a_confirmation_never_runs_the_tool(backend: Backend) {
     } = confirmation_requested(backend).await;
 
     m.push("ops-model", Reply::text(&["OK, I left the report alone."]));
-    let msgs = run(
-        &s,
-        answer_body(
+    let msgs = s
+        .run_stream(answer_body(
             "confirm",
             "s1",
             &request_id,
             REQUEST_CONFIRMATION,
             json!({"confirmed": false}),
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -729,17 +694,15 @@ async fn approving_in_the_web_ui_encoding(backend: Backend) {
         ..
     } = confirmation_requested(backend).await;
     m.push("ops-model", Reply::text(&["Deleted."]));
-    let msgs = run(
-        &s,
-        answer_body(
+    let msgs = s
+        .run_stream(answer_body(
             "confirm",
             "s1",
             &request_id,
             REQUEST_CONFIRMATION,
             json!({"response": "{\"confirmed\": true}"}),
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     let reqs = m.requests_for("ops-model");
@@ -756,17 +719,15 @@ async fn approving_in_the_web_ui_encoding(backend: Backend) {
         ..
     } = confirmation_requested(backend).await;
     m.push("ops-model", Reply::text(&["Not deleted."]));
-    let msgs = run(
-        &s,
-        answer_body(
+    let msgs = s
+        .run_stream(answer_body(
             "confirm",
             "s1",
             &request_id,
             REQUEST_CONFIRMATION,
             json!({"confirmed": "yes"}),
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -798,12 +759,12 @@ async fn a_replayed_approval_does_not_run_the_tool_again(backend: Backend) {
         json!({"confirmed": true}),
     );
     m.push("ops-model", Reply::text(&["Deleted."]));
-    let msgs = run(&s, approve.clone()).await;
+    let msgs = s.run_stream(approve.clone()).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
     m.push("ops-model", Reply::text(&["Already done."]));
-    let msgs = run(&s, approve).await;
+    let msgs = s.run_stream(approve).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -861,12 +822,12 @@ async fn resume_reruns_an_approved_call_interrupted_while_running(backend: Backe
 
     slow.store(false, Ordering::SeqCst);
     m.push("ops-model", Reply::text(&["Deleted."]));
-    let msgs = run(
-        &s,
-        json!({"appName": "confirm", "userId": USER, "sessionId": "s1",
+    let msgs = s
+        .run_stream(
+            json!({"appName": "confirm", "userId": USER, "sessionId": "s1",
                "streaming": true, "resume": true}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     // Either outcome is acceptable: the approved call runs again, or the user is asked again.
     // Not acceptable: the model being called with the stale "requires confirmation" answer.
@@ -923,10 +884,10 @@ async fn resume_reruns_a_tool_call_left_open_by_a_cancelled_run(backend: Backend
             }
         },
     );
-    let agent = LlmAgent::new("reporter", model(&m, "rep-model"))
+    let agent = LlmAgent::new("reporter", m.model("rep-model"))
         .instruction("Build reports.")
         .tool(tool);
-    let s = serve(backend, "resume", Arc::new(agent)).await;
+    let s = TestServer::start_agent(backend, "resume", Arc::new(agent), PluginSet::default()).await;
 
     m.push(
         "rep-model",
@@ -970,12 +931,12 @@ async fn resume_reruns_a_tool_call_left_open_by_a_cancelled_run(backend: Backend
         "rep-model",
         Reply::text(&["The weekly report ", "has 42 items."]),
     );
-    let msgs = run(
-        &s,
-        json!({"appName": "resume", "userId": USER, "sessionId": "s1",
+    let msgs = s
+        .run_stream(
+            json!({"appName": "resume", "userId": USER, "sessionId": "s1",
                "streaming": true, "resume": true}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(started.load(Ordering::SeqCst), 2, "the call ran again");
     assert_eq!(finished.load(Ordering::SeqCst), 1);
@@ -1011,12 +972,12 @@ async fn resume_reruns_a_tool_call_left_open_by_a_cancelled_run(backend: Backend
     // model is asked again over a finished conversation is not pinned down here: agentd
     // does, ADK returns at once for an invocation whose agent already finished.)
     m.push("rep-model", Reply::text(&["Anything else?"]));
-    let msgs = run(
-        &s,
-        json!({"appName": "resume", "userId": USER, "sessionId": "s1",
+    let msgs = s
+        .run_stream(
+            json!({"appName": "resume", "userId": USER, "sessionId": "s1",
                "streaming": true, "resume": true}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(started.load(Ordering::SeqCst), 2, "no tool runs again");
     assert!(
@@ -1032,10 +993,11 @@ async fn resume_reruns_a_tool_call_left_open_by_a_cancelled_run(backend: Backend
 async fn resume_with_nothing_open_runs_the_agent_normally(backend: Backend) {
     let m = ScriptedModel::start().await;
     let calls = Arc::new(AtomicUsize::new(0));
-    let agent = LlmAgent::new("writer", model(&m, "wr-model"))
+    let agent = LlmAgent::new("writer", m.model("wr-model"))
         .instruction("Write.")
         .tool(counting_tool("delete_file", calls.clone()));
-    let s = serve(backend, "resume2", Arc::new(agent)).await;
+    let s =
+        TestServer::start_agent(backend, "resume2", Arc::new(agent), PluginSet::default()).await;
 
     let Reply::Stream(chunks) = Reply::text(&["once ", "upon ", "a ", "time"]) else {
         unreachable!()
@@ -1065,12 +1027,12 @@ async fn resume_with_nothing_open_runs_the_agent_normally(backend: Backend) {
 
     // ADK's form of a resume: the interrupted invocation's id and no message.
     m.push("wr-model", Reply::text(&["Once upon a time, ", "the end."]));
-    let msgs = run(
-        &s,
-        json!({"appName": "resume2", "userId": USER, "sessionId": "s1",
+    let msgs = s
+        .run_stream(
+            json!({"appName": "resume2", "userId": USER, "sessionId": "s1",
                "streaming": true, "invocationId": invocation}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(calls.load(Ordering::SeqCst), 0, "no tool ran");
     let reqs = m.requests_for("wr-model");
@@ -1096,17 +1058,19 @@ async fn resume_with_nothing_open_runs_the_agent_normally(backend: Backend) {
 /// the same user, and by no one else.
 async fn load_memory_finds_what_another_session_said(backend: Backend) {
     let m = ScriptedModel::start().await;
-    let agent = LlmAgent::new("keeper", model(&m, "mem-model"))
+    let agent = LlmAgent::new("keeper", m.model("mem-model"))
         .instruction("Remember things.")
         .tool(LoadMemory);
-    let s = serve(backend, "mem", Arc::new(agent)).await;
+    let s = TestServer::start_agent(backend, "mem", Arc::new(agent), PluginSet::default()).await;
 
     // Session A: the answer holds the fact.
     m.push(
         "mem-model",
         Reply::text(&["Noted: the launch code ", "is pelican."]),
     );
-    let msgs = run(&s, text_body("mem", USER, "A", "Please remember our code.")).await;
+    let msgs = s
+        .run_stream(text_body("mem", USER, "A", "Please remember our code."))
+        .await;
     assert_eq!(done_status(&msgs), "completed");
     let r = s
         .patch_json(
@@ -1122,7 +1086,9 @@ async fn load_memory_finds_what_another_session_said(backend: Backend) {
         Reply::tool_calls(&[("m1", "load_memory", r#"{"query":"launch code"}"#)]),
     );
     m.push("mem-model", Reply::text(&["The code is pelican."]));
-    let msgs = run(&s, text_body("mem", USER, "B", "What was the launch code?")).await;
+    let msgs = s
+        .run_stream(text_body("mem", USER, "B", "What was the launch code?"))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     let events = stored_events(&s, "mem", USER, "B").await;
     let found = responses_to(&events, "m1");
@@ -1151,7 +1117,9 @@ async fn load_memory_finds_what_another_session_said(backend: Backend) {
         Reply::tool_calls(&[("m2", "load_memory", r#"{"query":"launch code"}"#)]),
     );
     m.push("mem-model", Reply::text(&["I don't know."]));
-    let msgs = run(&s, text_body("mem", "u2", "C", "What was the launch code?")).await;
+    let msgs = s
+        .run_stream(text_body("mem", "u2", "C", "What was the launch code?"))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     let events = stored_events(&s, "mem", "u2", "C").await;
     let found = responses_to(&events, "m2");
@@ -1169,14 +1137,14 @@ async fn load_memory_finds_what_another_session_said(backend: Backend) {
 /// what the model said before it is stored.
 async fn model_callbacks_short_circuit_and_edit(backend: Backend) {
     let m = ScriptedModel::start().await;
-    let cached = LlmAgent::new("cached", model(&m, "cached-model"))
+    let cached = LlmAgent::new("cached", m.model("cached-model"))
         .instruction("Answer.")
         .llm_callbacks(
             LlmCallbacks::default().before_model(|_ctx, _req| async move {
                 Ok(BeforeModel::Respond(LlmResponse::text("cached")))
             }),
         );
-    let edited = LlmAgent::new("edited", model(&m, "edited-model"))
+    let edited = LlmAgent::new("edited", m.model("edited-model"))
         .instruction("Answer.")
         .llm_callbacks(LlmCallbacks::default().after_model(
             |_ctx, mut r: LlmResponse| async move {
@@ -1195,7 +1163,7 @@ async fn model_callbacks_short_circuit_and_edit(backend: Backend) {
     apps.insert("edited", AgentTree::new(Arc::new(edited)).unwrap());
     let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
 
-    let msgs = run(&s, text_body("cached", USER, "s1", "hi")).await;
+    let msgs = s.run_stream(text_body("cached", USER, "s1", "hi")).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert!(
         m.requests_for("cached-model").is_empty(),
@@ -1208,7 +1176,7 @@ async fn model_callbacks_short_circuit_and_edit(backend: Backend) {
     assert_eq!(text_of(&events[1]), "cached");
 
     m.push("edited-model", Reply::text(&["the secret ", "is out"]));
-    let msgs = run(&s, text_body("edited", USER, "s1", "hi")).await;
+    let msgs = s.run_stream(text_body("edited", USER, "s1", "hi")).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(m.requests_for("edited-model").len(), 1);
     assert_eq!(final_text(&msgs), "the [redacted] is out");
@@ -1223,7 +1191,7 @@ async fn model_callbacks_short_circuit_and_edit(backend: Backend) {
 /// ones included.
 async fn after_model_redaction_covers_streamed_chunks(backend: Backend) {
     let m = ScriptedModel::start().await;
-    let agent = LlmAgent::new("redactor", model(&m, "redact-model"))
+    let agent = LlmAgent::new("redactor", m.model("redact-model"))
         .instruction("Answer.")
         .llm_callbacks(LlmCallbacks::default().after_model(
             |_ctx, mut r: LlmResponse| async move {
@@ -1237,12 +1205,14 @@ async fn after_model_redaction_covers_streamed_chunks(backend: Backend) {
                 Ok(r)
             },
         ));
-    let s = serve(backend, "redact", Arc::new(agent)).await;
+    let s = TestServer::start_agent(backend, "redact", Arc::new(agent), PluginSet::default()).await;
     m.push(
         "redact-model",
         Reply::text(&["the password ", "is hunter2", " ok"]),
     );
-    let msgs = run(&s, text_body("redact", USER, "s1", "what is the password?")).await;
+    let msgs = s
+        .run_stream(text_body("redact", USER, "s1", "what is the password?"))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(final_text(&msgs), "the password is [redacted] ok");
     let leaked: Vec<&Msg> = msgs
@@ -1261,7 +1231,7 @@ async fn before_tool_callback_stubs_the_tool(backend: Backend) {
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(std::sync::Mutex::new(vec![]));
     let seen2 = seen.clone();
-    let agent = LlmAgent::new("stubbed", model(&m, "stub-model"))
+    let agent = LlmAgent::new("stubbed", m.model("stub-model"))
         .instruction("Manage files.")
         .tool(counting_tool("delete_file", calls.clone()))
         .llm_callbacks(LlmCallbacks::default().before_tool(
@@ -1275,13 +1245,15 @@ async fn before_tool_callback_stubs_the_tool(backend: Backend) {
                 }
             },
         ));
-    let s = serve(backend, "stub", Arc::new(agent)).await;
+    let s = TestServer::start_agent(backend, "stub", Arc::new(agent), PluginSet::default()).await;
     m.push(
         "stub-model",
         Reply::tool_calls(&[("s1c", "delete_file", r#"{"path":"/etc/passwd"}"#)]),
     );
     m.push("stub-model", Reply::text(&["Done (stubbed)."]));
-    let msgs = run(&s, text_body("stub", USER, "s1", "delete it")).await;
+    let msgs = s
+        .run_stream(text_body("stub", USER, "s1", "delete it"))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(calls.load(Ordering::SeqCst), 0, "the tool body never ran");
     {
@@ -1344,11 +1316,11 @@ async fn plugin_tool_hooks_observe_and_edit(backend: Backend) {
     let m = ScriptedModel::start().await;
     let calls = Arc::new(AtomicUsize::new(0));
     let audit = Arc::new(ToolAudit::default());
-    let agent = LlmAgent::new("audited", model(&m, "audit-model"))
+    let agent = LlmAgent::new("audited", m.model("audit-model"))
         .instruction("Manage files.")
         .tool(counting_tool("delete_file", calls.clone()));
     let plugins = PluginSet::new(vec![Arc::new(AuditPlugin(audit.clone()))]).expect("plugins");
-    let s = serve_with(backend, "audit", Arc::new(agent), plugins).await;
+    let s = TestServer::start_agent(backend, "audit", Arc::new(agent), plugins).await;
     m.push(
         "audit-model",
         Reply::tool_calls(&[
@@ -1357,7 +1329,9 @@ async fn plugin_tool_hooks_observe_and_edit(backend: Backend) {
         ]),
     );
     m.push("audit-model", Reply::text(&["Both deleted."]));
-    let msgs = run(&s, text_body("audit", USER, "s1", "delete a and b")).await;
+    let msgs = s
+        .run_stream(text_body("audit", USER, "s1", "delete a and b"))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     assert_eq!(audit.before.load(Ordering::SeqCst), 2);
@@ -1404,10 +1378,10 @@ async fn invalid_tool_arguments_go_back_to_the_model(backend: Backend) {
             }
         },
     );
-    let agent = LlmAgent::new("weatherman", model(&m, "wx-model"))
+    let agent = LlmAgent::new("weatherman", m.model("wx-model"))
         .instruction("Report weather.")
         .tool(weather);
-    let s = serve(backend, "wx", Arc::new(agent)).await;
+    let s = TestServer::start_agent(backend, "wx", Arc::new(agent), PluginSet::default()).await;
 
     m.push(
         "wx-model",
@@ -1426,7 +1400,9 @@ async fn invalid_tool_arguments_go_back_to_the_model(backend: Backend) {
         Reply::tool_calls(&[("ok1", "get_weather", r#"{"city": "Oslo", "days": 3}"#)]),
     );
     m.push("wx-model", Reply::text(&["Sunny in Oslo."]));
-    let msgs = run(&s, text_body("wx", USER, "s1", "weather in Oslo?")).await;
+    let msgs = s
+        .run_stream(text_body("wx", USER, "s1", "weather in Oslo?"))
+        .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(calls.load(Ordering::SeqCst), 1, "only the valid call ran");
 

@@ -178,6 +178,26 @@ impl TestServer {
         Self::serving(server, db)
     }
 
+    /// A server for one app whose root agent is built in Rust.
+    pub async fn start_agent(
+        backend: Backend,
+        app: &str,
+        root: Arc<dyn agentd::agent::Agent>,
+        plugins: agentd::agent::PluginSet,
+    ) -> TestServer {
+        let mut apps = agentd::apps::AppRegistry::default();
+        apps.insert(
+            app,
+            agentd::agent::AgentTree::new(root).expect("valid tree"),
+        );
+        Self::start_embedded(backend, apps, plugins).await
+    }
+
+    /// `POST /run` with `body`, read to the end of its SSE stream.
+    pub async fn run_stream(&self, body: serde_json::Value) -> Vec<sse_client::Msg> {
+        sse_client::read_all(self.post_json("/run", body).await).await
+    }
+
     fn serving(server: Server, db: TestDb) -> TestServer {
         TestServer {
             base: format!("http://{}", server.addr),

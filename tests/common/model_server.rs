@@ -133,6 +133,21 @@ impl ScriptedModel {
         }
     }
 
+    /// An agentd model (OpenAI-compatible provider) talking to this server as `name`, with
+    /// quick retries.
+    pub fn model(&self, name: &str) -> Arc<dyn agentd::model::Model> {
+        agentd::model::resolve(
+            &format!("openai/{name}"),
+            &agentd::model::ModelOptions {
+                base_url: Some(self.base_url.clone()),
+                max_retries: Some(2),
+                retry_backoff_ms: Some(5),
+                ..Default::default()
+            },
+        )
+        .expect("model")
+    }
+
     /// Queues `reply` for requests naming `model`.
     pub fn push(&self, model: &str, reply: Reply) -> &Self {
         self.script

@@ -72,3 +72,10 @@ pub fn text_of(event: &Value) -> String {
         })
         .unwrap_or_default()
 }
+
+/// The run status of the final `event: done` (asserting the stream ends with one).
+pub fn done_status(msgs: &[Msg]) -> String {
+    let last = msgs.last().expect("messages");
+    assert_eq!(last.event, "done", "the stream ends with done: {msgs:#?}");
+    last.data["status"].as_str().unwrap_or_default().to_string()
+}

@@ -556,6 +556,21 @@ impl<'a> Turn<'a> {
     /// Work left from an earlier run: confirmations the client just answered, or (with
     /// `resume`) this agent's calls that never got a response.
     async fn pending_work(&mut self) -> AgentResult<Option<CallsOutcome>> {
+        let answers: Vec<FunctionResponse> = self
+            .ctx
+            .user_content()
+            .map(|c| {
+                c.parts
+                    .iter()
+                    .filter_map(|p| p.function_response.clone())
+                    .filter(|r| r.name == REQUEST_CONFIRMATION)
+                    .collect()
+            })
+            .unwrap_or_default();
+        // The common case: a plain new message, nothing left over. No tool listing.
+        if answers.is_empty() && !self.ctx.run_config().resume {
+            return Ok(None);
+        }
         let tools = self
             .tools()
             .await
@@ -575,17 +590,6 @@ impl<'a> Turn<'a> {
         // a double click) is not run again: one approval, one execution.
         let mut confirmed_calls = vec![];
         let mut confirmations = HashMap::new();
-        let answers: Vec<FunctionResponse> = self
-            .ctx
-            .user_content()
-            .map(|c| {
-                c.parts
-                    .iter()
-                    .filter_map(|p| p.function_response.clone())
-                    .filter(|r| r.name == REQUEST_CONFIRMATION)
-                    .collect()
-            })
-            .unwrap_or_default();
         for answer in answers {
             let Some(original) = answer.id.as_deref().and_then(|id| self.original_call(id)) else {
                 continue;
