@@ -103,14 +103,7 @@ pub struct HttpTool {
 impl HttpTool {
     /// Builds the tool from its YAML `args` (as JSON). Errors name the field: `args.url: …`.
     pub fn from_config(args: Value) -> Result<Self, String> {
-        let c: HttpToolConfig = serde_path_to_error::deserialize(args).map_err(|e| {
-            let path = e.path().to_string();
-            if path == "." {
-                format!("args: {}", e.inner())
-            } else {
-                format!("args.{path}: {}", e.inner())
-            }
-        })?;
+        let c: HttpToolConfig = super::config_args(args)?;
 
         if !valid_tool_name(&c.name) {
             return Err(format!(

@@ -225,14 +225,7 @@ impl McpToolset {
     /// Builds the toolset from its YAML `args` (as JSON). Nothing is started or connected
     /// until the tools are first listed.
     pub fn from_config(args: Value) -> Result<Self, String> {
-        let c: McpToolsetConfig = serde_path_to_error::deserialize(args).map_err(|e| {
-            let path = e.path().to_string();
-            if path == "." {
-                format!("args: {}", e.inner())
-            } else {
-                format!("args.{path}: {}", e.inner())
-            }
-        })?;
+        let c: McpToolsetConfig = super::config_args(args)?;
 
         let given = [
             c.stdio_server_params.is_some(),

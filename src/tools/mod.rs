@@ -218,6 +218,19 @@ impl ToolContext {
     }
 }
 
+/// Reads a tool's YAML `args` (as JSON) into its config type; errors name the field
+/// (`args.url: invalid type …`).
+pub(crate) fn config_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(args).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            format!("args: {}", e.inner())
+        } else {
+            format!("args.{path}: {}", e.inner())
+        }
+    })
+}
+
 /// The `functionResponse.response` object for a tool's result.
 pub fn response_object(result: ToolResult) -> JsonMap {
     match result {
