@@ -65,8 +65,9 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_MAX_ARTIFACT_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_artifact_bytes: usize,
 
-    /// A run's admission lease in seconds: a replica that dies mid-run frees its session
-    /// after at most this long. Renewed every third of it.
+    /// This replica's liveness lease in seconds: a replica that dies mid-run frees its
+    /// sessions after at most this long (plus one sweep). One heartbeat per replica every third
+    /// of it, whatever the number of open runs.
     #[arg(long, env = "AGENTD_RUN_LEASE_SECS", default_value_t = 10)]
     pub run_lease_secs: u64,
 
@@ -82,7 +83,13 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_REPLICA_ID")]
     pub replica_id: Option<String>,
 
-    /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
+    /// On SIGTERM/Ctrl-C: seconds in-flight runs may go on (new runs get 503 and `GET /ready`
+    /// answers 503 at once). Runs still going after that are sealed as `interrupted`.
+    #[arg(long, env = "AGENTD_DRAIN_SECS", default_value_t = 20)]
+    pub drain_secs: u64,
+
+    /// After the drain: seconds interrupted runs get to record their end and open HTTP
+    /// responses to finish before connections are dropped.
     #[arg(long, env = "AGENTD_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
 
@@ -117,6 +124,7 @@ impl ServeArgs {
             max_body_bytes: 32 * 1024 * 1024,
             max_artifact_bytes: 16 * 1024 * 1024,
             shutdown_grace_secs: 10,
+            drain_secs: 20,
             run_lease_secs: 10,
             max_run_secs: 600,
             enqueue_timeout_secs: 60,

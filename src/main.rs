@@ -20,9 +20,10 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             init_tracing(args.log_format);
+            let drain = Duration::from_secs(args.drain_secs);
             let grace = Duration::from_secs(args.shutdown_grace_secs);
             let server = Server::start(args).await?;
-            server.run_until_signal(grace).await
+            server.run_until_signal(drain, grace).await
         }
         Command::Migrate(db) => {
             init_tracing(LogFormat::Text);

@@ -58,12 +58,9 @@ impl Server {
         if let Some(id) = &args.replica_id {
             runner_config.owner = id.clone();
         }
-        let runner = Arc::new(Runner::new(
-            store.clone(),
-            apps.clone(),
-            plugins,
-            runner_config,
-        ));
+        let runner = Runner::start(store.clone(), apps.clone(), plugins, runner_config)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot start the runner: {e}"))?;
         let state = AppState {
             store,
             apps,
@@ -95,11 +92,13 @@ impl Server {
         })
     }
 
-    /// Stops accepting connections and waits up to `grace` for in-flight requests.
-    pub async fn shutdown(self, grace: Duration) -> anyhow::Result<()> {
-        // Runs first: each is cancelled, sealed and recorded, and its stream ends, so the
-        // HTTP server's graceful shutdown is not held up by open SSE responses.
-        self.state.runner.shutdown(grace).await;
+    /// Drains and stops: new runs are refused at once (`/ready` turns 503), in-flight runs get
+    /// `drain` to finish, the rest are interrupted (sealed, status `interrupted`, their streams
+    /// end with `event: done`), then HTTP connections get `grace` before they are dropped.
+    pub async fn shutdown_with(self, drain: Duration, grace: Duration) -> anyhow::Result<()> {
+        // Runs first, so the HTTP server's graceful shutdown is not held up by open SSE
+        // responses: each run's stream ends with its `done`.
+        self.state.runner.shutdown(drain, grace).await;
         // MCP servers started as child processes end with us.
         for app in self.state.apps.entries() {
             if let Ok(tree) = &app.tree {
@@ -120,11 +119,20 @@ impl Server {
         }
     }
 
-    /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
-    pub async fn run_until_signal(self, grace: Duration) -> anyhow::Result<()> {
+    /// Stops without a drain: runs are interrupted at once (tests, embedding).
+    pub async fn shutdown(self, grace: Duration) -> anyhow::Result<()> {
+        self.shutdown_with(Duration::ZERO, grace).await
+    }
+
+    /// Serves until SIGTERM or Ctrl-C, then drains and shuts down.
+    pub async fn run_until_signal(self, drain: Duration, grace: Duration) -> anyhow::Result<()> {
         shutdown_signal().await;
-        tracing::info!("shutdown signal received");
-        self.shutdown(grace).await
+        tracing::info!(
+            drain_secs = drain.as_secs(),
+            "shutdown signal received; draining (not ready, new runs refused)"
+        );
+        self.state.runner.begin_drain();
+        self.shutdown_with(drain, grace).await
     }
 }
 

@@ -47,10 +47,20 @@ pub enum RunItem {
     },
 }
 
+/// Sees every item of a run as it is handed to the client (and even when the client has gone):
+/// how the runner lets followers on this and other replicas watch a run. `after` is the run's
+/// last committed seq at that moment.
+pub(crate) trait RunObserver: Send + Sync {
+    fn observe(&self, item: &RunItem, after: Option<i64>);
+}
+
 /// Emit-side state, guarded by the per-run emit lock.
 pub(crate) struct EmitState {
     out: mpsc::Sender<RunItem>,
     client_gone: bool,
+    /// A fenced commit found the session owned by another run: this run was taken over and
+    /// must neither write nor seal anything more.
+    pub(crate) lost: bool,
     pub(crate) last_seq: Option<i64>,
     /// Function calls committed in this run without a committed response: id → (name, author).
     pub(crate) open_calls: BTreeMap<String, (String, String)>,
@@ -67,6 +77,9 @@ pub(crate) struct Shared {
     pub(crate) plugins: Arc<PluginSet>,
     /// Cancel the run when the client goes away (else it runs on, bounded by the deadline).
     pub(crate) cancel_on_disconnect: bool,
+    /// The run that owns the session: every commit is fenced by it.
+    pub(crate) run_id: Option<String>,
+    pub(crate) observer: Option<Arc<dyn RunObserver>>,
     state: Mutex<JsonMap>,
     ended: AtomicBool,
     pub(crate) emit: Arc<tokio::sync::Mutex<EmitState>>,
@@ -93,6 +106,8 @@ pub(crate) struct ContextParts {
     pub tree: Arc<AgentTree>,
     pub plugins: Arc<PluginSet>,
     pub cancel_on_disconnect: bool,
+    pub run_id: Option<String>,
+    pub observer: Option<Arc<dyn RunObserver>>,
     pub state: JsonMap,
     pub out: mpsc::Sender<RunItem>,
 }
@@ -115,11 +130,14 @@ impl InvocationContext {
                 tree: p.tree,
                 plugins: p.plugins,
                 cancel_on_disconnect: p.cancel_on_disconnect,
+                run_id: p.run_id,
+                observer: p.observer,
                 state: Mutex::new(p.state),
                 ended: AtomicBool::new(false),
                 emit: Arc::new(tokio::sync::Mutex::new(EmitState {
                     out: p.out,
                     client_gone: false,
+                    lost: false,
                     last_seq: None,
                     open_calls: BTreeMap::new(),
                 })),
@@ -387,10 +405,20 @@ impl Shared {
         event: Event,
         artifacts: Vec<ArtifactWrite>,
     ) -> AgentResult<i64> {
-        let stored = self.record(st, event, artifacts).await.map_err(|e| {
-            tracing::error!(invocation = %self.invocation_id, error = %e, "event commit failed");
-            AgentError::Commit("the event could not be saved".into())
-        })?;
+        let stored = match self.record(st, event, artifacts).await {
+            Ok(stored) => stored,
+            Err(crate::store::StoreError::NotOwner) => {
+                st.lost = true;
+                tracing::warn!(invocation = %self.invocation_id, "the run lost its session to another run; stopping without writing");
+                return Err(AgentError::Commit(
+                    "the run no longer owns the session".into(),
+                ));
+            }
+            Err(e) => {
+                tracing::error!(invocation = %self.invocation_id, error = %e, "event commit failed");
+                return Err(AgentError::Commit("the event could not be saved".into()));
+            }
+        };
         let seq = stored.seq;
         self.deliver(
             st,
@@ -419,7 +447,14 @@ impl Shared {
             .filter(|(k, _)| k.starts_with(TEMP_PREFIX))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let stored = self.store.append_event(&self.key, event, artifacts).await?;
+        let fence = match &self.run_id {
+            Some(run) => crate::store::Fence::Run(run),
+            None => crate::store::Fence::Unfenced,
+        };
+        let stored = self
+            .store
+            .append_fenced(&self.key, event, artifacts, fence)
+            .await?;
         {
             let mut state = lock(&self.state);
             apply_delta(&mut state, &stored.event.actions.state_delta);
@@ -441,12 +476,26 @@ impl Shared {
     }
 
     /// Hands an item to the client. A client that went away is noted once; depending on the
-    /// request the run is then cancelled or goes on without a reader.
+    /// request the run is then cancelled or goes on without a reader. A client that does not
+    /// read holds the run up (backpressure) only until the run is cancelled or times out: then
+    /// it is dropped as a reader, so the run ends on time; it can re-attach to read the end.
     pub(crate) async fn deliver(&self, st: &mut EmitState, item: RunItem) {
+        if let Some(observer) = &self.observer {
+            observer.observe(&item, st.last_seq);
+        }
         if st.client_gone {
             return;
         }
-        if st.out.send(item).await.is_err() {
+        let sent = tokio::select! {
+            biased;
+            sent = st.out.send(item) => sent.is_ok(),
+            _ = self.cancel.cancelled() => {
+                st.client_gone = true;
+                tracing::info!(invocation = %self.invocation_id, "client not reading; dropped as a reader of the ending run");
+                return;
+            }
+        };
+        if !sent {
             st.client_gone = true;
             tracing::info!(invocation = %self.invocation_id, cancel = self.cancel_on_disconnect, "client disconnected");
             if self.cancel_on_disconnect {

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/health", get(health))
+        .route("/ready", get(ready))
         .route("/version", get(version))
         .route("/list-apps", get(list_apps))
         .route("/apps/{app}/app-info", get(app_info))
@@ -35,6 +36,22 @@ async fn health(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<V
         )
     })?;
     Ok(axum::Json(json!({ "status": "ok" })))
+}
+
+/// Readiness for a load balancer: 503 `shutting_down` from the moment a shutdown starts (so
+/// the balancer stops sending new runs while in-flight ones drain), and 503 when the database
+/// is unreachable. `/health` stays 200 during a drain: the process is alive and finishing.
+async fn ready(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<Value>> {
+    if state.runner.is_draining() {
+        return Err(ApiError::unavailable(
+            "shutting_down",
+            "This replica is shutting down; send new runs to another replica.",
+            1,
+        ));
+    }
+    health(state)
+        .await
+        .map(|_| axum::Json(json!({ "status": "ready" })))
 }
 
 async fn version() -> axum::Json<Value> {

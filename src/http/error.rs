@@ -15,6 +15,8 @@ pub struct ApiError {
     pub code: &'static str,
     /// A string, or a list of validation problems (422).
     pub detail: Value,
+    /// Seconds for a `Retry-After` header (503 and 429 answers).
+    pub retry_after: Option<u64>,
 }
 
 /// One validation problem, FastAPI style: `{"type","loc","msg","input"?}`.
@@ -28,6 +30,7 @@ impl ApiError {
             status,
             code,
             detail: Value::String(detail.into()),
+            retry_after: None,
         }
     }
 
@@ -49,6 +52,15 @@ impl ApiError {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             code: "validation_error",
             detail: Value::Array(problems),
+            retry_after: None,
+        }
+    }
+
+    /// 503 with `Retry-After`: the request did nothing and may be repeated.
+    pub fn unavailable(code: &'static str, detail: impl Into<String>, retry_after: u64) -> Self {
+        ApiError {
+            retry_after: Some(retry_after),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, code, detail)
         }
     }
 
@@ -74,7 +86,12 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "detail": self.detail, "code": self.code });
-        (self.status, axum::Json(body)).into_response()
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
     }
 }
 
@@ -97,11 +114,27 @@ impl From<StoreError> for ApiError {
             ),
             StoreError::Database(sqlx::Error::PoolTimedOut) => {
                 tracing::warn!("database pool exhausted");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
+                ApiError::unavailable(
                     "database_busy",
                     "The database is busy; retry the request.",
+                    1,
                 )
+            }
+            e if e.is_unavailable() => {
+                tracing::warn!(error = %e, "database unavailable");
+                ApiError::unavailable(
+                    "database_unavailable",
+                    "The database is unavailable; retry the request.",
+                    1,
+                )
+            }
+            StoreError::DuplicateEvent(id) => ApiError::validation(vec![problem(
+                "value_error",
+                vec!["body".into(), "events".into()],
+                format!("Event ids must be unique within a session; {id:?} appears twice."),
+            )]),
+            StoreError::NotOwner => {
+                ApiError::conflict("session_busy", "Another run owns the session; retry later.")
             }
             other => ApiError::internal(other),
         }

@@ -11,6 +11,7 @@ pub mod extract;
 pub mod run;
 pub mod sessions;
 pub mod sse;
+pub mod stream;
 
 use crate::apps::AppRegistry;
 use crate::config::ServeArgs;
@@ -45,6 +46,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .merge(sessions::router())
         .merge(artifacts::router())
         .merge(run::router())
+        .merge(stream::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);
@@ -97,7 +99,13 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
                 Method::OPTIONS,
             ])
             .allow_headers(tower_http::cors::Any)
-            .expose_headers([REQUEST_ID, HeaderName::from_static("x-next-cursor")])
+            .expose_headers([
+                REQUEST_ID,
+                HeaderName::from_static("x-next-cursor"),
+                // So a browser's `/run_sse` client can learn the run id (to re-attach or cancel).
+                HeaderName::from_static("x-agentd-run-id"),
+                HeaderName::from_static("x-agentd-invocation-id"),
+            ])
             .max_age(Duration::from_secs(600)),
     )
 }

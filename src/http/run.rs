@@ -140,10 +140,10 @@ fn run_error(state: &AppState, e: RunError) -> ApiError {
             ),
         ),
         e @ RunError::QueueTimeout(_) => ApiError::conflict("session_busy_timeout", e.to_string()),
-        RunError::ShuttingDown => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+        RunError::ShuttingDown => ApiError::unavailable(
             "shutting_down",
             "The server is shutting down; retry on another replica.",
+            1,
         ),
         RunError::Store(e) => e.into(),
     }
@@ -167,7 +167,7 @@ async fn run_sse(
     let split_artifacts = req.function_call_event_id.is_none();
     let run_req = req.into_run_request()?;
     let key = run_req.key.clone();
-    let handle = match state.runner.start(run_req).await {
+    let handle = match state.runner.start_run(run_req).await {
         Ok(handle) => handle,
         // ADK reports a missing message inside the stream (fixture 078), once the app and
         // the session have been checked.
@@ -200,7 +200,7 @@ async fn run_sse(
 async fn start(state: &AppState, req: RunRequest) -> ApiResult<RunHandle> {
     state
         .runner
-        .start(req)
+        .start_run(req)
         .await
         .map_err(|e| run_error(state, e))
 }
@@ -245,15 +245,30 @@ async fn run(
         items,
         guard,
     } = handle;
+    let runner = state.runner.clone();
     let frames = stream::unfold((items, false, guard), move |(mut items, done, guard)| {
         let (run_id, invocation_id) = (run_id.clone(), invocation_id.clone());
+        let runner = runner.clone();
         async move {
             if done {
                 return None;
             }
             match tokio::time::timeout(KEEP_ALIVE_EVERY, items.recv()).await {
                 Err(_) => Some((Bytes::from_static(sse::KEEP_ALIVE), (items, false, guard))),
-                Ok(None) => None,
+                // The run dropped this client as a reader (it did not read while the run was
+                // stopping): its end is in the database, so the stream still ends with `done`.
+                Ok(None) => {
+                    let record = runner.get_run(&run_id).await.ok().flatten()?;
+                    if record.status == RunStatus::Running {
+                        return None;
+                    }
+                    let item = RunItem::Done {
+                        status: record.status,
+                        last_seq: record.last_seq,
+                    };
+                    let frame = sse::agentd_frame(&item, &run_id, &invocation_id);
+                    Some((frame, (items, true, guard)))
+                }
                 Ok(Some(item)) => {
                     let last = matches!(item, RunItem::Done { .. });
                     let frame = sse::agentd_frame(&item, &run_id, &invocation_id);
@@ -312,14 +327,18 @@ async fn get_run(
 }
 
 /// Cancels a running run on whichever replica executes it: 202 with the run, 404 if unknown,
-/// 409 if it already ended.
+/// 409 if it already ended. Optional body `{"reason": "…"}`; who asked and why are kept on
+/// the run (the first request's).
 async fn cancel_run(
     state: axum::extract::State<AppState>,
     Path(run_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
 ) -> ApiResult<Response> {
+    let req = super::stream::cancel_request(&headers, Some(super::stream::optional_body(&body)?))?;
     let record = state
         .runner
-        .cancel(&run_id)
+        .cancel(&run_id, &req)
         .await?
         .ok_or_else(run_not_found)?;
     if record.status != RunStatus::Running {

@@ -1,44 +1,58 @@
 //! The run loop: one user message in, the agent's events out.
 //!
 //! For `(app, user, session, new message)`, [`Runner::start`] does everything that can fail
-//! because of the request, before the caller sends a byte: admit the run (the claim is one
-//! statement that also checks the session exists; one running run per session, enforced by
-//! the database), read the session state (only now: an admitted run has the session to
-//! itself), save input blobs as artifacts and commit the user event. Then, in the background,
-//! it picks the agent and runs it — partial events stream to the client at once, complete
-//! events are committed first (see [`crate::agent::InvocationContext::emit`]) — and ends by
-//! sealing a cancelled transcript, recording the outcome and telling the client.
+//! because of the request before the caller sends a byte: admit the run (the session's
+//! ownership is taken in the database, see [`admission`]), then, on the runner's task tracker,
+//! seal any dead predecessor, read the session state and commit the user event. The caller
+//! gets the result of that; the same task then picks the agent ([`selection`]) and runs it —
+//! partial events stream to the client at once, complete events are committed first, fenced
+//! by the run's ownership (see [`crate::agent::InvocationContext::emit`]) — and ends by
+//! sealing a stopped transcript ([`seal`]), recording the outcome and telling the client.
+//!
+//! Everything after admission runs on the tracker under a [`guard::RunGuard`], so a client
+//! that goes away, a panicking agent or a failed commit can never leave a session busy:
+//! whatever way the task ends, the run is finished in the database. Liveness is per replica
+//! ([`liveness`]); followers and cross-replica cancel go through the [`bus`].
 
-use crate::agent::context::{ContextParts, RunItem};
-use crate::agent::{
-    run_agent, Agent, AgentError, AgentTree, InvocationContext, PluginSet, RunConfig,
-};
+mod admission;
+pub mod bus;
+mod guard;
+mod liveness;
+mod seal;
+mod selection;
+
+pub use seal::INVOCATION_ABORTED;
+
+use crate::agent::context::{ContextParts, RunItem, RunObserver};
+use crate::agent::{run_agent, AgentError, AgentTree, InvocationContext, PluginSet, RunConfig};
 use crate::apps::AppRegistry;
-use crate::event::{new_invocation_id, Content, Event, FunctionResponse, JsonMap, Part};
+use crate::event::{new_invocation_id, Content, Event, JsonMap, Part};
 use crate::store::{
-    ArtifactWrite, Claim, EventRange, Lease, NewRun, NewSession, RunRecord, RunStatus, SessionKey,
-    Store, StoreError,
+    ArtifactWrite, CancelRequest, Fence, NewRun, RunRecord, RunStatus, SessionKey, Store,
+    StoreError,
 };
+use bus::{Bus, BusMsg};
+use futures::FutureExt;
+use guard::RunGuard;
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, Notify};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 /// How many items a run may have in flight towards a slow client before the agent waits.
 pub const RUN_BUFFER: usize = 16;
 
-/// How far back agent selection looks for the last agent that spoke.
-const SELECTION_SCAN_LIMIT: usize = 1000;
-
 /// Runner settings (from flags).
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
     /// This replica's id: the owner recorded on the runs it executes.
     pub owner: String,
-    /// A run's admission lease; renewed every `lease / 3`.
+    /// How long this replica may go without a heartbeat before its runs count as dead.
+    /// Heartbeats are written every `lease / 3`.
     pub lease: Duration,
     /// Longest a run may take (also bounds runs whose client left with `on_disconnect=continue`).
     pub max_run_duration: Duration,
@@ -64,7 +78,7 @@ pub enum OnBusy {
     /// Fail at once (HTTP 409).
     #[default]
     Reject,
-    /// Wait for the session to be free (up to the enqueue timeout).
+    /// Wait for the session to be free (up to the enqueue timeout), first come first served.
     Enqueue,
     /// Cancel the running run, then start.
     Interrupt,
@@ -116,7 +130,9 @@ pub enum RunError {
     Store(#[from] StoreError),
 }
 
-/// A started run: its ids, and its items in order (ending with [`RunItem::Done`]).
+/// A started run: its ids, and its items in order (ending with [`RunItem::Done`], unless the
+/// client fell so far behind that it was dropped as a reader; the run's end is then in the
+/// database, see [`Runner::get_run`]).
 pub struct RunHandle {
     pub run_id: String,
     pub invocation_id: String,
@@ -127,49 +143,110 @@ pub struct RunHandle {
     pub guard: Option<tokio_util::sync::DropGuard>,
 }
 
+/// Why a local run is being stopped (the first cause wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopCause {
+    /// A cancel request or the client went away.
+    Cancel,
+    /// `--max-run-secs` / `maxDurationSecs`.
+    Timeout,
+    /// The replica is shutting down and the drain time is over.
+    Drain,
+    /// This replica could not reach the database for most of its lease: its runs may be
+    /// taken over, so they stop before that can happen.
+    Liveness,
+}
+
+impl StopCause {
+    fn status(self) -> RunStatus {
+        match self {
+            StopCause::Cancel => RunStatus::Cancelled,
+            StopCause::Timeout => RunStatus::TimedOut,
+            StopCause::Drain | StopCause::Liveness => RunStatus::Interrupted,
+        }
+    }
+}
+
+/// A run executing (or being admitted) in this process.
+struct LocalRun {
+    cancel: CancellationToken,
+    cause: Arc<Mutex<Option<StopCause>>>,
+}
+
 /// Runs agents over sessions. One per process, shared by every request.
 pub struct Runner {
     store: Arc<dyn Store>,
     apps: Arc<AppRegistry>,
     plugins: Arc<PluginSet>,
     config: RunnerConfig,
-    /// Runs executing in this process, for instant local cancel and shutdown.
-    local: Mutex<HashMap<String, CancellationToken>>,
-    /// Woken whenever a local run ends (enqueued requests re-check at once).
-    finished: Notify,
-    shutdown: CancellationToken,
+    bus: Arc<Bus>,
+    /// Runs of this process, for instant local cancel, drain and reconciliation.
+    local: Mutex<HashMap<String, LocalRun>>,
+    /// Set at shutdown: no new runs, waiting requests give up.
+    draining: CancellationToken,
+    /// Stops the background tasks (heartbeat, sweeper, bus) at the very end.
+    stop: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Runner {
-    pub fn new(
+    /// Creates the runner, writes this replica's first heartbeat and starts its background
+    /// tasks (heartbeat and sweeper; on PostgreSQL the notification listener).
+    pub async fn start(
         store: Arc<dyn Store>,
         apps: Arc<AppRegistry>,
         plugins: PluginSet,
         config: RunnerConfig,
-    ) -> Self {
-        Runner {
+    ) -> Result<Arc<Runner>, StoreError> {
+        let stop = CancellationToken::new();
+        let (bus, cancels) = match store.pg_pool() {
+            Some(pool) => Bus::postgres(&config.owner, pool, stop.clone()).await?,
+            None => Bus::local(&config.owner),
+        };
+        store.heartbeat(&config.owner, config.lease, false).await?;
+        let runner = Arc::new(Runner {
             store,
             apps,
             plugins: Arc::new(plugins),
             config,
+            bus,
             local: Mutex::new(HashMap::new()),
-            finished: Notify::new(),
-            shutdown: CancellationToken::new(),
+            draining: CancellationToken::new(),
+            stop,
             tracker: tokio_util::task::TaskTracker::new(),
-        }
+        });
+        runner.spawn_cancel_listener(cancels);
+        runner.spawn_liveness();
+        Ok(runner)
     }
 
-    fn local(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
-        self.local.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn bus(&self) -> &Arc<Bus> {
+        &self.bus
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn replica_id(&self) -> &str {
+        &self.config.owner
+    }
+
+    /// True from the moment shutdown starts (`GET /ready` answers 503).
+    pub fn is_draining(&self) -> bool {
+        self.draining.is_cancelled()
     }
 
     /// Validates and admits a run, commits its user event, then runs the agent in the
     /// background. Everything that can fail because of the request fails here, before the
     /// caller has sent a byte: unknown app, missing session, busy session, a user message the
     /// store refuses (e.g. an oversize blob saved as an artifact).
-    pub async fn start(self: &Arc<Self>, req: RunRequest) -> Result<RunHandle, RunError> {
-        if self.shutdown.is_cancelled() {
+    pub async fn start_run(self: &Arc<Self>, req: RunRequest) -> Result<RunHandle, RunError> {
+        if self.is_draining() {
             return Err(RunError::ShuttingDown);
         }
         let entry = self
@@ -177,8 +254,7 @@ impl Runner {
             .get(&req.key.app_name)
             .ok_or_else(|| RunError::AppNotFound(req.key.app_name.clone()))?;
         let tree = entry.tree.clone().map_err(RunError::AppBroken)?;
-        let new_message = req.new_message.clone();
-        if new_message.is_none() && !req.run_config.resume {
+        if req.new_message.is_none() && !req.run_config.resume {
             // As ADK: a missing session is reported before a missing message.
             return Err(
                 if req.create_session || self.store.session_head(&req.key).await?.is_some() {
@@ -196,80 +272,108 @@ impl Runner {
             key: req.key.clone(),
             invocation_id: invocation_id.clone(),
             owner: self.config.owner.clone(),
-            lease: self.config.lease,
+            user_event: req.new_message.is_some(),
         };
-        self.admit(&new_run, &req).await?;
-        let cancel = self.shutdown.child_token();
-        let lease_done = CancellationToken::new();
-        self.spawn_lease_keeper(&run_id, cancel.clone(), lease_done.clone());
-
-        let (tx, rx) = mpsc::channel(RUN_BUFFER);
-        let ctx = match self
-            .begin(&req, &invocation_id, &tree, new_message, cancel.clone(), tx)
-            .await
-        {
-            Ok(ctx) => ctx,
+        // Registered before admission, so reconciliation never mistakes it for a leak.
+        let cancel = CancellationToken::new();
+        let cause = Arc::new(Mutex::new(None));
+        lock(&self.local).insert(
+            run_id.clone(),
+            LocalRun {
+                cancel: cancel.clone(),
+                cause: cause.clone(),
+            },
+        );
+        let base_seq = match self.admit(&new_run, &req).await {
+            Ok(base) => base,
             Err(e) => {
-                // Free the session again; nothing of this run was stored.
-                let reason = e.to_string();
-                if let Err(e) = self
-                    .store
-                    .finish_run(&run_id, RunStatus::Failed, None, Some(&reason))
-                    .await
-                {
-                    tracing::error!(error = %e, "could not release the session; its lease will expire");
-                }
-                lease_done.cancel();
-                self.finished.notify_waiters();
+                lock(&self.local).remove(&run_id);
                 return Err(e);
             }
         };
-
-        self.local().insert(run_id.clone(), cancel.clone());
-        let guard =
-            (req.on_disconnect == OnDisconnect::Cancel).then(|| cancel.clone().drop_guard());
+        let guard = RunGuard::new(self.clone(), run_id.clone(), req.key.clone());
         let span = tracing::info_span!(
             "run",
             app = %req.key.app_name, user = %req.key.user_id, session = %req.key.session_id,
             run = %run_id, invocation = %invocation_id,
         );
+        let (ready_tx, ready_rx) = oneshot::channel();
         let runner = self.clone();
-        let run = ActiveRun {
-            run_id: run_id.clone(),
-            tree,
-            ctx,
-            max_duration: req.max_duration,
-            cancel,
-            lease_done,
-        };
-        self.tracker
-            .spawn(async move { runner.drive(run).await }.instrument(span));
-        Ok(RunHandle {
-            run_id,
-            invocation_id,
-            items: rx,
-            guard,
-        })
+        self.tracker.spawn(
+            async move {
+                let begun = runner
+                    .begin(
+                        &req,
+                        &run_id,
+                        &invocation_id,
+                        base_seq,
+                        &tree,
+                        cancel.clone(),
+                    )
+                    .await;
+                let (ctx, items) = match begun {
+                    Ok(begun) => begun,
+                    Err(e) => {
+                        // Free the session again; nothing of this run was stored.
+                        guard
+                            .finish(RunStatus::Failed, None, Some(&e.to_string()))
+                            .await;
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let handle = RunHandle {
+                    run_id: run_id.clone(),
+                    invocation_id: invocation_id.clone(),
+                    items,
+                    guard: (req.on_disconnect == OnDisconnect::Cancel)
+                        .then(|| cancel.clone().drop_guard()),
+                };
+                // If the caller is gone, the handle comes back and is dropped here: with
+                // `on_disconnect: cancel` that cancels the run, which then ends as usual.
+                let _ = ready_tx.send(Ok(handle));
+                let run = ActiveRun {
+                    tree,
+                    ctx,
+                    max_duration: req.max_duration,
+                    cancel,
+                    cause,
+                };
+                runner.drive(run, guard).await;
+            }
+            .instrument(span),
+        );
+        ready_rx.await.unwrap_or(Err(RunError::ShuttingDown))
     }
 
-    /// With the session held: reads its state (only now, so a run that finished while this
-    /// request waited is seen), builds the invocation context and commits the user event.
+    /// With the session held: seals dead predecessors, reads the state (only now, so a run
+    /// that finished while this request waited is seen), builds the invocation context and
+    /// commits the user event.
     async fn begin(
-        &self,
+        self: &Arc<Self>,
         req: &RunRequest,
+        run_id: &str,
         invocation_id: &str,
+        base_seq: i64,
         tree: &Arc<AgentTree>,
-        new_message: Option<Content>,
         cancel: CancellationToken,
-        out: mpsc::Sender<RunItem>,
-    ) -> Result<InvocationContext, RunError> {
+    ) -> Result<(InvocationContext, mpsc::Receiver<RunItem>), RunError> {
+        self.seal_dead_runs(&req.key, Fence::Run(run_id)).await?;
         let head = self
             .store
             .session_head(&req.key)
             .await?
             .ok_or_else(|| RunError::SessionNotFound(req.key.session_id.clone()))?;
-        let user =
-            new_message.map(|m| user_event(invocation_id, m, &req.state_delta, &req.run_config));
+        let user = req
+            .new_message
+            .clone()
+            .map(|m| user_event(invocation_id, m, &req.state_delta, &req.run_config));
+        let (tx, rx) = mpsc::channel(RUN_BUFFER);
+        let observer: Arc<dyn RunObserver> = Arc::new(BusTap {
+            bus: self.bus.clone(),
+            key: req.key.clone(),
+            run_id: run_id.into(),
+        });
         let ctx = InvocationContext::new(ContextParts {
             invocation_id: invocation_id.to_string(),
             key: req.key.clone(),
@@ -280,28 +384,73 @@ impl Runner {
             tree: tree.clone(),
             plugins: self.plugins.clone(),
             cancel_on_disconnect: req.on_disconnect == OnDisconnect::Cancel,
+            run_id: Some(run_id.to_string()),
+            observer: Some(observer),
             state: head.state,
-            out,
+            out: tx,
         });
+        self.bus.run_started(&req.key, run_id, invocation_id);
         // A resume without a message has no user event.
         if let Some((user_event, artifacts)) = user {
             let shared = ctx.shared();
             let mut st = shared.emit.lock().await;
             match shared.record(&mut st, user_event, artifacts).await {
-                Ok(_) => {}
+                Ok(stored) => self.bus.publish(
+                    &req.key,
+                    BusMsg::Committed {
+                        run_id: Some(run_id.into()),
+                        seq: stored.seq,
+                        event: Some(Arc::new(stored.event)),
+                        in_run_stream: false,
+                    },
+                ),
                 Err(StoreError::SessionNotFound) => {
                     return Err(RunError::SessionNotFound(req.key.session_id.clone()))
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(ctx)
+        let _ = base_seq;
+        Ok((ctx, rx))
+    }
+
+    /// Seals the transcripts of the session's runs that died with their replica.
+    async fn seal_dead_runs(&self, key: &SessionKey, fence: Fence<'_>) -> Result<(), StoreError> {
+        for dead in self.store.unsealed_runs(key).await? {
+            let root = self.root_name(&dead.app_name);
+            let sealed = seal::seal_dead(self.store.as_ref(), &dead, &root, fence).await?;
+            self.publish_sealed(&dead, sealed);
+        }
+        Ok(())
+    }
+
+    fn root_name(&self, app: &str) -> String {
+        self.apps
+            .get(app)
+            .and_then(|e| e.tree.as_ref().ok().map(|t| t.root().name().to_string()))
+            .unwrap_or_else(|| "agentd".to_string())
+    }
+
+    fn publish_sealed(&self, run: &RunRecord, sealed: Vec<(i64, Event)>) {
+        let key = run.key();
+        let run_id: Arc<str> = run.run_id.as_str().into();
+        for (seq, event) in sealed {
+            self.bus.publish(
+                &key,
+                BusMsg::Committed {
+                    run_id: Some(run_id.clone()),
+                    seq,
+                    event: Some(Arc::new(event)),
+                    in_run_stream: true,
+                },
+            );
+        }
     }
 
     async fn create_session(&self, key: &SessionKey) -> Result<(), RunError> {
         let created = self
             .store
-            .create_session(NewSession {
+            .create_session(crate::store::NewSession {
                 app_name: key.app_name.clone(),
                 user_id: key.user_id.clone(),
                 session_id: Some(key.session_id.clone()),
@@ -314,117 +463,148 @@ impl Runner {
         }
     }
 
-    /// Claims the session for `run` according to the request's `on_busy` (creating the
-    /// session first if it is missing and the request asks for that).
-    async fn admit(&self, run: &NewRun, req: &RunRequest) -> Result<(), RunError> {
-        let deadline = Instant::now() + self.config.enqueue_timeout;
-        let mut interrupted = false;
-        let mut created = false;
-        loop {
-            let notified = self.finished.notified();
-            let active = match self.store.claim_run(run).await? {
-                Claim::Acquired => return Ok(()),
-                Claim::NoSession if req.create_session && !created => {
-                    self.create_session(&run.key).await?;
-                    created = true;
-                    continue;
-                }
-                Claim::NoSession => {
-                    return Err(RunError::SessionNotFound(run.key.session_id.clone()))
-                }
-                Claim::Busy(active) => active,
-            };
-            match req.on_busy {
-                OnBusy::Reject => return Err(RunError::Busy(active.run_id)),
-                OnBusy::Interrupt if !interrupted => {
-                    self.cancel(&active.run_id).await?;
-                    interrupted = true;
-                }
-                _ => {}
+    /// Cancels a run on whichever replica executes it: the request is recorded on the run's
+    /// row (who and why; idempotent), the run is stopped at once if it is local, else its
+    /// owner is told through the bus (and sees the flag at its next heartbeat at the latest).
+    pub async fn cancel(
+        &self,
+        run_id: &str,
+        req: &CancelRequest,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let record = self.store.request_cancel(run_id, req).await?;
+        if record
+            .as_ref()
+            .is_some_and(|r| r.status == RunStatus::Running)
+            && !self.stop_local(run_id, StopCause::Cancel)
+        {
+            self.bus.broadcast_cancel(run_id);
+        }
+        Ok(record)
+    }
+
+    /// Cancels the session's active run, if it has one.
+    pub async fn cancel_session(
+        &self,
+        key: &SessionKey,
+        req: &CancelRequest,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        match self.store.active_run(key).await? {
+            Some(active) if active.status == RunStatus::Running => {
+                self.cancel(&active.run_id, req).await
             }
-            if Instant::now() >= deadline {
-                return Err(RunError::QueueTimeout(active.run_id));
-            }
-            // A local run wakes us at once; a run on another replica is polled.
-            tokio::select! {
-                _ = notified => {}
-                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                _ = self.shutdown.cancelled() => return Err(RunError::ShuttingDown),
-            }
+            _ => Ok(None),
         }
     }
 
-    /// Requests cancellation: instantly if the run is local, else through the database
-    /// (its owner sees the flag within a third of the lease).
-    pub async fn cancel(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let record = self.store.request_cancel(run_id).await?;
-        if let Some(token) = self.local().get(run_id) {
-            token.cancel();
+    /// Stops a local run for `cause`; false if it is not executing here.
+    fn stop_local(&self, run_id: &str, cause: StopCause) -> bool {
+        let local = lock(&self.local);
+        let Some(run) = local.get(run_id) else {
+            return false;
+        };
+        lock(&run.cause).get_or_insert(cause);
+        run.cancel.cancel();
+        true
+    }
+
+    fn stop_all_local(&self, cause: StopCause) {
+        let ids: Vec<String> = lock(&self.local).keys().cloned().collect();
+        for id in ids {
+            self.stop_local(&id, cause);
         }
-        Ok(record)
     }
 
     pub async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.store.get_run(run_id).await
     }
 
-    /// Cancels every local run (each is sealed and recorded) and waits up to `grace`.
-    pub async fn shutdown(&self, grace: Duration) {
-        self.shutdown.cancel();
+    /// Turns the replica not-ready and refuses new runs (503), without stopping anything.
+    pub fn begin_drain(&self) {
+        self.draining.cancel();
+    }
+
+    /// Rolling-deploy shutdown: refuses new runs, lets in-flight runs finish for up to
+    /// `drain`, then stops the rest (sealed, status `interrupted`) and waits up to `grace` for
+    /// them to record it. Finally tells the other replicas this one is gone.
+    pub async fn shutdown(&self, drain: Duration, grace: Duration) {
+        self.begin_drain();
         self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
+        if tokio::time::timeout(drain, self.tracker.wait())
             .await
             .is_err()
         {
-            tracing::warn!("runs still finishing after the shutdown grace period");
+            let n = lock(&self.local).len();
+            tracing::warn!(runs = n, "drain time over; interrupting the remaining runs");
+            self.stop_all_local(StopCause::Drain);
+            if tokio::time::timeout(grace, self.tracker.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!("runs still finishing after the shutdown grace period");
+            }
         }
+        if let Err(e) = self.store.retire_replica(&self.config.owner).await {
+            tracing::warn!(error = %e, "could not record this replica's exit");
+        }
+        self.stop.cancel();
         self.plugins.close().await;
     }
 
     /// Runs the agent of a started run to its end and records the outcome.
-    async fn drive(self: Arc<Self>, run: ActiveRun) {
+    async fn drive(self: Arc<Self>, run: ActiveRun, guard: RunGuard) {
         let ActiveRun {
-            run_id,
             tree,
             ctx,
             max_duration,
             cancel,
-            lease_done,
+            cause,
         } = run;
         let max = max_duration.map_or(self.config.max_run_duration, |d| {
             d.min(self.config.max_run_duration)
         });
-        let mut timed_out = false;
+        let turn = AssertUnwindSafe(self.run_turn(&ctx, &tree)).catch_unwind();
         let result = tokio::select! {
-            r = self.run_turn(&ctx, &tree) => r,
+            r = turn => r.unwrap_or_else(|panic| {
+                let message = panic_message(&panic);
+                tracing::error!(%message, "agent panicked");
+                Err(AgentError::failed("Panic", format!("the agent panicked: {message}")))
+            }),
             _ = cancel.cancelled() => Err(AgentError::Cancelled),
             _ = tokio::time::sleep(max) => {
-                timed_out = true;
+                lock(&cause).get_or_insert(StopCause::Timeout);
                 cancel.cancel();
                 Err(AgentError::Cancelled)
             }
         };
-
-        let status = match &result {
-            Ok(()) => RunStatus::Completed,
-            Err(AgentError::Cancelled) if timed_out => RunStatus::TimedOut,
-            Err(AgentError::Cancelled) => RunStatus::Cancelled,
-            Err(_) => RunStatus::Failed,
+        let cause = *lock(&cause);
+        let mut status = match (&result, cause) {
+            (Ok(()), _) => RunStatus::Completed,
+            (Err(AgentError::Cancelled), Some(c)) => c.status(),
+            (Err(AgentError::Cancelled), None) => RunStatus::Cancelled,
+            (Err(_), _) => RunStatus::Failed,
         };
         let mut st = ctx.shared().emit.clone().lock_owned().await;
-        if matches!(status, RunStatus::Cancelled | RunStatus::TimedOut) {
-            let reason = if timed_out {
-                format!(
+        let lost = st.lost;
+        if !lost
+            && matches!(
+                status,
+                RunStatus::Cancelled | RunStatus::TimedOut | RunStatus::Interrupted
+            )
+        {
+            let reason = match status {
+                RunStatus::TimedOut => format!(
                     "Invocation exceeded its maximum duration of {} s.",
                     max.as_secs()
-                )
-            } else {
-                "Invocation was aborted by client.".to_string()
+                ),
+                RunStatus::Interrupted => "Invocation was interrupted: the server shut down \
+                     before it ended. Resume it with a new run and \"resume\": true."
+                    .to_string(),
+                _ => "Invocation was aborted by client.".to_string(),
             };
-            seal(&ctx, &mut st, tree.root().name(), &reason).await;
+            seal::seal_live(&ctx, &mut st, tree.root().name(), &reason).await;
         }
         let error = match &result {
-            Err(e @ (AgentError::Failed { .. } | AgentError::Commit(_))) => {
+            Err(e @ (AgentError::Failed { .. } | AgentError::Commit(_))) if !lost => {
                 tracing::warn!(error = %e, "run failed");
                 ctx.shared()
                     .deliver(
@@ -442,16 +622,14 @@ impl Runner {
         let last_seq = st.last_seq;
         drop(st);
         self.plugins.after_run(&ctx).await;
-        if let Err(e) = self
-            .store
-            .finish_run(&run_id, status, last_seq, error.as_deref())
-            .await
-        {
-            tracing::error!(error = %e, "could not record the run outcome; its lease will expire");
+        let run_id = guard.run_id().to_string();
+        if !guard.finish(status, last_seq, error.as_deref()).await {
+            // Taken over (or finished by reconciliation): report what the database says.
+            status = match self.store.get_run(&run_id).await {
+                Ok(Some(r)) if r.status != RunStatus::Running => r.status,
+                _ => RunStatus::Abandoned,
+            };
         }
-        lease_done.cancel();
-        self.local().remove(&run_id);
-        self.finished.notify_waiters();
         tracing::info!(status = status.as_str(), last_seq, "run finished");
         let mut st = ctx.shared().emit.lock().await;
         ctx.shared()
@@ -483,121 +661,98 @@ impl Runner {
                     .collect()
             })
             .unwrap_or_default();
-        let agent = self
-            .select_agent(tree, ctx.session_key(), &answered)
-            .await
-            .map_err(|e| AgentError::failed("StoreError", e.to_string()))?;
+        let agent =
+            selection::select_agent(self.store.as_ref(), tree, ctx.session_key(), &answered)
+                .await
+                .map_err(|e| AgentError::failed("StoreError", e.to_string()))?;
         tracing::debug!(agent = agent.name(), "agent selected");
         run_agent(&agent, ctx).await
     }
 
-    /// A new message that answers function calls (a long-running tool's result, a
-    /// confirmation) goes to the agent that made the calls. Otherwise the last agent that
-    /// spoke keeps the conversation if it and its ancestors allow it, else the root answers.
-    /// Sealing events of cancelled runs do not count as speaking. Reads history
-    /// newest-first, a page at a time.
-    async fn select_agent(
-        &self,
-        tree: &AgentTree,
-        key: &SessionKey,
-        answered_calls: &[String],
-    ) -> Result<Arc<dyn Agent>, StoreError> {
-        let root = tree.root();
-        // Newest first: `before` past the last seq asks for the newest page.
-        let mut before = Some(i64::MAX);
-        let mut scanned = 0;
-        while scanned < SELECTION_SCAN_LIMIT {
-            let Some(page) = self
-                .store
-                .list_events(
-                    key,
-                    EventRange {
-                        after: None,
-                        before,
-                        limit: 50,
-                    },
-                )
-                .await?
-            else {
-                break;
-            };
-            for stored in page.events.iter().rev() {
-                let author = stored.event.author.as_str();
-                if !answered_calls.is_empty() {
-                    let made_call = stored
-                        .event
-                        .function_calls()
-                        .any(|c| c.id.as_ref().is_some_and(|id| answered_calls.contains(id)));
-                    if let (true, Some(agent)) = (made_call, tree.find(author)) {
-                        return Ok(agent.clone());
-                    }
-                    continue;
-                }
-                if author == "user"
-                    || stored.event.error_code.as_deref() == Some(INVOCATION_ABORTED)
-                {
-                    continue;
-                }
-                if author == root.name() {
-                    return Ok(root.clone());
-                }
-                if let Some(agent) = tree.find(author) {
-                    if tree.may_keep_turn(author) {
-                        return Ok(agent.clone());
-                    }
-                }
-            }
-            scanned += page.events.len();
-            match (page.has_more, page.events.first()) {
-                (true, Some(first)) => before = Some(first.seq),
-                _ => break,
-            }
-        }
-        Ok(root.clone())
-    }
-
-    /// Renews the run's lease every third of its length; a cancel flag set by any replica
-    /// (or a lost lease) cancels the run.
-    fn spawn_lease_keeper(&self, run_id: &str, cancel: CancellationToken, done: CancellationToken) {
-        let store = self.store.clone();
-        let run_id = run_id.to_string();
-        let owner = self.config.owner.clone();
-        let lease = self.config.lease;
+    /// Cancels local runs named by the bus (a cancel accepted on another replica).
+    fn spawn_cancel_listener(self: &Arc<Self>, mut cancels: mpsc::UnboundedReceiver<String>) {
+        let runner = Arc::downgrade(self);
+        let stop = self.stop.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(lease / 3);
-            tick.tick().await;
             loop {
-                tokio::select! {
-                    _ = done.cancelled() => break,
-                    _ = tick.tick() => {}
-                }
-                match store.renew_run(&run_id, &owner, lease).await {
-                    Ok(Lease::Held {
-                        cancel_requested: true,
-                    }) => cancel.cancel(),
-                    Ok(Lease::Held { .. }) => {}
-                    Ok(Lease::Lost) => {
-                        tracing::warn!(run = %run_id, "run lease lost; cancelling");
-                        cancel.cancel();
-                    }
-                    Err(e) => tracing::warn!(run = %run_id, error = %e, "lease renewal failed"),
+                let id = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    id = cancels.recv() => match id { Some(id) => id, None => return },
+                };
+                let Some(runner) = runner.upgrade() else {
+                    return;
+                };
+                if runner.stop_local(&id, StopCause::Cancel) {
+                    tracing::info!(run = %id, "cancelled on another replica's request");
                 }
             }
         });
     }
 }
 
-/// `errorCode` of the event that seals a cancelled or timed-out run.
-pub const INVOCATION_ABORTED: &str = "INVOCATION_ABORTED";
-
 /// A started run (user event committed), moved into its task.
 struct ActiveRun {
-    run_id: String,
     tree: Arc<AgentTree>,
     ctx: InvocationContext,
     max_duration: Option<Duration>,
     cancel: CancellationToken,
-    lease_done: CancellationToken,
+    cause: Arc<Mutex<Option<StopCause>>>,
+}
+
+/// Forwards a run's items to its session's followers (see [`bus`]). Costs nothing per item
+/// when nobody follows the session.
+struct BusTap {
+    bus: Arc<Bus>,
+    key: SessionKey,
+    run_id: Arc<str>,
+}
+
+impl RunObserver for BusTap {
+    fn observe(&self, item: &RunItem, after: Option<i64>) {
+        let msg = match item {
+            RunItem::Event { event, seq: None } => {
+                if !self.bus.is_followed(&self.key) {
+                    return;
+                }
+                BusMsg::Partial {
+                    run_id: self.run_id.clone(),
+                    after,
+                    event: Arc::new((**event).clone()),
+                }
+            }
+            RunItem::Event {
+                event,
+                seq: Some(seq),
+            } => BusMsg::Committed {
+                run_id: Some(self.run_id.clone()),
+                seq: *seq,
+                event: self
+                    .bus
+                    .is_followed(&self.key)
+                    .then(|| Arc::new((**event).clone())),
+                in_run_stream: true,
+            },
+            RunItem::Error { kind, message } => BusMsg::Error {
+                run_id: self.run_id.clone(),
+                kind: kind.clone(),
+                message: message.clone(),
+            },
+            RunItem::Done { status, last_seq } => BusMsg::Done {
+                run_id: self.run_id.clone(),
+                status: *status,
+                last_seq: *last_seq,
+            },
+        };
+        self.bus.publish(&self.key, msg);
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
 }
 
 /// The user event: role forced to `user`, the request's state delta and metadata attached,
@@ -631,55 +786,4 @@ fn user_event(
     }
     event.custom_metadata = config.custom_metadata.clone();
     (event, artifacts)
-}
-
-/// Leaves a cancelled run's transcript valid: every function call without a response gets
-/// an error response (so an LLM's next turn does not fail), then an `INVOCATION_ABORTED` event.
-async fn seal(
-    ctx: &InvocationContext,
-    st: &mut crate::agent::context::EmitState,
-    root: &str,
-    reason: &str,
-) {
-    let open = std::mem::take(&mut st.open_calls);
-    let mut by_author: BTreeMap<String, Vec<Part>> = BTreeMap::new();
-    for (id, (name, author)) in open {
-        let response = serde_json::from_value(serde_json::json!({
-            "error": "cancelled", "message": reason,
-        }))
-        .unwrap_or_default();
-        by_author.entry(author).or_default().push(Part {
-            function_response: Some(FunctionResponse {
-                id: Some(id),
-                name,
-                response,
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-    }
-    let mut events: Vec<Event> = by_author
-        .into_iter()
-        .map(|(author, parts)| {
-            Event::new(ctx.invocation_id(), author).with_content(Content {
-                parts,
-                role: Some("user".into()),
-                ..Default::default()
-            })
-        })
-        .collect();
-    let mut abort = Event::new(ctx.invocation_id(), root);
-    abort.error_code = Some(INVOCATION_ABORTED.into());
-    abort.error_message = Some(reason.to_string());
-    abort.interrupted = Some(true);
-    events.push(abort);
-    for mut event in events {
-        if let Some(meta) = &ctx.run_config().custom_metadata {
-            event.custom_metadata = Some(meta.clone());
-        }
-        if let Err(e) = ctx.shared().commit(st, event, vec![]).await {
-            tracing::error!(error = %e, "could not seal the cancelled run");
-            return;
-        }
-    }
 }

@@ -16,7 +16,7 @@ pub mod sqlite;
 mod sqlite_memory;
 
 pub use memory::{MemoryEntry, MemoryStore};
-pub use runs::{Claim, Insert, Lease, NewRun, RunRecord, RunStatus, RunStore};
+pub use runs::{CancelRequest, Claim, Insert, NewRun, RunRecord, RunStatus, RunStore};
 
 use crate::event::{Event, JsonMap, Part, Session};
 use async_trait::async_trait;
@@ -52,6 +52,13 @@ pub enum StoreError {
     SessionNotFound,
     #[error("session already exists: {0}")]
     SessionExists(String),
+    /// A fenced append found the session owned by another run (or by none): the writing run
+    /// lost its ownership (it was taken over) and must stop without writing anything more.
+    #[error("the run no longer owns the session")]
+    NotOwner,
+    /// Two events of one session with the same id (create-session `events`).
+    #[error("duplicate event id in the session: {0}")]
+    DuplicateEvent(String),
     #[error("artifact is {size} bytes, over the {limit}-byte limit")]
     ArtifactTooLarge { size: usize, limit: usize },
     #[error("invalid artifact: {0}")]
@@ -68,6 +75,47 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+impl StoreError {
+    /// The database could not be reached or dropped the connection (a restart, a network
+    /// cut, an exhausted pool): the request may succeed if repeated, so HTTP answers 503 with
+    /// `Retry-After` rather than 500.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Database(e) => is_connection_error(e),
+            _ => false,
+        }
+    }
+}
+
+/// A connection-level failure: I/O, a closed or exhausted pool, or a server that is shutting
+/// down or not accepting connections (SQLSTATE classes 08 and 57P).
+pub fn is_connection_error(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Protocol(m) => m.contains("connection") || m.contains("unexpected eof"),
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        _ => false,
+    }
+}
+
+/// Whose write an append is. Every event a run commits is fenced by the run: the statement that
+/// assigns its seq also checks that `sessions.active_run` is that run, under the session's row
+/// lock, so a run that was taken over can never write into the session again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence<'a> {
+    /// Not a run's write (PATCH state, restored history): no ownership check.
+    Unfenced,
+    /// Only while this run owns the session.
+    Run(&'a str),
+    /// Only while no run owns the session (sealing the transcript of a dead run).
+    Free,
+}
 impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {
         StoreError::Corrupt(e.to_string())
@@ -327,7 +375,37 @@ pub trait SessionStore: Send + Sync + 'static {
         key: &SessionKey,
         event: Event,
         artifacts: Vec<ArtifactWrite>,
+    ) -> StoreResult<StoredEvent> {
+        self.append_fenced(key, event, artifacts, Fence::Unfenced)
+            .await
+    }
+
+    /// [`SessionStore::append_event`], only if `fence` holds (else `NotOwner`). Idempotent on
+    /// the event id: an event already stored under that id is returned as it was stored, never
+    /// written twice (this is how a commit whose acknowledgement was lost is resolved).
+    async fn append_fenced(
+        &self,
+        key: &SessionKey,
+        event: Event,
+        artifacts: Vec<ArtifactWrite>,
+        fence: Fence<'_>,
     ) -> StoreResult<StoredEvent>;
+
+    /// The stored event with this id, if any.
+    async fn find_event(
+        &self,
+        key: &SessionKey,
+        event_id: &str,
+    ) -> StoreResult<Option<StoredEvent>>;
+
+    /// Events of one invocation with `seq > after`, oldest first, at most `limit`.
+    async fn invocation_events(
+        &self,
+        key: &SessionKey,
+        invocation_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredEvent>>;
 
     /// One page of a session's events by `seq`; `None` if the session does not exist.
     async fn list_events(
@@ -381,6 +459,11 @@ pub trait ArtifactStore: Send + Sync + 'static {
 pub trait Store: SessionStore + ArtifactStore + RunStore + MemoryStore {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;
+
+    /// The PostgreSQL pool, for the notification bus (LISTEN/NOTIFY). `None` on SQLite.
+    fn pg_pool(&self) -> Option<sqlx::PgPool> {
+        None
+    }
 }
 
 /// Limits the stores enforce.
@@ -424,11 +507,16 @@ pub async fn migrate(url: &str) -> StoreResult<()> {
 }
 
 /// Assigns ids/timestamps and validates restored events before a create.
-pub(crate) fn prepare_initial_events(events: &mut [Event]) {
+pub(crate) fn prepare_initial_events(events: &mut [Event]) -> StoreResult<()> {
+    let mut seen = std::collections::HashSet::new();
     for e in events.iter_mut() {
         e.fill_defaults();
         crate::event::strip_temp_keys(&mut e.actions.state_delta);
+        if !seen.insert(e.id.clone()) {
+            return Err(StoreError::DuplicateEvent(e.id.clone()));
+        }
     }
+    Ok(())
 }
 
 /// The update time of a new session: its last restored event's timestamp, else now.

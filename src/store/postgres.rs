@@ -27,6 +27,8 @@ WITH s AS (
     UPDATE sessions
        SET state = state || $4::jsonb, update_time = $7, last_seq = last_seq + 1
      WHERE app_name = $1 AND user_id = $2 AND id = $3
+       AND ($12::text IS NULL OR active_run = $12)
+       AND (NOT $13::boolean OR active_run IS NULL)
  RETURNING last_seq
 ), a AS (
     INSERT INTO app_states AS t (app_name, state, update_time)
@@ -216,13 +218,15 @@ impl PgStore {
         event: &Event,
         split: &SplitState,
         artifacts: &[ArtifactWrite],
+        fence: Fence<'_>,
     ) -> StoreResult<(Option<i64>, std::collections::BTreeMap<String, i64>)> {
         let mut versions = std::collections::BTreeMap::new();
         if artifacts.is_empty() {
             let seq = self
-                .append_statement(key, event, split)
+                .append_statement(key, event, split, fence)
                 .fetch_optional(&self.pool)
-                .await?
+                .await
+                .map_err(map_unique_to_conflict)?
                 .map(|r| r.get::<i64, _>(0));
             return Ok((seq, versions));
         }
@@ -236,9 +240,10 @@ impl PgStore {
             event.actions.artifact_delta.insert(w.filename.clone(), v);
         }
         let seq = self
-            .append_statement(key, &event, split)
+            .append_statement(key, &event, split, fence)
             .fetch_optional(&mut *tx)
-            .await?
+            .await
+            .map_err(map_unique_to_conflict)?
             .map(|r| r.get::<i64, _>(0));
         if seq.is_some() {
             tx.commit().await?;
@@ -251,7 +256,13 @@ impl PgStore {
         key: &'q SessionKey,
         event: &'q Event,
         split: &'q SplitState,
+        fence: Fence<'q>,
     ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+        let (run, free) = match fence {
+            Fence::Unfenced => (None, false),
+            Fence::Run(run) => (Some(run), false),
+            Fence::Free => (None, true),
+        };
         sqlx::query(APPEND_SQL)
             .bind(&key.app_name)
             .bind(&key.user_id)
@@ -264,11 +275,52 @@ impl PgStore {
             .bind(&event.invocation_id)
             .bind(&event.author)
             .bind(Json(event))
+            .bind(run)
+            .bind(free)
+    }
+
+    /// Why a fenced append wrote nothing: the session is gone, or someone else owns it.
+    async fn append_refused(&self, key: &SessionKey) -> StoreError {
+        let owner =
+            sqlx::query("SELECT 1 FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3")
+                .bind(&key.app_name)
+                .bind(&key.user_id)
+                .bind(&key.session_id)
+                .fetch_optional(&self.pool)
+                .await;
+        match owner {
+            Ok(Some(_)) => StoreError::NotOwner,
+            Ok(None) => StoreError::SessionNotFound,
+            Err(e) => e.into(),
+        }
+    }
+
+    /// After an append failed in a way that leaves its outcome unknown (the connection dropped
+    /// with the statement sent), asks the database by event id. A pooled connection may be as
+    /// dead as the one that failed, so this tries a few, briefly spaced, before giving up.
+    async fn resolve_by_id(
+        &self,
+        key: &SessionKey,
+        event_id: &str,
+    ) -> StoreResult<Option<StoredEvent>> {
+        let mut last = None;
+        for delay_ms in [0u64, 50, 200, 500, 1000] {
+            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+            match self.find_event(key, event_id).await {
+                Ok(found) => return Ok(found),
+                Err(e) if e.is_unavailable() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or(StoreError::Conflict))
     }
 }
 
 fn map_unique_to_conflict(e: sqlx::Error) -> StoreError {
     match &e {
+        sqlx::Error::Database(db) if db.constraint() == Some("events_by_id") => {
+            StoreError::DuplicateEvent(String::new())
+        }
         sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict,
         _ => StoreError::Database(e),
     }
@@ -322,7 +374,7 @@ impl SessionStore for PgStore {
             .take()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let key = SessionKey::new(&new.app_name, &new.user_id, &id);
-        prepare_initial_events(&mut new.events);
+        prepare_initial_events(&mut new.events)?;
         let now = now_ts();
         let update_time = initial_update_time(&new.events, now);
         let split = SplitState::split(&new.state);
@@ -503,11 +555,12 @@ impl SessionStore for PgStore {
         Ok(deleted > 0)
     }
 
-    async fn append_event(
+    async fn append_fenced(
         &self,
         key: &SessionKey,
         mut event: Event,
         mut artifacts: Vec<ArtifactWrite>,
+        fence: Fence<'_>,
     ) -> StoreResult<StoredEvent> {
         event.fill_defaults();
         crate::event::strip_temp_keys(&mut event.actions.state_delta);
@@ -520,15 +573,85 @@ impl SessionStore for PgStore {
         // A staged artifact's next version can be taken by a concurrent writer (`user:` files
         // are shared by all of a user's sessions): the append rolls back and is retried whole.
         let mut attempt = 0;
+        let mut resolved_once = false;
         let (seq, versions) = loop {
-            match self.append_once(key, &event, &split, &artifacts).await {
+            match self
+                .append_once(key, &event, &split, &artifacts, fence)
+                .await
+            {
                 Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => attempt += 1,
+                // Stored already (a retry of a commit whose acknowledgement was lost).
+                Err(StoreError::DuplicateEvent(_)) => {
+                    return match self.find_event(key, &event.id).await? {
+                        Some(stored) if stored.event.invocation_id == event.invocation_id => {
+                            Ok(stored)
+                        }
+                        _ => Err(StoreError::DuplicateEvent(event.id.clone())),
+                    };
+                }
+                // The connection broke: the statement may or may not have committed. Ask by
+                // id; if it is not there it did not commit (the unique index on the id makes a
+                // late commit of the first attempt and the retry exclusive), so try once more.
+                Err(e) if e.is_unavailable() && !resolved_once => {
+                    resolved_once = true;
+                    tracing::warn!(event = %event.id, error = %e, "append outcome unknown; resolving by event id");
+                    if let Some(stored) = self.resolve_by_id(key, &event.id).await? {
+                        return Ok(stored);
+                    }
+                }
                 result => break result?,
             }
         };
-        let seq = seq.ok_or(StoreError::SessionNotFound)?;
+        let Some(seq) = seq else {
+            return Err(match fence {
+                Fence::Unfenced => StoreError::SessionNotFound,
+                _ => self.append_refused(key).await,
+            });
+        };
         event.actions.artifact_delta.extend(versions);
         Ok(StoredEvent { seq, event })
+    }
+
+    async fn find_event(
+        &self,
+        key: &SessionKey,
+        event_id: &str,
+    ) -> StoreResult<Option<StoredEvent>> {
+        let row = sqlx::query(
+            "SELECT seq, \"timestamp\", event FROM events
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND id = $4",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(event_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(stored_event).transpose()
+    }
+
+    async fn invocation_events(
+        &self,
+        key: &SessionKey,
+        invocation_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, \"timestamp\", event FROM events
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq > $4
+                AND invocation_id = $5
+              ORDER BY seq LIMIT $6",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(after)
+        .bind(invocation_id)
+        .bind(limit.max(1) as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(stored_event).collect()
     }
 
     async fn list_events(
@@ -706,6 +829,10 @@ impl ArtifactStore for PgStore {
 }
 
 impl Store for PgStore {
+    fn pg_pool(&self) -> Option<sqlx::PgPool> {
+        Some(self.pool.clone())
+    }
+
     fn backend(&self) -> &'static str {
         "postgres"
     }

@@ -1,16 +1,25 @@
-//! Run admission records: at most one running run per session, as a database fact.
+//! Run admission and ownership, as database facts.
 //!
-//! `runs_one_active_per_session` (a partial unique index on `status = 'running'`) makes the
-//! claim an atomic insert on every replica. A running row carries a lease that its owner
-//! renews; a row whose lease ran out belongs to a process that died, is marked `abandoned`,
-//! and the session is free again. Cancel requests are a flag on the row, so any replica can
-//! cancel a run that another replica executes (the owner sees the flag when it renews).
+//! - **One run per session**: admission sets `sessions.active_run` only where it is NULL (and
+//!   inserts the `runs` row in the same statement); the partial unique index on running runs
+//!   stays as a second guard. Every append on behalf of a run is fenced by `active_run` in the
+//!   statement that assigns its seq (see [`super::Fence`]).
+//! - **Liveness per replica**: each process writes one heartbeat row every lease/3; a run is
+//!   alive while its owner's heartbeat is younger than the owner's lease. No per-run writes
+//!   while a run is healthy.
+//! - **Dead runs**: a run whose owner stopped heartbeating is marked `abandoned` (by the next
+//!   admission on its session, or by any replica's sweeper) and its session freed in the same
+//!   statement; it is left `sealed = false` until its transcript has been sealed.
+//! - **Cancel** is a flag plus who/why on the row (the first request's values are kept); the
+//!   owner hears of it through the notification bus at once, or on its next heartbeat.
+//! - **First come, first served**: `onBusy: enqueue` takes a ticket in `run_queue`; admission of
+//!   a session with live tickets goes to the smallest one only.
 //!
-//! PostgreSQL computes lease times with its own clock, so replicas with skewed clocks agree.
+//! PostgreSQL computes times with its own clock, so replicas with skewed clocks agree.
 
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
-use super::{SessionKey, StoreResult};
+use super::{SessionKey, StoreError, StoreResult};
 use crate::event::now_ts;
 use async_trait::async_trait;
 use serde::Serialize;
@@ -23,12 +32,14 @@ pub struct NewRun {
     pub run_id: String,
     pub key: SessionKey,
     pub invocation_id: String,
-    /// The replica that executes it (the lease holder).
+    /// The replica that executes it.
     pub owner: String,
-    pub lease: Duration,
+    /// The run's first event will be the user's message.
+    pub user_event: bool,
 }
 
-/// How a run ended. `Abandoned`: its process died and the lease expired.
+/// How a run ended. `Abandoned`: its process died (stopped heartbeating). `Interrupted`: the
+/// replica was shut down (drained) before the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
@@ -37,6 +48,7 @@ pub enum RunStatus {
     Failed,
     Cancelled,
     TimedOut,
+    Interrupted,
     Abandoned,
 }
 
@@ -48,6 +60,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::TimedOut => "timed_out",
+            RunStatus::Interrupted => "interrupted",
             RunStatus::Abandoned => "abandoned",
         }
     }
@@ -59,6 +72,7 @@ impl RunStatus {
             "failed" => RunStatus::Failed,
             "cancelled" => RunStatus::Cancelled,
             "timed_out" => RunStatus::TimedOut,
+            "interrupted" => RunStatus::Interrupted,
             _ => RunStatus::Abandoned,
         }
     }
@@ -74,105 +88,161 @@ pub struct RunRecord {
     pub session_id: String,
     pub invocation_id: String,
     pub status: RunStatus,
-    #[serde(skip)]
+    /// The replica that executes (or executed) the run.
     pub owner: String,
-    #[serde(skip)]
-    pub lease_expires_at: f64,
     pub cancel_requested: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
     pub created_at: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<f64>,
+    /// The session's last seq before the run: its events have larger seqs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_seq: Option<i64>,
+    #[serde(skip)]
+    pub user_event: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_seq: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(skip)]
+    pub sealed: bool,
+}
+
+impl RunRecord {
+    pub fn key(&self) -> SessionKey {
+        SessionKey::new(&self.app_name, &self.user_id, &self.session_id)
+    }
 }
 
 /// The result of trying to admit a run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
-    Acquired,
-    /// Another live run holds the session.
-    Busy(Box<RunRecord>),
+    /// The run owns the session; its events come after `base_seq`.
+    Acquired { base_seq: i64 },
+    /// Another live run holds the session (`None`: earlier queued requests come first).
+    Busy(Option<Box<RunRecord>>),
     /// The session does not exist (nothing was written).
     NoSession,
 }
 
-/// What one attempt to insert a running row did.
+/// What one attempt to take a session did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Insert {
-    Inserted,
-    /// The partial unique index refused it: a run is already `running` on the session.
+    Inserted {
+        base_seq: i64,
+    },
+    /// A run holds the session, or an earlier ticket waits for it.
     Occupied,
     NoSession,
 }
 
-/// What a lease renewal learned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lease {
-    Held {
-        cancel_requested: bool,
-    },
-    /// The row is no longer ours and running (finished elsewhere, or taken over).
-    Lost,
+/// Why a run is cancelled, and by whom (kept on the row; the first request wins).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CancelRequest {
+    pub by: Option<String>,
+    pub reason: Option<String>,
 }
 
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
-    /// Inserts the run as `running` if its session exists and has no running run. One statement.
-    async fn insert_run(&self, run: &NewRun) -> StoreResult<Insert>;
+    /// Makes `run` the session's owner and inserts it as `running`, if the session exists, has
+    /// no active run, and no earlier live ticket waits for it (`ticket`: the caller's own).
+    /// One statement.
+    async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert>;
 
-    /// Marks the run `abandoned` if it is running with an expired lease. Returns whether it did.
+    /// Marks the run `abandoned` (unsealed) and frees its session, if it is running and its
+    /// owner's heartbeat is stale. Returns whether it did.
     async fn expire_run(&self, run_id: &str) -> StoreResult<bool>;
 
-    /// Admits `run`: inserts it as `running` unless another live run holds the session. A
-    /// holder whose lease expired belongs to a dead process: it is marked `abandoned` and the
-    /// claim is retried. One round trip when the session is free.
-    async fn claim_run(&self, run: &NewRun) -> StoreResult<Claim> {
+    /// Admits `run`: takes the session unless a live run holds it. A holder whose replica
+    /// stopped heartbeating is marked `abandoned` and the claim is retried. One round trip when
+    /// the session is free.
+    async fn claim_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Claim> {
         for _ in 0..5 {
-            match self.insert_run(run).await? {
-                Insert::Inserted => return Ok(Claim::Acquired),
+            match self.insert_run(run, ticket).await? {
+                Insert::Inserted { base_seq } => return Ok(Claim::Acquired { base_seq }),
                 Insert::NoSession => return Ok(Claim::NoSession),
                 Insert::Occupied => {}
             }
             let Some(active) = self.active_run(&run.key).await? else {
-                continue; // it finished in between: try again
+                return Ok(Claim::Busy(None)); // queued requests come first, or it just ended
             };
             if !self.expire_run(&active.run_id).await? {
-                return Ok(Claim::Busy(Box::new(active)));
+                return Ok(Claim::Busy(Some(Box::new(active))));
             }
-            tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose run lease expired");
+            tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose replica stopped heartbeating");
         }
-        Err(super::StoreError::Conflict)
+        Err(StoreError::Conflict)
     }
 
-    /// Extends the lease; tells whether a cancel was requested.
-    async fn renew_run(&self, run_id: &str, owner: &str, lease: Duration) -> StoreResult<Lease>;
-    /// Records the outcome and frees the session.
+    /// Records this replica as alive (one row per replica) and returns the ids of its running
+    /// runs that someone asked to cancel (the fallback for a missed notification).
+    async fn heartbeat(
+        &self,
+        replica: &str,
+        lease: Duration,
+        draining: bool,
+    ) -> StoreResult<Vec<String>>;
+
+    /// The running runs recorded as `replica`'s (reconciliation).
+    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<RunRecord>>;
+
+    /// Says this replica is gone (its runs count as dead at once).
+    async fn retire_replica(&self, replica: &str) -> StoreResult<()>;
+
+    /// Marks the running runs of replicas whose heartbeat is stale `abandoned` and frees their
+    /// sessions; returns them (each still to be sealed). Never touches `me`'s runs.
+    async fn sweep(&self, me: &str) -> StoreResult<Vec<RunRecord>>;
+
+    /// Abandoned runs of a session whose transcript still needs sealing.
+    async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>>;
+
+    async fn mark_sealed(&self, run_id: &str) -> StoreResult<()>;
+
+    /// Records the outcome and frees the session, if the run still owns it. Synchronous: the
+    /// outcome is durable before the client is told. Returns false if the run had already
+    /// lost the session (it was taken over); nothing is then changed.
     async fn finish_run(
         &self,
         run_id: &str,
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
-    ) -> StoreResult<()>;
-    /// Flags a running run for cancellation. `None` if no such run.
-    async fn request_cancel(&self, run_id: &str) -> StoreResult<Option<RunRecord>>;
+    ) -> StoreResult<bool>;
+
+    /// Flags a running run for cancellation (idempotent). `None` if no such run.
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        req: &CancelRequest,
+    ) -> StoreResult<Option<RunRecord>>;
+
     async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>>;
-    /// The running run of a session, if any.
+
+    /// The run that owns the session, if any.
     async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>>;
+
+    /// Takes a place in the session's queue (`onBusy: enqueue`).
+    async fn enqueue(&self, key: &SessionKey, owner: &str) -> StoreResult<i64>;
+
+    /// Leaves the queue (admitted, timed out, or the client went away).
+    async fn dequeue(&self, ticket: i64) -> StoreResult<()>;
 }
 
 const RUN_COLUMNS: &str =
-    "id, app_name, user_id, session_id, invocation_id, status, owner, lease_expires_at, \
-     cancel_requested, created_at, started_at, finished_at, last_seq, error";
+    "id, app_name, user_id, session_id, invocation_id, status, owner, cancel_requested, \
+     cancelled_by, cancel_reason, created_at, started_at, finished_at, base_seq, user_event, \
+     last_seq, error, sealed";
 
 /// Reads a `runs` row; the same code for both backends' row types.
 macro_rules! run_record_reader {
     ($fn_name:ident, $row:ty) => {
-        fn $fn_name(r: &$row) -> StoreResult<RunRecord> {
+        pub(crate) fn $fn_name(r: &$row) -> StoreResult<RunRecord> {
             Ok(RunRecord {
                 run_id: r.try_get("id")?,
                 app_name: r.try_get("app_name")?,
@@ -181,13 +251,17 @@ macro_rules! run_record_reader {
                 invocation_id: r.try_get("invocation_id")?,
                 status: RunStatus::parse(r.try_get::<&str, _>("status")?),
                 owner: r.try_get("owner")?,
-                lease_expires_at: r.try_get("lease_expires_at")?,
                 cancel_requested: r.try_get("cancel_requested")?,
+                cancelled_by: r.try_get("cancelled_by")?,
+                cancel_reason: r.try_get("cancel_reason")?,
                 created_at: r.try_get("created_at")?,
                 started_at: r.try_get("started_at")?,
                 finished_at: r.try_get("finished_at")?,
+                base_seq: r.try_get("base_seq")?,
+                user_event: r.try_get("user_event")?,
                 last_seq: r.try_get("last_seq")?,
                 error: r.try_get("error")?,
+                sealed: r.try_get("sealed")?,
             })
         }
     };
@@ -195,14 +269,6 @@ macro_rules! run_record_reader {
 
 run_record_reader!(record_pg, sqlx::postgres::PgRow);
 run_record_reader!(record_sqlite, sqlx::sqlite::SqliteRow);
-
-fn insert_outcome(session: bool, inserted: bool) -> Insert {
-    match (session, inserted) {
-        (_, true) => Insert::Inserted,
-        (true, false) => Insert::Occupied,
-        (false, false) => Insert::NoSession,
-    }
-}
 
 /// PostgreSQL's clock, as epoch seconds.
 const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
@@ -216,30 +282,45 @@ const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
 ///   (WAL is flushed in order); every failure path ends in a synchronous `finish_run`. So no
 ///   client can act on an admission that a crash could undo; a crash before that flush simply
 ///   means the run never started.
-/// - Lease renewals: losing one only moves the lease's expiry back to the previous renewal's,
-///   which the owner renews again long before it runs out.
-/// - Finishing a run: every event of the run is already durable (each was committed
-///   synchronously before the client saw it). Losing the outcome record in a crash leaves
-///   the row `running` until its lease expires, then the session is taken over as after any
-///   crash (`abandoned`); no event is lost or duplicated.
+/// - Heartbeats: losing one only makes the replica look older by one period.
 ///
-/// Each saves a WAL flush wait (~0.7 ms here) per run (admission, finish) or per renewal.
+/// The outcome of a run (`finish_run`) is NOT written this way: `event: done` is sent after
+/// it, and a client that saw `done` must find the session free after any crash.
 const ASYNC_COMMIT: &str = "SELECT set_config('synchronous_commit', 'off', true)";
+
+/// A live ticket: its waiter's replica is heartbeating.
+const PG_LIVE_TICKET: &str = "EXISTS (SELECT 1 FROM replicas r WHERE r.id = q.owner
+                                AND r.heartbeat_at > extract(epoch from clock_timestamp())::double precision - r.lease_secs)";
+
+/// The owner of a `runs` row is dead: no fresh heartbeat.
+const PG_OWNER_DEAD: &str = "NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
+                               AND p.heartbeat_at > extract(epoch from clock_timestamp())::double precision - p.lease_secs)";
+
+fn unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
 
 #[async_trait]
 impl RunStore for PgStore {
-    async fn insert_run(&self, run: &NewRun) -> StoreResult<Insert> {
+    async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
         let row = sqlx::query(&format!(
-            "WITH async_commit AS ({ASYNC_COMMIT}), s AS (
-                 SELECT 1 FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4
+            "WITH async_commit AS ({ASYNC_COMMIT}), q AS (
+                 SELECT min(q.ticket) AS first FROM run_queue q
+                  WHERE q.app_name = $2 AND q.user_id = $3 AND q.session_id = $4 AND {PG_LIVE_TICKET}
+             ), s AS (
+                 UPDATE sessions SET active_run = $1
+                  WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run IS NULL
+                    AND ((SELECT first FROM q) IS NULL OR (SELECT first FROM q) = $8)
+                 RETURNING last_seq
              ), ins AS (
                  INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
-                                   lease_expires_at, created_at, started_at)
-                 SELECT $1, $2, $3, $4, $5, 'running', $6, {PG_NOW} + $7, {PG_NOW}, {PG_NOW} FROM s
-                 ON CONFLICT DO NOTHING
-                 RETURNING 1
+                                   lease_expires_at, created_at, started_at, base_seq, user_event)
+                 SELECT $1, $2, $3, $4, $5, 'running', $6, 0, {PG_NOW}, {PG_NOW}, s.last_seq, $7 FROM s
+                 RETURNING base_seq
              )
-             SELECT EXISTS (SELECT 1 FROM s) AS session, EXISTS (SELECT 1 FROM ins) AS inserted
+             SELECT EXISTS (SELECT 1 FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4)
+                        AS session,
+                    (SELECT base_seq FROM ins) AS base_seq
                FROM async_commit"
         ))
         .bind(&run.run_id)
@@ -248,45 +329,148 @@ impl RunStore for PgStore {
         .bind(&run.key.session_id)
         .bind(&run.invocation_id)
         .bind(&run.owner)
-        .bind(run.lease.as_secs_f64())
+        .bind(run.user_event)
+        .bind(ticket)
         .fetch_one(self.pool())
-        .await?;
-        Ok(insert_outcome(
-            row.try_get("session")?,
-            row.try_get("inserted")?,
-        ))
+        .await;
+        let row = match row {
+            // A running row without a session owner (written before migration 0003).
+            Err(e) if unique_violation(&e) => return Ok(Insert::Occupied),
+            r => r?,
+        };
+        let session: bool = row.try_get("session")?;
+        let base_seq: Option<i64> = row.try_get("base_seq")?;
+        Ok(match (session, base_seq) {
+            (_, Some(base_seq)) => Insert::Inserted { base_seq },
+            (true, None) => Insert::Occupied,
+            (false, None) => Insert::NoSession,
+        })
     }
 
     async fn expire_run(&self, run_id: &str) -> StoreResult<bool> {
-        let expired = sqlx::query(&format!(
-            "UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, error = 'lease expired'
-              WHERE id = $1 AND status = 'running' AND lease_expires_at < {PG_NOW}"
+        let n: i64 = sqlx::query_scalar(&format!(
+            "WITH r AS (
+                 UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
+                        error = 'its replica stopped heartbeating'
+                  WHERE id = $1 AND status = 'running' AND {PG_OWNER_DEAD}
+                 RETURNING app_name, user_id, session_id, id
+             ), s AS (
+                 UPDATE sessions SET active_run = NULL FROM r
+                  WHERE sessions.app_name = r.app_name AND sessions.user_id = r.user_id
+                    AND sessions.id = r.session_id AND sessions.active_run = r.id
+             )
+             SELECT count(*) FROM r"
         ))
+        .bind(run_id)
+        .fetch_one(self.pool())
+        .await?;
+        if n > 0 {
+            return Ok(true);
+        }
+        // A session pointing at a run that is no longer running (cannot happen through these
+        // statements; repaired rather than left busy for ever).
+        let healed = sqlx::query(
+            "UPDATE sessions SET active_run = NULL
+              WHERE active_run = $1
+                AND NOT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND status = 'running')",
+        )
         .bind(run_id)
         .execute(self.pool())
         .await?;
-        Ok(expired.rows_affected() > 0)
+        Ok(healed.rows_affected() > 0)
     }
 
-    async fn renew_run(&self, run_id: &str, owner: &str, lease: Duration) -> StoreResult<Lease> {
-        let row = sqlx::query(&format!(
-            "WITH async_commit AS ({ASYNC_COMMIT})
-             UPDATE runs SET lease_expires_at = {PG_NOW} + $3
-               FROM async_commit
-              WHERE id = $1 AND owner = $2 AND status = 'running'
-             RETURNING cancel_requested"
+    async fn heartbeat(
+        &self,
+        replica: &str,
+        lease: Duration,
+        draining: bool,
+    ) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query(&format!(
+            "WITH async_commit AS ({ASYNC_COMMIT}), h AS (
+                 INSERT INTO replicas (id, heartbeat_at, lease_secs, started_at, draining)
+                 SELECT $1, {PG_NOW}, $2, {PG_NOW}, $3 FROM async_commit
+                 ON CONFLICT (id) DO UPDATE
+                    SET heartbeat_at = EXCLUDED.heartbeat_at, lease_secs = EXCLUDED.lease_secs,
+                        draining = EXCLUDED.draining
+             )
+             SELECT id FROM runs WHERE owner = $1 AND status = 'running' AND cancel_requested"
         ))
-        .bind(run_id)
-        .bind(owner)
+        .bind(replica)
         .bind(lease.as_secs_f64())
-        .fetch_optional(self.pool())
+        .bind(draining)
+        .fetch_all(self.pool())
         .await?;
-        Ok(match row {
-            Some(r) => Lease::Held {
-                cancel_requested: r.try_get(0)?,
-            },
-            None => Lease::Lost,
-        })
+        rows.iter()
+            .map(|r| r.try_get::<String, _>(0).map_err(StoreError::from))
+            .collect()
+    }
+
+    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE owner = $1 AND status = 'running'"
+        ))
+        .bind(replica)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(record_pg).collect()
+    }
+
+    async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE replicas SET heartbeat_at = 0 WHERE id = $1")
+            .bind(replica)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn sweep(&self, me: &str) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "WITH dead AS (
+                 UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
+                        error = 'its replica stopped heartbeating'
+                  WHERE status = 'running' AND owner <> $1 AND {PG_OWNER_DEAD}
+                 RETURNING {RUN_COLUMNS}
+             ), s AS (
+                 UPDATE sessions SET active_run = NULL FROM dead
+                  WHERE sessions.app_name = dead.app_name AND sessions.user_id = dead.user_id
+                    AND sessions.id = dead.session_id AND sessions.active_run = dead.id
+             )
+             SELECT {RUN_COLUMNS} FROM dead"
+        ))
+        .bind(me)
+        .fetch_all(self.pool())
+        .await?;
+        // Replicas gone for an hour are forgotten (their runs were swept long ago).
+        sqlx::query(&format!(
+            "DELETE FROM replicas WHERE heartbeat_at < {PG_NOW} - 3600 AND id <> $1"
+        ))
+        .bind(me)
+        .execute(self.pool())
+        .await?;
+        rows.iter().map(record_pg).collect()
+    }
+
+    async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND NOT sealed
+              ORDER BY created_at"
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(record_pg).collect()
+    }
+
+    async fn mark_sealed(&self, run_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE runs SET sealed = true WHERE id = $1")
+            .bind(run_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
     }
 
     async fn finish_run(
@@ -295,27 +479,44 @@ impl RunStore for PgStore {
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
-    ) -> StoreResult<()> {
-        sqlx::query(&format!(
-            "WITH async_commit AS ({ASYNC_COMMIT})
-             UPDATE runs SET status = $2, finished_at = {PG_NOW}, last_seq = $3, error = $4
-               FROM async_commit
-              WHERE id = $1 AND status = 'running'"
+    ) -> StoreResult<bool> {
+        let n: i64 = sqlx::query_scalar(&format!(
+            "WITH r AS (
+                 UPDATE runs SET status = $2, finished_at = {PG_NOW}, last_seq = $3, error = $4
+                  WHERE id = $1 AND status = 'running'
+                 RETURNING app_name, user_id, session_id, id
+             ), s AS (
+                 UPDATE sessions SET active_run = NULL FROM r
+                  WHERE sessions.app_name = r.app_name AND sessions.user_id = r.user_id
+                    AND sessions.id = r.session_id AND sessions.active_run = r.id
+             )
+             SELECT count(*) FROM r"
         ))
         .bind(run_id)
         .bind(status.as_str())
         .bind(last_seq)
         .bind(error)
-        .execute(self.pool())
+        .fetch_one(self.pool())
         .await?;
-        Ok(())
+        Ok(n > 0)
     }
 
-    async fn request_cancel(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
-        sqlx::query("UPDATE runs SET cancel_requested = true WHERE id = $1 AND status = 'running'")
-            .bind(run_id)
-            .execute(self.pool())
-            .await?;
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        req: &CancelRequest,
+    ) -> StoreResult<Option<RunRecord>> {
+        sqlx::query(
+            "UPDATE runs SET cancel_requested = true,
+                    cancelled_by = COALESCE(cancelled_by, $2),
+                    cancel_reason = COALESCE(cancel_reason, $3)
+              WHERE id = $1 AND status = 'running'",
+        )
+        .bind(run_id)
+        .bind(&req.by)
+        .bind(&req.reason)
+        .execute(self.pool())
+        .await?;
         self.get_run(run_id).await
     }
 
@@ -330,7 +531,12 @@ impl RunStore for PgStore {
     async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>> {
         let row = sqlx::query(&format!(
             "SELECT {RUN_COLUMNS} FROM runs
-              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND status = 'running'"
+              WHERE id = (SELECT active_run FROM sessions
+                           WHERE app_name = $1 AND user_id = $2 AND id = $3)
+             UNION ALL
+             SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND status = 'running'
+             LIMIT 1"
         ))
         .bind(&key.app_name)
         .bind(&key.user_id)
@@ -339,19 +545,69 @@ impl RunStore for PgStore {
         .await?;
         row.as_ref().map(record_pg).transpose()
     }
+
+    async fn enqueue(&self, key: &SessionKey, owner: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(&format!(
+            "INSERT INTO run_queue (app_name, user_id, session_id, owner, created_at)
+             VALUES ($1, $2, $3, $4, {PG_NOW}) RETURNING ticket"
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(owner)
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    async fn dequeue(&self, ticket: i64) -> StoreResult<()> {
+        sqlx::query("DELETE FROM run_queue WHERE ticket = $1")
+            .bind(ticket)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
 }
 
+/// SQLite: one writer, so each multi-step change is one `BEGIN IMMEDIATE` transaction.
 #[async_trait]
 impl RunStore for SqliteStore {
-    async fn insert_run(&self, run: &NewRun) -> StoreResult<Insert> {
+    async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
         let now = now_ts();
-        // SQLite has no DML in CTEs; `WHERE EXISTS` does the session check in the same statement.
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "SELECT last_seq, active_run FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(Insert::NoSession);
+        };
+        if row.try_get::<Option<String>, _>("active_run")?.is_some() {
+            return Ok(Insert::Occupied);
+        }
+        let first: Option<i64> = sqlx::query_scalar(
+            "SELECT min(q.ticket) FROM run_queue q
+              WHERE q.app_name = ?1 AND q.user_id = ?2 AND q.session_id = ?3
+                AND EXISTS (SELECT 1 FROM replicas r WHERE r.id = q.owner
+                             AND r.heartbeat_at > ?4 - r.lease_secs)",
+        )
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        if first.is_some() && first != ticket {
+            return Ok(Insert::Occupied);
+        }
+        let base_seq: i64 = row.try_get("last_seq")?;
         let inserted = sqlx::query(
             "INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
-                               lease_expires_at, created_at, started_at)
-             SELECT ?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?8
-              WHERE EXISTS (SELECT 1 FROM sessions WHERE app_name = ?2 AND user_id = ?3 AND id = ?4)
-             ON CONFLICT DO NOTHING",
+                               lease_expires_at, created_at, started_at, base_seq, user_event)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, 0, ?7, ?7, ?8, ?9)",
         )
         .bind(&run.run_id)
         .bind(&run.key.app_name)
@@ -359,55 +615,164 @@ impl RunStore for SqliteStore {
         .bind(&run.key.session_id)
         .bind(&run.invocation_id)
         .bind(&run.owner)
-        .bind(now + run.lease.as_secs_f64())
         .bind(now)
-        .execute(self.writer())
-        .await?
-        .rows_affected()
-            > 0;
-        if inserted {
-            return Ok(Insert::Inserted);
-        }
-        let session: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?)",
+        .bind(base_seq)
+        .bind(run.user_event)
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Err(e) if unique_violation(&e) => return Ok(Insert::Occupied),
+            r => r?,
+        };
+        sqlx::query(
+            "UPDATE sessions SET active_run = ? WHERE app_name = ? AND user_id = ? AND id = ?",
         )
+        .bind(&run.run_id)
         .bind(&run.key.app_name)
         .bind(&run.key.user_id)
         .bind(&run.key.session_id)
-        .fetch_one(self.writer())
+        .execute(&mut *tx)
         .await?;
-        Ok(insert_outcome(session, false))
+        tx.commit().await?;
+        Ok(Insert::Inserted { base_seq })
     }
 
     async fn expire_run(&self, run_id: &str) -> StoreResult<bool> {
-        let expired = sqlx::query(
-            "UPDATE runs SET status = 'abandoned', finished_at = ?2, error = 'lease expired'
-              WHERE id = ?1 AND status = 'running' AND lease_expires_at < ?2",
+        let now = now_ts();
+        let mut tx = self.begin().await?;
+        let dead = sqlx::query(
+            "UPDATE runs SET status = 'abandoned', finished_at = ?2, sealed = 0,
+                    error = 'its replica stopped heartbeating'
+              WHERE id = ?1 AND status = 'running'
+                AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
+                                 AND p.heartbeat_at > ?2 - p.lease_secs)",
         )
         .bind(run_id)
-        .bind(now_ts())
-        .execute(self.writer())
-        .await?;
-        Ok(expired.rows_affected() > 0)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        // Frees the session of a dead run, or one pointing at a run that no longer runs.
+        let freed = sqlx::query(
+            "UPDATE sessions SET active_run = NULL
+              WHERE active_run = ?1
+                AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND status = 'running')",
+        )
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        tx.commit().await?;
+        Ok(dead || freed)
     }
 
-    async fn renew_run(&self, run_id: &str, owner: &str, lease: Duration) -> StoreResult<Lease> {
-        let row = sqlx::query(
-            "UPDATE runs SET lease_expires_at = ?3
-              WHERE id = ?1 AND owner = ?2 AND status = 'running'
-             RETURNING cancel_requested",
+    async fn heartbeat(
+        &self,
+        replica: &str,
+        lease: Duration,
+        draining: bool,
+    ) -> StoreResult<Vec<String>> {
+        let now = now_ts();
+        sqlx::query(
+            "INSERT INTO replicas (id, heartbeat_at, lease_secs, started_at, draining)
+             VALUES (?1, ?2, ?3, ?2, ?4)
+             ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
+                    lease_secs = excluded.lease_secs, draining = excluded.draining",
         )
-        .bind(run_id)
-        .bind(owner)
-        .bind(now_ts() + lease.as_secs_f64())
-        .fetch_optional(self.writer())
+        .bind(replica)
+        .bind(now)
+        .bind(lease.as_secs_f64())
+        .bind(draining)
+        .execute(self.writer())
         .await?;
-        Ok(match row {
-            Some(r) => Lease::Held {
-                cancel_requested: r.try_get(0)?,
-            },
-            None => Lease::Lost,
-        })
+        Ok(sqlx::query_scalar(
+            "SELECT id FROM runs WHERE owner = ? AND status = 'running' AND cancel_requested",
+        )
+        .bind(replica)
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE owner = ? AND status = 'running'"
+        ))
+        .bind(replica)
+        .fetch_all(self.writer())
+        .await?;
+        rows.iter().map(record_sqlite).collect()
+    }
+
+    async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE replicas SET heartbeat_at = 0 WHERE id = ?")
+            .bind(replica)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn sweep(&self, me: &str) -> StoreResult<Vec<RunRecord>> {
+        let now = now_ts();
+        let mut tx = self.begin().await?;
+        let rows = sqlx::query(&format!(
+            "UPDATE runs SET status = 'abandoned', finished_at = ?2, sealed = 0,
+                    error = 'its replica stopped heartbeating'
+              WHERE status = 'running' AND owner <> ?1
+                AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
+                                 AND p.heartbeat_at > ?2 - p.lease_secs)
+             RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(me)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        let dead = rows
+            .iter()
+            .map(record_sqlite)
+            .collect::<StoreResult<Vec<_>>>()?;
+        for run in &dead {
+            sqlx::query(
+                "UPDATE sessions SET active_run = NULL
+                  WHERE app_name = ? AND user_id = ? AND id = ? AND active_run = ?",
+            )
+            .bind(&run.app_name)
+            .bind(&run.user_id)
+            .bind(&run.session_id)
+            .bind(&run.run_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("DELETE FROM replicas WHERE heartbeat_at < ?2 - 3600 AND id <> ?1")
+            .bind(me)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(dead)
+    }
+
+    async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = ? AND user_id = ? AND session_id = ? AND NOT sealed
+              ORDER BY created_at"
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_all(self.writer())
+        .await?;
+        rows.iter().map(record_sqlite).collect()
+    }
+
+    async fn mark_sealed(&self, run_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE runs SET sealed = 1 WHERE id = ?")
+            .bind(run_id)
+            .execute(self.writer())
+            .await?;
+        Ok(())
     }
 
     async fn finish_run(
@@ -416,8 +781,9 @@ impl RunStore for SqliteStore {
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
-    ) -> StoreResult<()> {
-        sqlx::query(
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin().await?;
+        let done = sqlx::query(
             "UPDATE runs SET status = ?2, finished_at = ?3, last_seq = ?4, error = ?5
               WHERE id = ?1 AND status = 'running'",
         )
@@ -426,16 +792,36 @@ impl RunStore for SqliteStore {
         .bind(now_ts())
         .bind(last_seq)
         .bind(error)
-        .execute(self.writer())
-        .await?;
-        Ok(())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        if done {
+            sqlx::query("UPDATE sessions SET active_run = NULL WHERE active_run = ?")
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(done)
     }
 
-    async fn request_cancel(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
-        sqlx::query("UPDATE runs SET cancel_requested = 1 WHERE id = ? AND status = 'running'")
-            .bind(run_id)
-            .execute(self.writer())
-            .await?;
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        req: &CancelRequest,
+    ) -> StoreResult<Option<RunRecord>> {
+        sqlx::query(
+            "UPDATE runs SET cancel_requested = 1,
+                    cancelled_by = COALESCE(cancelled_by, ?2),
+                    cancel_reason = COALESCE(cancel_reason, ?3)
+              WHERE id = ?1 AND status = 'running'",
+        )
+        .bind(run_id)
+        .bind(&req.by)
+        .bind(&req.reason)
+        .execute(self.writer())
+        .await?;
         self.get_run(run_id).await
     }
 
@@ -450,7 +836,12 @@ impl RunStore for SqliteStore {
     async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>> {
         let row = sqlx::query(&format!(
             "SELECT {RUN_COLUMNS} FROM runs
-              WHERE app_name = ? AND user_id = ? AND session_id = ? AND status = 'running'"
+              WHERE id = (SELECT active_run FROM sessions
+                           WHERE app_name = ?1 AND user_id = ?2 AND id = ?3)
+             UNION ALL
+             SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = ?1 AND user_id = ?2 AND session_id = ?3 AND status = 'running'
+             LIMIT 1"
         ))
         .bind(&key.app_name)
         .bind(&key.user_id)
@@ -458,5 +849,27 @@ impl RunStore for SqliteStore {
         .fetch_optional(self.writer())
         .await?;
         row.as_ref().map(record_sqlite).transpose()
+    }
+
+    async fn enqueue(&self, key: &SessionKey, owner: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO run_queue (app_name, user_id, session_id, owner, created_at)
+             VALUES (?, ?, ?, ?, ?) RETURNING ticket",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(owner)
+        .bind(now_ts())
+        .fetch_one(self.writer())
+        .await?)
+    }
+
+    async fn dequeue(&self, ticket: i64) -> StoreResult<()> {
+        sqlx::query("DELETE FROM run_queue WHERE ticket = ?")
+            .bind(ticket)
+            .execute(self.writer())
+            .await?;
+        Ok(())
     }
 }

@@ -79,7 +79,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+    pub(crate) async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 
@@ -271,7 +271,7 @@ impl SessionStore for SqliteStore {
             .take()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let key = SessionKey::new(&new.app_name, &new.user_id, &id);
-        prepare_initial_events(&mut new.events);
+        prepare_initial_events(&mut new.events)?;
         let now = now_ts();
         let split = SplitState::split(&new.state);
 
@@ -415,11 +415,12 @@ impl SessionStore for SqliteStore {
         Ok(deleted > 0)
     }
 
-    async fn append_event(
+    async fn append_fenced(
         &self,
         key: &SessionKey,
         mut event: Event,
         artifacts: Vec<ArtifactWrite>,
+        fence: Fence<'_>,
     ) -> StoreResult<StoredEvent> {
         event.fill_defaults();
         crate::event::strip_temp_keys(&mut event.actions.state_delta);
@@ -431,7 +432,7 @@ impl SessionStore for SqliteStore {
         // Dropping `tx` on any early return rolls everything back.
         let mut tx = self.begin().await?;
         let row = sqlx::query(
-            "SELECT state, last_seq FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+            "SELECT state, last_seq, active_run FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
         )
         .bind(&key.app_name)
         .bind(&key.user_id)
@@ -441,6 +442,33 @@ impl SessionStore for SqliteStore {
         let Some(row) = row else {
             return Err(StoreError::SessionNotFound);
         };
+        let owner: Option<String> = row.get("active_run");
+        let owned = match fence {
+            Fence::Unfenced => true,
+            Fence::Run(run) => owner.as_deref() == Some(run),
+            Fence::Free => owner.is_none(),
+        };
+        if !owned {
+            return Err(StoreError::NotOwner);
+        }
+        // Idempotent on the id, as on PostgreSQL.
+        let existing = sqlx::query(
+            "SELECT seq, timestamp, event FROM events
+              WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(&event.id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(r) = existing {
+            let stored = stored_event(&r)?;
+            if stored.event.invocation_id == event.invocation_id {
+                return Ok(stored);
+            }
+            return Err(StoreError::DuplicateEvent(event.id));
+        }
         let seq = row.get::<i64, _>("last_seq") + 1;
         let mut state = parse_map(Some(row.get("state")))?;
         apply_delta(&mut state, &split.session);
@@ -472,6 +500,48 @@ impl SessionStore for SqliteStore {
         Self::insert_event(&mut tx, key, seq, &event).await?;
         tx.commit().await?;
         Ok(StoredEvent { seq, event })
+    }
+
+    async fn find_event(
+        &self,
+        key: &SessionKey,
+        event_id: &str,
+    ) -> StoreResult<Option<StoredEvent>> {
+        let row = sqlx::query(
+            "SELECT seq, timestamp, event FROM events
+              WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(event_id)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(stored_event).transpose()
+    }
+
+    async fn invocation_events(
+        &self,
+        key: &SessionKey,
+        invocation_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, timestamp, event FROM events
+              WHERE app_name = ? AND user_id = ? AND session_id = ? AND seq > ?
+                AND invocation_id = ?
+              ORDER BY seq LIMIT ?",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(after)
+        .bind(invocation_id)
+        .bind(limit.max(1) as i64)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(stored_event).collect()
     }
 
     async fn list_events(

@@ -1,0 +1,554 @@
+//! Getting back on a stream, from any replica:
+//!
+//! - `GET /runs/{run_id}/stream` re-attaches to a run: its committed events after
+//!   `Last-Event-ID` (or `?after=`) are replayed from the database, then the stream continues
+//!   live with exactly the frames `POST /run` sends (partial events without `id:`, committed
+//!   ones with `id: <seq>`, keep-alives, `event: done`). A finished run: replay, then `done`.
+//! - `GET /apps/{app}/users/{user}/sessions/{id}/stream` follows a session across runs: every
+//!   committed event as it lands (`id: <seq>`), the live partial events of whatever run is in
+//!   progress, and `event: run_started` / `event: run_done` around each run.
+//! - `POST /apps/{app}/users/{user}/sessions/{id}/cancel` stops the session's active run (a
+//!   stop button that does not need the run id).
+//!
+//! Committed events always come from the database, in seq order, each once: the bus only says
+//! *when* to read (see [`crate::runner::bus`]), and a slow poll covers a lost notification.
+
+use super::error::{problem, ApiError, ApiResult};
+use super::extract::Path;
+use super::run::KEEP_ALIVE_EVERY;
+use super::sse;
+use super::AppState;
+use crate::agent::context::RunItem;
+use crate::event::Event;
+use crate::runner::bus::BusMsg;
+use crate::store::{CancelRequest, EventRange, RunRecord, RunStatus, SessionKey, StoredEvent};
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+
+/// A follower re-reads the database this often even without a notification.
+const FOLLOW_POLL: Duration = Duration::from_secs(3);
+/// Events read per database page while replaying.
+const REPLAY_PAGE: u32 = 200;
+/// Frames buffered towards one follower.
+const FOLLOWER_FRAMES: usize = 64;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/runs/{run_id}/stream", get(run_stream))
+        .route(
+            "/apps/{app}/users/{user}/sessions/{session}/stream",
+            get(session_stream),
+        )
+        .route(
+            "/apps/{app}/users/{user}/sessions/{session}/cancel",
+            post(cancel_session),
+        )
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AfterQuery {
+    after: Option<String>,
+}
+
+/// The resume point: `Last-Event-ID` wins over `?after=`; either must be a seq (an integer
+/// ≥ 0).
+fn resume_point(headers: &HeaderMap, query: &AfterQuery) -> ApiResult<Option<i64>> {
+    let (raw, loc) = match headers.get("last-event-id") {
+        Some(v) => (
+            Some(v.to_str().unwrap_or("\u{fffd}").trim().to_string()),
+            vec![json!("header"), json!("Last-Event-ID")],
+        ),
+        None => (query.after.clone(), vec![json!("query"), json!("after")]),
+    };
+    let Some(raw) = raw.filter(|r| !r.is_empty()) else {
+        return Ok(None);
+    };
+    match raw.parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(Some(n)),
+        _ => Err(ApiError::validation(vec![problem(
+            "int_parsing",
+            loc,
+            format!("must be an event seq (an integer ≥ 0), got {raw:?}"),
+        )])),
+    }
+}
+
+fn beyond_end(after: i64, last: i64) -> ApiError {
+    ApiError::bad_request(
+        "after_beyond_end",
+        format!("after={after} is beyond the last committed event (seq {last})."),
+    )
+}
+
+fn sse_body(rx: mpsc::Receiver<Bytes>, extra: HeaderMap) -> Response {
+    let body = Body::from_stream(futures::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+        Ok::<_, std::convert::Infallible>,
+    ));
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    h.extend(extra);
+    resp
+}
+
+/// Writes frames to a follower; false once it has gone.
+struct Out {
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl Out {
+    async fn send(&self, frame: Bytes) -> bool {
+        self.tx.send(frame).await.is_ok()
+    }
+}
+
+// ---------------------------------------------------------------- run re-attach
+
+async fn run_stream(
+    state: axum::extract::State<AppState>,
+    Path(run_id): Path<String>,
+    headers: HeaderMap,
+    query: axum::extract::Query<AfterQuery>,
+) -> ApiResult<Response> {
+    let after = resume_point(&headers, &query)?;
+    let Some(run) = state.runner.get_run(&run_id).await? else {
+        return Err(ApiError::not_found("run_not_found", "Run not found"));
+    };
+    // Follow before reading anything else: whatever happens from here on is heard.
+    let sub = state.runner.bus().subscribe(&run.key());
+    let Some(run) = state.runner.get_run(&run_id).await? else {
+        return Err(ApiError::not_found("run_not_found", "Run not found"));
+    };
+    let head = state
+        .store
+        .session_head(&run.key())
+        .await?
+        .ok_or_else(|| ApiError::not_found("run_not_found", "The run's session was deleted"))?;
+    if let Some(a) = after {
+        if a > head.last_seq {
+            return Err(beyond_end(a, head.last_seq));
+        }
+    }
+    let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
+    let mut extra = HeaderMap::new();
+    for (name, value) in [
+        ("x-agentd-run-id", &run.run_id),
+        ("x-agentd-invocation-id", &run.invocation_id),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            extra.insert(name, v);
+        }
+    }
+    let follower = RunFollower::new(state.0.clone(), run, after, Out { tx });
+    tokio::spawn(follower.run(sub));
+    Ok(sse_body(rx, extra))
+}
+
+struct RunFollower {
+    state: AppState,
+    run: RunRecord,
+    key: SessionKey,
+    /// The last committed seq this client has (or that is not part of the run's stream).
+    last: i64,
+    /// The run's user event is not streamed by `POST /run`; skip it when replaying from the
+    /// run's start.
+    skip_user_event: bool,
+    out: Out,
+}
+
+impl RunFollower {
+    fn new(state: AppState, run: RunRecord, after: Option<i64>, out: Out) -> Self {
+        let base = run.base_seq.unwrap_or(0);
+        let last = after.unwrap_or(base).max(0);
+        RunFollower {
+            key: run.key(),
+            skip_user_event: run.user_event && last <= base,
+            last,
+            state,
+            run,
+            out,
+        }
+    }
+
+    fn frame(&self, item: &RunItem) -> Bytes {
+        sse::agentd_frame(item, &self.run.run_id, &self.run.invocation_id)
+    }
+
+    /// Sends the run's committed events after `last`, from the database. False: client gone.
+    async fn replay(&mut self) -> Result<bool, crate::store::StoreError> {
+        loop {
+            let page = self
+                .state
+                .store
+                .invocation_events(&self.key, &self.run.invocation_id, self.last, REPLAY_PAGE)
+                .await?;
+            for StoredEvent { seq, event } in &page {
+                self.last = *seq;
+                if std::mem::take(&mut self.skip_user_event) && event.author == "user" {
+                    continue;
+                }
+                let item = RunItem::Event {
+                    event: Box::new(event.clone()),
+                    seq: Some(*seq),
+                };
+                if !self.out.send(self.frame(&item)).await {
+                    return Ok(false);
+                }
+            }
+            if page.len() < REPLAY_PAGE as usize {
+                self.skip_user_event = false;
+                return Ok(true);
+            }
+        }
+    }
+
+    async fn done(&mut self, status: RunStatus, last_seq: Option<i64>) {
+        let item = RunItem::Done {
+            status,
+            last_seq: last_seq.or(Some(self.last)),
+        };
+        let _ = self.out.send(self.frame(&item)).await;
+    }
+
+    /// Replays, and ends the stream if the database says the run is over. Some(true): ended.
+    async fn check_row(&mut self) -> Option<bool> {
+        if !self.replay().await.ok()? {
+            return Some(true);
+        }
+        let row = self.state.store.get_run(&self.run.run_id).await.ok()??;
+        if row.status == RunStatus::Running {
+            return Some(false);
+        }
+        self.replay().await.ok()?;
+        self.done(row.status, row.last_seq).await;
+        Some(true)
+    }
+
+    async fn run(mut self, mut sub: crate::runner::bus::Subscription) {
+        match self.check_row().await {
+            Some(false) => {}
+            Some(true) => return,
+            None => {
+                tracing::warn!(run = %self.run.run_id, "re-attach: could not read the run");
+                return;
+            }
+        }
+        let my_run: Arc<str> = self.run.run_id.as_str().into();
+        let mut poll = tokio::time::interval(FOLLOW_POLL);
+        poll.reset();
+        loop {
+            let quiet = tokio::time::sleep(KEEP_ALIVE_EVERY);
+            tokio::select! {
+                msg = sub.rx.recv() => match msg {
+                    Ok(BusMsg::Partial { run_id, after, event }) if run_id == my_run => {
+                        let after = after.unwrap_or(self.run.base_seq.unwrap_or(0));
+                        if after < self.last {
+                            continue; // part of an event this client already has
+                        }
+                        if after > self.last && !matches!(self.replay().await, Ok(true)) {
+                            return;
+                        }
+                        let item = RunItem::Event { event: Box::new(Event::clone(&event)), seq: None };
+                        if !self.out.send(self.frame(&item)).await {
+                            return;
+                        }
+                    }
+                    Ok(BusMsg::Committed { run_id: Some(run_id), seq, event, in_run_stream }) if run_id == my_run => {
+                        if seq <= self.last {
+                            continue;
+                        }
+                        match event {
+                            Some(event) if in_run_stream && seq == self.last + 1 && !self.skip_user_event => {
+                                self.last = seq;
+                                let item = RunItem::Event { event: Box::new(Event::clone(&event)), seq: Some(seq) };
+                                if !self.out.send(self.frame(&item)).await {
+                                    return;
+                                }
+                            }
+                            _ => {
+                                if !matches!(self.replay().await, Ok(true)) {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                    Ok(BusMsg::Error { run_id, kind, message }) if run_id == my_run => {
+                        let item = RunItem::Error { kind, message };
+                        if !self.out.send(self.frame(&item)).await {
+                            return;
+                        }
+                    }
+                    Ok(BusMsg::Done { run_id, .. }) if run_id == my_run => {
+                        // The row is the truth (the notification may come from a sweeper).
+                        match self.check_row().await {
+                            Some(false) => {}
+                            _ => return,
+                        }
+                    }
+                    Ok(BusMsg::Resync) | Err(RecvError::Lagged(_)) => {
+                        if self.check_row().await != Some(false) {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Closed) => return,
+                },
+                _ = poll.tick() => {
+                    if self.check_row().await != Some(false) {
+                        return;
+                    }
+                }
+                _ = quiet => {
+                    if !self.out.send(Bytes::from_static(sse::KEEP_ALIVE)).await {
+                        return;
+                    }
+                }
+                _ = self.out.tx.closed() => return,
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- session follow
+
+async fn session_stream(
+    state: axum::extract::State<AppState>,
+    Path((app, user, session)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    query: axum::extract::Query<AfterQuery>,
+) -> ApiResult<Response> {
+    let after = resume_point(&headers, &query)?;
+    let key = SessionKey::new(app, user, session);
+    let sub = state.runner.bus().subscribe(&key);
+    let head = state
+        .store
+        .session_head(&key)
+        .await?
+        .ok_or_else(ApiError::session_not_found)?;
+    if let Some(a) = after {
+        if a > head.last_seq {
+            return Err(beyond_end(a, head.last_seq));
+        }
+    }
+    let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
+    let follower = SessionFollower {
+        state: state.0.clone(),
+        key,
+        last: after.unwrap_or(head.last_seq),
+        out: Out { tx },
+    };
+    tokio::spawn(follower.run(sub));
+    Ok(sse_body(rx, HeaderMap::new()))
+}
+
+struct SessionFollower {
+    state: AppState,
+    key: SessionKey,
+    last: i64,
+    out: Out,
+}
+
+fn committed_frame(seq: i64, event: &Event) -> Bytes {
+    sse::agentd_frame(
+        &RunItem::Event {
+            event: Box::new(event.clone()),
+            seq: Some(seq),
+        },
+        "",
+        "",
+    )
+}
+
+fn named_frame(name: &str, body: serde_json::Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {body}\n\n"))
+}
+
+impl SessionFollower {
+    /// Sends committed events after `last`. Err: stop (client gone, session deleted, or the
+    /// database failed).
+    async fn replay(&mut self) -> Result<(), ()> {
+        loop {
+            let page = self
+                .state
+                .store
+                .list_events(
+                    &self.key,
+                    EventRange {
+                        after: Some(self.last),
+                        before: None,
+                        limit: REPLAY_PAGE,
+                    },
+                )
+                .await
+                .map_err(|e| tracing::warn!(error = %e, "session follower: read failed"))?
+                .ok_or(())?;
+            for StoredEvent { seq, event } in &page.events {
+                self.last = *seq;
+                if !self.out.send(committed_frame(*seq, event)).await {
+                    return Err(());
+                }
+            }
+            if !page.has_more {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn run(mut self, mut sub: crate::runner::bus::Subscription) {
+        if self.replay().await.is_err() {
+            return;
+        }
+        let mut poll = tokio::time::interval(FOLLOW_POLL);
+        poll.reset();
+        loop {
+            let quiet = tokio::time::sleep(KEEP_ALIVE_EVERY);
+            let frame = tokio::select! {
+                msg = sub.rx.recv() => match msg {
+                    Ok(BusMsg::Started { run_id, invocation_id }) => Some(named_frame(
+                        "run_started",
+                        json!({"runId": &*run_id, "invocationId": &*invocation_id}),
+                    )),
+                    Ok(BusMsg::Partial { after, event, .. }) => {
+                        if after.is_some_and(|a| a < self.last) {
+                            None
+                        } else {
+                            if after.is_some_and(|a| a > self.last) && self.replay().await.is_err() {
+                                return;
+                            }
+                            Some(sse::agentd_frame(&RunItem::Event { event: Box::new(Event::clone(&event)), seq: None }, "", ""))
+                        }
+                    }
+                    Ok(BusMsg::Committed { seq, event, .. }) => {
+                        match event {
+                            _ if seq <= self.last => None,
+                            Some(event) if seq == self.last + 1 => {
+                                self.last = seq;
+                                Some(committed_frame(seq, &event))
+                            }
+                            _ => {
+                                if self.replay().await.is_err() {
+                                    return;
+                                }
+                                None
+                            }
+                        }
+                    }
+                    Ok(BusMsg::Error { run_id, kind, message }) => Some(named_frame(
+                        "error",
+                        json!({"runId": &*run_id, "error": format!("{kind}: {message}"), "code": "run_failed",
+                               "errorType": kind, "errorMessage": message}),
+                    )),
+                    Ok(BusMsg::Done { run_id, status, last_seq }) => {
+                        if self.replay().await.is_err() {
+                            return;
+                        }
+                        Some(named_frame(
+                            "run_done",
+                            json!({"runId": &*run_id, "status": status.as_str(), "lastSeq": last_seq.or(Some(self.last))}),
+                        ))
+                    }
+                    Ok(BusMsg::Resync) | Err(RecvError::Lagged(_)) => {
+                        if self.replay().await.is_err() {
+                            return;
+                        }
+                        None
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+                _ = poll.tick() => {
+                    if self.replay().await.is_err() {
+                        return;
+                    }
+                    None
+                }
+                _ = quiet => Some(Bytes::from_static(sse::KEEP_ALIVE)),
+                _ = self.out.tx.closed() => return,
+            };
+            if let Some(frame) = frame {
+                if !self.out.send(frame).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- cancel
+
+/// Optional body of a cancel request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelBody {
+    /// Why (recorded on the run; at most 1,000 characters).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Who asked: the request id (authenticated callers will be named here).
+pub fn cancel_request(headers: &HeaderMap, body: Option<CancelBody>) -> ApiResult<CancelRequest> {
+    let reason = body.and_then(|b| b.reason);
+    if reason.as_ref().is_some_and(|r| r.chars().count() > 1000) {
+        return Err(ApiError::validation(vec![problem(
+            "string_too_long",
+            vec![json!("body"), json!("reason")],
+            "at most 1000 characters",
+        )]));
+    }
+    let by = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|id| format!("request {id}"));
+    Ok(CancelRequest { by, reason })
+}
+
+/// Reads an optional JSON body (empty means none).
+pub fn optional_body<T: serde::de::DeserializeOwned + Default>(bytes: &Bytes) -> ApiResult<T> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::validation(vec![problem(
+            "json_invalid",
+            vec![json!("body")],
+            e.to_string(),
+        )])
+    })
+}
+
+async fn cancel_session(
+    state: axum::extract::State<AppState>,
+    Path((app, user, session)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let req = cancel_request(&headers, Some(optional_body(&body)?))?;
+    let key = SessionKey::new(app, user, session);
+    if state.store.session_head(&key).await?.is_none() {
+        return Err(ApiError::session_not_found());
+    }
+    match state.runner.cancel_session(&key, &req).await? {
+        Some(run) if run.status == RunStatus::Running => {
+            Ok((StatusCode::ACCEPTED, axum::Json(run)).into_response())
+        }
+        _ => Err(ApiError::conflict(
+            "no_active_run",
+            "The session has no running run.",
+        )),
+    }
+}

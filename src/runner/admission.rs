@@ -1,0 +1,114 @@
+//! Admission: taking a session for a run, by its `onBusy` policy.
+//!
+//! The claim itself is one statement (see [`crate::store::RunStore::insert_run`]). A busy
+//! session is waited for by listening on the bus for the end of its run (from any replica),
+//! with a slow poll as the fallback for a lost notification. `enqueue` (and `interrupt`) take
+//! a ticket in the database queue, so waiters on every replica are admitted in arrival order.
+
+use super::bus::BusMsg;
+use super::{OnBusy, RunError, RunRequest, Runner};
+use crate::store::{CancelRequest, Claim, NewRun, Store};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Fallback re-check while waiting for a busy session (a missed notification costs this much).
+const BUSY_POLL: Duration = Duration::from_secs(1);
+
+/// A place in a session's queue; leaving it (admitted, timed out, the client gone) is the
+/// drop.
+struct Ticket {
+    id: i64,
+    store: Arc<dyn Store>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let store = self.store.clone();
+        let id = self.id;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = store.dequeue(id).await {
+                    tracing::warn!(ticket = id, error = %e, "could not leave the run queue; the ticket expires with this replica");
+                }
+            });
+        }
+    }
+}
+
+impl Runner {
+    /// Claims the session for `run` according to the request's `on_busy` (creating the
+    /// session first if it is missing and the request asks for that). Returns the session's
+    /// last seq before the run.
+    pub(super) async fn admit(&self, run: &NewRun, req: &RunRequest) -> Result<i64, RunError> {
+        let deadline = Instant::now() + self.config.enqueue_timeout;
+        let mut interrupted = false;
+        let mut created = false;
+        let mut ticket: Option<Ticket> = None;
+        let mut sub = None;
+        loop {
+            let claim = self
+                .store
+                .claim_run(run, ticket.as_ref().map(|t| t.id))
+                .await?;
+            let active = match claim {
+                Claim::Acquired { base_seq } => return Ok(base_seq),
+                Claim::NoSession if req.create_session && !created => {
+                    self.create_session(&run.key).await?;
+                    created = true;
+                    continue;
+                }
+                Claim::NoSession => {
+                    return Err(RunError::SessionNotFound(run.key.session_id.clone()))
+                }
+                Claim::Busy(active) => active,
+            };
+            let holder = active.as_ref().map_or_else(
+                || "(earlier queued requests)".to_string(),
+                |a| a.run_id.clone(),
+            );
+            match req.on_busy {
+                OnBusy::Reject => return Err(RunError::Busy(holder)),
+                OnBusy::Interrupt if !interrupted => {
+                    if let Some(active) = &active {
+                        let why = CancelRequest {
+                            by: Some(format!("run {}", run.run_id)),
+                            reason: Some("interrupted by a new message (onBusy: interrupt)".into()),
+                        };
+                        self.cancel(&active.run_id, &why).await?;
+                    }
+                    interrupted = true;
+                }
+                _ => {}
+            }
+            // Listen first, then claim again: an end that happens in between is not missed.
+            if sub.is_none() {
+                sub = Some(self.bus.subscribe(&run.key));
+                continue;
+            }
+            if ticket.is_none() {
+                let id = self.store.enqueue(&run.key, &self.config.owner).await?;
+                ticket = Some(Ticket {
+                    id,
+                    store: self.store.clone(),
+                });
+                continue;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RunError::QueueTimeout(holder));
+            }
+            let Some(sub) = sub.as_mut() else { continue };
+            let wait = BUSY_POLL.min(deadline - now);
+            tokio::select! {
+                msg = sub.rx.recv() => {
+                    // Only an end (or a possible loss) is worth a new claim.
+                    if let Ok(BusMsg::Started { .. } | BusMsg::Partial { .. } | BusMsg::Committed { .. } | BusMsg::Error { .. }) = msg {
+                        continue;
+                    }
+                }
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.draining.cancelled() => return Err(RunError::ShuttingDown),
+            }
+        }
+    }
+}

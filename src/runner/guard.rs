@@ -1,0 +1,104 @@
+//! The drop guard of a run's ownership (mini-redis's `DbDropGuard` idiom).
+//!
+//! A run holds its session from admission until its outcome is recorded. The happy path calls
+//! [`RunGuard::finish`]; if the run's task ends any other way (a panic that escaped the agent
+//! boundary, the runtime shutting down, a bug), dropping the guard records the run as `failed`
+//! and frees the session, from a task of its own. The replica's reconciliation
+//! ([`super::liveness`]) is the last line behind this one.
+
+use super::bus::BusMsg;
+use super::{lock, Runner};
+use crate::store::{RunStatus, SessionKey};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) struct RunGuard {
+    runner: Arc<Runner>,
+    run_id: String,
+    key: SessionKey,
+    armed: bool,
+}
+
+impl RunGuard {
+    pub(crate) fn new(runner: Arc<Runner>, run_id: String, key: SessionKey) -> Self {
+        RunGuard {
+            runner,
+            run_id,
+            key,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Records the outcome (synchronously committed) and frees the session. A database that
+    /// does not answer is retried for a while: a run must not leave its session busy. Returns
+    /// false if the run no longer owned the session (it was taken over).
+    pub(crate) async fn finish(
+        mut self,
+        status: RunStatus,
+        last_seq: Option<i64>,
+        error: Option<&str>,
+    ) -> bool {
+        self.armed = false;
+        let owned = finish(&self.runner, &self.run_id, status, last_seq, error).await;
+        lock(&self.runner.local).remove(&self.run_id);
+        owned
+    }
+}
+
+async fn finish(
+    runner: &Runner,
+    run_id: &str,
+    status: RunStatus,
+    last_seq: Option<i64>,
+    error: Option<&str>,
+) -> bool {
+    let mut delay = Duration::from_millis(100);
+    for attempt in 0..8 {
+        match runner
+            .store
+            .finish_run(run_id, status, last_seq, error)
+            .await
+        {
+            Ok(owned) => return owned,
+            Err(e) => {
+                tracing::warn!(run = %run_id, attempt, error = %e, "could not record the run's outcome; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    tracing::error!(run = %run_id, "gave up recording the run's outcome; reconciliation will");
+    true
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        tracing::error!(run = %self.run_id, "run task ended without recording an outcome; releasing the session");
+        let runner = self.runner.clone();
+        let run_id = std::mem::take(&mut self.run_id);
+        let key = self.key.clone();
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            let error = "the run's task ended unexpectedly";
+            finish(&runner, &run_id, RunStatus::Failed, None, Some(error)).await;
+            lock(&runner.local).remove(&run_id);
+            runner.bus.publish(
+                &key,
+                BusMsg::Done {
+                    run_id: run_id.as_str().into(),
+                    status: RunStatus::Failed,
+                    last_seq: None,
+                },
+            );
+        });
+    }
+}

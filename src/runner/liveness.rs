@@ -1,0 +1,123 @@
+//! Liveness per replica, not per run.
+//!
+//! One task per process writes the replica's heartbeat every `lease / 3` (one write, whatever
+//! the number of open runs) and learns from it which of its runs someone asked to cancel (the
+//! fallback for a lost notification). Every other beat it sweeps: runs of replicas whose
+//! heartbeat is older than their lease are marked `abandoned`, their sessions freed and their
+//! transcripts sealed, and followers are told. Every tenth beat it reconciles: a run the
+//! database says this replica runs, but which has no task here, is finished as `failed`.
+//!
+//! If this replica cannot write its heartbeat for two thirds of its lease, it stops its own
+//! runs (`interrupted`) before other replicas may take their sessions over; their writes are
+//! fenced anyway, so a run that lost its session cannot write into it.
+
+use super::bus::BusMsg;
+use super::{lock, Runner, StopCause};
+use crate::store::{Fence, RunStatus, StoreError};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Runner {
+    pub(super) fn spawn_liveness(self: &Arc<Self>) {
+        let runner = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        let lease = self.config.lease;
+        let period = lease / 3;
+        tokio::spawn(async move {
+            let mut last_ok = Instant::now();
+            let mut beat: u64 = 0;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(period) => {}
+                }
+                let Some(runner) = runner.upgrade() else {
+                    return;
+                };
+                beat += 1;
+                let draining = runner.is_draining();
+                match runner
+                    .store
+                    .heartbeat(&runner.config.owner, lease, draining)
+                    .await
+                {
+                    Ok(cancels) => {
+                        last_ok = Instant::now();
+                        for id in cancels {
+                            runner.stop_local(&id, StopCause::Cancel);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "heartbeat failed");
+                        if last_ok.elapsed() > lease * 2 / 3 {
+                            tracing::error!("no heartbeat for most of the lease; stopping this replica's runs before they can be taken over");
+                            runner.stop_all_local(StopCause::Liveness);
+                        }
+                        continue;
+                    }
+                }
+                if beat % 2 == 0 {
+                    if let Err(e) = runner.sweep().await {
+                        tracing::warn!(error = %e, "sweep failed");
+                    }
+                }
+                if beat % 10 == 0 {
+                    if let Err(e) = runner.reconcile().await {
+                        tracing::warn!(error = %e, "reconciliation failed");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Runs of dead replicas: abandoned, sessions freed, transcripts sealed, followers told.
+    pub(super) async fn sweep(&self) -> Result<(), StoreError> {
+        for dead in self.store.sweep(&self.config.owner).await? {
+            tracing::warn!(run = %dead.run_id, owner = %dead.owner, "run of a dead replica abandoned");
+            let root = self.root_name(&dead.app_name);
+            match super::seal::seal_dead(self.store.as_ref(), &dead, &root, Fence::Free).await {
+                Ok(sealed) => self.publish_sealed(&dead, sealed),
+                // A new run took the session first; it seals the transcript itself.
+                Err(StoreError::NotOwner) => {}
+                Err(e) => {
+                    tracing::warn!(run = %dead.run_id, error = %e, "could not seal a dead run")
+                }
+            }
+            self.bus.publish(
+                &dead.key(),
+                BusMsg::Done {
+                    run_id: dead.run_id.as_str().into(),
+                    status: RunStatus::Abandoned,
+                    last_seq: None,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs recorded as this replica's that have no task here.
+    async fn reconcile(&self) -> Result<(), StoreError> {
+        for run in self.store.owned_runs(&self.config.owner).await? {
+            if lock(&self.local).contains_key(&run.run_id) {
+                continue;
+            }
+            tracing::error!(run = %run.run_id, "run without a task on its replica; finishing it as failed");
+            let error = "the run's task ended without recording an outcome";
+            if self
+                .store
+                .finish_run(&run.run_id, RunStatus::Failed, None, Some(error))
+                .await?
+            {
+                self.bus.publish(
+                    &run.key(),
+                    BusMsg::Done {
+                        run_id: run.run_id.as_str().into(),
+                        status: RunStatus::Failed,
+                        last_seq: None,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,140 @@
+//! Sealing: leaving a run that did not finish normally with a valid transcript. Every function
+//! call it committed without a response gets an error response (a model provider rejects a
+//! history with an unanswered tool call), then an `INVOCATION_ABORTED` event ends it.
+//!
+//! A live run seals itself (cancel, timeout, drain) from what it tracked while running. A dead
+//! run (its replica stopped) is sealed from its stored events by whoever detects it: the next
+//! admission on its session (fenced by the new run) or a sweeper (fenced by the session being
+//! free). Sealing a dead run twice adds nothing the second time.
+
+use crate::agent::context::EmitState;
+use crate::agent::InvocationContext;
+use crate::event::{Content, Event, FunctionResponse, JsonMap, Part};
+use crate::store::{Fence, RunRecord, Store, StoreResult};
+use std::collections::BTreeMap;
+
+/// `errorCode` of the event that seals a cancelled, timed-out, interrupted or abandoned run.
+pub const INVOCATION_ABORTED: &str = "INVOCATION_ABORTED";
+
+/// The events that answer `open` calls (id → (name, author)) and end the invocation.
+fn seal_events(
+    invocation_id: &str,
+    open: BTreeMap<String, (String, String)>,
+    root: &str,
+    reason: &str,
+    with_abort: bool,
+    metadata: Option<&JsonMap>,
+) -> Vec<Event> {
+    let mut by_author: BTreeMap<String, Vec<Part>> = BTreeMap::new();
+    for (id, (name, author)) in open {
+        let response = serde_json::from_value(serde_json::json!({
+            "error": "cancelled", "message": reason,
+        }))
+        .unwrap_or_default();
+        by_author.entry(author).or_default().push(Part {
+            function_response: Some(FunctionResponse {
+                id: Some(id),
+                name,
+                response,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let mut events: Vec<Event> = by_author
+        .into_iter()
+        .map(|(author, parts)| {
+            Event::new(invocation_id, author).with_content(Content {
+                parts,
+                role: Some("user".into()),
+                ..Default::default()
+            })
+        })
+        .collect();
+    if with_abort {
+        let mut abort = Event::new(invocation_id, root);
+        abort.error_code = Some(INVOCATION_ABORTED.into());
+        abort.error_message = Some(reason.to_string());
+        abort.interrupted = Some(true);
+        events.push(abort);
+    }
+    if let Some(meta) = metadata {
+        for e in &mut events {
+            e.custom_metadata = Some(meta.clone());
+        }
+    }
+    events
+}
+
+/// Seals a live run from its own tracking (holding its emit lock, so nothing interleaves).
+/// Each event is committed fenced by the run and streamed to its client.
+pub(crate) async fn seal_live(
+    ctx: &InvocationContext,
+    st: &mut EmitState,
+    root: &str,
+    reason: &str,
+) {
+    let open = std::mem::take(&mut st.open_calls);
+    let events = seal_events(
+        ctx.invocation_id(),
+        open,
+        root,
+        reason,
+        true,
+        ctx.run_config().custom_metadata.as_ref(),
+    );
+    for event in events {
+        if let Err(e) = ctx.shared().commit(st, event, vec![]).await {
+            tracing::error!(error = %e, "could not seal the run");
+            return;
+        }
+    }
+}
+
+/// Seals a run that died with its replica, from its stored events. Returns the seal's events
+/// (empty if it was already sealed), committed under `fence`.
+pub(crate) async fn seal_dead(
+    store: &dyn Store,
+    run: &RunRecord,
+    root: &str,
+    fence: Fence<'_>,
+) -> StoreResult<Vec<(i64, Event)>> {
+    let key = run.key();
+    let mut open: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut aborted = false;
+    let mut after = run.base_seq.unwrap_or(0);
+    loop {
+        let page = store
+            .invocation_events(&key, &run.invocation_id, after, 500)
+            .await?;
+        for stored in &page {
+            let e = &stored.event;
+            aborted |= e.error_code.as_deref() == Some(INVOCATION_ABORTED);
+            for call in e.function_calls() {
+                if let Some(id) = &call.id {
+                    open.insert(id.clone(), (call.name.clone(), e.author.clone()));
+                }
+            }
+            for resp in e.function_responses() {
+                if let Some(id) = &resp.id {
+                    open.remove(id);
+                }
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == 500 => after = last.seq,
+            _ => break,
+        }
+    }
+    let reason = "Invocation was abandoned: the replica running it stopped.";
+    let mut sealed = vec![];
+    for event in seal_events(&run.invocation_id, open, root, reason, !aborted, None) {
+        let stored = store.append_fenced(&key, event, vec![], fence).await?;
+        sealed.push((stored.seq, stored.event));
+    }
+    store.mark_sealed(&run.run_id).await?;
+    if !sealed.is_empty() {
+        tracing::info!(run = %run.run_id, events = sealed.len(), "sealed the transcript of a dead run");
+    }
+    Ok(sealed)
+}

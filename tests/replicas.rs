@@ -1,0 +1,740 @@
+//! Several real `agentd` processes (the built binary) on one PostgreSQL database: re-attach
+//! and follow across replicas, cancel across replicas, a replica killed with `kill -9`, and a
+//! SIGTERM drain. Plus the same routes in one process on both backends, run ownership
+//! (fencing) at the store, and a panicking agent.
+
+mod common;
+
+use agentd::agent::{Agent, AgentResult, AgentTree, InvocationContext, PluginSet};
+use agentd::event::Event;
+use agentd::store::{Claim, Fence, NewRun, RunStatus, SessionKey, StoreError};
+use async_trait::async_trait;
+use common::{json_with_status, Backend, TestDb, TestServer};
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+const USER: &str = "u1";
+
+// ------------------------------------------------------------------------------- harness
+
+/// App folders written for one test.
+struct Apps(tempfile::TempDir);
+
+impl Apps {
+    fn new() -> Self {
+        Apps(tempfile::tempdir().expect("temp dir"))
+    }
+
+    fn echo(self, app: &str, fields: &str) -> Self {
+        let dir = self.0.path().join(app);
+        std::fs::create_dir_all(&dir).expect("app dir");
+        let yaml = format!("agent_class: EchoAgent\nname: {app}\n{fields}\n");
+        std::fs::write(dir.join("root_agent.yaml"), yaml).expect("agent file");
+        self
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// A slow echo with a tool call: events `functionCall`, partials, `functionResponse`, reply.
+const SLOW_TOOL: &str = "chunks: 20\nchunk_delay_ms: 100\ncall_tool: lookup";
+
+/// One `agentd serve` child process.
+struct Replica {
+    child: tokio::process::Child,
+    base: String,
+    client: reqwest::Client,
+}
+
+impl Replica {
+    async fn spawn(db: &TestDb, apps: &Apps, name: &str, extra: &[&str]) -> Replica {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let bind = format!("127.0.0.1:{port}");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+            .arg("serve")
+            .args(["--bind", &bind, "--database-url", &db.url])
+            .arg("--apps-dir")
+            .arg(apps.path())
+            .args(["--replica-id", name])
+            .args(extra)
+            .env("RUST_LOG", "agentd=warn")
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn agentd");
+        let r = Replica {
+            child,
+            base: format!("http://{bind}"),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .expect("client"),
+        };
+        let deadline = Instant::now() + PATIENCE;
+        while !matches!(r.client.get(r.url("/health")).send().await, Ok(x) if x.status() == 200) {
+            assert!(Instant::now() < deadline, "replica {name} never answered");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        r
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.expect("GET")
+    }
+
+    async fn post(&self, path: &str, body: Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .expect("POST")
+    }
+
+    async fn create_session(&self, app: &str, id: &str) {
+        let path = format!("/apps/{app}/users/{USER}/sessions");
+        json_with_status(self.post(&path, json!({ "sessionId": id })).await, 200).await;
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().expect("running child")
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill {sig} failed");
+    }
+}
+
+fn run_body(app: &str, session: &str, text: &str) -> Value {
+    json!({
+        "appName": app, "userId": USER, "sessionId": session,
+        "newMessage": { "role": "user", "parts": [{ "text": text }] },
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Msg {
+    event: String,
+    id: String,
+    data: Value,
+}
+
+impl Msg {
+    fn is_partial(&self) -> bool {
+        self.event == "message" && self.data["partial"] == true
+    }
+    /// A committed agent event (SSE keeps the last `id:` for later messages, so the id alone
+    /// does not tell).
+    fn is_committed(&self) -> bool {
+        self.event == "message" && self.data["partial"] != true && self.data.get("author").is_some()
+    }
+}
+
+type SseItems = Pin<
+    Box<
+        dyn Stream<Item = Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>>
+            + Send,
+    >,
+>;
+
+/// An SSE response read with a real parser.
+struct Sse {
+    headers: reqwest::header::HeaderMap,
+    items: SseItems,
+}
+
+impl Sse {
+    async fn open(resp: reqwest::Response) -> Sse {
+        let status = resp.status();
+        if status != 200 {
+            let body = resp.text().await.unwrap_or_default();
+            panic!("expected a 200 event stream, got {status}: {body}");
+        }
+        Sse {
+            headers: resp.headers().clone(),
+            items: Box::pin(resp.bytes_stream().eventsource()),
+        }
+    }
+
+    fn run_id(&self) -> String {
+        self.headers
+            .get("x-agentd-run-id")
+            .and_then(|v| v.to_str().ok())
+            .expect("x-agentd-run-id")
+            .to_string()
+    }
+
+    async fn next(&mut self) -> Option<Msg> {
+        let item = tokio::time::timeout(PATIENCE, self.items.next())
+            .await
+            .expect("the stream stalled")?;
+        let ev = item.expect("well-formed SSE");
+        let data = serde_json::from_str(&ev.data)
+            .unwrap_or_else(|e| panic!("data is not JSON ({e}): {}", ev.data));
+        Some(Msg {
+            event: ev.event,
+            id: ev.id,
+            data,
+        })
+    }
+
+    async fn until(&mut self, pred: impl Fn(&Msg) -> bool) -> Msg {
+        loop {
+            let m = self.next().await.expect("the stream ended early");
+            if pred(&m) {
+                return m;
+            }
+        }
+    }
+
+    async fn rest(&mut self) -> Vec<Msg> {
+        let mut out = vec![];
+        while let Some(m) = self.next().await {
+            out.push(m);
+        }
+        out
+    }
+}
+
+/// `(seq, event id)` of each committed event among `msgs`.
+fn committed(msgs: &[Msg]) -> Vec<(i64, String)> {
+    msgs.iter()
+        .filter(|m| m.is_committed())
+        .map(|m| {
+            (
+                m.id.parse().expect("numeric id"),
+                m.data["id"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn done_of(msgs: &[Msg]) -> &Value {
+    let last = msgs.last().expect("messages");
+    assert_eq!(last.event, "done", "ends with done: {msgs:#?}");
+    &last.data
+}
+
+async fn events_of(r: &Replica, app: &str, session: &str) -> Vec<Value> {
+    let path = format!("/apps/{app}/users/{USER}/sessions/{session}/events?limit=1000");
+    json_with_status(r.get(&path).await, 200).await["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Every function call in `events` has a response after it.
+fn unanswered_calls(events: &[Value]) -> Vec<String> {
+    let mut open = std::collections::BTreeSet::new();
+    for e in events {
+        for p in e["content"]["parts"].as_array().into_iter().flatten() {
+            if let Some(id) = p["functionCall"]["id"].as_str() {
+                open.insert(id.to_string());
+            }
+            if let Some(id) = p["functionResponse"]["id"].as_str() {
+                open.remove(id);
+            }
+        }
+    }
+    open.into_iter().collect()
+}
+
+// ----------------------------------------------------------------- two replicas (PostgreSQL)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_attach_on_another_replica_mid_stream_and_after_the_end() {
+    let db = TestDb::postgres().await;
+    let apps = Apps::new().echo("slow", SLOW_TOOL);
+    let a = Replica::spawn(&db, &apps, "a", &[]).await;
+    let b = Replica::spawn(&db, &apps, "b", &[]).await;
+    a.create_session("slow", "s1").await;
+
+    let mut on_a = Sse::open(
+        a.post("/run", run_body("slow", "s1", "hello replicas"))
+            .await,
+    )
+    .await;
+    let run_id = on_a.run_id();
+    let first = on_a.until(Msg::is_committed).await; // the functionCall
+    on_a.until(Msg::is_partial).await;
+
+    // B, from the run's start: the committed call is replayed, then live frames follow.
+    let mut from_start = Sse::open(b.get(&format!("/runs/{run_id}/stream")).await).await;
+    // B, resuming after the first committed event (Last-Event-ID).
+    let resp = b
+        .client
+        .get(b.url(&format!("/runs/{run_id}/stream")))
+        .header("Last-Event-ID", &first.id)
+        .send()
+        .await
+        .unwrap();
+    let mut resumed = Sse::open(resp).await;
+
+    let mut a_msgs = vec![first.clone()];
+    a_msgs.extend(on_a.rest().await);
+    let b_all = from_start.rest().await;
+    let b_resumed = resumed.rest().await;
+
+    let a_committed = committed(&a_msgs);
+    assert_eq!(a_committed.len(), 3, "call, response, reply: {a_msgs:#?}");
+    assert_eq!(
+        committed(&b_all),
+        a_committed,
+        "replay + live = what A streamed"
+    );
+    assert_eq!(committed(&b_resumed), a_committed[1..].to_vec());
+    assert!(
+        b_all.iter().any(Msg::is_partial),
+        "partial frames reach the other replica live"
+    );
+    assert_eq!(done_of(&b_all)["status"], "completed");
+    assert_eq!(done_of(&b_all), done_of(&a_msgs), "the same done payload");
+    assert_eq!(done_of(&b_resumed)["runId"], run_id);
+
+    // After the end: replay, then done at once.
+    let after = Sse::open(b.get(&format!("/runs/{run_id}/stream")).await)
+        .await
+        .rest()
+        .await;
+    assert_eq!(committed(&after), a_committed);
+    assert!(!after.iter().any(Msg::is_partial));
+    assert_eq!(done_of(&after), done_of(&a_msgs));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_follower_on_b_sees_two_runs_on_a_live() {
+    let db = TestDb::postgres().await;
+    let apps = Apps::new().echo("slow", "chunks: 10\nchunk_delay_ms: 50");
+    let a = Replica::spawn(&db, &apps, "a", &[]).await;
+    let b = Replica::spawn(&db, &apps, "b", &[]).await;
+    a.create_session("slow", "s1").await;
+
+    let path = format!("/apps/slow/users/{USER}/sessions/s1/stream?after=0");
+    let mut follower = Sse::open(b.get(&path).await).await;
+    // The follower's watch reaches A before the run starts (announced at subscribe time).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut a_committed = vec![];
+    for text in ["first run", "second run"] {
+        let msgs = Sse::open(a.post("/run", run_body("slow", "s1", text)).await)
+            .await
+            .rest()
+            .await;
+        assert_eq!(done_of(&msgs)["status"], "completed");
+        a_committed.extend(committed(&msgs));
+    }
+    let mut seen = vec![];
+    let mut partials = 0;
+    let mut runs_done = 0;
+    while runs_done < 2 {
+        let m = follower.next().await.expect("follower stream open");
+        match m.event.as_str() {
+            "run_done" => runs_done += 1,
+            "message" if m.is_partial() => partials += 1,
+            "message" => seen.push((
+                m.id.parse::<i64>().unwrap(),
+                m.data["author"].as_str().unwrap_or("").to_string(),
+            )),
+            _ => {}
+        }
+    }
+    let seqs: Vec<i64> = seen.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, [1, 2, 3, 4], "every committed event once, in order");
+    let authors: Vec<&str> = seen.iter().map(|(_, a)| a.as_str()).collect();
+    assert_eq!(authors, ["user", "slow", "user", "slow"]);
+    assert!(partials > 0, "live partial frames from the other replica");
+    assert_eq!(a_committed.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_on_b_stops_a_run_on_a_and_seals_it() {
+    let db = TestDb::postgres().await;
+    let apps = Apps::new().echo(
+        "slow",
+        "chunks: 200\nchunk_delay_ms: 100\ncall_tool: lookup",
+    );
+    let a = Replica::spawn(&db, &apps, "a", &[]).await;
+    let b = Replica::spawn(&db, &apps, "b", &[]).await;
+    a.create_session("slow", "s1").await;
+
+    let mut on_a = Sse::open(
+        a.post("/run", run_body("slow", "s1", "cancel me please"))
+            .await,
+    )
+    .await;
+    let run_id = on_a.run_id();
+    on_a.until(Msg::is_partial).await;
+    let asked = Instant::now();
+    let resp = b
+        .post(
+            &format!("/runs/{run_id}/cancel"),
+            json!({"reason": "user pressed stop"}),
+        )
+        .await;
+    let record = json_with_status(resp, 202).await;
+    assert_eq!(record["cancelReason"], "user pressed stop");
+    let rest = on_a.rest().await;
+    let took = asked.elapsed();
+    assert_eq!(done_of(&rest)["status"], "cancelled");
+    // Not a timing assertion: the lease-based path needed seconds; report what we saw.
+    eprintln!("cross-replica cancel reached the end of A's stream after {took:?}");
+
+    let events = events_of(&b, "slow", "s1").await;
+    assert!(unanswered_calls(&events).is_empty(), "sealed: {events:#?}");
+    assert_eq!(events.last().unwrap()["errorCode"], "INVOCATION_ABORTED");
+    let record = json_with_status(b.get(&format!("/runs/{run_id}")).await, 200).await;
+    assert_eq!(record["status"], "cancelled");
+    // A second cancel is answered as "already ended"; who asked first is kept.
+    let again = b.post(&format!("/runs/{run_id}/cancel"), json!({})).await;
+    assert_eq!(json_with_status(again, 409).await["code"], "run_not_active");
+
+    // The session stop button, before the client knows the run id.
+    let mut on_a = Sse::open(a.post("/run", run_body("slow", "s1", "stop button")).await).await;
+    on_a.until(Msg::is_partial).await;
+    let stop = format!("/apps/slow/users/{USER}/sessions/s1/cancel");
+    let record = json_with_status(b.post(&stop, json!({})).await, 202).await;
+    assert_eq!(record["runId"], on_a.run_id());
+    assert_eq!(done_of(&on_a.rest().await)["status"], "cancelled");
+    let none = b.post(&stop, json!({})).await;
+    assert_eq!(json_with_status(none, 409).await["code"], "no_active_run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_a_ends_bs_follower_with_abandoned_and_seals_the_dead_run() {
+    let db = TestDb::postgres().await;
+    let apps = Apps::new().echo(
+        "slow",
+        "chunks: 200\nchunk_delay_ms: 100\ncall_tool: lookup",
+    );
+    let mut a = Replica::spawn(&db, &apps, "a", &["--run-lease-secs", "2"]).await;
+    let b = Replica::spawn(&db, &apps, "b", &["--run-lease-secs", "2"]).await;
+    a.create_session("slow", "s1").await;
+
+    let mut on_a = Sse::open(
+        a.post("/run", run_body("slow", "s1", "crash during this"))
+            .await,
+    )
+    .await;
+    let run_id = on_a.run_id();
+    on_a.until(Msg::is_committed).await; // the call is committed
+    let mut follower = Sse::open(b.get(&format!("/runs/{run_id}/stream")).await).await;
+    follower.until(Msg::is_committed).await;
+
+    a.child.start_kill().expect("kill -9");
+    a.child.wait().await.expect("A exits");
+    let rest = follower.rest().await;
+    assert_eq!(done_of(&rest)["status"], "abandoned", "{rest:#?}");
+
+    // Swept by B without any new request on the session: abandoned, free, transcript sealed.
+    let record = json_with_status(b.get(&format!("/runs/{run_id}")).await, 200).await;
+    assert_eq!(record["status"], "abandoned");
+    let events = events_of(&b, "slow", "s1").await;
+    assert!(
+        unanswered_calls(&events).is_empty(),
+        "a dead run's calls are answered: {events:#?}"
+    );
+    assert_eq!(events.last().unwrap()["errorCode"], "INVOCATION_ABORTED");
+    let next = Sse::open(b.post("/run", run_body("slow", "s1", "ok")).await).await;
+    let _ = next; // admitted at once: the session is free
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_replica() {
+    let db = TestDb::postgres().await;
+    let apps = Apps::new().echo(
+        "slow",
+        "chunks: 300\nchunk_delay_ms: 100\ncall_tool: lookup",
+    );
+    let a = Replica::spawn(
+        &db,
+        &apps,
+        "a",
+        &["--drain-secs", "1", "--shutdown-grace-secs", "5"],
+    )
+    .await;
+    let b = Replica::spawn(&db, &apps, "b", &[]).await;
+    a.create_session("slow", "s1").await;
+    a.create_session("slow", "s2").await;
+    json_with_status(a.get("/ready").await, 200).await;
+
+    let mut on_a = Sse::open(
+        a.post("/run", run_body("slow", "s1", "a long answer"))
+            .await,
+    )
+    .await;
+    let run_id = on_a.run_id();
+    on_a.until(Msg::is_partial).await;
+    let path = format!("/apps/slow/users/{USER}/sessions/s1/stream");
+    let mut follower = Sse::open(b.get(&path).await).await;
+
+    a.signal("-TERM");
+    // Not ready at once; alive still; new runs refused with Retry-After.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let r = a.get("/ready").await;
+        if r.status() == 503 {
+            assert_eq!(json_with_status(r, 503).await["code"], "shutting_down");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never turned not-ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    json_with_status(a.get("/health").await, 200).await;
+    let refused = a.post("/run", run_body("slow", "s2", "too late")).await;
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(
+        json_with_status(refused, 503).await["code"],
+        "shutting_down"
+    );
+
+    let rest = on_a.rest().await;
+    assert_eq!(done_of(&rest)["status"], "interrupted");
+    let end = follower.until(|m| m.event == "run_done").await;
+    assert_eq!(end.data["status"], "interrupted");
+    assert_eq!(end.data["runId"], run_id);
+    let events = events_of(&b, "slow", "s1").await;
+    assert!(unanswered_calls(&events).is_empty());
+    assert_eq!(events.last().unwrap()["errorCode"], "INVOCATION_ABORTED");
+    // The session is free at once on B; resume picks up there.
+    let msgs = Sse::open(b.post("/run", run_body("slow", "s2", "")).await).await;
+    drop(msgs);
+}
+
+// --------------------------------------------------------------- one process, both backends
+
+async fn re_attach_in_one_process_and_bad_input(backend: Backend) {
+    let apps = Apps::new().echo("slow", "chunks: 10\nchunk_delay_ms: 50\ncall_tool: lookup");
+    let dir = apps.path().to_path_buf();
+    let s = TestServer::start_with(backend, |args| args.apps_dir = dir).await;
+    json_with_status(
+        s.post_json(
+            &format!("/apps/slow/users/{USER}/sessions"),
+            json!({"sessionId": "s1"}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    let mut live = Sse::open(
+        s.post_json("/run", run_body("slow", "s1", "same process"))
+            .await,
+    )
+    .await;
+    let run_id = live.run_id();
+    let first = live.until(Msg::is_committed).await;
+    let resp = s
+        .client
+        .get(s.url(&format!("/runs/{run_id}/stream")))
+        .header("Last-Event-ID", &first.id)
+        .send()
+        .await
+        .unwrap();
+    let mut attached = Sse::open(resp).await;
+    let mut original = vec![first];
+    original.extend(live.rest().await);
+    let again = attached.rest().await;
+    assert_eq!(committed(&again), committed(&original)[1..].to_vec());
+    assert_eq!(done_of(&again), done_of(&original));
+
+    // Bad input: a clear error, nothing changed.
+    let bad = s
+        .client
+        .get(s.url(&format!("/runs/{run_id}/stream")))
+        .header("Last-Event-ID", "seven")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_with_status(bad, 422).await["code"], "validation_error");
+    let beyond = s.get(&format!("/runs/{run_id}/stream?after=999")).await;
+    assert_eq!(
+        json_with_status(beyond, 400).await["code"],
+        "after_beyond_end"
+    );
+    let missing = s.get("/runs/run-nope/stream").await;
+    assert_eq!(
+        json_with_status(missing, 404).await["code"],
+        "run_not_found"
+    );
+    let follow_missing = s
+        .get(&format!("/apps/slow/users/{USER}/sessions/nope/stream"))
+        .await;
+    assert_eq!(
+        json_with_status(follow_missing, 404).await["code"],
+        "session_not_found"
+    );
+    let stop = s
+        .post_json(
+            &format!("/apps/slow/users/{USER}/sessions/s1/cancel"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(json_with_status(stop, 409).await["code"], "no_active_run");
+    let bad_body = s
+        .post_json(
+            &format!("/apps/slow/users/{USER}/sessions/s1/cancel"),
+            json!({"why": 1}),
+        )
+        .await;
+    assert_eq!(
+        json_with_status(bad_body, 422).await["code"],
+        "validation_error"
+    );
+}
+
+/// Ownership is a database fact: a run that lost its session (taken over after its replica
+/// stopped heartbeating) can neither commit into it nor record an outcome over the new owner.
+async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store = db.store().await;
+    store
+        .create_session(agentd::store::NewSession {
+            app_name: "app".into(),
+            user_id: USER.into(),
+            session_id: Some("s1".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let key = SessionKey::new("app", USER, "s1");
+    let run = |id: &str, owner: &str| NewRun {
+        run_id: id.into(),
+        key: key.clone(),
+        invocation_id: format!("e-{id}"),
+        owner: owner.into(),
+        user_event: true,
+    };
+    // `stalled` never heartbeats: to everyone else it is dead.
+    assert!(matches!(
+        store.claim_run(&run("old", "stalled"), None).await.unwrap(),
+        Claim::Acquired { .. }
+    ));
+    store
+        .heartbeat("live", Duration::from_secs(10), false)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim_run(&run("new", "live"), None).await.unwrap(),
+        Claim::Acquired { .. }
+    ));
+
+    let stale = Event::new("e-old", "agent");
+    let refused = store
+        .append_fenced(&key, stale, vec![], Fence::Run("old"))
+        .await;
+    assert!(matches!(refused, Err(StoreError::NotOwner)), "{refused:?}");
+    let ok = store
+        .append_fenced(
+            &key,
+            Event::new("e-new", "agent"),
+            vec![],
+            Fence::Run("new"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.seq, 1, "the refused append left no trace");
+    assert!(
+        !store
+            .finish_run("old", RunStatus::Cancelled, None, None)
+            .await
+            .unwrap(),
+        "the old run cannot record an outcome"
+    );
+    let old = store.get_run("old").await.unwrap().unwrap();
+    assert_eq!(old.status, RunStatus::Abandoned);
+    // An append is idempotent on the event id (how a lost acknowledgement is resolved).
+    let again = store
+        .append_fenced(&key, ok.event.clone(), vec![], Fence::Run("new"))
+        .await
+        .unwrap();
+    assert_eq!(again.seq, 1);
+    let page = store
+        .list_events(
+            &key,
+            agentd::store::EventRange {
+                after: None,
+                before: None,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.events.len(), 1, "stored once");
+    assert!(store
+        .finish_run("new", RunStatus::Completed, Some(1), None)
+        .await
+        .unwrap());
+    assert!(store.active_run(&key).await.unwrap().is_none());
+}
+
+struct Panics;
+
+#[async_trait]
+impl Agent for Panics {
+    fn name(&self) -> &str {
+        "panics"
+    }
+    fn description(&self) -> &str {
+        "panics when asked"
+    }
+    async fn run(&self, ctx: &InvocationContext) -> AgentResult {
+        if ctx.user_text().contains("panic") {
+            panic!("deliberate panic in an agent");
+        }
+        ctx.emit(
+            ctx.new_event()
+                .with_content(agentd::event::Content::text("model", "fine")),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+async fn a_panicking_agent_fails_its_run_and_frees_the_session(backend: Backend) {
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert("p", AgentTree::new(Arc::new(Panics)).expect("tree"));
+    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
+    let body = |text: &str| {
+        json!({"appName": "p", "userId": USER, "sessionId": "s1", "createSession": true,
+               "newMessage": {"role": "user", "parts": [{"text": text}]}})
+    };
+    let msgs = Sse::open(s.post_json("/run", body("please panic")).await)
+        .await
+        .rest()
+        .await;
+    assert!(msgs.iter().any(|m| m.event == "error"), "{msgs:#?}");
+    assert_eq!(done_of(&msgs)["status"], "failed");
+    let msgs = Sse::open(s.post_json("/run", body("and now?")).await)
+        .await
+        .rest()
+        .await;
+    assert_eq!(
+        done_of(&msgs)["status"],
+        "completed",
+        "the session is free again"
+    );
+}
+
+both_backends!(
+    re_attach_in_one_process_and_bad_input,
+    a_run_that_lost_its_session_cannot_write_into_it,
+    a_panicking_agent_fails_its_run_and_frees_the_session,
+);
