@@ -14,15 +14,18 @@
 //!   **A complete event is committed in [`store::SessionStore::append_event`]** (one
 //!   transaction: event row, state delta, artifact delta, the session's new `seq`).
 //!   Memory (full-text search over past sessions) lives beside it ([`store::MemoryStore`]).
-//! - [`runner`]: admission (one run per session, enforced by the database), the user event,
-//!   agent selection, cancel/timeout and the seal of an interrupted run.
+//! - [`runner`]: admission (one run per session, enforced by the database; FCFS queueing),
+//!   the user event, agent selection, cancel/timeout/drain and the seal of a stopped run,
+//!   per-replica liveness (heartbeat, sweeper), and the bus that lets followers on any
+//!   replica watch a run and a cancel reach its owner (PostgreSQL LISTEN/NOTIFY).
 //! - [`agent`]: the `Agent` trait, the invocation context whose `emit` hands each complete
 //!   event to `append_event` before the client sees it, callbacks, plugins, the echo and
 //!   workflow agents, the YAML loader, and [`agent::llm::LlmAgent`] (the model↔tools loop).
 //! - [`model`]: the streaming `Model` trait and its providers (OpenAI-compatible,
 //!   Anthropic, Gemini); [`tools`]: function tools, built-ins, HTTP tools, MCP toolsets.
 //! - [`apps`]: the apps found under `--apps-dir`.
-//! - [`http`]: the axum router, one module per resource, the JSON error type.
+//! - [`http`]: the axum router, one module per resource (re-attach and follow in
+//!   `http::stream`), the JSON error type.
 //! - [`config`]: command-line flags and their environment variables.
 
 pub mod agent;

@@ -1,5 +1,5 @@
 //! The HTTP API over a real socket, on both backends: every route that runs no agent,
-//! compared with the recorded `adk api_server` exchanges in `shared/adk-wire/fixtures/memory`
+//! compared with the recorded `adk api_server` exchanges in `tests/fixtures/adk-wire/memory`
 //! (ids and timestamps ignored), plus agentd's additions and its handling of bad input.
 
 mod common;

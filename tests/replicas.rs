@@ -733,6 +733,58 @@ async fn a_panicking_agent_fails_its_run_and_frees_the_session(backend: Backend)
     );
 }
 
+/// A PostgreSQL restart (every pooled connection cut) is a retried read or a 503 with
+/// `Retry-After`, never a 500; the next requests work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_database_connection_is_never_a_500() {
+    let db = TestDb::postgres().await;
+    let upstream = {
+        let rest = db.url.split_once('@').map_or(db.url.as_str(), |(_, r)| r);
+        rest.split('/')
+            .next()
+            .unwrap_or("127.0.0.1:5432")
+            .to_string()
+    };
+    let proxy = common::pg_proxy::PgProxy::start(upstream).await;
+    let url = proxy.url_for(&db.url);
+    let s = TestServer::start_with(Backend::Postgres, |args| {
+        args.database.database_url = url;
+    })
+    .await;
+    let path = format!("/apps/echo/users/{USER}/sessions");
+    for i in 0..4 {
+        json_with_status(
+            s.post_json(&path, json!({"sessionId": format!("s{i}")}))
+                .await,
+            200,
+        )
+        .await;
+    }
+    let mut statuses = vec![];
+    for round in 0..3 {
+        proxy.cut_all();
+        for i in 0..4 {
+            let resp = s.get(&format!("{path}/s{i}")).await;
+            let status = resp.status().as_u16();
+            if status == 503 {
+                assert!(resp.headers().contains_key("retry-after"));
+                let body = json_with_status(resp, 503).await;
+                assert_eq!(body["code"], "database_unavailable", "round {round}");
+            } else {
+                json_with_status(resp, 200).await;
+            }
+            statuses.push(status);
+        }
+    }
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "{statuses:?}"
+    );
+    // Once the pool has fresh connections, everything answers.
+    json_with_status(s.get(&format!("{path}/s0")).await, 200).await;
+    eprintln!("statuses after cuts: {statuses:?}");
+}
+
 both_backends!(
     re_attach_in_one_process_and_bad_input,
     a_run_that_lost_its_session_cannot_write_into_it,

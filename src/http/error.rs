@@ -83,10 +83,18 @@ impl ApiError {
     }
 }
 
+/// Marks a response whose request did nothing because the database connection failed: a
+/// read may be repeated once on a fresh connection (see `http::retry_reads`).
+#[derive(Debug, Clone, Copy)]
+pub struct DatabaseUnavailable;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "detail": self.detail, "code": self.code });
         let mut resp = (self.status, axum::Json(body)).into_response();
+        if self.code == "database_unavailable" {
+            resp.extensions_mut().insert(DatabaseUnavailable);
+        }
         if let Some(secs) = self.retry_after {
             resp.headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());

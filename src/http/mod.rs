@@ -49,7 +49,8 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .merge(stream::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state);
+        .with_state(state)
+        .layer(axum::middleware::from_fn(retry_reads));
 
     let trace = TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
         let request_id = req
@@ -108,6 +109,42 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
             ])
             .max_age(Duration::from_secs(600)),
     )
+}
+
+/// A read that failed on a broken database connection (a PostgreSQL restart, a cut network)
+/// is repeated once: the pool hands out another connection, pinged first if it sat idle. What
+/// still fails is a 503 `database_unavailable` with `Retry-After`, never a 500. Writes are not
+/// repeated here (the client decides; appends resolve their own outcome by event id).
+async fn retry_reads(req: Request<axum::body::Body>, next: axum::middleware::Next) -> Response {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return next.run(req).await;
+    }
+    let mut again = Request::builder()
+        .method(req.method().clone())
+        .uri(req.uri().clone())
+        .version(req.version());
+    if let Some(headers) = again.headers_mut() {
+        *headers = req.headers().clone();
+    }
+    // The router's path parameters (and the request id) travel as extensions.
+    if let Some(ext) = again.extensions_mut() {
+        *ext = req.extensions().clone();
+    }
+    let resp = next.clone().run(req).await;
+    if resp
+        .extensions()
+        .get::<error::DatabaseUnavailable>()
+        .is_none()
+    {
+        return resp;
+    }
+    match again.body(axum::body::Body::empty()) {
+        Ok(again) => {
+            tracing::info!("read failed on a broken database connection; retrying once");
+            next.run(again).await
+        }
+        Err(_) => resp,
+    }
 }
 
 async fn not_found() -> ApiError {

@@ -593,6 +593,9 @@ async fn refresh_watches(bus: Weak<Bus>, stop: CancellationToken) {
             _ = tick.tick() => {}
         }
         let Some(bus) = bus.upgrade() else { return };
+        // Forget watches nobody refreshed (their followers left).
+        let now = Instant::now();
+        bus.lock().remote.retain(|_, until| *until > now);
         let keys = bus.watched_keys();
         let mut batch: Vec<(String, String, String)> = vec![];
         let mut size = 0;

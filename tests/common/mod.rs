@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod model_server;
+pub mod pg_proxy;
 pub mod sse_client;
 
 use agentd::config::ServeArgs;
@@ -281,10 +282,11 @@ macro_rules! both_backends {
     };
 }
 
-/// The recorded ADK exchanges (`shared/` sits beside the repository).
+/// The recorded `adk api_server` exchanges (copied from the ADK wire contract; recorded data,
+/// so a clone of this repository alone runs its tests).
 pub const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/adk-wire/fixtures/memory"
+    "/tests/fixtures/adk-wire/memory"
 );
 
 /// The fixture file whose name starts with `<id>_` and ends with `.<ext>`.
