@@ -785,7 +785,60 @@ async fn a_cut_database_connection_is_never_a_500() {
     eprintln!("statuses after cuts: {statuses:?}");
 }
 
+/// `--max-run-secs` is a hard limit even when the client does not read: the run is timed out,
+/// sealed and recorded on time, and a re-attach reads its end.
+async fn a_client_that_never_reads_does_not_hold_the_run_past_its_limit(backend: Backend) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let apps = Apps::new().echo("big", "chunks: 3000");
+    let dir = apps.path().to_path_buf();
+    let s = TestServer::start_with(backend, |args| {
+        args.apps_dir = dir;
+        args.max_run_secs = 2;
+    })
+    .await;
+    // Several MiB of partial frames: more than the socket buffers hold.
+    let body = json!({"appName": "big", "userId": USER, "sessionId": "s1", "createSession": true,
+        "newMessage": {"role": "user", "parts": [{"text": "z".repeat(6 * 1024 * 1024)}]}})
+    .to_string();
+    let addr: std::net::SocketAddr = s.base.trim_start_matches("http://").parse().unwrap();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut conn = sock.connect(addr).await.unwrap();
+    let req = format!(
+        "POST /run HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut head = vec![0u8; 2048];
+    let n = conn.read(&mut head).await.unwrap();
+    let head = String::from_utf8_lossy(&head[..n]).to_string();
+    let run_id = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-agentd-run-id: "))
+        .unwrap_or_else(|| panic!("no run id in {head}"))
+        .trim()
+        .to_string();
+    // Never read again. The run must still end on time.
+    let deadline = Instant::now() + PATIENCE;
+    let record = loop {
+        let r = json_with_status(s.get(&format!("/runs/{run_id}")).await, 200).await;
+        if r["status"] != "running" {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the run outlived its limit: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(record["status"], "timed_out");
+    let end = Sse::open(s.get(&format!("/runs/{run_id}/stream?after=0")).await)
+        .await
+        .rest()
+        .await;
+    assert_eq!(done_of(&end)["status"], "timed_out");
+    drop(conn);
+}
+
 both_backends!(
+    a_client_that_never_reads_does_not_hold_the_run_past_its_limit,
     re_attach_in_one_process_and_bad_input,
     a_run_that_lost_its_session_cannot_write_into_it,
     a_panicking_agent_fails_its_run_and_frees_the_session,
