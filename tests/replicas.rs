@@ -837,6 +837,52 @@ async fn a_client_that_never_reads_does_not_hold_the_run_past_its_limit(backend:
     drop(conn);
 }
 
+/// The connection drops after PostgreSQL committed an event and before agentd heard of it: the
+/// runner resolves the outcome by the event's id (it is stored), reports it as committed, and
+/// the event is stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ambiguous_commit_is_resolved_by_event_id() {
+    let db = TestDb::postgres().await;
+    let upstream = {
+        let rest = db.url.split_once('@').map_or(db.url.as_str(), |(_, r)| r);
+        rest.split('/')
+            .next()
+            .unwrap_or("127.0.0.1:5432")
+            .to_string()
+    };
+    let proxy = common::pg_proxy::PgProxy::start(upstream).await;
+    let url = proxy.url_for(&db.url);
+    let apps = Apps::new().echo("slow", "chunks: 5\nchunk_delay_ms: 100");
+    let dir = apps.path().to_path_buf();
+    let s = TestServer::start_with(Backend::Postgres, |args| {
+        args.database.database_url = url;
+        args.apps_dir = dir;
+    })
+    .await;
+    let body = json!({"appName": "slow", "userId": USER, "sessionId": "s1", "createSession": true,
+        "newMessage": {"role": "user", "parts": [{"text": "is it stored?"}]}});
+    let mut sse = Sse::open(s.post_json("/run", body).await).await;
+    // The user event is committed before the first partial; the next INSERT is the reply.
+    sse.until(Msg::is_partial).await;
+    proxy.cut_after_next_insert();
+    let rest = sse.rest().await;
+    assert_eq!(proxy.insert_cuts(), 1, "the fault was injected");
+    assert_eq!(done_of(&rest)["status"], "completed", "{rest:#?}");
+    let replies: Vec<&Msg> = rest.iter().filter(|m| m.is_committed()).collect();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].id, "2");
+    let events = json_with_status(
+        s.get(&format!("/apps/slow/users/{USER}/sessions/s1/events"))
+            .await,
+        200,
+    )
+    .await;
+    let events = events["events"].as_array().cloned().unwrap_or_default();
+    let ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
+    assert_eq!(ids.len(), 2, "user event and reply, once each: {events:#?}");
+    assert_eq!(ids[1], replies[0].data["id"]);
+}
+
 both_backends!(
     a_client_that_never_reads_does_not_hold_the_run_past_its_limit,
     re_attach_in_one_process_and_bad_input,

@@ -1,15 +1,26 @@
-//! A TCP proxy between agentd and PostgreSQL that can cut every connection at once: what a
-//! PostgreSQL restart or a network cut looks like to the pool.
+//! A TCP proxy between agentd and PostgreSQL that injects connection faults: cut every
+//! connection at once (what a PostgreSQL restart looks like to the pool), or cut the one
+//! connection whose next reply acknowledges an INSERT, after PostgreSQL committed it and
+//! before agentd hears of it (an ambiguous commit: the fault Temporal injects in its storage
+//! tests).
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
+
+/// The `CommandComplete` tag of a one-row INSERT (an event append). PostgreSQL sends it, with
+/// `ReadyForQuery`, after the implicit transaction of the statement has committed.
+const INSERT_ACK: &[u8] = b"INSERT 0 1\0";
 
 pub struct PgProxy {
     pub port: u16,
     conns: Arc<Mutex<Vec<AbortHandle>>>,
     accept: AbortHandle,
+    cut_next_insert: Arc<AtomicBool>,
+    cuts: Arc<AtomicUsize>,
 }
 
 impl PgProxy {
@@ -18,13 +29,16 @@ impl PgProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let port = listener.local_addr().expect("addr").port();
         let conns: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let list = conns.clone();
+        let cut_next_insert = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (list, arm, count) = (conns.clone(), cut_next_insert.clone(), cuts.clone());
         let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
+            while let Ok((client, _)) = listener.accept().await {
                 let upstream = upstream.clone();
+                let (arm, count) = (arm.clone(), count.clone());
                 let task = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    if let Ok(server) = TcpStream::connect(&upstream).await {
+                        relay(client, server, arm, count).await;
                     }
                 });
                 list.lock().unwrap().push(task.abort_handle());
@@ -35,6 +49,8 @@ impl PgProxy {
             port,
             conns,
             accept,
+            cut_next_insert,
+            cuts,
         }
     }
 
@@ -43,6 +59,16 @@ impl PgProxy {
         for c in self.conns.lock().unwrap().drain(..) {
             c.abort();
         }
+    }
+
+    /// The next reply that acknowledges a one-row INSERT is swallowed and its connection cut.
+    pub fn cut_after_next_insert(&self) {
+        self.cut_next_insert.store(true, Ordering::SeqCst);
+    }
+
+    /// How many acknowledged INSERTs were cut.
+    pub fn insert_cuts(&self) -> usize {
+        self.cuts.load(Ordering::SeqCst)
     }
 
     /// `url` (a postgres:// URL) rewritten to go through this proxy.
@@ -55,6 +81,32 @@ impl PgProxy {
         let path = tail.find('/').map_or("", |i| &tail[i..]);
         format!("{scheme}://{auth}127.0.0.1:{}{path}", self.port)
     }
+}
+
+async fn relay(client: TcpStream, server: TcpStream, arm: Arc<AtomicBool>, cuts: Arc<AtomicUsize>) {
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let up = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match sr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        if chunk.windows(INSERT_ACK.len()).any(|w| w == INSERT_ACK)
+            && arm.swap(false, Ordering::SeqCst)
+        {
+            cuts.fetch_add(1, Ordering::SeqCst);
+            break; // the acknowledgement never reaches agentd
+        }
+        if cw.write_all(chunk).await.is_err() {
+            break;
+        }
+    }
+    up.abort();
 }
 
 impl Drop for PgProxy {
