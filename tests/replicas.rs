@@ -418,6 +418,50 @@ async fn cancel_on_b_stops_a_run_on_a_and_seals_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueued_runs_on_two_replicas_are_admitted_first_come_first_served() {
+    let db = TestDb::postgres().await;
+    let apps = Apps::new().echo("slow", "chunks: 5\nchunk_delay_ms: 100");
+    let a = Arc::new(Replica::spawn(&db, &apps, "a", &[]).await);
+    let b = Arc::new(Replica::spawn(&db, &apps, "b", &[]).await);
+    a.create_session("slow", "s1").await;
+    let mut first = Sse::open(a.post("/run", run_body("slow", "s1", "holder")).await).await;
+    first.until(Msg::is_partial).await;
+    // Waiters arrive alternately on B and A, 150 ms apart.
+    let mut waiters = vec![];
+    for i in 0..4 {
+        let replica = if i % 2 == 0 { b.clone() } else { a.clone() };
+        let mut body = run_body("slow", "s1", &format!("waiter {i}"));
+        body["onBusy"] = json!("enqueue");
+        waiters.push(tokio::spawn(async move {
+            Sse::open(replica.post("/run", body).await)
+                .await
+                .rest()
+                .await
+        }));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(done_of(&first.rest().await)["status"], "completed");
+    for w in waiters {
+        assert_eq!(done_of(&w.await.unwrap())["status"], "completed");
+    }
+    let events = events_of(&a, "slow", "s1").await;
+    let users: Vec<String> = events
+        .iter()
+        .filter(|e| e["author"] == "user")
+        .map(|e| {
+            e["content"]["parts"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        users,
+        ["holder", "waiter 0", "waiter 1", "waiter 2", "waiter 3"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_a_ends_bs_follower_with_abandoned_and_seals_the_dead_run() {
     let db = TestDb::postgres().await;
     let apps = Apps::new().echo(
@@ -620,6 +664,7 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
         invocation_id: format!("e-{id}"),
         owner: owner.into(),
         user_event: true,
+        queue_ttl: Duration::from_secs(60),
     };
     // `stalled` never heartbeats: to everyone else it is dead.
     assert!(matches!(

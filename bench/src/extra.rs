@@ -300,12 +300,38 @@ async fn idle_streams(args: &BenchArgs, env: &Env) -> Result<IdleResult> {
     let server = env
         .extra_agentd(&env.agentd_url, "idle", args.db_max_connections)
         .await?;
-    let result = hold_idle_streams(n, &server).await;
+    let result = hold_idle_streams(n, &server, None).await;
     server.stop().await;
-    result
+    result.map(|held| held.idle)
 }
 
-async fn hold_idle_streams(n: usize, server: &Server) -> Result<IdleResult> {
+/// A database counter sample and when it was taken.
+pub type Probe = ((i64, i64), Instant);
+
+/// Something sampled at both ends of the idle window (e.g. PostgreSQL's counters), after an
+/// extra settle time.
+pub struct WindowProbe {
+    pub settle: Duration,
+    #[allow(clippy::type_complexity)]
+    pub sample: Box<
+        dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Probe>> + Send>>
+            + Send
+            + Sync,
+    >,
+}
+
+/// Idle streams held open, with the probe's samples at the window's ends.
+pub struct HeldStreams {
+    pub idle: IdleResult,
+    pub probe_start: Option<Probe>,
+    pub probe_end: Option<Probe>,
+}
+
+pub async fn hold_idle_streams(
+    n: usize,
+    server: &Server,
+    probe: Option<&WindowProbe>,
+) -> Result<HeldStreams> {
     let client = load::client(n)?;
     let spec = Arc::new(RunSpec::new(&server.base, IDLE_APP, 64, 2));
     let fresh = proc_stats::sample(server.pid)?;
@@ -396,6 +422,11 @@ async fn hold_idle_streams(n: usize, server: &Server) -> Result<IdleResult> {
     // Settle, then a window long enough for agentd's 15 s keep-alives and several lease
     // renewals (every lease/3 ≈ 3.3 s per run).
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut probe_start = None;
+    if let Some(p) = probe {
+        tokio::time::sleep(p.settle).await;
+        probe_start = Some((p.sample)().await?);
+    }
     let s0 = proc_stats::sample(server.pid)?;
     let p0 = proc_stats::sample_all("postgres");
     let mut rss_max = s0.rss_kib;
@@ -407,6 +438,10 @@ async fn hold_idle_streams(n: usize, server: &Server) -> Result<IdleResult> {
     let s1 = proc_stats::sample(server.pid)?;
     let p1 = proc_stats::sample_all("postgres");
     rss_max = rss_max.max(s1.rss_kib);
+    let probe_end = match probe {
+        Some(p) => Some((p.sample)().await?),
+        None => None,
+    };
 
     let _ = stop_tx.send(true);
     for t in tasks {
@@ -414,7 +449,7 @@ async fn hold_idle_streams(n: usize, server: &Server) -> Result<IdleResult> {
     }
     // Let agentd seal and record the cancelled runs before anything else is measured.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    Ok(IdleResult {
+    let idle = IdleResult {
         streams: n,
         rss_fresh_kib: fresh.rss_kib,
         open_secs,
@@ -424,6 +459,11 @@ async fn hold_idle_streams(n: usize, server: &Server) -> Result<IdleResult> {
         server_cpu: proc_stats::cpu_percent(&s0, &s1),
         postgres_cpu: proc_stats::cpu_percent(&p0, &p1),
         keep_alives: keep_alives.load(Ordering::Relaxed),
+    };
+    Ok(HeldStreams {
+        idle,
+        probe_start,
+        probe_end,
     })
 }
 

@@ -13,6 +13,7 @@ mod pg;
 mod proc_stats;
 mod proxy;
 mod report;
+mod scale_out;
 mod servers;
 
 use anyhow::{bail, Context, Result};
@@ -40,6 +41,9 @@ enum Command {
     Runs(BenchArgs),
     /// Only the measurements besides the run table.
     Extra(BenchArgs),
+    /// Several replicas on one database: cancel across replicas, re-attach, follower
+    /// overhead, and database writes/RSS with many open streams (PostgreSQL only).
+    ScaleOut(BenchArgs),
     /// Serve a ceiling (started by the harness as a child process).
     Ceiling(ceiling::CeilingArgs),
 }
@@ -60,12 +64,12 @@ pub struct BenchArgs {
         env = "AGENTD_BENCH_DATABASE_URL",
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
-    database_url: String,
+    pub(crate) database_url: String,
 
     /// agentd's backend: `postgres` (a fresh database on --database-url) or `sqlite` (a fresh
     /// file in a temporary directory).
     #[arg(long, value_enum, default_value_t = Backend::Postgres)]
-    backend: Backend,
+    pub(crate) backend: Backend,
 
     /// Concurrency levels (concurrent clients, each doing one run after the other).
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
@@ -81,11 +85,11 @@ pub struct BenchArgs {
 
     /// Partial events per run (the echo agent's `chunks`).
     #[arg(long, default_value_t = 20)]
-    chunks: usize,
+    pub(crate) chunks: usize,
 
     /// Bytes of the user message (echoed back: `chunks` partials of message/chunks bytes).
     #[arg(long, default_value_t = 320)]
-    message_bytes: usize,
+    pub(crate) message_bytes: usize,
 
     /// Concurrent idle SSE streams to hold open.
     #[arg(long, default_value_t = 1000)]
@@ -93,27 +97,43 @@ pub struct BenchArgs {
 
     /// The agentd binary (default: `agentd` next to this executable, i.e. target/release).
     #[arg(long)]
-    agentd_bin: Option<PathBuf>,
+    pub(crate) agentd_bin: Option<PathBuf>,
 
     /// agentd's `--db-max-connections`; ceiling (b) uses the same pool size.
     #[arg(long, default_value_t = 16)]
-    db_max_connections: u32,
+    pub(crate) db_max_connections: u32,
 
     /// Skip the `ANALYZE` after the warm-up: measure a cold database, whose tables have no
     /// statistics yet (as in the first minute of a new deployment).
     #[arg(long)]
     skip_analyze: bool,
 
+    /// scale-out: open-stream counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
+    pub(crate) scale_streams: Vec<usize>,
+
+    /// scale-out: cancels to time across replicas.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) cancels: usize,
+
+    /// scale-out: committed events of the run that is re-attached to.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) replay_events: usize,
+
+    /// scale-out: concurrent clients for the follower-overhead runs.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) follow_concurrency: usize,
+
     /// Also write the markdown report to this file.
     #[arg(long)]
-    out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
 }
 
 impl BenchArgs {
-    fn duration(&self) -> Duration {
+    pub(crate) fn duration(&self) -> Duration {
         Duration::from_secs_f64(self.duration)
     }
-    fn warmup(&self) -> Duration {
+    pub(crate) fn warmup(&self) -> Duration {
         Duration::from_secs_f64(self.warmup)
     }
 }
@@ -129,6 +149,13 @@ fn main() -> Result<()> {
         Command::All(args) => rt.block_on(bench(args, true, true)),
         Command::Runs(args) => rt.block_on(bench(args, true, false)),
         Command::Extra(args) => rt.block_on(bench(args, false, true)),
+        Command::ScaleOut(args) => {
+            let agentd_bin = match &args.agentd_bin {
+                Some(p) => p.clone(),
+                None => sibling_binary("agentd")?,
+            };
+            rt.block_on(scale_out::run(args, &agentd_bin))
+        }
     }
 }
 
@@ -204,7 +231,7 @@ fn sibling_binary(name: &str) -> Result<PathBuf> {
 
 /// Idle streams need two descriptors each in this process and one each in the server (which
 /// inherits the limit): raise the soft limit to the hard one if it is short.
-fn raise_fd_limit(streams: usize) -> Result<()> {
+pub(crate) fn raise_fd_limit(streams: usize) -> Result<()> {
     let want = (streams as u64) * 2 + 512;
     let (soft, hard) =
         rlimit::getrlimit(rlimit::Resource::NOFILE).context("cannot read the open-files limit")?;

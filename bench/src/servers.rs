@@ -229,7 +229,7 @@ impl Env {
     }
 }
 
-fn write_app(apps_dir: &Path, name: &str, yaml: &str) -> Result<()> {
+pub fn write_app(apps_dir: &Path, name: &str, yaml: &str) -> Result<()> {
     let dir = apps_dir.join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::write(dir.join("root_agent.yaml"), yaml)

@@ -39,6 +39,15 @@ CREATE INDEX runs_unsealed ON runs (app_name, user_id, session_id) WHERE NOT sea
 -- An append is idempotent on the event id: after a connection drops with the COMMIT in
 -- flight, the runner asks for the event by id instead of guessing, and a retry can never store
 -- it twice.
+-- Before this migration create-session `events` could repeat an id within a session: later
+-- copies get their seq as a suffix (in the column and in the event JSON) so the index can be
+-- built on any existing database.
+UPDATE events e
+   SET id = e.id || '-' || e.seq,
+       event = jsonb_set(e.event, '{id}', to_jsonb(e.id || '-' || e.seq))
+ WHERE EXISTS (SELECT 1 FROM events f
+                WHERE f.app_name = e.app_name AND f.user_id = e.user_id
+                  AND f.session_id = e.session_id AND f.id = e.id AND f.seq < e.seq);
 CREATE UNIQUE INDEX events_by_id ON events (app_name, user_id, session_id, id);
 
 -- `onBusy: enqueue` across replicas, first come first served: a waiting request holds a

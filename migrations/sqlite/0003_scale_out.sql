@@ -17,6 +17,13 @@ ALTER TABLE runs ADD COLUMN sealed INTEGER NOT NULL DEFAULT 1;
 
 CREATE INDEX runs_running_by_owner ON runs (owner) WHERE status = 'running';
 CREATE INDEX runs_unsealed ON runs (app_name, user_id, session_id) WHERE NOT sealed;
+UPDATE events
+   SET id = id || '-' || seq,
+       event = json_set(event, '$.id', id || '-' || seq)
+ WHERE EXISTS (SELECT 1 FROM events f
+                WHERE f.app_name = events.app_name AND f.user_id = events.user_id
+                  AND f.session_id = events.session_id AND f.id = events.id
+                  AND f.seq < events.seq);
 CREATE UNIQUE INDEX events_by_id ON events (app_name, user_id, session_id, id);
 
 CREATE TABLE run_queue (

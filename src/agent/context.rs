@@ -475,6 +475,30 @@ impl Shared {
         Ok(stored)
     }
 
+    /// [`Shared::deliver`], but a client that does not take the item within `limit` is dropped
+    /// as a reader (used once the run has ended, so a stalled client cannot hold it).
+    pub(crate) async fn deliver_within(
+        &self,
+        st: &mut EmitState,
+        item: RunItem,
+        limit: std::time::Duration,
+    ) {
+        if let Some(observer) = &self.observer {
+            observer.observe(&item, st.last_seq);
+        }
+        if st.client_gone {
+            return;
+        }
+        let sent = tokio::select! {
+            biased;
+            sent = st.out.send(item) => sent.is_ok(),
+            _ = tokio::time::sleep(limit) => false,
+        };
+        if !sent {
+            st.client_gone = true;
+        }
+    }
+
     /// Hands an item to the client. A client that went away is noted once; depending on the
     /// request the run is then cancelled or goes on without a reader. A client that does not
     /// read holds the run up (backpressure) only until the run is cancelled or times out: then

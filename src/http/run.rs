@@ -145,6 +145,7 @@ fn run_error(state: &AppState, e: RunError) -> ApiError {
             "The server is shutting down; retry on another replica.",
             1,
         ),
+        RunError::Internal(m) => ApiError::internal(m),
         RunError::Store(e) => e.into(),
     }
 }

@@ -232,7 +232,9 @@ impl RunFollower {
             return Some(true);
         }
         let row = self.state.store.get_run(&self.run.run_id).await.ok()??;
-        if row.status == RunStatus::Running {
+        // An abandoned run is over once its transcript is sealed (a sweeper does it within
+        // moments), so the replay includes the seal.
+        if row.status == RunStatus::Running || (row.status == RunStatus::Abandoned && !row.sealed) {
             return Some(false);
         }
         self.replay().await.ok()?;
@@ -263,6 +265,9 @@ impl RunFollower {
                         }
                         if after > self.last && !matches!(self.replay().await, Ok(true)) {
                             return;
+                        }
+                        if after < self.last {
+                            continue; // the replay brought the event this partial belongs to
                         }
                         let item = RunItem::Event { event: Box::new(Event::clone(&event)), seq: None };
                         if !self.out.send(self.frame(&item)).await {
@@ -346,11 +351,19 @@ async fn session_stream(
             return Err(beyond_end(a, head.last_seq));
         }
     }
+    let current = state
+        .store
+        .active_run(&key)
+        .await?
+        .filter(|r| r.status == RunStatus::Running)
+        .map(|r| r.run_id);
     let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
     let follower = SessionFollower {
         state: state.0.clone(),
         key,
         last: after.unwrap_or(head.last_seq),
+        current,
+        ended: None,
         out: Out { tx },
     };
     tokio::spawn(follower.run(sub));
@@ -361,6 +374,11 @@ struct SessionFollower {
     state: AppState,
     key: SessionKey,
     last: i64,
+    /// The run in progress as far as this follower knows: its end is announced even if the
+    /// notification of it was lost (the poll reads the run's row).
+    current: Option<String>,
+    /// The last run whose end was sent (the poll and the notification may both see it).
+    ended: Option<String>,
     out: Out,
 }
 
@@ -410,6 +428,22 @@ impl SessionFollower {
         }
     }
 
+    /// The fallback for a lost end-of-run notification: the run's row says it is over.
+    async fn poll_current_run(&mut self) -> Option<Bytes> {
+        let run_id = self.current.clone()?;
+        let row = self.state.store.get_run(&run_id).await.ok()??;
+        if row.status == RunStatus::Running || (row.status == RunStatus::Abandoned && !row.sealed) {
+            return None;
+        }
+        self.replay().await.ok()?;
+        self.current = None;
+        self.ended = Some(row.run_id.clone());
+        Some(named_frame(
+            "run_done",
+            json!({"runId": row.run_id, "status": row.status.as_str(), "lastSeq": row.last_seq.or(Some(self.last))}),
+        ))
+    }
+
     async fn run(mut self, mut sub: crate::runner::bus::Subscription) {
         if self.replay().await.is_err() {
             return;
@@ -420,16 +454,23 @@ impl SessionFollower {
             let quiet = tokio::time::sleep(KEEP_ALIVE_EVERY);
             let frame = tokio::select! {
                 msg = sub.rx.recv() => match msg {
-                    Ok(BusMsg::Started { run_id, invocation_id }) => Some(named_frame(
+                    Ok(BusMsg::Started { run_id, .. }) if self.current.as_deref() == Some(&*run_id) => None,
+                    Ok(BusMsg::Started { run_id, invocation_id }) => {
+                        self.current = Some(run_id.to_string());
+                        Some(named_frame(
                         "run_started",
                         json!({"runId": &*run_id, "invocationId": &*invocation_id}),
-                    )),
+                    ))
+                    }
                     Ok(BusMsg::Partial { after, event, .. }) => {
                         if after.is_some_and(|a| a < self.last) {
                             None
                         } else {
                             if after.is_some_and(|a| a > self.last) && self.replay().await.is_err() {
                                 return;
+                            }
+                            if after.is_some_and(|a| a < self.last) {
+                                continue;
                             }
                             Some(sse::agentd_frame(&RunItem::Event { event: Box::new(Event::clone(&event)), seq: None }, "", ""))
                         }
@@ -458,6 +499,13 @@ impl SessionFollower {
                         if self.replay().await.is_err() {
                             return;
                         }
+                        if self.current.as_deref() == Some(&*run_id) {
+                            self.current = None;
+                        }
+                        if self.ended.as_deref() == Some(&*run_id) {
+                            continue;
+                        }
+                        self.ended = Some(run_id.to_string());
                         Some(named_frame(
                             "run_done",
                             json!({"runId": &*run_id, "status": status.as_str(), "lastSeq": last_seq.or(Some(self.last))}),
@@ -475,7 +523,7 @@ impl SessionFollower {
                     if self.replay().await.is_err() {
                         return;
                     }
-                    None
+                    self.poll_current_run().await
                 }
                 _ = quiet => Some(Bytes::from_static(sse::KEEP_ALIVE)),
                 _ = self.out.tx.closed() => return,

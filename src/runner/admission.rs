@@ -6,7 +6,7 @@
 //! a ticket in the database queue, so waiters on every replica are admitted in arrival order.
 
 use super::bus::BusMsg;
-use super::{OnBusy, RunError, RunRequest, Runner};
+use super::{OnBusy, RunError, RunHandle, RunRequest, Runner};
 use crate::store::{CancelRequest, Claim, NewRun, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,7 +39,12 @@ impl Runner {
     /// Claims the session for `run` according to the request's `on_busy` (creating the
     /// session first if it is missing and the request asks for that). Returns the session's
     /// last seq before the run.
-    pub(super) async fn admit(&self, run: &NewRun, req: &RunRequest) -> Result<i64, RunError> {
+    pub(super) async fn admit(
+        &self,
+        run: &NewRun,
+        req: &RunRequest,
+        caller: &mut tokio::sync::oneshot::Sender<Result<RunHandle, RunError>>,
+    ) -> Result<i64, RunError> {
         let deadline = Instant::now() + self.config.enqueue_timeout;
         let mut interrupted = false;
         let mut created = false;
@@ -98,16 +103,22 @@ impl Runner {
                 return Err(RunError::QueueTimeout(holder));
             }
             let Some(sub) = sub.as_mut() else { continue };
-            let wait = BUSY_POLL.min(deadline - now);
-            tokio::select! {
-                msg = sub.rx.recv() => {
-                    // Only an end (or a possible loss) is worth a new claim.
-                    if let Ok(BusMsg::Started { .. } | BusMsg::Partial { .. } | BusMsg::Committed { .. } | BusMsg::Error { .. }) = msg {
-                        continue;
+            // Wait for an end on the session (or a possible loss of one), the fallback poll or
+            // the deadline; give up if the caller left or the replica is draining. The running
+            // run's other messages (its partial events) are no reason to claim again.
+            let wake = tokio::time::Instant::now() + BUSY_POLL.min(deadline - now);
+            loop {
+                tokio::select! {
+                    msg = sub.rx.recv() => match msg {
+                        Ok(BusMsg::Done { .. } | BusMsg::Resync) | Err(_) => break,
+                        Ok(_) => continue,
+                    },
+                    _ = tokio::time::sleep_until(wake) => break,
+                    _ = caller.closed() => {
+                        return Err(RunError::Internal("the client left while waiting".into()))
                     }
+                    _ = self.draining.cancelled() => return Err(RunError::ShuttingDown),
                 }
-                _ = tokio::time::sleep(wait) => {}
-                _ = self.draining.cancelled() => return Err(RunError::ShuttingDown),
             }
         }
     }

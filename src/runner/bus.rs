@@ -439,12 +439,17 @@ impl Bus {
                 let mut catch_up = vec![];
                 {
                     let mut inner = self.lock();
+                    let now = Instant::now();
                     for k in w.keys {
                         let key = tuple_key(k);
-                        if let Some(run) = inner.runs.get(&key) {
-                            catch_up.push((key.clone(), run.clone()));
+                        // Only a new watch needs the catch-up (a refresh would repeat it).
+                        let new = inner
+                            .remote
+                            .insert(key.clone(), until)
+                            .is_none_or(|t| t <= now);
+                        if let (true, Some(run)) = (new, inner.runs.get(&key)) {
+                            catch_up.push((key, run.clone()));
                         }
-                        inner.remote.insert(key, until);
                     }
                 }
                 for (key, run) in catch_up {
@@ -564,10 +569,28 @@ async fn listen(bus: Weak<Bus>, mut listener: sqlx::postgres::PgListener, stop: 
 /// Sends queued notifications, as many as are waiting in one statement.
 async fn notifier(pool: sqlx::PgPool, mut rx: mpsc::Receiver<String>, stop: CancellationToken) {
     let mut batch = Vec::with_capacity(64);
+    let mut stopping = false;
     loop {
-        let n = tokio::select! {
-            _ = stop.cancelled() => return,
-            n = rx.recv_many(&mut batch, 256) => n,
+        let n = if stopping {
+            // At shutdown: send what is queued (the last runs' ends), then stop.
+            while batch.len() < 256 {
+                match rx.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(_) => break,
+                }
+            }
+            if batch.is_empty() {
+                return;
+            }
+            batch.len()
+        } else {
+            tokio::select! {
+                _ = stop.cancelled() => {
+                    stopping = true;
+                    continue;
+                }
+                n = rx.recv_many(&mut batch, 256) => n,
+            }
         };
         if n == 0 {
             return;

@@ -1,13 +1,14 @@
 //! Liveness per replica, not per run.
 //!
 //! One task per process writes the replica's heartbeat every `lease / 3` (one write, whatever
-//! the number of open runs) and learns from it which of its runs someone asked to cancel (the
-//! fallback for a lost notification). Every other beat it sweeps: runs of replicas whose
-//! heartbeat is older than their lease are marked `abandoned`, their sessions freed and their
-//! transcripts sealed, and followers are told. Every tenth beat it reconciles: a run the
-//! database says this replica runs, but which has no task here, is finished as `failed`.
+//! the number of open runs; each attempt bounded by that period) and learns from it which of
+//! its runs someone asked to cancel (the fallback for a lost notification). Another task sweeps
+//! every 2/3 of the lease: runs of replicas whose heartbeat is older than their lease are
+//! marked `abandoned`, their sessions freed and their transcripts sealed, and followers are
+//! told. Every fifth sweep it reconciles: a run the database says this replica runs, but which
+//! has no task here, is finished as `failed`.
 //!
-//! If this replica cannot write its heartbeat for two thirds of its lease, it stops its own
+//! If this replica has not written its heartbeat for two thirds of its lease, it stops its own
 //! runs (`interrupted`) before other replicas may take their sessions over; their writes are
 //! fenced anyway, so a run that lost its session cannot write into it.
 
@@ -18,14 +19,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 impl Runner {
+    /// Starts the heartbeat and, separately, the sweeper/reconciler: a long sweep (many dead
+    /// runs to seal, a busy pool) must never delay this replica's own heartbeat.
     pub(super) fn spawn_liveness(self: &Arc<Self>) {
-        let runner = Arc::downgrade(self);
-        let stop = self.stop.clone();
         let lease = self.config.lease;
         let period = lease / 3;
+        let runner = Arc::downgrade(self);
+        let stop = self.stop.clone();
         tokio::spawn(async move {
             let mut last_ok = Instant::now();
-            let mut beat: u64 = 0;
+            let mut stopped_runs = false;
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -34,34 +37,47 @@ impl Runner {
                 let Some(runner) = runner.upgrade() else {
                     return;
                 };
-                beat += 1;
-                let draining = runner.is_draining();
-                match runner
-                    .store
-                    .heartbeat(&runner.config.owner, lease, draining)
-                    .await
-                {
-                    Ok(cancels) => {
+                let beat =
+                    runner
+                        .store
+                        .heartbeat(&runner.config.owner, lease, runner.is_draining());
+                match tokio::time::timeout(period, beat).await {
+                    Ok(Ok(cancels)) => {
                         last_ok = Instant::now();
+                        stopped_runs = false;
                         for id in cancels {
                             runner.stop_local(&id, StopCause::Cancel);
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "heartbeat failed");
-                        if last_ok.elapsed() > lease * 2 / 3 {
-                            tracing::error!("no heartbeat for most of the lease; stopping this replica's runs before they can be taken over");
-                            runner.stop_all_local(StopCause::Liveness);
-                        }
-                        continue;
-                    }
+                    Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
+                    Err(_) => tracing::warn!("heartbeat timed out"),
                 }
-                if beat % 2 == 0 {
-                    if let Err(e) = runner.sweep().await {
-                        tracing::warn!(error = %e, "sweep failed");
-                    }
+                // Judged by the time since the last success, whatever the failures looked like.
+                if last_ok.elapsed() > lease * 2 / 3 && !stopped_runs {
+                    tracing::error!("no heartbeat for most of the lease; stopping this replica's runs before they can be taken over");
+                    runner.stop_all_local(StopCause::Liveness);
+                    stopped_runs = true;
                 }
-                if beat % 10 == 0 {
+            }
+        });
+
+        let runner = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            let mut round: u64 = 0;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(period * 2) => {}
+                }
+                let Some(runner) = runner.upgrade() else {
+                    return;
+                };
+                round += 1;
+                if let Err(e) = runner.sweep().await {
+                    tracing::warn!(error = %e, "sweep failed");
+                }
+                if round % 5 == 0 {
                     if let Err(e) = runner.reconcile().await {
                         tracing::warn!(error = %e, "reconciliation failed");
                     }
@@ -75,7 +91,14 @@ impl Runner {
         for dead in self.store.sweep(&self.config.owner).await? {
             tracing::warn!(run = %dead.run_id, owner = %dead.owner, "run of a dead replica abandoned");
             let root = self.root_name(&dead.app_name);
-            match super::seal::seal_dead(self.store.as_ref(), &dead, &root, Fence::Free).await {
+            match super::seal::seal_dead(
+                self.store.as_ref(),
+                &dead,
+                &root,
+                Fence::Sealing(&dead.run_id),
+            )
+            .await
+            {
                 Ok(sealed) => self.publish_sealed(&dead, sealed),
                 // A new run took the session first; it seals the transcript itself.
                 Err(StoreError::NotOwner) => {}

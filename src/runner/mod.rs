@@ -46,6 +46,11 @@ use tracing::Instrument;
 /// How many items a run may have in flight towards a slow client before the agent waits.
 pub const RUN_BUFFER: usize = 16;
 
+/// How long a run that has ended waits for a client that does not read to take its error and
+/// `done`; after that the client is dropped as a reader (its stream still ends with a `done`
+/// read from the database, and it can re-attach).
+const POST_RUN_DELIVERY: Duration = Duration::from_secs(10);
+
 /// Runner settings (from flags).
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -126,6 +131,8 @@ pub enum RunError {
     QueueTimeout(String),
     #[error("the server is shutting down")]
     ShuttingDown,
+    #[error("internal error: {0}")]
+    Internal(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -273,6 +280,7 @@ impl Runner {
             invocation_id: invocation_id.clone(),
             owner: self.config.owner.clone(),
             user_event: req.new_message.is_some(),
+            queue_ttl: self.config.enqueue_timeout + Duration::from_secs(30),
         };
         // Registered before admission, so reconciliation never mistakes it for a leak.
         let cancel = CancellationToken::new();
@@ -284,23 +292,29 @@ impl Runner {
                 cause: cause.clone(),
             },
         );
-        let base_seq = match self.admit(&new_run, &req).await {
-            Ok(base) => base,
-            Err(e) => {
-                lock(&self.local).remove(&run_id);
-                return Err(e);
-            }
-        };
-        let guard = RunGuard::new(self.clone(), run_id.clone(), req.key.clone());
         let span = tracing::info_span!(
             "run",
             app = %req.key.app_name, user = %req.key.user_id, session = %req.key.session_id,
             run = %run_id, invocation = %invocation_id,
         );
+        // Admission and the begin step run on the tracker, not in the caller's future: a
+        // client that goes away mid-way cannot abandon a claim that the database already
+        // holds. The caller waits for the outcome; if it has left, a waiting admission gives
+        // up and an admitted run is cancelled by its dropped handle.
         let (ready_tx, ready_rx) = oneshot::channel();
         let runner = self.clone();
         self.tracker.spawn(
             async move {
+                let mut ready_tx = ready_tx;
+                let base_seq = match runner.admit(&new_run, &req, &mut ready_tx).await {
+                    Ok(base) => base,
+                    Err(e) => {
+                        lock(&runner.local).remove(&run_id);
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let guard = RunGuard::new(runner.clone(), run_id.clone(), req.key.clone());
                 let begun = runner
                     .begin(
                         &req,
@@ -318,6 +332,14 @@ impl Runner {
                         guard
                             .finish(RunStatus::Failed, None, Some(&e.to_string()))
                             .await;
+                        runner.bus.publish(
+                            &req.key,
+                            BusMsg::Done {
+                                run_id: run_id.as_str().into(),
+                                status: RunStatus::Failed,
+                                last_seq: None,
+                            },
+                        );
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
@@ -343,7 +365,13 @@ impl Runner {
             }
             .instrument(span),
         );
-        ready_rx.await.unwrap_or(Err(RunError::ShuttingDown))
+        match ready_rx.await {
+            Ok(result) => result,
+            Err(_) if self.is_draining() => Err(RunError::ShuttingDown),
+            Err(_) => Err(RunError::Internal(
+                "the run's task ended before it started".into(),
+            )),
+        }
     }
 
     /// With the session held: seals dead predecessors, reads the state (only now, so a run
@@ -420,6 +448,14 @@ impl Runner {
             let root = self.root_name(&dead.app_name);
             let sealed = seal::seal_dead(self.store.as_ref(), &dead, &root, fence).await?;
             self.publish_sealed(&dead, sealed);
+            self.bus.publish(
+                key,
+                BusMsg::Done {
+                    run_id: dead.run_id.as_str().into(),
+                    status: RunStatus::Abandoned,
+                    last_seq: None,
+                },
+            );
         }
         Ok(())
     }
@@ -607,12 +643,13 @@ impl Runner {
             Err(e @ (AgentError::Failed { .. } | AgentError::Commit(_))) if !lost => {
                 tracing::warn!(error = %e, "run failed");
                 ctx.shared()
-                    .deliver(
+                    .deliver_within(
                         &mut st,
                         RunItem::Error {
                             kind: e.kind().to_string(),
                             message: e.message(),
                         },
+                        POST_RUN_DELIVERY,
                     )
                     .await;
                 Some(e.to_string())
@@ -633,7 +670,11 @@ impl Runner {
         tracing::info!(status = status.as_str(), last_seq, "run finished");
         let mut st = ctx.shared().emit.lock().await;
         ctx.shared()
-            .deliver(&mut st, RunItem::Done { status, last_seq })
+            .deliver_within(
+                &mut st,
+                RunItem::Done { status, last_seq },
+                POST_RUN_DELIVERY,
+            )
             .await;
     }
 

@@ -113,8 +113,9 @@ pub enum Fence<'a> {
     Unfenced,
     /// Only while this run owns the session.
     Run(&'a str),
-    /// Only while no run owns the session (sealing the transcript of a dead run).
-    Free,
+    /// Sealing the transcript of this dead run by a sweeper: only while no run owns the
+    /// session and the dead run is still unsealed (whoever seals first wins; nobody seals twice).
+    Sealing(&'a str),
 }
 impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {

@@ -28,7 +28,8 @@ WITH s AS (
        SET state = state || $4::jsonb, update_time = $7, last_seq = last_seq + 1
      WHERE app_name = $1 AND user_id = $2 AND id = $3
        AND ($12::text IS NULL OR active_run = $12)
-       AND (NOT $13::boolean OR active_run IS NULL)
+       AND ($13::text IS NULL
+            OR (active_run IS NULL AND EXISTS (SELECT 1 FROM runs r WHERE r.id = $13 AND NOT r.sealed)))
  RETURNING last_seq
 ), a AS (
     INSERT INTO app_states AS t (app_name, state, update_time)
@@ -258,10 +259,10 @@ impl PgStore {
         split: &'q SplitState,
         fence: Fence<'q>,
     ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-        let (run, free) = match fence {
-            Fence::Unfenced => (None, false),
-            Fence::Run(run) => (Some(run), false),
-            Fence::Free => (None, true),
+        let (run, sealing) = match fence {
+            Fence::Unfenced => (None, None),
+            Fence::Run(run) => (Some(run), None),
+            Fence::Sealing(dead) => (None, Some(dead)),
         };
         sqlx::query(APPEND_SQL)
             .bind(&key.app_name)
@@ -276,7 +277,7 @@ impl PgStore {
             .bind(&event.author)
             .bind(Json(event))
             .bind(run)
-            .bind(free)
+            .bind(sealing)
     }
 
     /// Why a fenced append wrote nothing: the session is gone, or someone else owns it.

@@ -36,6 +36,9 @@ pub struct NewRun {
     pub owner: String,
     /// The run's first event will be the user's message.
     pub user_event: bool,
+    /// A queue ticket older than this no longer counts (its waiter gave up long ago, but the
+    /// ticket could not be removed: a database error, a crash between insert and use).
+    pub queue_ttl: Duration,
 }
 
 /// How a run ended. `Abandoned`: its process died (stopped heartbeating). `Interrupted`: the
@@ -157,7 +160,7 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Marks the run `abandoned` (unsealed) and frees its session, if it is running and its
     /// owner's heartbeat is stale. Returns whether it did.
-    async fn expire_run(&self, run_id: &str) -> StoreResult<bool>;
+    async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool>;
 
     /// Admits `run`: takes the session unless a live run holds it. A holder whose replica
     /// stopped heartbeating is marked `abandoned` and the claim is retried. One round trip when
@@ -172,7 +175,7 @@ pub trait RunStore: Send + Sync + 'static {
             let Some(active) = self.active_run(&run.key).await? else {
                 return Ok(Claim::Busy(None)); // queued requests come first, or it just ended
             };
-            if !self.expire_run(&active.run_id).await? {
+            if !self.expire_run(&active).await? {
                 return Ok(Claim::Busy(Some(Box::new(active))));
             }
             tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose replica stopped heartbeating");
@@ -292,9 +295,17 @@ const ASYNC_COMMIT: &str = "SELECT set_config('synchronous_commit', 'off', true)
 const PG_LIVE_TICKET: &str = "EXISTS (SELECT 1 FROM replicas r WHERE r.id = q.owner
                                 AND r.heartbeat_at > extract(epoch from clock_timestamp())::double precision - r.lease_secs)";
 
-/// The owner of a `runs` row is dead: no fresh heartbeat.
-const PG_OWNER_DEAD: &str = "NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
+/// The owner of a `runs` row is dead: no fresh heartbeat. A row written by a replica of an
+/// older version (before per-replica heartbeats) carries a per-run lease that its owner
+/// renews: while that lease runs, the run is alive (a rolling upgrade must not abandon it).
+const PG_OWNER_DEAD: &str = "runs.lease_expires_at < extract(epoch from clock_timestamp())::double precision
+                             AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
                                AND p.heartbeat_at > extract(epoch from clock_timestamp())::double precision - p.lease_secs)";
+
+/// SQLite's form of [`PG_OWNER_DEAD`]; `?2` is now.
+const SQLITE_OWNER_DEAD: &str = "runs.lease_expires_at < ?2
+                                 AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
+                                   AND p.heartbeat_at > ?2 - p.lease_secs)";
 
 fn unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
@@ -307,6 +318,7 @@ impl RunStore for PgStore {
             "WITH async_commit AS ({ASYNC_COMMIT}), q AS (
                  SELECT min(q.ticket) AS first FROM run_queue q
                   WHERE q.app_name = $2 AND q.user_id = $3 AND q.session_id = $4 AND {PG_LIVE_TICKET}
+                    AND q.created_at > {PG_NOW} - $9
              ), s AS (
                  UPDATE sessions SET active_run = $1
                   WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run IS NULL
@@ -331,6 +343,7 @@ impl RunStore for PgStore {
         .bind(&run.owner)
         .bind(run.user_event)
         .bind(ticket)
+        .bind(run.queue_ttl.as_secs_f64())
         .fetch_one(self.pool())
         .await;
         let row = match row {
@@ -347,7 +360,8 @@ impl RunStore for PgStore {
         })
     }
 
-    async fn expire_run(&self, run_id: &str) -> StoreResult<bool> {
+    async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
+        let run_id = run.run_id.as_str();
         let n: i64 = sqlx::query_scalar(&format!(
             "WITH r AS (
                  UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
@@ -371,10 +385,13 @@ impl RunStore for PgStore {
         // statements; repaired rather than left busy for ever).
         let healed = sqlx::query(
             "UPDATE sessions SET active_run = NULL
-              WHERE active_run = $1
+              WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run = $1
                 AND NOT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND status = 'running')",
         )
         .bind(run_id)
+        .bind(&run.app_name)
+        .bind(&run.user_id)
+        .bind(&run.session_id)
         .execute(self.pool())
         .await?;
         Ok(healed.rows_affected() > 0)
@@ -440,6 +457,12 @@ impl RunStore for PgStore {
         ))
         .bind(me)
         .fetch_all(self.pool())
+        .await?;
+        // Tickets whose waiters are long gone.
+        sqlx::query(&format!(
+            "DELETE FROM run_queue WHERE created_at < {PG_NOW} - 3600"
+        ))
+        .execute(self.pool())
         .await?;
         // Replicas gone for an hour are forgotten (their runs were swept long ago).
         sqlx::query(&format!(
@@ -591,6 +614,7 @@ impl RunStore for SqliteStore {
         let first: Option<i64> = sqlx::query_scalar(
             "SELECT min(q.ticket) FROM run_queue q
               WHERE q.app_name = ?1 AND q.user_id = ?2 AND q.session_id = ?3
+                AND q.created_at > ?4 - ?5
                 AND EXISTS (SELECT 1 FROM replicas r WHERE r.id = q.owner
                              AND r.heartbeat_at > ?4 - r.lease_secs)",
         )
@@ -598,6 +622,7 @@ impl RunStore for SqliteStore {
         .bind(&run.key.user_id)
         .bind(&run.key.session_id)
         .bind(now)
+        .bind(run.queue_ttl.as_secs_f64())
         .fetch_one(&mut *tx)
         .await?;
         if first.is_some() && first != ticket {
@@ -637,16 +662,15 @@ impl RunStore for SqliteStore {
         Ok(Insert::Inserted { base_seq })
     }
 
-    async fn expire_run(&self, run_id: &str) -> StoreResult<bool> {
+    async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
+        let run_id = run.run_id.as_str();
         let now = now_ts();
         let mut tx = self.begin().await?;
-        let dead = sqlx::query(
+        let dead = sqlx::query(&format!(
             "UPDATE runs SET status = 'abandoned', finished_at = ?2, sealed = 0,
                     error = 'its replica stopped heartbeating'
-              WHERE id = ?1 AND status = 'running'
-                AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
-                                 AND p.heartbeat_at > ?2 - p.lease_secs)",
-        )
+              WHERE id = ?1 AND status = 'running' AND {SQLITE_OWNER_DEAD}"
+        ))
         .bind(run_id)
         .bind(now)
         .execute(&mut *tx)
@@ -656,10 +680,13 @@ impl RunStore for SqliteStore {
         // Frees the session of a dead run, or one pointing at a run that no longer runs.
         let freed = sqlx::query(
             "UPDATE sessions SET active_run = NULL
-              WHERE active_run = ?1
+              WHERE app_name = ?2 AND user_id = ?3 AND id = ?4 AND active_run = ?1
                 AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND status = 'running')",
         )
         .bind(run_id)
+        .bind(&run.app_name)
+        .bind(&run.user_id)
+        .bind(&run.session_id)
         .execute(&mut *tx)
         .await?
         .rows_affected()
@@ -719,9 +746,7 @@ impl RunStore for SqliteStore {
         let rows = sqlx::query(&format!(
             "UPDATE runs SET status = 'abandoned', finished_at = ?2, sealed = 0,
                     error = 'its replica stopped heartbeating'
-              WHERE status = 'running' AND owner <> ?1
-                AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
-                                 AND p.heartbeat_at > ?2 - p.lease_secs)
+              WHERE status = 'running' AND owner <> ?1 AND {SQLITE_OWNER_DEAD}
              RETURNING {RUN_COLUMNS}"
         ))
         .bind(me)
@@ -744,6 +769,10 @@ impl RunStore for SqliteStore {
             .execute(&mut *tx)
             .await?;
         }
+        sqlx::query("DELETE FROM run_queue WHERE created_at < ? - 3600")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM replicas WHERE heartbeat_at < ?2 - 3600 AND id <> ?1")
             .bind(me)
             .bind(now)
@@ -783,24 +812,30 @@ impl RunStore for SqliteStore {
         error: Option<&str>,
     ) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
-        let done = sqlx::query(
+        let key = sqlx::query(
             "UPDATE runs SET status = ?2, finished_at = ?3, last_seq = ?4, error = ?5
-              WHERE id = ?1 AND status = 'running'",
+              WHERE id = ?1 AND status = 'running'
+             RETURNING app_name, user_id, session_id",
         )
         .bind(run_id)
         .bind(status.as_str())
         .bind(now_ts())
         .bind(last_seq)
         .bind(error)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            > 0;
-        if done {
-            sqlx::query("UPDATE sessions SET active_run = NULL WHERE active_run = ?")
-                .bind(run_id)
-                .execute(&mut *tx)
-                .await?;
+        .fetch_optional(&mut *tx)
+        .await?;
+        let done = key.is_some();
+        if let Some(k) = key {
+            sqlx::query(
+                "UPDATE sessions SET active_run = NULL
+                  WHERE app_name = ? AND user_id = ? AND id = ? AND active_run = ?",
+            )
+            .bind(k.try_get::<String, _>(0)?)
+            .bind(k.try_get::<String, _>(1)?)
+            .bind(k.try_get::<String, _>(2)?)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(done)

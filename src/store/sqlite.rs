@@ -446,7 +446,15 @@ impl SessionStore for SqliteStore {
         let owned = match fence {
             Fence::Unfenced => true,
             Fence::Run(run) => owner.as_deref() == Some(run),
-            Fence::Free => owner.is_none(),
+            Fence::Sealing(dead) => {
+                owner.is_none()
+                    && sqlx::query_scalar::<_, bool>(
+                        "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND NOT sealed)",
+                    )
+                    .bind(dead)
+                    .fetch_one(&mut *tx)
+                    .await?
+            }
         };
         if !owned {
             return Err(StoreError::NotOwner);
