@@ -112,6 +112,14 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
     pub(crate) scale_streams: Vec<usize>,
 
+    /// scale-out: which parts to measure (`cancel`, `reattach`, `follow`, `streams`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cancel,reattach,follow,streams"
+    )]
+    pub(crate) scale_parts: Vec<String>,
+
     /// scale-out: cancels to time across replicas.
     #[arg(long, default_value_t = 200)]
     pub(crate) cancels: usize,

@@ -73,6 +73,7 @@ async fn measure(args: &BenchArgs, env: &Env, out: &mut String) -> Result<()> {
          database.\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     )?;
+    writeln!(out, "| what | measured |\n|---|---|")?;
     servers::write_app(
         &env.apps_dir,
         LOOP_APP,
@@ -89,16 +90,27 @@ async fn measure(args: &BenchArgs, env: &Env, out: &mut String) -> Result<()> {
     let b = env
         .extra_agentd(&env.agentd_url, "b", args.db_max_connections)
         .await?;
+    let part = |name: &str| args.scale_parts.iter().any(|p| p == name);
     let outcome = async {
-        cancel_latency(args, &env.agentd, &b, out).await?;
-        re_attach(args, &env.agentd, &b, out).await?;
-        follower_overhead(args, &env.agentd, &b, out).await?;
+        if part("cancel") {
+            cancel_latency(args, &env.agentd, &b, out).await?;
+        }
+        if part("reattach") {
+            // The long run is started on B (which loaded the loop app), re-attached to on A.
+            re_attach(args, &b, &env.agentd, out).await?;
+        }
+        if part("follow") {
+            follower_overhead(args, &env.agentd, &b, out).await?;
+        }
         anyhow::Ok(())
     }
     .await;
     b.stop().await;
     outcome?;
-    open_streams(args, env, out).await
+    if part("streams") {
+        open_streams(args, env, out).await?;
+    }
+    Ok(())
 }
 
 fn quantiles(h: &Histogram<u64>) -> String {
@@ -127,6 +139,9 @@ async fn read_until(
             buf.drain(..i + needle.len());
             return Ok(true);
         }
+        // Only a needle cut at the end can still match: keep the scan linear.
+        let keep = buf.len().saturating_sub(needle.len() - 1);
+        buf.drain(..keep);
         let next = tokio::time::timeout(Duration::from_secs(60), body.next())
             .await
             .map_err(|_| anyhow!("a stream stalled for 60 s"))?;
@@ -234,7 +249,7 @@ async fn re_attach(args: &BenchArgs, a: &Server, b: &Server, out: &mut String) -
     }
     writeln!(
         out,
-        "| re-attach on B to a finished run of {committed} committed events: first replayed event | {} |",
+        "| re-attach on the other replica to a finished run of {committed} committed events: first replayed event | {} |",
         quantiles(&first)
     )?;
     writeln!(
@@ -279,36 +294,54 @@ async fn follow_level(
         );
         let b_base = b.base.clone();
         tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let session = load::create_session(&client, &spec).await?;
-                let follower = if followers {
-                    let url = format!(
-                        "{b_base}/apps/{}/users/{}/sessions/{session}/stream?after=0",
-                        spec.app, spec.user
-                    );
-                    let resp = client.get(url).send().await?;
-                    if !resp.status().is_success() {
-                        bail!("follow on B: HTTP {}", resp.status());
-                    }
-                    Some(tokio::spawn(async move {
-                        let mut body = resp.bytes_stream();
-                        let mut buf = vec![];
-                        read_until(&mut body, &mut buf, b"event: run_done").await
-                    }))
-                } else {
-                    None
-                };
-                let timing = load::run_on(&client, &spec, &session).await?;
-                if let Some(f) = follower {
-                    if !f.await?? {
-                        bail!("the follower's stream ended before run_done");
-                    }
+            // One session per client, followed on B (if at all) for all of its runs, as a
+            // second tab or device would.
+            let session = load::create_session(&client, &spec).await?;
+            let seen = Arc::new(AtomicUsize::new(0));
+            let follower = if followers {
+                let url = format!(
+                    "{b_base}/apps/{}/users/{}/sessions/{session}/stream",
+                    spec.app, spec.user
+                );
+                let resp = client.get(url).send().await?;
+                if !resp.status().is_success() {
+                    bail!("follow on B: HTTP {}", resp.status());
                 }
+                let seen = seen.clone();
+                Some(tokio::spawn(async move {
+                    let mut body = resp.bytes_stream();
+                    let mut buf = vec![];
+                    while read_until(&mut body, &mut buf, b"event: run_done").await? {
+                        seen.fetch_add(1, Ordering::Relaxed);
+                    }
+                    anyhow::Ok(())
+                }))
+            } else {
+                None
+            };
+            // The watch reaches A before the first run.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let mut runs = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let timing = load::run_on(&client, &spec, &session).await?;
+                runs += 1;
                 if measuring.load(Ordering::Relaxed) {
                     done.fetch_add(1, Ordering::Relaxed);
                     let _ = ends
                         .lock()
                         .map(|mut h| h.record(timing.end.as_micros() as u64));
+                }
+            }
+            if let Some(f) = follower {
+                // Every run's end reached the follower (allow a moment for the last one).
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while seen.load(Ordering::Relaxed) < runs && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                f.abort();
+                let got = seen.load(Ordering::Relaxed);
+                if got < runs {
+                    bail!("the follower saw {got} of {runs} runs end");
                 }
             }
             anyhow::Ok(())
@@ -362,7 +395,7 @@ async fn follower_overhead(
         let per_run = |cpu: f64| cpu / 100.0 * r.secs * 1000.0 / r.runs.max(1) as f64;
         writeln!(
             out,
-            "| runs on A at c={}, {} follower(s) per run on B | {:.0} runs/s, end p50 {:.2} ms; CPU per run: agentd A {:.2} ms, agentd B {:.2} ms, PostgreSQL {:.2} ms |",
+            "| runs on A at c={} (each client's runs on one session), {} follower(s) of each session on B | {:.0} runs/s, end p50 {:.2} ms; CPU per run: agentd A {:.2} ms, agentd B {:.2} ms, PostgreSQL {:.2} ms |",
             args.follow_concurrency,
             u8::from(followers),
             r.runs as f64 / r.secs,

@@ -496,7 +496,8 @@ impl SessionFollower {
                                "errorType": kind, "errorMessage": message}),
                     )),
                     Ok(BusMsg::Done { run_id, status, last_seq }) => {
-                        if self.replay().await.is_err() {
+                        // Read only if the run's end brings events this client lacks.
+                        if last_seq.is_none_or(|l| l > self.last) && self.replay().await.is_err() {
                             return;
                         }
                         if self.current.as_deref() == Some(&*run_id) {

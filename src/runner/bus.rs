@@ -421,8 +421,20 @@ impl Bus {
         }
     }
 
-    /// Handles one notification from another replica.
+    /// Handles one notification from another replica: one message, or an array of them (the
+    /// notifier packs what is queued together into as few notifications as fit).
     fn receive(&self, payload: &str) {
+        if payload.starts_with('[') {
+            match serde_json::from_str::<Vec<&RawValue>>(payload) {
+                Ok(items) => items.iter().for_each(|raw| self.receive_one(raw.get())),
+                Err(e) => tracing::warn!(error = %e, "unreadable notification ignored"),
+            }
+        } else {
+            self.receive_one(payload);
+        }
+    }
+
+    fn receive_one(&self, payload: &str) {
         let w: Wire<'_> = match serde_json::from_str(payload) {
             Ok(w) => w,
             Err(e) => {
@@ -595,9 +607,10 @@ async fn notifier(pool: sqlx::PgPool, mut rx: mpsc::Receiver<String>, stop: Canc
         if n == 0 {
             return;
         }
+        let packed = pack(&batch);
         let sent = sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
             .bind(CHANNEL)
-            .bind(&batch)
+            .bind(&packed)
             .execute(&pool)
             .await;
         if let Err(e) = sent {
@@ -605,6 +618,26 @@ async fn notifier(pool: sqlx::PgPool, mut rx: mpsc::Receiver<String>, stop: Canc
         }
         batch.clear();
     }
+}
+
+/// Packs queued messages (in order) into JSON arrays of at most [`MAX_PAYLOAD`] bytes: a burst
+/// of partial events costs one notification, not one each.
+fn pack(batch: &[String]) -> Vec<String> {
+    let mut out = vec![];
+    let mut current = String::new();
+    for item in batch {
+        if !current.is_empty() && current.len() + item.len() + 2 > MAX_PAYLOAD {
+            current.push(']');
+            out.push(std::mem::take(&mut current));
+        }
+        current.push(if current.is_empty() { '[' } else { ',' });
+        current.push_str(item);
+    }
+    if !current.is_empty() {
+        current.push(']');
+        out.push(current);
+    }
+    out
 }
 
 /// Re-announces the sessions followed here, so owners keep sending for them.
@@ -639,5 +672,27 @@ async fn refresh_watches(bus: Weak<Bus>, stop: CancellationToken) {
             w.keys = batch;
             bus.send_wire(&w);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pack, MAX_PAYLOAD};
+
+    #[test]
+    fn packing_keeps_order_and_the_payload_limit() {
+        let items: Vec<String> = (0..100)
+            .map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(300)))
+            .collect();
+        let packed = pack(&items);
+        assert!(packed.len() > 1 && packed.len() < 10, "{}", packed.len());
+        let mut seen = vec![];
+        for p in &packed {
+            assert!(p.len() <= MAX_PAYLOAD);
+            let v: Vec<serde_json::Value> = serde_json::from_str(p).unwrap();
+            seen.extend(v.into_iter().map(|x| x["n"].as_i64().unwrap()));
+        }
+        assert_eq!(seen, (0..100).collect::<Vec<_>>());
+        assert!(pack(&[]).is_empty());
     }
 }

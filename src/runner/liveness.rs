@@ -5,8 +5,8 @@
 //! its runs someone asked to cancel (the fallback for a lost notification). Another task sweeps
 //! every 2/3 of the lease: runs of replicas whose heartbeat is older than their lease are
 //! marked `abandoned`, their sessions freed and their transcripts sealed, and followers are
-//! told. Every fifth sweep it reconciles: a run the database says this replica runs, but which
-//! has no task here, is finished as `failed`.
+//! told. Each sweep also reconciles: a run the database says this replica runs, but which has
+//! no task here (its outcome was lost, or its task vanished), is finished as `failed`.
 //!
 //! If this replica has not written its heartbeat for two thirds of its lease, it stops its own
 //! runs (`interrupted`) before other replicas may take their sessions over; their writes are
@@ -64,7 +64,6 @@ impl Runner {
         let runner = Arc::downgrade(self);
         let stop = self.stop.clone();
         tokio::spawn(async move {
-            let mut round: u64 = 0;
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -73,14 +72,11 @@ impl Runner {
                 let Some(runner) = runner.upgrade() else {
                     return;
                 };
-                round += 1;
                 if let Err(e) = runner.sweep().await {
                     tracing::warn!(error = %e, "sweep failed");
                 }
-                if round % 5 == 0 {
-                    if let Err(e) = runner.reconcile().await {
-                        tracing::warn!(error = %e, "reconciliation failed");
-                    }
+                if let Err(e) = runner.reconcile().await {
+                    tracing::warn!(error = %e, "reconciliation failed");
                 }
             }
         });
@@ -120,12 +116,24 @@ impl Runner {
 
     /// Runs recorded as this replica's that have no task here.
     async fn reconcile(&self) -> Result<(), StoreError> {
-        for run in self.store.owned_runs(&self.config.owner).await? {
-            if lock(&self.local).contains_key(&run.run_id) {
+        let owned = self.store.owned_runs(&self.config.owner).await?;
+        let orphans: Vec<String> = {
+            let local = lock(&self.local);
+            owned
+                .into_iter()
+                .filter(|id| !local.contains_key(id))
+                .collect()
+        };
+        for id in orphans {
+            let Some(run) = self.store.get_run(&id).await? else {
+                continue;
+            };
+            if run.status != RunStatus::Running {
                 continue;
             }
             tracing::error!(run = %run.run_id, "run without a task on its replica; finishing it as failed");
-            let error = "the run's task ended without recording an outcome";
+            let error = "the run's outcome was lost (its task ended without recording one, or \
+                         the database lost it in a crash); its committed events are complete";
             if self
                 .store
                 .finish_run(&run.run_id, RunStatus::Failed, None, Some(error))

@@ -306,8 +306,9 @@ impl Runner {
         self.tracker.spawn(
             async move {
                 let mut ready_tx = ready_tx;
-                let base_seq = match runner.admit(&new_run, &req, &mut ready_tx).await {
-                    Ok(base) => base,
+                let (_base_seq, unsealed) = match runner.admit(&new_run, &req, &mut ready_tx).await
+                {
+                    Ok(admitted) => admitted,
                     Err(e) => {
                         lock(&runner.local).remove(&run_id);
                         let _ = ready_tx.send(Err(e));
@@ -320,7 +321,7 @@ impl Runner {
                         &req,
                         &run_id,
                         &invocation_id,
-                        base_seq,
+                        unsealed,
                         &tree,
                         cancel.clone(),
                     )
@@ -382,11 +383,13 @@ impl Runner {
         req: &RunRequest,
         run_id: &str,
         invocation_id: &str,
-        base_seq: i64,
+        unsealed: bool,
         tree: &Arc<AgentTree>,
         cancel: CancellationToken,
     ) -> Result<(InvocationContext, mpsc::Receiver<RunItem>), RunError> {
-        self.seal_dead_runs(&req.key, Fence::Run(run_id)).await?;
+        if unsealed {
+            self.seal_dead_runs(&req.key, Fence::Run(run_id)).await?;
+        }
         let head = self
             .store
             .session_head(&req.key)
@@ -438,7 +441,6 @@ impl Runner {
                 Err(e) => return Err(e.into()),
             }
         }
-        let _ = base_seq;
         Ok((ctx, rx))
     }
 

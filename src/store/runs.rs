@@ -125,8 +125,9 @@ impl RunRecord {
 /// The result of trying to admit a run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
-    /// The run owns the session; its events come after `base_seq`.
-    Acquired { base_seq: i64 },
+    /// The run owns the session; its events come after `base_seq`. `unsealed`: a dead run of
+    /// the session still needs its transcript sealed (the new run does it first).
+    Acquired { base_seq: i64, unsealed: bool },
     /// Another live run holds the session (`None`: earlier queued requests come first).
     Busy(Option<Box<RunRecord>>),
     /// The session does not exist (nothing was written).
@@ -138,6 +139,7 @@ pub enum Claim {
 pub enum Insert {
     Inserted {
         base_seq: i64,
+        unsealed: bool,
     },
     /// A run holds the session, or an earlier ticket waits for it.
     Occupied,
@@ -168,7 +170,9 @@ pub trait RunStore: Send + Sync + 'static {
     async fn claim_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Claim> {
         for _ in 0..5 {
             match self.insert_run(run, ticket).await? {
-                Insert::Inserted { base_seq } => return Ok(Claim::Acquired { base_seq }),
+                Insert::Inserted { base_seq, unsealed } => {
+                    return Ok(Claim::Acquired { base_seq, unsealed })
+                }
                 Insert::NoSession => return Ok(Claim::NoSession),
                 Insert::Occupied => {}
             }
@@ -192,8 +196,8 @@ pub trait RunStore: Send + Sync + 'static {
         draining: bool,
     ) -> StoreResult<Vec<String>>;
 
-    /// The running runs recorded as `replica`'s (reconciliation).
-    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<RunRecord>>;
+    /// The ids of the running runs recorded as `replica`'s (reconciliation).
+    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<String>>;
 
     /// Says this replica is gone (its runs count as dead at once).
     async fn retire_replica(&self, replica: &str) -> StoreResult<()>;
@@ -207,9 +211,9 @@ pub trait RunStore: Send + Sync + 'static {
 
     async fn mark_sealed(&self, run_id: &str) -> StoreResult<()>;
 
-    /// Records the outcome and frees the session, if the run still owns it. Synchronous: the
-    /// outcome is durable before the client is told. Returns false if the run had already
-    /// lost the session (it was taken over); nothing is then changed.
+    /// Records the outcome and frees the session, if the run still owns it (an asynchronous
+    /// commit on PostgreSQL: see `ASYNC_COMMIT` for why that is safe). Returns false if the run
+    /// had already lost the session (it was taken over); nothing is then changed.
     async fn finish_run(
         &self,
         run_id: &str,
@@ -286,9 +290,16 @@ const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
 ///   client can act on an admission that a crash could undo; a crash before that flush simply
 ///   means the run never started.
 /// - Heartbeats: losing one only makes the replica look older by one period.
-///
-/// The outcome of a run (`finish_run`) is NOT written this way: `event: done` is sent after
-/// it, and a client that saw `done` must find the session free after any crash.
+/// - Finishing a run (`finish_run`): every event of the run is already durable (each was
+///   committed synchronously before any client saw it), and `event: done` repeats nothing that
+///   is not. The window is a PostgreSQL crash within the few hundred milliseconds before the
+///   WAL writer (or any later synchronous commit) flushes the record: the run row then reads
+///   `running` and its session stays owned. That is repaired without a client's help: if the
+///   replica lives, its reconciliation (every sweep, 2/3 of the lease) finds a running run of
+///   its own with no task and finishes it (`failed`, "outcome lost"); if it died too, any
+///   replica's sweeper abandons and seals it. No event is lost or duplicated either way; what
+///   can differ is the recorded status of that one run. A synchronous outcome cost 15% of
+///   the runs/s at 8 clients (`agentd-bench runs`, README "Performance").
 const ASYNC_COMMIT: &str = "SELECT set_config('synchronous_commit', 'off', true)";
 
 /// A live ticket: its waiter's replica is heartbeating.
@@ -332,7 +343,9 @@ impl RunStore for PgStore {
              )
              SELECT EXISTS (SELECT 1 FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4)
                         AS session,
-                    (SELECT base_seq FROM ins) AS base_seq
+                    (SELECT base_seq FROM ins) AS base_seq,
+                    EXISTS (SELECT 1 FROM runs WHERE app_name = $2 AND user_id = $3
+                               AND session_id = $4 AND NOT sealed) AS unsealed
                FROM async_commit"
         ))
         .bind(&run.run_id)
@@ -353,8 +366,9 @@ impl RunStore for PgStore {
         };
         let session: bool = row.try_get("session")?;
         let base_seq: Option<i64> = row.try_get("base_seq")?;
+        let unsealed: bool = row.try_get("unsealed")?;
         Ok(match (session, base_seq) {
-            (_, Some(base_seq)) => Insert::Inserted { base_seq },
+            (_, Some(base_seq)) => Insert::Inserted { base_seq, unsealed },
             (true, None) => Insert::Occupied,
             (false, None) => Insert::NoSession,
         })
@@ -423,14 +437,13 @@ impl RunStore for PgStore {
             .collect()
     }
 
-    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<RunRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE owner = $1 AND status = 'running'"
-        ))
-        .bind(replica)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(record_pg).collect()
+    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM runs WHERE owner = $1 AND status = 'running'")
+                .bind(replica)
+                .fetch_all(self.pool())
+                .await?,
+        )
     }
 
     async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
@@ -504,8 +517,9 @@ impl RunStore for PgStore {
         error: Option<&str>,
     ) -> StoreResult<bool> {
         let n: i64 = sqlx::query_scalar(&format!(
-            "WITH r AS (
+            "WITH async_commit AS ({ASYNC_COMMIT}), r AS (
                  UPDATE runs SET status = $2, finished_at = {PG_NOW}, last_seq = $3, error = $4
+                   FROM async_commit
                   WHERE id = $1 AND status = 'running'
                  RETURNING app_name, user_id, session_id, id
              ), s AS (
@@ -658,8 +672,17 @@ impl RunStore for SqliteStore {
         .bind(&run.key.session_id)
         .execute(&mut *tx)
         .await?;
+        let unsealed: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE app_name = ? AND user_id = ?
+                               AND session_id = ? AND NOT sealed)",
+        )
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .fetch_one(&mut *tx)
+        .await?;
         tx.commit().await?;
-        Ok(Insert::Inserted { base_seq })
+        Ok(Insert::Inserted { base_seq, unsealed })
     }
 
     async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
@@ -722,14 +745,13 @@ impl RunStore for SqliteStore {
         .await?)
     }
 
-    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<RunRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE owner = ? AND status = 'running'"
-        ))
-        .bind(replica)
-        .fetch_all(self.writer())
-        .await?;
-        rows.iter().map(record_sqlite).collect()
+    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM runs WHERE owner = ? AND status = 'running'")
+                .bind(replica)
+                .fetch_all(self.writer())
+                .await?,
+        )
     }
 
     async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
