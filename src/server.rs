@@ -56,6 +56,10 @@ impl Server {
             ..RunnerConfig::default()
         };
         if let Some(id) = &args.replica_id {
+            // It prefixes every notification (PostgreSQL allows 8,000 bytes per payload).
+            if id.is_empty() || id.len() > 64 || id.contains('\n') {
+                anyhow::bail!("--replica-id must be 1 to 64 bytes without a newline");
+            }
             runner_config.owner = id.clone();
         }
         let runner = Runner::start(store.clone(), apps.clone(), plugins, runner_config)

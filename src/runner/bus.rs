@@ -222,7 +222,7 @@ impl Bus {
         let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
         listener.listen(CHANNEL).await?;
         tokio::spawn(listen(Arc::downgrade(&bus), listener, stop.clone()));
-        tokio::spawn(notifier(pool, nrx, stop.clone()));
+        tokio::spawn(notifier(replica.to_string(), pool, nrx, stop.clone()));
         tokio::spawn(refresh_watches(Arc::downgrade(&bus), stop));
         Ok((bus, cancel_rx))
     }
@@ -421,9 +421,15 @@ impl Bus {
         }
     }
 
-    /// Handles one notification from another replica: one message, or an array of them (the
-    /// notifier packs what is queued together into as few notifications as fit).
+    /// Handles one notification: `<sending replica>\n<message or array of messages>` (the
+    /// notifier packs what is queued together into as few notifications as fit). Every
+    /// replica hears its own notifications too; those are dropped before any parsing.
     fn receive(&self, payload: &str) {
+        let payload = match payload.split_once('\n') {
+            Some((from, _)) if from == self.replica => return,
+            Some((_, rest)) => rest,
+            None => payload,
+        };
         if payload.starts_with('[') {
             match serde_json::from_str::<Vec<&RawValue>>(payload) {
                 Ok(items) => items.iter().for_each(|raw| self.receive_one(raw.get())),
@@ -579,7 +585,12 @@ async fn listen(bus: Weak<Bus>, mut listener: sqlx::postgres::PgListener, stop: 
 }
 
 /// Sends queued notifications, as many as are waiting in one statement.
-async fn notifier(pool: sqlx::PgPool, mut rx: mpsc::Receiver<String>, stop: CancellationToken) {
+async fn notifier(
+    replica: String,
+    pool: sqlx::PgPool,
+    mut rx: mpsc::Receiver<String>,
+    stop: CancellationToken,
+) {
     let mut batch = Vec::with_capacity(64);
     let mut stopping = false;
     loop {
@@ -607,7 +618,7 @@ async fn notifier(pool: sqlx::PgPool, mut rx: mpsc::Receiver<String>, stop: Canc
         if n == 0 {
             return;
         }
-        let packed = pack(&batch);
+        let packed = pack(&replica, &batch);
         let sent = sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
             .bind(CHANNEL)
             .bind(&packed)
@@ -622,18 +633,26 @@ async fn notifier(pool: sqlx::PgPool, mut rx: mpsc::Receiver<String>, stop: Canc
 
 /// Packs queued messages (in order) into JSON arrays of at most [`MAX_PAYLOAD`] bytes: a burst
 /// of partial events costs one notification, not one each.
-fn pack(batch: &[String]) -> Vec<String> {
+/// Each payload starts with the sending replica's id and a newline, so a replica skips its own
+/// without parsing them.
+fn pack(replica: &str, batch: &[String]) -> Vec<String> {
     let mut out = vec![];
     let mut current = String::new();
+    let head = replica.len() + 1;
     for item in batch {
         if !current.is_empty() && current.len() + item.len() + 2 > MAX_PAYLOAD {
             current.push(']');
             out.push(std::mem::take(&mut current));
         }
-        current.push(if current.is_empty() { '[' } else { ',' });
+        if current.is_empty() {
+            current.push_str(replica);
+            current.push_str("\n[");
+        } else {
+            current.push(',');
+        }
         current.push_str(item);
     }
-    if !current.is_empty() {
+    if current.len() > head {
         current.push(']');
         out.push(current);
     }
@@ -684,15 +703,17 @@ mod tests {
         let items: Vec<String> = (0..100)
             .map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(300)))
             .collect();
-        let packed = pack(&items);
+        let packed = pack("replica-a", &items);
         assert!(packed.len() > 1 && packed.len() < 10, "{}", packed.len());
         let mut seen = vec![];
         for p in &packed {
             assert!(p.len() <= MAX_PAYLOAD);
-            let v: Vec<serde_json::Value> = serde_json::from_str(p).unwrap();
+            let (from, json) = p.split_once('\n').unwrap();
+            assert_eq!(from, "replica-a");
+            let v: Vec<serde_json::Value> = serde_json::from_str(json).unwrap();
             seen.extend(v.into_iter().map(|x| x["n"].as_i64().unwrap()));
         }
         assert_eq!(seen, (0..100).collect::<Vec<_>>());
-        assert!(pack(&[]).is_empty());
+        assert!(pack("replica-a", &[]).is_empty());
     }
 }
