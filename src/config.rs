@@ -18,6 +18,41 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
+    /// Exit 0 if the local server answers `GET /health` with 200, else 1 (a container
+    /// HEALTHCHECK that needs no curl in the image).
+    Healthcheck(HealthcheckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// The server's base URL (default: from the listen address, `0.0.0.0`/`[::]` → loopback).
+    #[arg(long)]
+    pub url: Option<String>,
+
+    /// The listen address of the server to check (as `serve --bind`).
+    #[arg(long, env = "AGENTD_BIND", default_value = "127.0.0.1:8000")]
+    pub bind: SocketAddr,
+
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 3)]
+    pub timeout_secs: u64,
+}
+
+impl HealthcheckArgs {
+    /// The URL to ask: `--url`, else the bind address with an unspecified IP made loopback.
+    pub fn health_url(&self) -> String {
+        if let Some(url) = &self.url {
+            return format!("{}/health", url.trim_end_matches('/'));
+        }
+        let mut addr = self.bind;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        format!("http://{addr}/health")
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -93,6 +128,10 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
 
+    /// How long an `Idempotency-Key` is remembered, in seconds.
+    #[arg(long, env = "AGENTD_IDEMPOTENCY_TTL_SECS", default_value_t = 86_400)]
+    pub idempotency_ttl_secs: u64,
+
     /// Add each run's session to memory when the run ends (as `PATCH …/memory` does), so
     /// memory search finds every conversation. Off by default.
     #[arg(
@@ -125,6 +164,7 @@ impl ServeArgs {
             max_artifact_bytes: 16 * 1024 * 1024,
             shutdown_grace_secs: 10,
             drain_secs: 20,
+            idempotency_ttl_secs: 86_400,
             run_lease_secs: 10,
             max_run_secs: 600,
             enqueue_timeout_secs: 60,

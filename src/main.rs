@@ -25,6 +25,23 @@ async fn main() -> anyhow::Result<()> {
             let server = Server::start(args).await?;
             server.run_until_signal(drain, grace).await
         }
+        Command::Healthcheck(args) => {
+            let url = args.health_url();
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(args.timeout_secs.max(1)))
+                .build()?;
+            match client.get(&url).send().await {
+                Ok(resp) if resp.status().is_success() => Ok(()),
+                Ok(resp) => {
+                    eprintln!("unhealthy: {url} answered {}", resp.status());
+                    std::process::exit(1)
+                }
+                Err(e) => {
+                    eprintln!("unhealthy: {url}: {e}");
+                    std::process::exit(1)
+                }
+            }
+        }
         Command::Migrate(db) => {
             init_tracing(LogFormat::Text);
             agentd::store::migrate(&db.database_url)

@@ -53,6 +53,7 @@ impl Server {
             lease: Duration::from_secs(args.run_lease_secs.max(1)),
             max_run_duration: Duration::from_secs(args.max_run_secs.max(1)),
             enqueue_timeout: Duration::from_secs(args.enqueue_timeout_secs),
+            idempotency_ttl: Duration::from_secs(args.idempotency_ttl_secs.max(1)),
             ..RunnerConfig::default()
         };
         if let Some(id) = &args.replica_id {

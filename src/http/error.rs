@@ -64,6 +64,11 @@ impl ApiError {
         }
     }
 
+    /// The same error with another status (e.g. a 409 that still carries `Retry-After`).
+    pub fn with_status(self, status: StatusCode) -> Self {
+        ApiError { status, ..self }
+    }
+
     pub fn session_not_found() -> Self {
         Self::not_found("session_not_found", "Session not found")
     }

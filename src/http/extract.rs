@@ -13,16 +13,37 @@ use serde_json::{json, Value};
 /// An empty body deserializes from `{}` when `T` allows it (ADK: "no body = all defaults").
 pub struct Json<T>(pub T);
 
+/// A JSON body together with its bytes as received (what an `Idempotency-Key` is checked
+/// against).
+pub struct JsonBody<T>(pub T, pub axum::body::Bytes);
+
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        read_json(req, state).await.map(|(v, _)| Json(v))
+    }
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        read_json(req, state).await.map(|(v, b)| JsonBody(v, b))
+    }
+}
+
+async fn read_json<S: Send + Sync, T: DeserializeOwned>(
+    req: Request,
+    state: &S,
+) -> Result<(T, axum::body::Bytes), ApiError> {
+    {
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_ascii_lowercase);
-        let bytes = axum::body::Bytes::from_request(req, state)
+        let raw = axum::body::Bytes::from_request(req, state)
             .await
             .map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -31,7 +52,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
                     ApiError::bad_request("body_unreadable", rejection.body_text())
                 }
             })?;
-        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        let bytes: &[u8] = if raw.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
             if let Some(ct) = &content_type {
@@ -48,9 +69,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
                     });
                 }
             }
-            &bytes
+            &raw
         };
-        parse_json(bytes).map(Json)
+        let value = parse_json(bytes)?;
+        Ok((value, raw))
     }
 }
 

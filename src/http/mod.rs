@@ -8,6 +8,7 @@ pub mod apps;
 pub mod artifacts;
 pub mod error;
 pub mod extract;
+pub mod idempotency;
 pub mod run;
 pub mod sessions;
 pub mod sse;

@@ -5,8 +5,10 @@
 //! error before the first SSE byte. After that, problems arrive in the stream.
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Json, Path};
+use super::extract::{JsonBody, Path};
+use super::idempotency::{self, Prior};
 use super::sse;
+use super::stream::Framing;
 use super::AppState;
 use crate::agent::context::RunItem;
 use crate::agent::RunConfig;
@@ -160,15 +162,63 @@ fn sse_response(body: Body, headers: HeaderMap) -> Response {
     resp
 }
 
+/// With an `Idempotency-Key`: the prior run to replay, if this is a repeat.
+async fn idempotent_prior(
+    state: &AppState,
+    headers: &HeaderMap,
+    req: &RunRequest,
+    route: &str,
+    raw: &[u8],
+) -> ApiResult<(Option<idempotency::Keyed>, Option<String>)> {
+    let scope = idempotency::scope(&req.key.app_name, &req.key.user_id);
+    let Some(keyed) = idempotency::keyed(headers, scope, route, raw)? else {
+        return Ok((None, None));
+    };
+    match idempotency::claim(state, &keyed).await? {
+        Prior::New => Ok((Some(keyed), None)),
+        Prior::Run(run) => Ok((None, Some(run))),
+        Prior::Response(..) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_reused",
+            "This Idempotency-Key was used with a different request; use a new key.",
+        )),
+    }
+}
+
+/// Starts the run; with a key, records the run on it (or gives the key up if nothing started).
+async fn start_keyed(
+    state: &AppState,
+    req: RunRequest,
+    keyed: Option<idempotency::Keyed>,
+) -> Result<RunHandle, RunError> {
+    let started = state.runner.start_run(req).await;
+    if let Some(k) = keyed {
+        match &started {
+            Ok(handle) => {
+                if let Err(e) = state.store.key_run(&k.scope, &k.key, &handle.run_id).await {
+                    tracing::warn!(error = %e, "could not record the run on its idempotency key");
+                }
+            }
+            Err(_) => idempotency::release(state, &k).await,
+        }
+    }
+    started
+}
+
 /// ADK `/run_sse`.
 async fn run_sse(
     state: axum::extract::State<AppState>,
-    Json(req): Json<RunAgentRequest>,
+    headers: HeaderMap,
+    JsonBody(req, raw): JsonBody<RunAgentRequest>,
 ) -> ApiResult<Response> {
     let split_artifacts = req.function_call_event_id.is_none();
     let run_req = req.into_run_request()?;
     let key = run_req.key.clone();
-    let handle = match state.runner.start_run(run_req).await {
+    let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run_sse", &raw).await?;
+    if let Some(run_id) = prior {
+        return super::stream::replay_run(&state, &run_id, Framing::Adk { split_artifacts }).await;
+    }
+    let handle = match start_keyed(&state, run_req, keyed).await {
         Ok(handle) => handle,
         // ADK reports a missing message inside the stream (fixture 078), once the app and
         // the session have been checked.
@@ -198,14 +248,6 @@ async fn run_sse(
     Ok(sse_response(Body::from_stream(frames), headers))
 }
 
-async fn start(state: &AppState, req: RunRequest) -> ApiResult<RunHandle> {
-    state
-        .runner
-        .start_run(req)
-        .await
-        .map_err(|e| run_error(state, e))
-}
-
 fn run_headers(handle: &RunHandle) -> HeaderMap {
     let mut h = HeaderMap::new();
     if let Ok(v) = HeaderValue::from_str(&handle.run_id) {
@@ -231,9 +273,19 @@ fn wants_json(headers: &HeaderMap) -> bool {
 async fn run(
     state: axum::extract::State<AppState>,
     headers: HeaderMap,
-    Json(req): Json<RunAgentRequest>,
+    JsonBody(req, raw): JsonBody<RunAgentRequest>,
 ) -> ApiResult<Response> {
-    let handle = start(&state, req.into_run_request()?).await?;
+    let run_req = req.into_run_request()?;
+    let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run", &raw).await?;
+    if let Some(run_id) = prior {
+        if wants_json(&headers) {
+            return replay_json(&state, &run_id).await;
+        }
+        return super::stream::replay_run(&state, &run_id, Framing::Agentd).await;
+    }
+    let handle = start_keyed(&state, run_req, keyed)
+        .await
+        .map_err(|e| run_error(&state, e))?;
     let mut resp_headers = run_headers(&handle);
     if wants_json(&headers) {
         return collect_json(handle, resp_headers).await;
@@ -308,6 +360,45 @@ async fn collect_json(mut handle: RunHandle, headers: HeaderMap) -> ApiResult<Re
             }
         }
     }
+    Ok((headers, axum::Json(events)).into_response())
+}
+
+/// A repeated JSON-mode `/run`: waits for the first run to end, then answers its committed
+/// events (the first answer also had its partial events; a retry gets the durable ones).
+async fn replay_json(state: &AppState, run_id: &str) -> ApiResult<Response> {
+    let mut record = state
+        .runner
+        .get_run(run_id)
+        .await?
+        .ok_or_else(run_not_found)?;
+    let sub = state.runner.bus().subscribe(&record.key());
+    let mut sub = sub;
+    while record.status == RunStatus::Running {
+        let _ = tokio::time::timeout(Duration::from_secs(1), sub.rx.recv()).await;
+        record = state
+            .runner
+            .get_run(run_id)
+            .await?
+            .ok_or_else(run_not_found)?;
+    }
+    let mut events = state
+        .store
+        .invocation_events(
+            &record.key(),
+            &record.invocation_id,
+            record.base_seq.unwrap_or(0),
+            100_000,
+        )
+        .await?;
+    if record.user_event && events.first().is_some_and(|e| e.event.author == "user") {
+        events.remove(0);
+    }
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&record.run_id) {
+        headers.insert("x-agentd-run-id", v);
+    }
+    headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    let events: Vec<Event> = events.into_iter().map(|e| e.event).collect();
     Ok((headers, axum::Json(events)).into_response())
 }
 

@@ -2,7 +2,7 @@
 //! agentd's paginated `GET …/sessions/{id}/events`.
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Json, Path, Query};
+use super::extract::{Json, JsonBody, Path, Query};
 use super::AppState;
 use crate::event::{Event, JsonMap, Session};
 use crate::store::{EventRange, NewSession, SessionCursor, SessionKey};
@@ -109,11 +109,65 @@ fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
     Ok(())
 }
 
+/// ADK's create, plus `Idempotency-Key`: a repeat with the same key and body answers the first
+/// response (the same session), whether or not it named the session id.
 async fn create_session(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,
-    Json(req): Json<CreateSessionRequest>,
-) -> ApiResult<axum::Json<Session>> {
+    headers: axum::http::HeaderMap,
+    JsonBody(req, raw): JsonBody<CreateSessionRequest>,
+) -> ApiResult<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let scope = super::idempotency::scope(&app, &user);
+    let route = format!("/apps/{app}/users/{user}/sessions");
+    let keyed = super::idempotency::keyed(&headers, scope, &route, &raw)?;
+    if let Some(k) = &keyed {
+        match super::idempotency::claim(&state, k).await? {
+            super::idempotency::Prior::New => {}
+            super::idempotency::Prior::Response(status, body) => {
+                let status =
+                    axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::OK);
+                let mut resp = (status, body).into_response();
+                resp.headers_mut().insert(
+                    axum::http::header::CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static("application/json"),
+                );
+                resp.headers_mut().insert(
+                    "idempotent-replayed",
+                    axum::http::HeaderValue::from_static("true"),
+                );
+                return Ok(resp);
+            }
+            super::idempotency::Prior::Run(_) => {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                    "idempotency_key_reused",
+                    "This Idempotency-Key was used with a different request; use a new key.",
+                ))
+            }
+        }
+    }
+    let created = create_session_inner(&state, app, user, req).await;
+    if let Some(k) = &keyed {
+        match &created {
+            Ok(session) => {
+                let body = serde_json::to_string(session).unwrap_or_default();
+                if let Err(e) = state.store.key_response(&k.scope, &k.key, 200, &body).await {
+                    tracing::warn!(error = %e, "could not record the response on its idempotency key");
+                }
+            }
+            Err(_) => super::idempotency::release(&state, k).await,
+        }
+    }
+    created.map(|s| axum::Json(s).into_response())
+}
+
+async fn create_session_inner(
+    state: &AppState,
+    app: String,
+    user: String,
+    req: CreateSessionRequest,
+) -> ApiResult<Session> {
     if req.options.as_ref().is_some_and(|o| !o.is_empty()) {
         return Err(ApiError::bad_request(
             "options_unsupported",
@@ -126,7 +180,7 @@ async fn create_session(
     let events = req.events.unwrap_or_default();
     validate_restored_events(&events)?;
     create(
-        &state,
+        state,
         app,
         user,
         req.session_id,
@@ -134,6 +188,7 @@ async fn create_session(
         events,
     )
     .await
+    .map(|axum::Json(s)| s)
 }
 
 /// Deprecated ADK route: the body is the bare initial state (or nothing).

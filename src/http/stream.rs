@@ -160,8 +160,45 @@ async fn run_stream(
     Ok(sse_body(rx, extra))
 }
 
+/// How a followed run's items are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// agentd's `/run` frames (ids, keep-alives, `event: done`).
+    Agentd,
+    /// ADK's `/run_sse` frames (data only, no end marker).
+    Adk { split_artifacts: bool },
+}
+
+/// Streams run `run_id` from its start as `framing` (an idempotent retry of the request that
+/// started it gets the same stream, replayed and then live, from any replica).
+pub async fn replay_run(state: &AppState, run_id: &str, framing: Framing) -> ApiResult<Response> {
+    let Some(run) = state.runner.get_run(run_id).await? else {
+        return Err(ApiError::not_found("run_not_found", "Run not found"));
+    };
+    let sub = state.runner.bus().subscribe(&run.key());
+    let Some(run) = state.runner.get_run(run_id).await? else {
+        return Err(ApiError::not_found("run_not_found", "Run not found"));
+    };
+    let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
+    let mut extra = HeaderMap::new();
+    for (name, value) in [
+        ("x-agentd-run-id", &run.run_id),
+        ("x-agentd-invocation-id", &run.invocation_id),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            extra.insert(name, v);
+        }
+    }
+    extra.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    let mut follower = RunFollower::new(state.clone(), run, None, Out { tx });
+    follower.framing = framing;
+    tokio::spawn(follower.run(sub));
+    Ok(sse_body(rx, extra))
+}
+
 struct RunFollower {
     state: AppState,
+    framing: Framing,
     run: RunRecord,
     key: SessionKey,
     /// The last committed seq this client has (or that is not part of the run's stream).
@@ -177,6 +214,7 @@ impl RunFollower {
         let base = run.base_seq.unwrap_or(0);
         let last = after.unwrap_or(base).max(0);
         RunFollower {
+            framing: Framing::Agentd,
             key: run.key(),
             skip_user_event: run.user_event && last <= base,
             last,
@@ -186,8 +224,25 @@ impl RunFollower {
         }
     }
 
-    fn frame(&self, item: &RunItem) -> Bytes {
-        sse::agentd_frame(item, &self.run.run_id, &self.run.invocation_id)
+    fn frames(&self, item: &RunItem) -> Vec<Bytes> {
+        match self.framing {
+            Framing::Agentd => vec![sse::agentd_frame(
+                item,
+                &self.run.run_id,
+                &self.run.invocation_id,
+            )],
+            Framing::Adk { split_artifacts } => sse::adk_frames(item, split_artifacts),
+        }
+    }
+
+    /// Sends an item's frames; false once the client has gone.
+    async fn send_item(&self, item: &RunItem) -> bool {
+        for frame in self.frames(item) {
+            if !self.out.send(frame).await {
+                return false;
+            }
+        }
+        true
     }
 
     /// Sends the run's committed events after `last`, from the database. False: client gone.
@@ -207,7 +262,7 @@ impl RunFollower {
                     event: Box::new(event.clone()),
                     seq: Some(*seq),
                 };
-                if !self.out.send(self.frame(&item)).await {
+                if !self.send_item(&item).await {
                     return Ok(false);
                 }
             }
@@ -223,7 +278,7 @@ impl RunFollower {
             status,
             last_seq: last_seq.or(Some(self.last)),
         };
-        let _ = self.out.send(self.frame(&item)).await;
+        let _ = self.send_item(&item).await;
     }
 
     /// Replays, and ends the stream if the database says the run is over. Some(true): ended.
@@ -270,7 +325,7 @@ impl RunFollower {
                             continue; // the replay brought the event this partial belongs to
                         }
                         let item = RunItem::Event { event: Box::new(Event::clone(&event)), seq: None };
-                        if !self.out.send(self.frame(&item)).await {
+                        if !self.send_item(&item).await {
                             return;
                         }
                     }
@@ -282,7 +337,7 @@ impl RunFollower {
                             Some(event) if in_run_stream && seq == self.last + 1 && !self.skip_user_event => {
                                 self.last = seq;
                                 let item = RunItem::Event { event: Box::new(Event::clone(&event)), seq: Some(seq) };
-                                if !self.out.send(self.frame(&item)).await {
+                                if !self.send_item(&item).await {
                                     return;
                                 }
                             }
@@ -295,7 +350,7 @@ impl RunFollower {
                     }
                     Ok(BusMsg::Error { run_id, kind, message }) if run_id == my_run => {
                         let item = RunItem::Error { kind, message };
-                        if !self.out.send(self.frame(&item)).await {
+                        if !self.send_item(&item).await {
                             return;
                         }
                     }
@@ -319,7 +374,7 @@ impl RunFollower {
                         return;
                     }
                 }
-                _ = quiet => {
+                _ = quiet, if self.framing == Framing::Agentd => {
                     if !self.out.send(Bytes::from_static(sse::KEEP_ALIVE)).await {
                         return;
                     }

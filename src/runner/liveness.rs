@@ -78,6 +78,10 @@ impl Runner {
                 if let Err(e) = runner.reconcile().await {
                     tracing::warn!(error = %e, "reconciliation failed");
                 }
+                let ttl = runner.config.idempotency_ttl.as_secs_f64();
+                if let Err(e) = runner.store.expire_keys(ttl).await {
+                    tracing::warn!(error = %e, "expiring idempotency keys failed");
+                }
             }
         });
     }

@@ -63,6 +63,8 @@ pub struct RunnerConfig {
     pub max_run_duration: Duration,
     /// Longest an `enqueue`d request waits for the session.
     pub enqueue_timeout: Duration,
+    /// How long an `Idempotency-Key` is remembered (expired keys are deleted by the sweeper).
+    pub idempotency_ttl: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -72,6 +74,7 @@ impl Default for RunnerConfig {
             lease: Duration::from_secs(10),
             max_run_duration: Duration::from_secs(600),
             enqueue_timeout: Duration::from_secs(60),
+            idempotency_ttl: Duration::from_secs(86_400),
         }
     }
 }
@@ -237,6 +240,10 @@ impl Runner {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    pub fn idempotency_ttl(&self) -> Duration {
+        self.config.idempotency_ttl
     }
 
     pub fn replica_id(&self) -> &str {

@@ -8,6 +8,7 @@
 //! complete event, its state delta (split by prefix), its staged artifacts and the session's
 //! new `seq` atomically. Callers stream an event to a client only after it returns.
 
+pub mod idempotency;
 pub mod memory;
 pub mod postgres;
 mod postgres_memory;
@@ -15,6 +16,7 @@ pub mod runs;
 pub mod sqlite;
 mod sqlite_memory;
 
+pub use idempotency::{IdempotencyStore, IdempotentRecord, KeyClaim};
 pub use memory::{MemoryEntry, MemoryStore};
 pub use runs::{CancelRequest, Claim, Insert, NewRun, RunRecord, RunStatus, RunStore};
 
@@ -457,7 +459,7 @@ pub trait ArtifactStore: Send + Sync + 'static {
 }
 
 /// Everything the daemon persists, behind one handle.
-pub trait Store: SessionStore + ArtifactStore + RunStore + MemoryStore {
+pub trait Store: SessionStore + ArtifactStore + RunStore + MemoryStore + IdempotencyStore {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;
 

@@ -1,0 +1,113 @@
+//! `Idempotency-Key` on `POST /run`, `POST /run_sse` and session create: a retried request (a
+//! client timeout, a proxy retry) with the same key and the same body does its work once.
+//!
+//! - The key is scoped to its caller (the app and user the request names; the authenticated
+//!   caller once auth exists) and claimed in the database, so a retry on another replica sees
+//!   it. It expires after `--idempotency-ttl-secs`.
+//! - A repeat of a run request re-attaches to the first run's stream (replayed from the
+//!   database, then live; header `idempotent-replayed: true`); a repeat of a session create
+//!   answers the first response.
+//! - The same key with another body is a 422 `idempotency_key_reused`. A repeat that arrives
+//!   while the first request has not yet produced anything is a 409
+//!   `idempotency_key_in_progress` with `Retry-After`.
+//! - A first request that fails before doing anything gives its key up, so it can be retried.
+
+use super::error::{problem, ApiError, ApiResult};
+use super::AppState;
+use crate::store::KeyClaim;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+pub const HEADER: &str = "idempotency-key";
+
+/// A request that carries a key.
+#[derive(Debug, Clone)]
+pub struct Keyed {
+    pub scope: String,
+    pub key: String,
+    hash: String,
+}
+
+/// What the key says about this request.
+pub enum Prior {
+    /// First use: do the work, then record it.
+    New,
+    /// The run the first request started.
+    Run(String),
+    /// The first request's answer.
+    Response(u16, String),
+}
+
+/// Reads the key (None without the header). `scope` names the caller; the hash covers the
+/// route and the body bytes.
+pub fn keyed(
+    headers: &HeaderMap,
+    scope: String,
+    route: &str,
+    body: &[u8],
+) -> ApiResult<Option<Keyed>> {
+    let Some(value) = headers.get(HEADER) else {
+        return Ok(None);
+    };
+    let key = value.to_str().unwrap_or("");
+    if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError {
+            code: "invalid_idempotency_key",
+            ..ApiError::validation(vec![problem(
+                "value_error",
+                vec![json!("header"), json!("Idempotency-Key")],
+                "must be 1 to 255 visible ASCII characters",
+            )])
+        });
+    }
+    let mut h = Sha256::new();
+    h.update(route.as_bytes());
+    h.update([0]);
+    h.update(body);
+    let hash = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(Some(Keyed {
+        scope,
+        key: key.to_string(),
+        hash,
+    }))
+}
+
+/// The scope of a request naming `app` and `user`.
+pub fn scope(app: &str, user: &str) -> String {
+    format!("{app}\u{1f}{user}")
+}
+
+/// Claims the key, or says what its first use produced.
+pub async fn claim(state: &AppState, k: &Keyed) -> ApiResult<Prior> {
+    let ttl = state.runner.idempotency_ttl().as_secs_f64();
+    match state
+        .store
+        .claim_key(&k.scope, &k.key, &k.hash, ttl)
+        .await?
+    {
+        KeyClaim::Claimed => Ok(Prior::New),
+        KeyClaim::Seen(rec) if rec.request_hash != k.hash => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_reused",
+            "This Idempotency-Key was used with a different request; use a new key.",
+        )),
+        KeyClaim::Seen(rec) => match (rec.run_id, rec.response) {
+            (Some(run), _) => Ok(Prior::Run(run)),
+            (None, Some((status, body))) => Ok(Prior::Response(status, body)),
+            (None, None) => Err(ApiError::unavailable(
+                "idempotency_key_in_progress",
+                "The first request with this Idempotency-Key is still being processed.",
+                1,
+            )
+            .with_status(StatusCode::CONFLICT)),
+        },
+    }
+}
+
+/// Gives the key up after the first request failed without doing anything.
+pub async fn release(state: &AppState, k: &Keyed) {
+    if let Err(e) = state.store.release_key(&k.scope, &k.key).await {
+        tracing::warn!(error = %e, "could not release an idempotency key; it expires by itself");
+    }
+}

@@ -1,0 +1,253 @@
+//! Idempotency keys: a retried request (a client timeout, a proxy retry) with the same key and
+//! the same body does not do its work twice. The first request claims the key in the database
+//! (so a retry on another replica sees it) and records what it produced.
+
+use super::postgres::PgStore;
+use super::sqlite::SqliteStore;
+use super::StoreResult;
+use crate::event::now_ts;
+use async_trait::async_trait;
+use sqlx::Row;
+
+/// What a key already stands for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotentRecord {
+    pub request_hash: String,
+    /// The run the first request started (`/run`, `/run_sse`).
+    pub run_id: Option<String>,
+    /// The first request's answer (session create).
+    pub response: Option<(u16, String)>,
+}
+
+/// The outcome of claiming a key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyClaim {
+    /// The key is new (or had expired): this request does the work.
+    Claimed,
+    /// The key was used before, within its lifetime.
+    Seen(IdempotentRecord),
+}
+
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync + 'static {
+    /// Claims `key` in `scope` for a request whose hash is `hash`; a key older than `ttl_secs`
+    /// is taken over as new.
+    async fn claim_key(
+        &self,
+        scope: &str,
+        key: &str,
+        hash: &str,
+        ttl_secs: f64,
+    ) -> StoreResult<KeyClaim>;
+
+    /// Records the run a claimed key started.
+    async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()>;
+
+    /// Records the answer a claimed key produced.
+    async fn key_response(
+        &self,
+        scope: &str,
+        key: &str,
+        status: u16,
+        body: &str,
+    ) -> StoreResult<()>;
+
+    /// Gives a claimed key up (its request did nothing: it may be retried).
+    async fn release_key(&self, scope: &str, key: &str) -> StoreResult<()>;
+
+    /// Deletes keys older than `ttl_secs`; returns how many.
+    async fn expire_keys(&self, ttl_secs: f64) -> StoreResult<u64>;
+}
+
+macro_rules! record_reader {
+    ($row:expr) => {{
+        let status: Option<i32> = $row.try_get("status")?;
+        let response: Option<String> = $row.try_get("response")?;
+        IdempotentRecord {
+            request_hash: $row.try_get("request_hash")?,
+            run_id: $row.try_get("run_id")?,
+            response: status.zip(response).map(|(s, r)| (s as u16, r)),
+        }
+    }};
+}
+
+#[async_trait]
+impl IdempotencyStore for PgStore {
+    async fn claim_key(
+        &self,
+        scope: &str,
+        key: &str,
+        hash: &str,
+        ttl_secs: f64,
+    ) -> StoreResult<KeyClaim> {
+        let now = now_ts();
+        // New, or expired (then it starts over with this request).
+        let claimed = sqlx::query(
+            "INSERT INTO idempotency_keys (scope, key, request_hash, created_at)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (scope, key) DO UPDATE
+                SET request_hash = EXCLUDED.request_hash, run_id = NULL, status = NULL,
+                    response = NULL, created_at = EXCLUDED.created_at
+              WHERE idempotency_keys.created_at < $4 - $5",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(hash)
+        .bind(now)
+        .bind(ttl_secs)
+        .execute(self.pool())
+        .await?
+        .rows_affected()
+            > 0;
+        if claimed {
+            return Ok(KeyClaim::Claimed);
+        }
+        let row = sqlx::query(
+            "SELECT request_hash, run_id, status, response FROM idempotency_keys
+              WHERE scope = $1 AND key = $2",
+        )
+        .bind(scope)
+        .bind(key)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(KeyClaim::Seen(record_reader!(row)))
+    }
+
+    async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE idempotency_keys SET run_id = $3 WHERE scope = $1 AND key = $2")
+            .bind(scope)
+            .bind(key)
+            .bind(run_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn key_response(
+        &self,
+        scope: &str,
+        key: &str,
+        status: u16,
+        body: &str,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE idempotency_keys SET status = $3, response = $4 WHERE scope = $1 AND key = $2",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(status as i32)
+        .bind(body)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn release_key(&self, scope: &str, key: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2")
+            .bind(scope)
+            .bind(key)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn expire_keys(&self, ttl_secs: f64) -> StoreResult<u64> {
+        Ok(
+            sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
+                .bind(now_ts() - ttl_secs)
+                .execute(self.pool())
+                .await?
+                .rows_affected(),
+        )
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for SqliteStore {
+    async fn claim_key(
+        &self,
+        scope: &str,
+        key: &str,
+        hash: &str,
+        ttl_secs: f64,
+    ) -> StoreResult<KeyClaim> {
+        let now = now_ts();
+        let claimed = sqlx::query(
+            "INSERT INTO idempotency_keys (scope, key, request_hash, created_at)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (scope, key) DO UPDATE
+                SET request_hash = excluded.request_hash, run_id = NULL, status = NULL,
+                    response = NULL, created_at = excluded.created_at
+              WHERE idempotency_keys.created_at < ?4 - ?5",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(hash)
+        .bind(now)
+        .bind(ttl_secs)
+        .execute(self.writer())
+        .await?
+        .rows_affected()
+            > 0;
+        if claimed {
+            return Ok(KeyClaim::Claimed);
+        }
+        let row = sqlx::query(
+            "SELECT request_hash, run_id, status, response FROM idempotency_keys
+              WHERE scope = ? AND key = ?",
+        )
+        .bind(scope)
+        .bind(key)
+        .fetch_one(self.writer())
+        .await?;
+        Ok(KeyClaim::Seen(record_reader!(row)))
+    }
+
+    async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE idempotency_keys SET run_id = ?3 WHERE scope = ?1 AND key = ?2")
+            .bind(scope)
+            .bind(key)
+            .bind(run_id)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn key_response(
+        &self,
+        scope: &str,
+        key: &str,
+        status: u16,
+        body: &str,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE idempotency_keys SET status = ?3, response = ?4 WHERE scope = ?1 AND key = ?2",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(status as i32)
+        .bind(body)
+        .execute(self.writer())
+        .await?;
+        Ok(())
+    }
+
+    async fn release_key(&self, scope: &str, key: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM idempotency_keys WHERE scope = ? AND key = ?")
+            .bind(scope)
+            .bind(key)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn expire_keys(&self, ttl_secs: f64) -> StoreResult<u64> {
+        Ok(
+            sqlx::query("DELETE FROM idempotency_keys WHERE created_at < ?")
+                .bind(now_ts() - ttl_secs)
+                .execute(self.writer())
+                .await?
+                .rows_affected(),
+        )
+    }
+}
