@@ -27,6 +27,7 @@
 //! - [`http`]: the axum router, one module per resource (re-attach and follow in
 //!   `http::stream`), the JSON error type.
 //! - [`config`]: command-line flags and their environment variables.
+//! - [`metrics`]: the Prometheus metrics agentd exports (`GET /metrics`).
 
 pub mod agent;
 pub mod apps;
@@ -34,6 +35,7 @@ pub mod config;
 pub mod event;
 pub mod http;
 pub mod memory_ingest;
+pub mod metrics;
 pub mod model;
 pub mod runner;
 pub mod server;

@@ -70,6 +70,7 @@ impl Server {
             store,
             apps,
             runner,
+            metrics: crate::metrics::install(),
         };
         let app = http::router(state.clone(), &args);
 

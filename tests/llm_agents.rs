@@ -144,6 +144,32 @@ async fn a_tool_loop_streams_commits_and_feeds_results_back(backend: Backend) {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 
+    // Model and tool calls are in the Prometheus metrics (bounded labels: provider, model and
+    // tool names from the configuration).
+    let metrics = s.get("/metrics").await.text().await.unwrap();
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        value(r#"agentd_model_calls_total{provider="openai",model="weather",outcome="ok"}"#) >= 3.0,
+        "{metrics}"
+    );
+    assert!(
+        value(r#"agentd_model_tokens_total{provider="openai",model="weather",direction="output"}"#)
+            > 0.0,
+        "{metrics}"
+    );
+    assert!(
+        value(r#"agentd_tool_calls_total{tool="get_weather",outcome="ok"}"#) >= 2.0,
+        "{metrics}"
+    );
+    assert!(metrics.contains(
+        "agentd_model_call_duration_seconds_bucket{provider=\"openai\",model=\"weather\""
+    ));
+
     // Partials: streamed, same id as the final event, text adding up to it.
     let partials: Vec<&Msg> = msgs.iter().filter(|m| m.is_partial()).collect();
     assert_eq!(partials.len(), 3, "{msgs:#?}");

@@ -451,10 +451,14 @@ impl Shared {
             Some(run) => crate::store::Fence::Run(run),
             None => crate::store::Fence::Unfenced,
         };
+        let started = std::time::Instant::now();
         let stored = self
             .store
             .append_fenced(&self.key, event, artifacts, fence)
             .await?;
+        metrics::histogram!("agentd_commit_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        metrics::counter!("agentd_events_committed_total").increment(1);
         {
             let mut state = lock(&self.state);
             apply_delta(&mut state, &stored.event.actions.state_delta);

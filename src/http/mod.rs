@@ -36,6 +36,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub apps: Arc<AppRegistry>,
     pub runner: Arc<Runner>,
+    /// Renders the Prometheus registry (`GET /metrics`).
+    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -50,8 +52,10 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .merge(stream::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .route("/metrics", axum::routing::get(render_metrics))
         .with_state(state)
-        .layer(axum::middleware::from_fn(retry_reads));
+        .layer(axum::middleware::from_fn(retry_reads))
+        .layer(axum::middleware::from_fn(track_http));
 
     let trace = TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
         let request_id = req
@@ -146,6 +150,39 @@ async fn retry_reads(req: Request<axum::body::Body>, next: axum::middleware::Nex
         }
         Err(_) => resp,
     }
+}
+
+/// Counts and times every request by route template (never the raw path: bounded labels).
+async fn track_http(req: Request<axum::body::Body>, next: axum::middleware::Next) -> Response {
+    let method = req.method().as_str().to_string();
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let started = std::time::Instant::now();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::histogram!("agentd_http_request_duration_seconds", "method" => method.clone(), "route" => route.clone())
+        .record(started.elapsed().as_secs_f64());
+    metrics::counter!("agentd_http_requests_total", "method" => method, "route" => route, "status" => status)
+        .increment(1);
+    resp
+}
+
+/// Prometheus text exposition of agentd's metrics (see [`crate::metrics`]).
+async fn render_metrics(state: axum::extract::State<AppState>) -> Response {
+    let (open, idle) = state.store.pool_stats();
+    metrics::gauge!("agentd_db_pool_connections", "state" => "idle").set(idle as f64);
+    metrics::gauge!("agentd_db_pool_connections", "state" => "in_use")
+        .set(open.saturating_sub(idle as u32) as f64);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
 }
 
 async fn not_found() -> ApiError {

@@ -237,8 +237,9 @@ async fn run_sse(
     };
     let headers = run_headers(&handle);
     let RunHandle { items, guard, .. } = handle;
+    let open = crate::metrics::OpenStream::new();
     let frames = tokio_stream::wrappers::ReceiverStream::new(items).flat_map(move |item| {
-        let _keep = &guard;
+        let _keep = (&guard, &open);
         stream::iter(
             sse::adk_frames(&item, split_artifacts)
                 .into_iter()
@@ -299,37 +300,41 @@ async fn run(
         guard,
     } = handle;
     let runner = state.runner.clone();
-    let frames = stream::unfold((items, false, guard), move |(mut items, done, guard)| {
-        let (run_id, invocation_id) = (run_id.clone(), invocation_id.clone());
-        let runner = runner.clone();
-        async move {
-            if done {
-                return None;
-            }
-            match tokio::time::timeout(KEEP_ALIVE_EVERY, items.recv()).await {
-                Err(_) => Some((Bytes::from_static(sse::KEEP_ALIVE), (items, false, guard))),
-                // The run dropped this client as a reader (it did not read while the run was
-                // stopping): its end is in the database, so the stream still ends with `done`.
-                Ok(None) => {
-                    let record = runner.get_run(&run_id).await.ok().flatten()?;
-                    if record.status == RunStatus::Running {
-                        return None;
+    let open = crate::metrics::OpenStream::new();
+    let frames = stream::unfold(
+        (items, false, (guard, open)),
+        move |(mut items, done, guard)| {
+            let (run_id, invocation_id) = (run_id.clone(), invocation_id.clone());
+            let runner = runner.clone();
+            async move {
+                if done {
+                    return None;
+                }
+                match tokio::time::timeout(KEEP_ALIVE_EVERY, items.recv()).await {
+                    Err(_) => Some((Bytes::from_static(sse::KEEP_ALIVE), (items, false, guard))),
+                    // The run dropped this client as a reader (it did not read while the run was
+                    // stopping): its end is in the database, so the stream still ends with `done`.
+                    Ok(None) => {
+                        let record = runner.get_run(&run_id).await.ok().flatten()?;
+                        if record.status == RunStatus::Running {
+                            return None;
+                        }
+                        let item = RunItem::Done {
+                            status: record.status,
+                            last_seq: record.last_seq,
+                        };
+                        let frame = sse::agentd_frame(&item, &run_id, &invocation_id);
+                        Some((frame, (items, true, guard)))
                     }
-                    let item = RunItem::Done {
-                        status: record.status,
-                        last_seq: record.last_seq,
-                    };
-                    let frame = sse::agentd_frame(&item, &run_id, &invocation_id);
-                    Some((frame, (items, true, guard)))
-                }
-                Ok(Some(item)) => {
-                    let last = matches!(item, RunItem::Done { .. });
-                    let frame = sse::agentd_frame(&item, &run_id, &invocation_id);
-                    Some((frame, (items, last, guard)))
+                    Ok(Some(item)) => {
+                        let last = matches!(item, RunItem::Done { .. });
+                        let frame = sse::agentd_frame(&item, &run_id, &invocation_id);
+                        Some((frame, (items, last, guard)))
+                    }
                 }
             }
-        }
-    })
+        },
+    )
     .map(Ok::<_, Infallible>);
     Ok(sse_response(Body::from_stream(frames), resp_headers))
 }

@@ -91,9 +91,13 @@ fn beyond_end(after: i64, last: i64) -> ApiError {
 }
 
 fn sse_body(rx: mpsc::Receiver<Bytes>, extra: HeaderMap) -> Response {
+    let open = crate::metrics::OpenStream::new();
     let body = Body::from_stream(futures::StreamExt::map(
         tokio_stream::wrappers::ReceiverStream::new(rx),
-        Ok::<_, std::convert::Infallible>,
+        move |frame| {
+            let _open = &open;
+            Ok::<_, std::convert::Infallible>(frame)
+        },
     ));
     let mut resp = Response::new(body);
     let h = resp.headers_mut();

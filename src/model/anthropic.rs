@@ -390,6 +390,10 @@ impl Model for AnthropicModel {
         &self.name
     }
 
+    fn provider(&self) -> &'static str {
+        "anthropic"
+    }
+
     async fn stream(&self, req: &LlmRequest) -> Result<DeltaStream, ModelError> {
         let body = request_body(&self.name, req);
         let url = format!("{}/messages", self.endpoint.base_url);

@@ -559,6 +559,10 @@ impl Model for GeminiModel {
         &self.name
     }
 
+    fn provider(&self) -> &'static str {
+        "gemini"
+    }
+
     async fn stream(&self, req: &LlmRequest) -> Result<DeltaStream, ModelError> {
         let model = self.name.trim_start_matches("models/");
         let body = request_body(model, req);

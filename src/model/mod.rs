@@ -119,6 +119,11 @@ pub trait Model: Send + Sync + 'static {
     /// The model name requests go to.
     fn name(&self) -> &str;
 
+    /// The provider, for metrics and traces (`openai`, `anthropic`, `gemini`).
+    fn provider(&self) -> &'static str {
+        "custom"
+    }
+
     /// Starts a streamed generation. Errors before the first byte (after the provider's
     /// retries) come back here; errors mid-stream come as stream items.
     async fn stream(&self, request: &LlmRequest) -> Result<DeltaStream, ModelError>;

@@ -230,6 +230,10 @@ impl Model for OpenAiModel {
         &self.name
     }
 
+    fn provider(&self) -> &'static str {
+        "openai"
+    }
+
     async fn stream(&self, req: &LlmRequest) -> Result<DeltaStream, ModelError> {
         let body = request_body(&self.name, req);
         let url = format!("{}/chat/completions", self.endpoint.base_url);

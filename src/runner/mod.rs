@@ -322,6 +322,8 @@ impl Runner {
                         return;
                     }
                 };
+                metrics::counter!("agentd_runs_started_total", "app" => req.key.app_name.clone())
+                    .increment(1);
                 let guard = RunGuard::new(runner.clone(), run_id.clone(), req.key.clone());
                 let begun = runner
                     .begin(
@@ -411,6 +413,8 @@ impl Runner {
             bus: self.bus.clone(),
             key: req.key.clone(),
             run_id: run_id.into(),
+            started: std::time::Instant::now(),
+            first_event: std::sync::atomic::AtomicBool::new(false),
         });
         let ctx = InvocationContext::new(ContextParts {
             invocation_id: invocation_id.to_string(),
@@ -604,6 +608,7 @@ impl Runner {
             cancel,
             cause,
         } = run;
+        let started = std::time::Instant::now();
         let max = max_duration.map_or(self.config.max_run_duration, |d| {
             d.min(self.config.max_run_duration)
         });
@@ -677,6 +682,11 @@ impl Runner {
             };
         }
         tracing::info!(status = status.as_str(), last_seq, "run finished");
+        let app = ctx.session_key().app_name.clone();
+        metrics::counter!("agentd_runs_finished_total", "app" => app.clone(), "status" => status.as_str())
+            .increment(1);
+        metrics::histogram!("agentd_run_duration_seconds", "app" => app, "status" => status.as_str())
+            .record(started.elapsed().as_secs_f64());
         let mut st = ctx.shared().emit.lock().await;
         ctx.shared()
             .deliver_within(
@@ -755,10 +765,21 @@ struct BusTap {
     bus: Arc<Bus>,
     key: SessionKey,
     run_id: Arc<str>,
+    /// For `agentd_run_time_to_first_event_seconds`.
+    started: std::time::Instant,
+    first_event: std::sync::atomic::AtomicBool,
 }
 
 impl RunObserver for BusTap {
     fn observe(&self, item: &RunItem, after: Option<i64>) {
+        if matches!(item, RunItem::Event { .. })
+            && !self
+                .first_event
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            metrics::histogram!("agentd_run_time_to_first_event_seconds", "app" => self.key.app_name.clone())
+                .record(self.started.elapsed().as_secs_f64());
+        }
         let msg = match item {
             RunItem::Event { event, seq: None } => {
                 if !self.bus.is_followed(&self.key) {

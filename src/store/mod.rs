@@ -463,6 +463,11 @@ pub trait Store: SessionStore + ArtifactStore + RunStore + MemoryStore + Idempot
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;
 
+    /// Pooled connections: (open, idle), for metrics.
+    fn pool_stats(&self) -> (u32, usize) {
+        (0, 0)
+    }
+
     /// The PostgreSQL pool, for the notification bus (LISTEN/NOTIFY). `None` on SQLite.
     fn pg_pool(&self) -> Option<sqlx::PgPool> {
         None

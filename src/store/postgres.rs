@@ -830,6 +830,10 @@ impl ArtifactStore for PgStore {
 }
 
 impl Store for PgStore {
+    fn pool_stats(&self) -> (u32, usize) {
+        (self.pool.size(), self.pool.num_idle())
+    }
+
     fn pg_pool(&self) -> Option<sqlx::PgPool> {
         Some(self.pool.clone())
     }

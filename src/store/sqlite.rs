@@ -721,6 +721,13 @@ impl ArtifactStore for SqliteStore {
 }
 
 impl Store for SqliteStore {
+    fn pool_stats(&self) -> (u32, usize) {
+        (
+            self.writer.size() + self.reader.size(),
+            self.writer.num_idle() + self.reader.num_idle(),
+        )
+    }
+
     fn backend(&self) -> &'static str {
         "sqlite"
     }

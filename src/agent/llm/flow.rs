@@ -226,6 +226,33 @@ impl<'a> Turn<'a> {
     }
 
     async fn call_model(&self, request: &LlmRequest, event_id: &str) -> AgentResult<LlmResponse> {
+        let started = std::time::Instant::now();
+        let response = self.call_model_inner(request, event_id).await;
+        if let Ok(r) = &response {
+            let (provider, model) = (
+                self.agent.model.provider(),
+                self.agent.model.name().to_string(),
+            );
+            let outcome = r.error_code.clone().unwrap_or_else(|| "ok".into());
+            metrics::counter!("agentd_model_calls_total", "provider" => provider, "model" => model.clone(), "outcome" => outcome)
+                .increment(1);
+            metrics::histogram!("agentd_model_call_duration_seconds", "provider" => provider, "model" => model.clone())
+                .record(started.elapsed().as_secs_f64());
+            if let Some(u) = r.usage {
+                metrics::counter!("agentd_model_tokens_total", "provider" => provider, "model" => model.clone(), "direction" => "input")
+                    .increment(u.prompt_tokens);
+                metrics::counter!("agentd_model_tokens_total", "provider" => provider, "model" => model, "direction" => "output")
+                    .increment(u.candidates_tokens);
+            }
+        }
+        response
+    }
+
+    async fn call_model_inner(
+        &self,
+        request: &LlmRequest,
+        event_id: &str,
+    ) -> AgentResult<LlmResponse> {
         let mut stream = match self.agent.model.stream(request).await {
             Ok(s) => s,
             Err(e) => return Ok(failed(LlmResponse::default(), e)),
@@ -482,18 +509,25 @@ impl<'a> Turn<'a> {
             Some(v) => v,
             None => {
                 let (tool, args, t) = (tool.clone(), call.args.clone(), tctx.clone());
+                let started = std::time::Instant::now();
                 let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
                     tool.call(args, &t).await
                 }));
-                match task.await {
-                    Ok(Ok(v)) => v,
-                    Ok(Err(e)) => json!({ "error": e.0 }),
+                let (value, outcome) = match task.await {
+                    Ok(Ok(v)) => (v, "ok"),
+                    Ok(Err(e)) => (json!({ "error": e.0 }), "error"),
                     Err(e) if e.is_panic() => {
                         tracing::error!(tool = %call.name, "tool panicked");
-                        json!({ "error": format!("the tool {} failed unexpectedly", call.name) })
+                        let msg = format!("the tool {} failed unexpectedly", call.name);
+                        (json!({ "error": msg }), "error")
                     }
                     Err(_) => return Err(AgentError::Cancelled),
-                }
+                };
+                metrics::counter!("agentd_tool_calls_total", "tool" => call.name.clone(), "outcome" => outcome)
+                    .increment(1);
+                metrics::histogram!("agentd_tool_call_duration_seconds", "tool" => call.name.clone())
+                    .record(started.elapsed().as_secs_f64());
+                value
             }
         };
         if tool.is_long_running() && value.is_null() {
