@@ -18,9 +18,64 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
+    /// Delete idle sessions (with their events, session artifacts, memory entries and runs)
+    /// and old finished runs, in small batches; prints what it removed (JSON).
+    Prune(PruneArgs),
     /// Exit 0 if the local server answers `GET /health` with 200, else 1 (a container
     /// HEALTHCHECK that needs no curl in the image).
     Healthcheck(HealthcheckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Delete sessions not updated for this long: `30d`, `12h`, `90m`, `3600s` (or seconds).
+    #[arg(long, value_parser = parse_duration)]
+    pub older_than: std::time::Duration,
+
+    /// Finished runs are kept this long (runs of deleted sessions go with them).
+    #[arg(long, value_parser = parse_duration, default_value = "7d")]
+    pub keep_runs: std::time::Duration,
+
+    /// Only this app's sessions and runs.
+    #[arg(long)]
+    pub app: Option<String>,
+
+    /// Report what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Sessions per transaction (each a short one).
+    #[arg(long, default_value_t = 200)]
+    pub batch: u32,
+}
+
+/// `30d`, `12h`, `90m`, `45s`, `2w`, or a number of seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| (&s[..i], &s[i..]));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 30d, 12h, 90m, 3600s)"))?;
+    let secs = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (use s, m, h, d or w)"
+            ))
+        }
+    };
+    n.checked_mul(secs)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("{s:?} is too long"))
 }
 
 #[derive(Debug, Clone, Args)]
@@ -128,6 +183,11 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
 
+    /// Delete sessions idle for this long (and runs finished this long ago) in the background,
+    /// as `agentd prune` does (`30d`, `12h`, …). Off by default.
+    #[arg(long, env = "AGENTD_SESSION_TTL", value_parser = parse_duration)]
+    pub session_ttl: Option<std::time::Duration>,
+
     /// How long an `Idempotency-Key` is remembered, in seconds.
     #[arg(long, env = "AGENTD_IDEMPOTENCY_TTL_SECS", default_value_t = 86_400)]
     pub idempotency_ttl_secs: u64,
@@ -165,11 +225,32 @@ impl ServeArgs {
             shutdown_grace_secs: 10,
             drain_secs: 20,
             idempotency_ttl_secs: 86_400,
+            session_ttl: None,
             run_lease_secs: 10,
             max_run_secs: 600,
             enqueue_timeout_secs: 60,
             replica_id: None,
             memory_auto_ingest: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse_with_units_and_refuse_nonsense() {
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(43_200)));
+        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_duration("45s"), Ok(Duration::from_secs(45)));
+        assert_eq!(parse_duration("2w"), Ok(Duration::from_secs(1_209_600)));
+        assert_eq!(parse_duration("3600"), Ok(Duration::from_secs(3_600)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("10y").is_err());
+        assert!(parse_duration("-5d").is_err());
+        assert!(parse_duration("99999999999999999999d").is_err());
     }
 }

@@ -25,6 +25,29 @@ async fn main() -> anyhow::Result<()> {
             let server = Server::start(args).await?;
             server.run_until_signal(drain, grace).await
         }
+        Command::Prune(args) => {
+            init_tracing(LogFormat::Text);
+            let store = agentd::store::open(
+                &args.database.database_url,
+                args.database.db_max_connections.min(4),
+                agentd::store::StoreLimits::default(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
+            let now = agentd::event::now_ts();
+            let report = store
+                .prune(&agentd::store::PruneRequest {
+                    sessions_before: now - args.older_than.as_secs_f64(),
+                    runs_before: now - args.keep_runs.as_secs_f64(),
+                    app: args.app,
+                    batch: args.batch.max(1),
+                    dry_run: args.dry_run,
+                })
+                .await
+                .map_err(|e| anyhow::anyhow!("prune failed: {e}"))?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
         Command::Healthcheck(args) => {
             let url = args.health_url();
             let client = reqwest::Client::builder()

@@ -83,6 +83,9 @@ impl Server {
             let _ = tcp.set_nodelay(true);
         });
         let shutdown = CancellationToken::new();
+        if let Some(ttl) = args.session_ttl {
+            spawn_retention(state.store.clone(), ttl, shutdown.clone());
+        }
         let signal = shutdown.clone();
         let task = tokio::spawn(async move {
             axum::serve(listener, app)
@@ -140,6 +143,41 @@ impl Server {
         self.state.runner.begin_drain();
         self.shutdown_with(drain, grace).await
     }
+}
+
+/// `--session-ttl`: prunes as `agentd prune --older-than <ttl> --keep-runs <ttl>` does, every
+/// tenth of the TTL (between one minute and one hour). Several replicas may do it at once: each
+/// deletion re-checks that its session is still idle and free.
+fn spawn_retention(store: Arc<dyn crate::store::Store>, ttl: Duration, stop: CancellationToken) {
+    let every = (ttl / 10).clamp(Duration::from_secs(60), Duration::from_secs(3600));
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let now = crate::event::now_ts();
+            let req = crate::store::PruneRequest {
+                sessions_before: now - ttl.as_secs_f64(),
+                runs_before: now - ttl.as_secs_f64(),
+                app: None,
+                batch: 200,
+                dry_run: false,
+            };
+            match store.prune(&req).await {
+                Ok(r) if r.sessions + r.runs > 0 => tracing::info!(
+                    sessions = r.sessions,
+                    events = r.events,
+                    artifacts = r.artifacts,
+                    memory_entries = r.memory_entries,
+                    runs = r.runs,
+                    "retention: pruned"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "retention: prune failed"),
+            }
+        }
+    });
 }
 
 async fn shutdown_signal() {

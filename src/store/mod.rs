@@ -12,12 +12,14 @@ pub mod idempotency;
 pub mod memory;
 pub mod postgres;
 mod postgres_memory;
+pub mod prune;
 pub mod runs;
 pub mod sqlite;
 mod sqlite_memory;
 
 pub use idempotency::{IdempotencyStore, IdempotentRecord, KeyClaim};
 pub use memory::{MemoryEntry, MemoryStore};
+pub use prune::{PruneReport, PruneRequest, PruneStore};
 pub use runs::{CancelRequest, Claim, Insert, NewRun, RunRecord, RunStatus, RunStore};
 
 use crate::event::{Event, JsonMap, Part, Session};
@@ -459,7 +461,9 @@ pub trait ArtifactStore: Send + Sync + 'static {
 }
 
 /// Everything the daemon persists, behind one handle.
-pub trait Store: SessionStore + ArtifactStore + RunStore + MemoryStore + IdempotencyStore {
+pub trait Store:
+    SessionStore + ArtifactStore + RunStore + MemoryStore + IdempotencyStore + PruneStore
+{
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;
 
