@@ -72,6 +72,7 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
             &raw
         };
         let value = parse_json(bytes)?;
+        refuse_nul(bytes)?;
         Ok((value, raw))
     }
 }
@@ -175,9 +176,78 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        // One rule for every id in a path, on every route: ids are primary-key parts
+        // (PostgreSQL refuses NUL and over-long index entries: a 500 otherwise).
+        if let Ok(raw) = axum::extract::RawPathParams::from_request_parts(parts, state).await {
+            for (name, value) in raw.iter() {
+                let id = matches!(name, "app" | "user" | "session" | "run_id");
+                let too_long = id && value.len() > MAX_ID_BYTES;
+                if value.chars().any(char::is_control) || too_long {
+                    return Err(ApiError::bad_request(
+                        if id { "invalid_id" } else { "invalid_path" },
+                        format!(
+                            "path segment `{name}` must be{} printable characters",
+                            if id { " 1 to 128" } else { "" }
+                        ),
+                    ));
+                }
+            }
+        }
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| Path(p.0))
             .map_err(|r| ApiError::bad_request("invalid_path", r.body_text()))
     }
+}
+
+/// Longest app, user, session or run id, in bytes.
+pub const MAX_ID_BYTES: usize = 128;
+
+/// The location of the first string (or object key) in `v` that contains a NUL character.
+fn find_nul(v: &Value, path: &mut Vec<Value>) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().enumerate().any(|(i, item)| {
+            path.push(json!(i));
+            let found = find_nul(item, path);
+            if !found {
+                path.pop();
+            }
+            found
+        }),
+        Value::Object(map) => map.iter().any(|(k, item)| {
+            path.push(json!(k));
+            let found = k.contains('\0') || find_nul(item, path);
+            if !found {
+                path.pop();
+            }
+            found
+        }),
+        _ => false,
+    }
+}
+
+/// PostgreSQL cannot store a NUL character in text or jsonb, so agentd refuses it in every
+/// JSON body on both backends alike (a 422 naming the field), rather than storing it on
+/// SQLite and failing on PostgreSQL. JSON can carry a NUL only as the escape `\u0000`, so
+/// only bodies containing that text are looked at closely.
+fn refuse_nul(bytes: &[u8]) -> Result<(), ApiError> {
+    if !bytes.windows(6).any(|w| w == b"\\u0000") {
+        return Ok(());
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
+        return Ok(());
+    };
+    let mut path = vec![json!("body")];
+    if find_nul(&v, &mut path) {
+        return Err(ApiError {
+            code: "nul_character",
+            ..ApiError::validation(vec![problem(
+                "string_pattern_mismatch",
+                path,
+                "must not contain the NUL character (\\u0000)",
+            )])
+        });
+    }
+    Ok(())
 }

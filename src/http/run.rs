@@ -93,6 +93,10 @@ impl RunAgentRequest {
                 "app_name is required when ADK_DEFAULT_APP_NAME is not set",
             )
         })?;
+        // The same id rule as the session routes (a run may create its session).
+        super::sessions::validate_id("appName", &app)?;
+        super::sessions::validate_id("userId", &self.user_id)?;
+        super::sessions::validate_id("sessionId", &self.session_id)?;
         let custom_metadata = self.custom_metadata.map(|mut m| {
             m.retain(|k, _| !k.starts_with("__adk_internal_"));
             m

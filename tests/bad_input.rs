@@ -1,0 +1,62 @@
+//! Input PostgreSQL cannot store (NUL characters, over-long ids) gets the same clear answer
+//! on both backends, and nothing is stored: never a 500 on one and a silent write on the other.
+
+mod common;
+
+use common::{json_with_status, Backend, TestServer};
+use serde_json::json;
+
+const USER: &str = "u1";
+
+async fn nul_characters_and_oversize_ids_are_refused_alike(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let base = format!("/apps/echo/users/{USER}/sessions");
+
+    // A NUL in state: 422 naming the field; no session.
+    let r = s
+        .post_json(
+            &base,
+            json!({"sessionId": "s1", "state": {"note": "a\u{0}b"}}),
+        )
+        .await;
+    let body = json_with_status(r, 422).await;
+    assert_eq!(body["code"], "nul_character");
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "state", "note"]));
+    assert_eq!(s.get(&format!("{base}/s1")).await.status(), 404);
+
+    // In a message, in a key, in PATCH: the same.
+    json_with_status(s.post_json(&base, json!({"sessionId": "s1"})).await, 200).await;
+    let run = json!({"appName": "echo", "userId": USER, "sessionId": "s1",
+        "newMessage": {"role": "user", "parts": [{"text": "x\u{0}"}]}});
+    let body = json_with_status(s.post_json("/run", run).await, 422).await;
+    assert_eq!(
+        body["detail"][0]["loc"],
+        json!(["body", "newMessage", "parts", 0, "text"])
+    );
+    let patch = json!({"stateDelta": {"k\u{0}": 1}});
+    let body = json_with_status(s.patch_json(&format!("{base}/s1"), patch).await, 422).await;
+    assert_eq!(body["code"], "nul_character");
+    let events = json_with_status(s.get(&format!("{base}/s1/events")).await, 200).await;
+    assert_eq!(events["events"], json!([]), "nothing was stored");
+
+    // A backslash followed by `u0000` is ordinary text, not a NUL.
+    let fine = json!({"sessionId": "s2", "state": {"path": "C:\\u0000"}});
+    json_with_status(s.post_json(&base, fine).await, 200).await;
+
+    // NUL or an oversize id in a path, and ids that `/run` would create.
+    let r = s.get("/apps/echo/users/u%00x/sessions").await;
+    assert_eq!(json_with_status(r, 400).await["code"], "invalid_id");
+    let long = "x".repeat(10_000);
+    let r = s.get(&format!("/apps/echo/users/{long}/sessions")).await;
+    assert_eq!(json_with_status(r, 400).await["code"], "invalid_id");
+    for session in [long.as_str(), "", "a/b"] {
+        let run = json!({"appName": "echo", "userId": USER, "sessionId": session,
+            "createSession": true, "newMessage": {"role": "user", "parts": [{"text": "hi"}]}});
+        let body = json_with_status(s.post_json("/run", run).await, 400).await;
+        assert_eq!(body["code"], "invalid_id", "{session:?}");
+    }
+    let list = json_with_status(s.get(&base).await, 200).await;
+    assert_eq!(list.as_array().unwrap().len(), 2, "only s1 and s2: {list}");
+}
+
+both_backends!(nul_characters_and_oversize_ids_are_refused_alike);
