@@ -22,6 +22,11 @@ async fn main() -> anyhow::Result<()> {
             init_tracing(args.log_format);
             let drain = Duration::from_secs(args.drain_secs);
             let grace = Duration::from_secs(args.shutdown_grace_secs);
+            // Every open stream is a socket: the soft limit (often 1,024) would cap them.
+            match rlimit::increase_nofile_limit(u64::MAX) {
+                Ok(n) => tracing::info!(limit = n, "open-file limit"),
+                Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
+            }
             let server = Server::start(args).await?;
             server.run_until_signal(drain, grace).await
         }

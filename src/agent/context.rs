@@ -295,7 +295,7 @@ impl InvocationContext {
             .store
             .load_artifact(&ArtifactScope::from(&self.shared.key), filename, version)
             .await
-            .map_err(|e| AgentError::failed("ArtifactError", e.to_string()))
+            .map_err(AgentError::store)
     }
 
     /// Commits staged artifacts that no event carried yet.

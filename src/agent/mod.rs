@@ -40,6 +40,20 @@ pub enum AgentError {
 }
 
 impl AgentError {
+    /// A store error as the client may see it: what the request can act on (a missing
+    /// session, an oversize artifact) in words, a database failure only as a generic sentence
+    /// (the detail goes to the log, never into an event, an SSE error or `GET /runs`).
+    pub fn store(e: crate::store::StoreError) -> Self {
+        use crate::store::StoreError as E;
+        match e {
+            E::Database(_) | E::Migrate(_) | E::Corrupt(_) => {
+                tracing::error!(error = %e, "store error during a run");
+                AgentError::failed("StoreError", "a database error interrupted the run")
+            }
+            other => AgentError::failed("StoreError", other.to_string()),
+        }
+    }
+
     pub fn failed(kind: impl Into<String>, message: impl Into<String>) -> Self {
         AgentError::Failed {
             kind: kind.into(),

@@ -398,8 +398,9 @@ pub struct ModelOptions {
     pub headers: std::collections::BTreeMap<String, String>,
 }
 
-/// Resolved connection settings shared by the providers.
-#[derive(Debug, Clone)]
+/// Resolved connection settings shared by the providers. Its `Debug` shows neither the API
+/// key nor header values (they may carry credentials).
+#[derive(Clone)]
 pub struct Endpoint {
     pub base_url: String,
     pub api_key: Option<String>,
@@ -407,6 +408,50 @@ pub struct Endpoint {
     pub retry: http::RetryPolicy,
     pub timeout: Duration,
     pub idle_timeout: Duration,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(k, _)| (k.as_str(), "<redacted>"))
+                    .collect::<Vec<_>>(),
+            )
+            .field("retry", &self.retry)
+            .field("timeout", &self.timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    #[test]
+    fn an_endpoint_debug_hides_its_key_and_header_values() {
+        let ep = super::Endpoint {
+            base_url: "https://api.example".into(),
+            api_key: Some("sk-very-secret".into()),
+            headers: vec![("x-auth".into(), "token-secret".into())],
+            retry: crate::model::http::RetryPolicy {
+                max_retries: 0,
+                backoff: std::time::Duration::ZERO,
+            },
+            timeout: std::time::Duration::from_secs(1),
+            idle_timeout: std::time::Duration::from_secs(1),
+        };
+        let text = format!("{ep:?}");
+        assert!(
+            !text.contains("very-secret") && !text.contains("token-secret"),
+            "{text}"
+        );
+        assert!(text.contains("x-auth") && text.contains("api.example"));
+    }
 }
 
 /// Builds the model for `spec`: `provider/model` (`openai/gpt-4o-mini`,

@@ -724,7 +724,7 @@ impl Runner {
         let agent =
             selection::select_agent(self.store.as_ref(), tree, ctx.session_key(), &answered)
                 .await
-                .map_err(|e| AgentError::failed("StoreError", e.to_string()))?;
+                .map_err(AgentError::store)?;
         tracing::debug!(agent = agent.name(), "agent selected");
         run_agent(&agent, ctx).await
     }

@@ -507,8 +507,11 @@ pub async fn open(
         store.migrate().await?;
         Ok(Arc::new(store))
     } else {
+        // Only the scheme: the rest of a URL may hold a password.
+        let scheme = url.split_once("://").map_or("", |(s, _)| s);
         Err(StoreError::Database(sqlx::Error::Configuration(
-            format!("unsupported database URL {url:?}: use postgres://… or sqlite://…").into(),
+            format!("unsupported database URL scheme {scheme:?}: use postgres://… or sqlite://…")
+                .into(),
         )))
     }
 }
@@ -534,4 +537,41 @@ pub(crate) fn prepare_initial_events(events: &mut [Event]) -> StoreResult<()> {
 /// The update time of a new session: its last restored event's timestamp, else now.
 pub(crate) fn initial_update_time(events: &[Event], now: f64) -> f64 {
     events.last().map_or(now, |e| e.timestamp)
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn an_unsupported_url_is_reported_without_its_password() {
+        let err = super::open(
+            "mysql://app:hunter2@db.internal/agentd",
+            1,
+            Default::default(),
+        )
+        .await
+        .err()
+        .expect("refused");
+        let text = err.to_string();
+        assert!(text.contains("\"mysql\""), "{text}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("db.internal"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn database_errors_reach_clients_only_as_a_generic_sentence() {
+        let e = super::StoreError::Database(sqlx::Error::Protocol("relation secret_table".into()));
+        let agent = crate::agent::AgentError::store(e);
+        assert!(
+            !agent.message().contains("secret_table"),
+            "{}",
+            agent.message()
+        );
+        let e = super::StoreError::SessionNotFound;
+        assert_eq!(
+            crate::agent::AgentError::store(e).message(),
+            "session not found"
+        );
+    }
 }

@@ -57,7 +57,7 @@ impl History {
                     },
                 )
                 .await
-                .map_err(|e| AgentError::failed("StoreError", e.to_string()))?;
+                .map_err(AgentError::store)?;
             let Some(page) = page else {
                 return Err(AgentError::failed("StoreError", "the session disappeared"));
             };
