@@ -9,12 +9,10 @@ use agentd::agent::{Agent, AgentResult, AgentTree, InvocationContext, PluginSet}
 use agentd::event::Event;
 use agentd::store::{Claim, Fence, NewRun, RunStatus, SessionKey, StoreError};
 use async_trait::async_trait;
+use common::sse_client::{Msg, Sse};
 use common::{json_with_status, Backend, TestDb, TestServer};
-use eventsource_stream::{EventStreamError, Eventsource};
-use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -131,90 +129,6 @@ fn run_body(app: &str, session: &str, text: &str) -> Value {
     })
 }
 
-#[derive(Debug, Clone)]
-struct Msg {
-    event: String,
-    id: String,
-    data: Value,
-}
-
-impl Msg {
-    fn is_partial(&self) -> bool {
-        self.event == "message" && self.data["partial"] == true
-    }
-    /// A committed agent event (SSE keeps the last `id:` for later messages, so the id alone
-    /// does not tell).
-    fn is_committed(&self) -> bool {
-        self.event == "message" && self.data["partial"] != true && self.data.get("author").is_some()
-    }
-}
-
-type SseItems = Pin<
-    Box<
-        dyn Stream<Item = Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>>
-            + Send,
-    >,
->;
-
-/// An SSE response read with a real parser.
-struct Sse {
-    headers: reqwest::header::HeaderMap,
-    items: SseItems,
-}
-
-impl Sse {
-    async fn open(resp: reqwest::Response) -> Sse {
-        let status = resp.status();
-        if status != 200 {
-            let body = resp.text().await.unwrap_or_default();
-            panic!("expected a 200 event stream, got {status}: {body}");
-        }
-        Sse {
-            headers: resp.headers().clone(),
-            items: Box::pin(resp.bytes_stream().eventsource()),
-        }
-    }
-
-    fn run_id(&self) -> String {
-        self.headers
-            .get("x-agentd-run-id")
-            .and_then(|v| v.to_str().ok())
-            .expect("x-agentd-run-id")
-            .to_string()
-    }
-
-    async fn next(&mut self) -> Option<Msg> {
-        let item = tokio::time::timeout(PATIENCE, self.items.next())
-            .await
-            .expect("the stream stalled")?;
-        let ev = item.expect("well-formed SSE");
-        let data = serde_json::from_str(&ev.data)
-            .unwrap_or_else(|e| panic!("data is not JSON ({e}): {}", ev.data));
-        Some(Msg {
-            event: ev.event,
-            id: ev.id,
-            data,
-        })
-    }
-
-    async fn until(&mut self, pred: impl Fn(&Msg) -> bool) -> Msg {
-        loop {
-            let m = self.next().await.expect("the stream ended early");
-            if pred(&m) {
-                return m;
-            }
-        }
-    }
-
-    async fn rest(&mut self) -> Vec<Msg> {
-        let mut out = vec![];
-        while let Some(m) = self.next().await {
-            out.push(m);
-        }
-        out
-    }
-}
-
 /// `(seq, event id)` of each committed event among `msgs`.
 fn committed(msgs: &[Msg]) -> Vec<(i64, String)> {
     msgs.iter()
@@ -274,8 +188,8 @@ async fn re_attach_on_another_replica_mid_stream_and_after_the_end() {
     )
     .await;
     let run_id = on_a.run_id();
-    let first = on_a.until(Msg::is_committed).await; // the functionCall
-    on_a.until(Msg::is_partial).await;
+    let first = on_a.next_matching(Msg::is_committed).await; // the functionCall
+    on_a.next_matching(Msg::is_partial).await;
 
     // B, from the run's start: the committed call is replayed, then live frames follow.
     let mut from_start = Sse::open(b.get(&format!("/runs/{run_id}/stream")).await).await;
@@ -381,7 +295,7 @@ async fn cancel_on_b_stops_a_run_on_a_and_seals_it() {
     )
     .await;
     let run_id = on_a.run_id();
-    on_a.until(Msg::is_partial).await;
+    on_a.next_matching(Msg::is_partial).await;
     let asked = Instant::now();
     let resp = b
         .post(
@@ -408,7 +322,7 @@ async fn cancel_on_b_stops_a_run_on_a_and_seals_it() {
 
     // The session stop button, before the client knows the run id.
     let mut on_a = Sse::open(a.post("/run", run_body("slow", "s1", "stop button")).await).await;
-    on_a.until(Msg::is_partial).await;
+    on_a.next_matching(Msg::is_partial).await;
     let stop = format!("/apps/slow/users/{USER}/sessions/s1/cancel");
     let record = json_with_status(b.post(&stop, json!({})).await, 202).await;
     assert_eq!(record["runId"], on_a.run_id());
@@ -425,7 +339,7 @@ async fn enqueued_runs_on_two_replicas_are_admitted_first_come_first_served() {
     let b = Arc::new(Replica::spawn(&db, &apps, "b", &[]).await);
     a.create_session("slow", "s1").await;
     let mut first = Sse::open(a.post("/run", run_body("slow", "s1", "holder")).await).await;
-    first.until(Msg::is_partial).await;
+    first.next_matching(Msg::is_partial).await;
     // Waiters arrive alternately on B and A, 150 ms apart.
     let mut waiters = vec![];
     for i in 0..4 {
@@ -478,9 +392,9 @@ async fn kill_9_of_a_ends_bs_follower_with_abandoned_and_seals_the_dead_run() {
     )
     .await;
     let run_id = on_a.run_id();
-    on_a.until(Msg::is_committed).await; // the call is committed
+    on_a.next_matching(Msg::is_committed).await; // the call is committed
     let mut follower = Sse::open(b.get(&format!("/runs/{run_id}/stream")).await).await;
-    follower.until(Msg::is_committed).await;
+    follower.next_matching(Msg::is_committed).await;
 
     a.child.start_kill().expect("kill -9");
     a.child.wait().await.expect("A exits");
@@ -525,7 +439,7 @@ async fn sigterm_drains_a_replica() {
     )
     .await;
     let run_id = on_a.run_id();
-    on_a.until(Msg::is_partial).await;
+    on_a.next_matching(Msg::is_partial).await;
     let path = format!("/apps/slow/users/{USER}/sessions/s1/stream");
     let mut follower = Sse::open(b.get(&path).await).await;
 
@@ -551,7 +465,7 @@ async fn sigterm_drains_a_replica() {
 
     let rest = on_a.rest().await;
     assert_eq!(done_of(&rest)["status"], "interrupted");
-    let end = follower.until(|m| m.event == "run_done").await;
+    let end = follower.next_matching(|m| m.event == "run_done").await;
     assert_eq!(end.data["status"], "interrupted");
     assert_eq!(end.data["runId"], run_id);
     let events = events_of(&b, "slow", "s1").await;
@@ -583,7 +497,7 @@ async fn re_attach_in_one_process_and_bad_input(backend: Backend) {
     )
     .await;
     let run_id = live.run_id();
-    let first = live.until(Msg::is_committed).await;
+    let first = live.next_matching(Msg::is_committed).await;
     let resp = s
         .client
         .get(s.url(&format!("/runs/{run_id}/stream")))
@@ -908,7 +822,7 @@ async fn an_ambiguous_commit_is_resolved_by_event_id() {
         "newMessage": {"role": "user", "parts": [{"text": "is it stored?"}]}});
     let mut sse = Sse::open(s.post_json("/run", body).await).await;
     // The user event is committed before the first partial; the next INSERT is the reply.
-    sse.until(Msg::is_partial).await;
+    sse.next_matching(Msg::is_partial).await;
     proxy.cut_after_next_insert();
     let rest = sse.rest().await;
     assert_eq!(proxy.insert_cuts(), 1, "the fault was injected");

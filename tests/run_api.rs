@@ -16,14 +16,12 @@ use agentd::apps::AppRegistry;
 use agentd::event::{decode_base64_any, Content, Event, Part};
 use async_trait::async_trait;
 use base64::Engine;
+use common::sse_client::{Msg, Sse};
 use common::{json_with_status, Backend, TestDb, TestServer};
-use eventsource_stream::{EventStreamError, Eventsource};
-use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Upper bound on any single wait; only there so a broken server fails instead of hanging.
@@ -33,126 +31,6 @@ const USER: &str = "u1";
 // ---------------------------------------------------------------------------------------
 // Reading SSE
 // ---------------------------------------------------------------------------------------
-
-/// One SSE message as a client sees it.
-#[derive(Debug, Clone)]
-struct Msg {
-    /// `message` unless the server sent `event:`.
-    event: String,
-    /// The last event id (per the SSE spec it carries over to messages without `id:`).
-    id: String,
-    data: Value,
-}
-
-impl Msg {
-    fn is_partial(&self) -> bool {
-        self.data["partial"] == true
-    }
-
-    fn is_event(&self) -> bool {
-        self.event == "message" && self.data.get("author").is_some()
-    }
-}
-
-type SseItems = Pin<
-    Box<
-        dyn Stream<Item = Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>>
-            + Send,
-    >,
->;
-
-/// An open event stream, read message by message; every byte received is kept too.
-struct Sse {
-    headers: reqwest::header::HeaderMap,
-    raw: Arc<Mutex<Vec<u8>>>,
-    items: SseItems,
-}
-
-impl Sse {
-    async fn open(resp: reqwest::Response) -> Sse {
-        let status = resp.status();
-        if status != 200 {
-            let body = resp.text().await.unwrap_or_default();
-            panic!("expected a 200 event stream, got {status}: {body}");
-        }
-        let headers = resp.headers().clone();
-        let raw = Arc::new(Mutex::new(Vec::new()));
-        let sink = raw.clone();
-        let items = resp
-            .bytes_stream()
-            .inspect(move |chunk| {
-                if let Ok(bytes) = chunk {
-                    sink.lock().unwrap().extend_from_slice(bytes);
-                }
-            })
-            .eventsource();
-        Sse {
-            headers,
-            raw,
-            items: Box::pin(items),
-        }
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
-    fn run_id(&self) -> String {
-        self.header("x-agentd-run-id")
-            .expect("x-agentd-run-id header")
-            .to_string()
-    }
-
-    /// The next message, `None` once the stream has ended.
-    async fn next(&mut self) -> Option<Msg> {
-        let item = tokio::time::timeout(PATIENCE, self.items.next())
-            .await
-            .expect("the stream stalled")?;
-        let ev = item.expect("well-formed SSE");
-        let data = serde_json::from_str(&ev.data)
-            .unwrap_or_else(|e| panic!("message data is not JSON ({e}): {}", ev.data));
-        Some(Msg {
-            event: ev.event,
-            id: ev.id,
-            data,
-        })
-    }
-
-    /// Reads until a message matches, returning everything read up to and including it.
-    async fn until(&mut self, stop: impl Fn(&Msg) -> bool) -> Vec<Msg> {
-        let mut read = vec![];
-        loop {
-            let msg = self
-                .next()
-                .await
-                .expect("stream ended before the awaited message");
-            let done = stop(&msg);
-            read.push(msg);
-            if done {
-                return read;
-            }
-        }
-    }
-
-    /// Every remaining message, to the end of the stream.
-    async fn rest(&mut self) -> Vec<Msg> {
-        let mut read = vec![];
-        while let Some(msg) = self.next().await {
-            read.push(msg);
-        }
-        read
-    }
-
-    /// The raw SSE messages received so far (each without its terminating blank line).
-    fn frames(&self) -> Vec<String> {
-        let raw = String::from_utf8(self.raw.lock().unwrap().clone()).expect("UTF-8 stream");
-        assert!(
-            raw.is_empty() || raw.ends_with("\n\n"),
-            "stream ends mid-message: {raw:?}"
-        );
-        raw.split_terminator("\n\n").map(str::to_string).collect()
-    }
-}
 
 /// Complete (committed) agent events among `msgs`.
 fn complete(msgs: &[Msg]) -> Vec<&Value> {

@@ -113,6 +113,15 @@ async fn measure(args: &BenchArgs, env: &Env, out: &mut String) -> Result<()> {
     Ok(())
 }
 
+/// The `x-agentd-run-id` of a run response.
+fn run_id_of(resp: &reqwest::Response) -> Result<String> {
+    resp.headers()
+        .get("x-agentd-run-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .context("the response has no x-agentd-run-id")
+}
+
 fn quantiles(h: &Histogram<u64>) -> String {
     format!(
         "p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms (n = {})",
@@ -167,12 +176,7 @@ async fn cancel_latency(args: &BenchArgs, a: &Server, b: &Server, out: &mut Stri
         if !resp.status().is_success() {
             bail!("run on A: HTTP {}", resp.status());
         }
-        let run_id = resp
-            .headers()
-            .get("x-agentd-run-id")
-            .and_then(|v| v.to_str().ok())
-            .context("no run id")?
-            .to_string();
+        let run_id = run_id_of(&resp)?;
         let mut body = resp.bytes_stream();
         let mut buf = vec![];
         if !read_until(&mut body, &mut buf, b"\"partial\":true").await? {
@@ -215,12 +219,7 @@ async fn re_attach(args: &BenchArgs, a: &Server, b: &Server, out: &mut String) -
         .json(&spec.run_body(&session))
         .send()
         .await?;
-    let run_id = resp
-        .headers()
-        .get("x-agentd-run-id")
-        .and_then(|v| v.to_str().ok())
-        .context("no run id")?
-        .to_string();
+    let run_id = run_id_of(&resp)?;
     let text = resp.text().await?;
     let committed = text.matches("\nid: ").count() + usize::from(text.starts_with("id: "));
     if !text.contains("\"status\":\"completed\"") {

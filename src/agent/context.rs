@@ -487,20 +487,7 @@ impl Shared {
         item: RunItem,
         limit: std::time::Duration,
     ) {
-        if let Some(observer) = &self.observer {
-            observer.observe(&item, st.last_seq);
-        }
-        if st.client_gone {
-            return;
-        }
-        let sent = tokio::select! {
-            biased;
-            sent = st.out.send(item) => sent.is_ok(),
-            _ = tokio::time::sleep(limit) => false,
-        };
-        if !sent {
-            st.client_gone = true;
-        }
+        self.hand_over(st, item, tokio::time::sleep(limit)).await;
     }
 
     /// Hands an item to the client. A client that went away is noted once; depending on the
@@ -508,6 +495,17 @@ impl Shared {
     /// read holds the run up (backpressure) only until the run is cancelled or times out: then
     /// it is dropped as a reader, so the run ends on time; it can re-attach to read the end.
     pub(crate) async fn deliver(&self, st: &mut EmitState, item: RunItem) {
+        self.hand_over(st, item, self.cancel.cancelled()).await;
+    }
+
+    /// Observes `item`, then sends it to the client unless `give_up` completes first (the
+    /// client is then dropped as a reader).
+    async fn hand_over(
+        &self,
+        st: &mut EmitState,
+        item: RunItem,
+        give_up: impl std::future::Future<Output = ()>,
+    ) {
         if let Some(observer) = &self.observer {
             observer.observe(&item, st.last_seq);
         }
@@ -517,9 +515,9 @@ impl Shared {
         let sent = tokio::select! {
             biased;
             sent = st.out.send(item) => sent.is_ok(),
-            _ = self.cancel.cancelled() => {
+            _ = give_up => {
                 st.client_gone = true;
-                tracing::info!(invocation = %self.invocation_id, "client not reading; dropped as a reader of the ending run");
+                tracing::info!(invocation = %self.invocation_id, "client not reading; dropped as a reader");
                 return;
             }
         };

@@ -83,6 +83,20 @@ fn resume_point(headers: &HeaderMap, query: &AfterQuery) -> ApiResult<Option<i64
     }
 }
 
+/// The run's ids, as `POST /run` sends them before the first event.
+fn run_headers(run: &RunRecord) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (name, value) in [
+        ("x-agentd-run-id", &run.run_id),
+        ("x-agentd-invocation-id", &run.invocation_id),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    }
+    h
+}
+
 fn beyond_end(after: i64, last: i64) -> ApiError {
     ApiError::bad_request(
         "after_beyond_end",
@@ -150,15 +164,7 @@ async fn run_stream(
         }
     }
     let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
-    let mut extra = HeaderMap::new();
-    for (name, value) in [
-        ("x-agentd-run-id", &run.run_id),
-        ("x-agentd-invocation-id", &run.invocation_id),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            extra.insert(name, v);
-        }
-    }
+    let extra = run_headers(&run);
     let follower = RunFollower::new(state.0.clone(), run, after, Out { tx });
     tokio::spawn(follower.run(sub));
     Ok(sse_body(rx, extra))
@@ -184,15 +190,7 @@ pub async fn replay_run(state: &AppState, run_id: &str, framing: Framing) -> Api
         return Err(ApiError::not_found("run_not_found", "Run not found"));
     };
     let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
-    let mut extra = HeaderMap::new();
-    for (name, value) in [
-        ("x-agentd-run-id", &run.run_id),
-        ("x-agentd-invocation-id", &run.invocation_id),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            extra.insert(name, v);
-        }
-    }
+    let mut extra = run_headers(&run);
     extra.insert("idempotent-replayed", HeaderValue::from_static("true"));
     let mut follower = RunFollower::new(state.clone(), run, None, Out { tx });
     follower.framing = framing;
