@@ -32,7 +32,8 @@ if [ -z "$url" ]; then
   fi
   bin=$(dirname "$initdb")
   tmp=$(mktemp -d)
-  port=55432
+  # A free port, not a fixed one (another cluster or test run may hold any given port).
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 55432)
   run_as=()
   if [ "$(id -u)" = 0 ]; then
     # initdb refuses to run as root.
