@@ -32,6 +32,11 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Prune(args) => {
             init_tracing(LogFormat::Text);
+            if args.older_than.is_zero() {
+                anyhow::bail!(
+                    "--older-than must be more than 0 (it would delete every idle session)"
+                );
+            }
             let store = agentd::store::open(
                 &args.database.database_url,
                 args.database.db_max_connections.min(4),

@@ -140,7 +140,7 @@ impl Server {
             drain_secs = drain.as_secs(),
             "shutdown signal received; draining (not ready, new runs refused)"
         );
-        self.state.runner.begin_drain();
+        // `shutdown_with` turns the replica not-ready first thing.
         self.shutdown_with(drain, grace).await
     }
 }

@@ -555,6 +555,13 @@ async fn re_attach_in_one_process_and_bad_input(backend: Backend) {
         json_with_status(bad_body, 422).await["code"],
         "validation_error"
     );
+    let nul = s
+        .post_json(
+            &format!("/apps/slow/users/{USER}/sessions/s1/cancel"),
+            json!({"reason": "stop\u{0}"}),
+        )
+        .await;
+    assert_eq!(json_with_status(nul, 422).await["code"], "nul_character");
 }
 
 /// Ownership is a database fact: a run that lost its session (taken over after its replica
@@ -642,6 +649,31 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
         .await
         .unwrap());
     assert!(store.active_run(&key).await.unwrap().is_none());
+
+    // The abandoned `old` still awaits sealing; deleting the session takes its runs along, so
+    // a session re-created under the same id inherits nothing.
+    assert!(matches!(
+        store.claim_run(&run("probe", "live"), None).await.unwrap(),
+        Claim::Acquired { unsealed: true, .. }
+    ));
+    assert!(store.delete_session(&key).await.unwrap());
+    assert!(store.get_run("old").await.unwrap().is_none());
+    store
+        .create_session(agentd::store::NewSession {
+            app_name: "app".into(),
+            user_id: USER.into(),
+            session_id: Some("s1".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim_run(&run("fresh", "live"), None).await.unwrap(),
+        Claim::Acquired {
+            unsealed: false,
+            ..
+        }
+    ));
 }
 
 struct Panics;

@@ -37,44 +37,40 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
     req: Request,
     state: &S,
 ) -> Result<(T, axum::body::Bytes), ApiError> {
-    {
-        let content_type = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_ascii_lowercase);
-        let raw = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::payload_too_large("Request body is larger than the configured limit.")
-                } else {
-                    ApiError::bad_request("body_unreadable", rejection.body_text())
-                }
-            })?;
-        let bytes: &[u8] = if raw.iter().all(u8::is_ascii_whitespace) {
-            b"{}"
-        } else {
-            if let Some(ct) = &content_type {
-                if !ct.contains("json") {
-                    return Err(ApiError {
-                        code: "unsupported_content_type",
-                        ..ApiError::validation(vec![problem(
-                            "model_attributes_type",
-                            vec![json!("body")],
-                            format!(
-                                "Expected a JSON body (content-type: application/json), got {ct}"
-                            ),
-                        )])
-                    });
-                }
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase);
+    let raw = axum::body::Bytes::from_request(req, state)
+        .await
+        .map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::payload_too_large("Request body is larger than the configured limit.")
+            } else {
+                ApiError::bad_request("body_unreadable", rejection.body_text())
             }
-            &raw
-        };
-        let value = parse_json(bytes)?;
-        refuse_nul(bytes)?;
-        Ok((value, raw))
-    }
+        })?;
+    let bytes: &[u8] = if raw.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        if let Some(ct) = &content_type {
+            if !ct.contains("json") {
+                return Err(ApiError {
+                    code: "unsupported_content_type",
+                    ..ApiError::validation(vec![problem(
+                        "model_attributes_type",
+                        vec![json!("body")],
+                        format!("Expected a JSON body (content-type: application/json), got {ct}"),
+                    )])
+                });
+            }
+        }
+        &raw
+    };
+    let value = parse_json(bytes)?;
+    refuse_nul(bytes)?;
+    Ok((value, raw))
 }
 
 /// Parses JSON bytes into `T`, reporting the first problem with its location.
@@ -180,15 +176,12 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
         // (PostgreSQL refuses NUL and over-long index entries: a 500 otherwise).
         if let Ok(raw) = axum::extract::RawPathParams::from_request_parts(parts, state).await {
             for (name, value) in raw.iter() {
-                let id = matches!(name, "app" | "user" | "session" | "run_id");
-                let too_long = id && value.len() > MAX_ID_BYTES;
-                if value.chars().any(char::is_control) || too_long {
+                if matches!(name, "app" | "user" | "session" | "run_id") {
+                    super::sessions::validate_id(name, value)?;
+                } else if value.chars().any(char::is_control) {
                     return Err(ApiError::bad_request(
-                        if id { "invalid_id" } else { "invalid_path" },
-                        format!(
-                            "path segment `{name}` must be{} printable characters",
-                            if id { " 1 to 128" } else { "" }
-                        ),
+                        "invalid_path",
+                        format!("path segment `{name}` must be printable characters"),
                     ));
                 }
             }
@@ -199,9 +192,6 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
             .map_err(|r| ApiError::bad_request("invalid_path", r.body_text()))
     }
 }
-
-/// Longest app, user, session or run id, in bytes.
-pub const MAX_ID_BYTES: usize = 128;
 
 /// The location of the first string (or object key) in `v` that contains a NUL character.
 fn find_nul(v: &Value, path: &mut Vec<Value>) -> bool {

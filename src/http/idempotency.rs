@@ -9,7 +9,8 @@
 //!   answers the first response.
 //! - The same key with another body is a 422 `idempotency_key_reused`. A repeat that arrives
 //!   while the first request has not yet produced anything is a 409
-//!   `idempotency_key_in_progress` with `Retry-After`.
+//!   `idempotency_key_in_progress` with `Retry-After`; a claim that stays empty past the
+//!   enqueue timeout plus a minute (its request died) is taken over by the next repeat.
 //! - A first request that fails before doing anything gives its key up, so it can be retried.
 
 use super::error::{problem, ApiError, ApiResult};
@@ -81,9 +82,12 @@ pub fn scope(app: &str, user: &str) -> String {
 /// Claims the key, or says what its first use produced.
 pub async fn claim(state: &AppState, k: &Keyed) -> ApiResult<Prior> {
     let ttl = state.runner.idempotency_ttl().as_secs_f64();
+    // A first request records its run (or answer) once admitted; it may wait for a busy
+    // session up to the enqueue timeout first. A claim still empty well after that is dead.
+    let pending = state.runner.enqueue_timeout().as_secs_f64() + 60.0;
     match state
         .store
-        .claim_key(&k.scope, &k.key, &k.hash, ttl)
+        .claim_key(&k.scope, &k.key, &k.hash, ttl, pending)
         .await?
     {
         KeyClaim::Claimed => Ok(Prior::New),

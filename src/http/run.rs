@@ -434,9 +434,9 @@ async fn cancel_run(
     state: axum::extract::State<AppState>,
     Path(run_id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    super::extract::Json(body): super::extract::Json<super::stream::CancelBody>,
 ) -> ApiResult<Response> {
-    let req = super::stream::cancel_request(&headers, Some(super::stream::optional_body(&body)?))?;
+    let req = super::stream::cancel_request(&headers, body)?;
     let record = state
         .runner
         .cancel(&run_id, &req)

@@ -60,6 +60,7 @@ struct CreateSessionRequest {
 
 /// Ids become primary-key parts and URL segments: keep them printable and bounded.
 pub fn validate_id(kind: &str, id: &str) -> ApiResult<()> {
+    // 128 bytes: every id is part of a primary key (PostgreSQL refuses huge index entries).
     if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control() || c == '/') {
         return Err(ApiError::bad_request(
             "invalid_id",
@@ -150,12 +151,14 @@ async fn create_session(
     let created = create_session_inner(&state, app, user, req).await;
     if let Some(k) = &keyed {
         match &created {
-            Ok(session) => {
-                let body = serde_json::to_string(session).unwrap_or_default();
-                if let Err(e) = state.store.key_response(&k.scope, &k.key, 200, &body).await {
-                    tracing::warn!(error = %e, "could not record the response on its idempotency key");
+            Ok(session) => match serde_json::to_string(session) {
+                Ok(body) => {
+                    if let Err(e) = state.store.key_response(&k.scope, &k.key, 200, &body).await {
+                        tracing::warn!(error = %e, "could not record the response on its idempotency key");
+                    }
                 }
-            }
+                Err(_) => super::idempotency::release(&state, k).await,
+            },
             Err(_) => super::idempotency::release(&state, k).await,
         }
     }

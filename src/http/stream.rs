@@ -607,8 +607,8 @@ pub struct CancelBody {
 }
 
 /// Who asked: the request id (authenticated callers will be named here).
-pub fn cancel_request(headers: &HeaderMap, body: Option<CancelBody>) -> ApiResult<CancelRequest> {
-    let reason = body.and_then(|b| b.reason);
+pub fn cancel_request(headers: &HeaderMap, body: CancelBody) -> ApiResult<CancelRequest> {
+    let reason = body.reason;
     if reason.as_ref().is_some_and(|r| r.chars().count() > 1000) {
         return Err(ApiError::validation(vec![problem(
             "string_too_long",
@@ -623,27 +623,13 @@ pub fn cancel_request(headers: &HeaderMap, body: Option<CancelBody>) -> ApiResul
     Ok(CancelRequest { by, reason })
 }
 
-/// Reads an optional JSON body (empty means none).
-pub fn optional_body<T: serde::de::DeserializeOwned + Default>(bytes: &Bytes) -> ApiResult<T> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::validation(vec![problem(
-            "json_invalid",
-            vec![json!("body")],
-            e.to_string(),
-        )])
-    })
-}
-
 async fn cancel_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    super::extract::Json(body): super::extract::Json<CancelBody>,
 ) -> ApiResult<Response> {
-    let req = cancel_request(&headers, Some(optional_body(&body)?))?;
+    let req = cancel_request(&headers, body)?;
     let key = SessionKey::new(app, user, session);
     if state.store.session_head(&key).await?.is_none() {
         return Err(ApiError::session_not_found());

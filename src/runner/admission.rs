@@ -37,14 +37,14 @@ impl Drop for Ticket {
 
 impl Runner {
     /// Claims the session for `run` according to the request's `on_busy` (creating the
-    /// session first if it is missing and the request asks for that). Returns the session's
-    /// last seq before the run, and whether a dead run's transcript awaits sealing.
+    /// session first if it is missing and the request asks for that). Returns whether a dead
+    /// run's transcript awaits sealing.
     pub(super) async fn admit(
         &self,
         run: &NewRun,
         req: &RunRequest,
         caller: &mut tokio::sync::oneshot::Sender<Result<RunHandle, RunError>>,
-    ) -> Result<(i64, bool), RunError> {
+    ) -> Result<bool, RunError> {
         let deadline = Instant::now() + self.config.enqueue_timeout;
         let mut interrupted = false;
         let mut created = false;
@@ -56,7 +56,7 @@ impl Runner {
                 .claim_run(run, ticket.as_ref().map(|t| t.id))
                 .await?;
             let active = match claim {
-                Claim::Acquired { base_seq, unsealed } => return Ok((base_seq, unsealed)),
+                Claim::Acquired { unsealed, .. } => return Ok(unsealed),
                 Claim::NoSession if req.create_session && !created => {
                     self.create_session(&run.key).await?;
                     created = true;

@@ -258,8 +258,12 @@ impl Bus {
 
     /// Whether anyone, here or on another replica, follows the session.
     pub fn is_followed(&self, key: &SessionKey) -> bool {
-        let (local, remote) = self.followed(key);
-        local.is_some() || remote
+        let inner = self.lock();
+        inner.local.contains_key(key)
+            || inner
+                .remote
+                .get(key)
+                .is_some_and(|until| *until > Instant::now())
     }
 
     fn followed(&self, key: &SessionKey) -> (Option<broadcast::Sender<BusMsg>>, bool) {

@@ -242,6 +242,10 @@ impl Runner {
         &self.store
     }
 
+    pub fn enqueue_timeout(&self) -> Duration {
+        self.config.enqueue_timeout
+    }
+
     pub fn idempotency_ttl(&self) -> Duration {
         self.config.idempotency_ttl
     }
@@ -313,8 +317,7 @@ impl Runner {
         self.tracker.spawn(
             async move {
                 let mut ready_tx = ready_tx;
-                let (_base_seq, unsealed) = match runner.admit(&new_run, &req, &mut ready_tx).await
-                {
+                let unsealed = match runner.admit(&new_run, &req, &mut ready_tx).await {
                     Ok(admitted) => admitted,
                     Err(e) => {
                         lock(&runner.local).remove(&run_id);

@@ -30,14 +30,16 @@ pub enum KeyClaim {
 
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + 'static {
-    /// Claims `key` in `scope` for a request whose hash is `hash`; a key older than `ttl_secs`
-    /// is taken over as new.
+    /// Claims `key` in `scope` for a request whose hash is `hash`. A key older than `ttl_secs`
+    /// is taken over as new, and so is a claim that recorded nothing within `pending_secs` (its
+    /// request died before it could record or release it: a retry must not wait for the TTL).
     async fn claim_key(
         &self,
         scope: &str,
         key: &str,
         hash: &str,
         ttl_secs: f64,
+        pending_secs: f64,
     ) -> StoreResult<KeyClaim>;
 
     /// Records the run a claimed key started.
@@ -79,6 +81,7 @@ impl IdempotencyStore for PgStore {
         key: &str,
         hash: &str,
         ttl_secs: f64,
+        pending_secs: f64,
     ) -> StoreResult<KeyClaim> {
         let now = now_ts();
         // New, or expired (then it starts over with this request).
@@ -88,13 +91,16 @@ impl IdempotencyStore for PgStore {
              ON CONFLICT (scope, key) DO UPDATE
                 SET request_hash = EXCLUDED.request_hash, run_id = NULL, status = NULL,
                     response = NULL, created_at = EXCLUDED.created_at
-              WHERE idempotency_keys.created_at < $4 - $5",
+              WHERE idempotency_keys.created_at < $4 - $5
+                 OR (idempotency_keys.run_id IS NULL AND idempotency_keys.response IS NULL
+                     AND idempotency_keys.created_at < $4 - $6)",
         )
         .bind(scope)
         .bind(key)
         .bind(hash)
         .bind(now)
         .bind(ttl_secs)
+        .bind(pending_secs)
         .execute(self.pool())
         .await?
         .rows_affected()
@@ -108,9 +114,13 @@ impl IdempotencyStore for PgStore {
         )
         .bind(scope)
         .bind(key)
-        .fetch_one(self.pool())
+        .fetch_optional(self.pool())
         .await?;
-        Ok(KeyClaim::Seen(record_reader!(row)))
+        match row {
+            Some(row) => Ok(KeyClaim::Seen(record_reader!(row))),
+            // Released in between (its first request failed): claim it afresh.
+            None => Box::pin(self.claim_key(scope, key, hash, ttl_secs, pending_secs)).await,
+        }
     }
 
     async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()> {
@@ -170,6 +180,7 @@ impl IdempotencyStore for SqliteStore {
         key: &str,
         hash: &str,
         ttl_secs: f64,
+        pending_secs: f64,
     ) -> StoreResult<KeyClaim> {
         let now = now_ts();
         let claimed = sqlx::query(
@@ -178,13 +189,16 @@ impl IdempotencyStore for SqliteStore {
              ON CONFLICT (scope, key) DO UPDATE
                 SET request_hash = excluded.request_hash, run_id = NULL, status = NULL,
                     response = NULL, created_at = excluded.created_at
-              WHERE idempotency_keys.created_at < ?4 - ?5",
+              WHERE idempotency_keys.created_at < ?4 - ?5
+                 OR (idempotency_keys.run_id IS NULL AND idempotency_keys.response IS NULL
+                     AND idempotency_keys.created_at < ?4 - ?6)",
         )
         .bind(scope)
         .bind(key)
         .bind(hash)
         .bind(now)
         .bind(ttl_secs)
+        .bind(pending_secs)
         .execute(self.writer())
         .await?
         .rows_affected()
@@ -198,9 +212,12 @@ impl IdempotencyStore for SqliteStore {
         )
         .bind(scope)
         .bind(key)
-        .fetch_one(self.writer())
+        .fetch_optional(self.writer())
         .await?;
-        Ok(KeyClaim::Seen(record_reader!(row)))
+        match row {
+            Some(row) => Ok(KeyClaim::Seen(record_reader!(row))),
+            None => Box::pin(self.claim_key(scope, key, hash, ttl_secs, pending_secs)).await,
+        }
     }
 
     async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()> {

@@ -367,7 +367,8 @@ pub trait SessionStore: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<SessionPage>;
 
-    /// Deletes the session, its events and its session-scoped artifacts in one transaction.
+    /// Deletes the session, its events, session-scoped artifacts, runs and queue tickets in one
+    /// transaction (its memory entries stay: memory outlives sessions).
     /// Returns whether it existed.
     async fn delete_session(&self, key: &SessionKey) -> StoreResult<bool>;
 

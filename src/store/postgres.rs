@@ -542,7 +542,9 @@ impl SessionStore for PgStore {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-        for table in ["events", "artifacts"] {
+        // Its runs and queue tickets go too: a session re-created under the same id must not
+        // inherit a dead run to seal or a waiter's place.
+        for table in ["events", "artifacts", "runs", "run_queue"] {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE app_name = $1 AND user_id = $2 AND session_id = $3"
             ))

@@ -401,7 +401,9 @@ impl SessionStore for SqliteStore {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-        for table in ["events", "artifacts"] {
+        // Its runs and queue tickets go too: a session re-created under the same id must not
+        // inherit a dead run to seal or a waiter's place.
+        for table in ["events", "artifacts", "runs", "run_queue"] {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
             ))
