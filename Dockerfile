@@ -28,6 +28,7 @@ WORKDIR /var/lib/agentd
 ENV AGENTD_BIND=0.0.0.0:8000 \
     AGENTD_APPS_DIR=/etc/agentd/apps \
     AGENTD_LOG_FORMAT=json \
+    AGENTD_AUTH=api-key \
     DATABASE_URL=sqlite:///var/lib/agentd/data/agentd.db
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \

@@ -15,7 +15,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP server (migrates the database first).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
     /// Delete idle sessions (with their events, session artifacts, memory entries and runs)
@@ -24,6 +24,180 @@ pub enum Command {
     /// Exit 0 if the local server answers `GET /health` with 200, else 1 (a container
     /// HEALTHCHECK that needs no curl in the image).
     Healthcheck(HealthcheckArgs),
+    /// Manage API keys (`--auth api-key`).
+    Keys(KeysArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KeysArgs {
+    /// As `serve --database-url` (accepted before or after the subcommand).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://data/agentd.db",
+        global = true
+    )]
+    pub database_url: String,
+
+    #[command(subcommand)]
+    pub command: KeysCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key and print it (the only time it is shown; only its hash is stored).
+    Create {
+        /// The user the key acts as.
+        #[arg(long)]
+        user: String,
+        /// Restrict the key to these apps (comma-separated). Default: every app.
+        #[arg(long, value_delimiter = ',')]
+        apps: Vec<String>,
+        /// A service key: may act for any user and write `app:` state.
+        #[arg(long)]
+        admin: bool,
+        /// A label for `keys list`.
+        #[arg(long)]
+        name: Option<String>,
+        /// Expire after this long (`90d`, `12h`, …). Default: never.
+        #[arg(long, value_parser = parse_duration)]
+        expires: Option<std::time::Duration>,
+    },
+    /// List keys (never their secrets), as JSON lines.
+    List,
+    /// Revoke a key by its id (the 16 hex digits after `agentd_`); effective at once.
+    Revoke { key_id: String },
+}
+
+/// How callers authenticate (`--auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    None,
+    ApiKey,
+    Jwt,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SecurityArgs {
+    /// How callers authenticate: `none`, `api-key`, `jwt`, or `api-key,jwt`. `none` is refused
+    /// on a non-loopback bind unless `--allow-unauthenticated` is given.
+    #[arg(
+        long,
+        env = "AGENTD_AUTH",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "none"
+    )]
+    pub auth: Vec<AuthMode>,
+
+    /// Serve without authentication on a non-loopback address: anyone who can reach the port
+    /// can read, change and delete every user's sessions.
+    #[arg(
+        long,
+        env = "AGENTD_ALLOW_UNAUTHENTICATED",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub allow_unauthenticated: bool,
+
+    /// JWKS URL of the identity provider (e.g. `https://<issuer>/.well-known/jwks.json`).
+    #[arg(long, env = "AGENTD_JWT_JWKS_URL")]
+    pub jwt_jwks_url: Option<String>,
+
+    /// A PEM file with the public key tokens are signed with (RSA, EC or Ed25519).
+    #[arg(long, env = "AGENTD_JWT_PUBLIC_KEY")]
+    pub jwt_public_key: Option<PathBuf>,
+
+    /// HMAC secret tokens are signed with (HS256/384/512; at least 32 bytes).
+    #[arg(long, env = "AGENTD_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+
+    /// Required `iss` claim.
+    #[arg(long, env = "AGENTD_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+
+    /// Accepted `aud` values (comma-separated); the token's `aud` must name one.
+    #[arg(long, env = "AGENTD_JWT_AUDIENCE", value_delimiter = ',')]
+    pub jwt_audience: Vec<String>,
+
+    /// The claim that holds the user id.
+    #[arg(long, env = "AGENTD_JWT_USER_CLAIM", default_value = "sub")]
+    pub jwt_user_claim: String,
+
+    /// Least seconds between two JWKS fetches (a token with an unknown `kid` triggers one).
+    #[arg(long, env = "AGENTD_JWT_JWKS_REFRESH_SECS", default_value_t = 30)]
+    pub jwt_jwks_refresh_secs: u64,
+
+    /// Clock skew tolerated on `exp` and `nbf`, in seconds.
+    #[arg(long, env = "AGENTD_JWT_LEEWAY_SECS", default_value_t = 30)]
+    pub jwt_leeway_secs: u64,
+
+    /// `GET /metrics` needs an admin caller too (it is open by default, like `/health`).
+    #[arg(long, env = "AGENTD_PROTECT_METRICS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub protect_metrics: bool,
+
+    /// Requests per second per caller (API key, JWT user, or client address without auth);
+    /// 0: no limit. Per replica.
+    #[arg(long, env = "AGENTD_RATE_LIMIT_RPS", default_value_t = 0)]
+    pub rate_limit_rps: u32,
+
+    /// Burst above `--rate-limit-rps` (default: one second's worth).
+    #[arg(long, env = "AGENTD_RATE_LIMIT_BURST")]
+    pub rate_limit_burst: Option<u32>,
+
+    /// Concurrent runs per user; 0: no limit. Per replica.
+    #[arg(long, env = "AGENTD_MAX_RUNS_PER_USER", default_value_t = 0)]
+    pub max_runs_per_user: usize,
+
+    /// Let any caller write `app:` state (shared by every user of an app and rendered into
+    /// their instructions). Off: only admin keys may.
+    #[arg(long, env = "AGENTD_ALLOW_CLIENT_APP_STATE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_client_app_state: bool,
+
+    /// Open connections at most; more wait in the listen backlog (a line is logged).
+    #[arg(long, env = "AGENTD_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// Seconds a client has to send a request's header; also how long an idle keep-alive
+    /// connection is kept (keep a load balancer's idle timeout below it).
+    #[arg(long, env = "AGENTD_HEADER_TIMEOUT_SECS", default_value_t = 30)]
+    pub header_timeout_secs: u64,
+
+    /// Seconds a client has to send a request's body.
+    #[arg(long, env = "AGENTD_BODY_TIMEOUT_SECS", default_value_t = 60)]
+    pub body_timeout_secs: u64,
+}
+
+impl SecurityArgs {
+    pub fn defaults() -> Self {
+        SecurityArgs {
+            auth: vec![AuthMode::None],
+            allow_unauthenticated: false,
+            jwt_jwks_url: None,
+            jwt_public_key: None,
+            jwt_secret: None,
+            jwt_issuer: None,
+            jwt_audience: vec![],
+            jwt_user_claim: "sub".into(),
+            jwt_jwks_refresh_secs: 30,
+            jwt_leeway_secs: 30,
+            protect_metrics: false,
+            rate_limit_rps: 0,
+            rate_limit_burst: None,
+            max_runs_per_user: 0,
+            allow_client_app_state: false,
+            max_connections: 10_000,
+            header_timeout_secs: 30,
+            body_timeout_secs: 60,
+        }
+    }
+
+    pub fn api_keys(&self) -> bool {
+        self.auth.contains(&AuthMode::ApiKey)
+    }
+
+    pub fn jwt(&self) -> bool {
+        self.auth.contains(&AuthMode::Jwt)
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -130,6 +304,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
+    #[command(flatten)]
+    pub security: SecurityArgs,
+
     /// Directory with one folder per app (ADK's convention).
     #[arg(long, env = "AGENTD_APPS_DIR", default_value = "config/apps")]
     pub apps_dir: PathBuf,
@@ -217,6 +394,7 @@ impl ServeArgs {
                 database_url: database_url.into(),
                 db_max_connections: 16,
             },
+            security: SecurityArgs::defaults(),
             apps_dir: PathBuf::from("config/apps"),
             log_format: LogFormat::Text,
             allow_origins: vec![],

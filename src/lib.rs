@@ -29,8 +29,10 @@
 //! - [`config`]: command-line flags and their environment variables.
 //! - [`metrics`]: the Prometheus metrics agentd exports (`GET /metrics`).
 
+pub mod accept;
 pub mod agent;
 pub mod apps;
+pub mod auth;
 pub mod config;
 pub mod event;
 pub mod http;

@@ -1,4 +1,4 @@
-use agentd::config::{Cli, Command, LogFormat};
+use agentd::config::{Cli, Command, KeysArgs, KeysCommand, LogFormat};
 use agentd::server::Server;
 use clap::Parser;
 use std::time::Duration;
@@ -27,7 +27,7 @@ async fn main() -> anyhow::Result<()> {
                 Ok(n) => tracing::info!(limit = n, "open-file limit"),
                 Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
             }
-            let server = Server::start(args).await?;
+            let server = Server::start(*args).await?;
             server.run_until_signal(drain, grace).await
         }
         Command::Prune(args) => {
@@ -75,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Keys(args) => keys(args).await,
         Command::Migrate(db) => {
             init_tracing(LogFormat::Text);
             agentd::store::migrate(&db.database_url)
@@ -84,4 +85,74 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `agentd keys create|list|revoke`.
+async fn keys(args: KeysArgs) -> anyhow::Result<()> {
+    init_tracing(LogFormat::Text);
+    let store = agentd::store::open(&args.database_url, 2, agentd::store::StoreLimits::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
+    let now = agentd::event::now_ts();
+    match args.command {
+        KeysCommand::Create {
+            user,
+            apps,
+            admin,
+            name,
+            expires,
+        } => {
+            agentd::http::sessions::validate_id("--user", &user)
+                .map_err(|e| anyhow::anyhow!("{}", e.detail))?;
+            let apps = apps
+                .into_iter()
+                .map(|a| a.trim().to_string())
+                .filter(|a| !a.is_empty())
+                .collect::<Vec<_>>();
+            let key = agentd::auth::keys::generate(
+                agentd::auth::keys::KeySpec {
+                    user_id: user,
+                    apps: (!apps.is_empty()).then_some(apps),
+                    admin,
+                    name,
+                    expires_at: expires.map(|d| now + d.as_secs_f64()),
+                },
+                now,
+            )?;
+            store
+                .insert_api_key(&key.record)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot store the key: {e}"))?;
+            eprintln!(
+                "created key {} for user {:?}{}; it is shown only now:",
+                key.record.id,
+                key.record.user_id,
+                if key.record.admin { " (admin)" } else { "" }
+            );
+            println!("{}", key.plaintext);
+        }
+        KeysCommand::List => {
+            for k in store
+                .list_api_keys()
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot list keys: {e}"))?
+            {
+                println!("{}", serde_json::to_string(&k)?);
+            }
+        }
+        KeysCommand::Revoke { key_id } => {
+            let id = key_id.trim().trim_start_matches("agentd_");
+            let id = id.split('_').next().unwrap_or(id);
+            if store
+                .revoke_api_key(id, now)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot revoke: {e}"))?
+            {
+                eprintln!("revoked key {id}");
+            } else {
+                anyhow::bail!("no active key {id:?}");
+            }
+        }
+    }
+    Ok(())
 }

@@ -1,13 +1,15 @@
 //! Starting and stopping the daemon: open the store, load apps, bind, serve, and shut down
 //! gracefully on a signal (in-flight requests get `--shutdown-grace-secs` to finish).
 
+use crate::accept::AcceptConfig;
 use crate::agent::PluginSet;
 use crate::apps::AppRegistry;
+use crate::auth::jwt::{JwtConfig, JwtVerifier};
+use crate::auth::Authenticator;
 use crate::config::ServeArgs;
 use crate::http::{self, AppState};
 use crate::runner::{Runner, RunnerConfig};
 use crate::store::{self, StoreLimits};
-use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,14 +65,22 @@ impl Server {
             }
             runner_config.owner = id.clone();
         }
+        runner_config.max_runs_per_user = args.security.max_runs_per_user;
+        let authenticator = authenticator(&args, store.clone())?;
         let runner = Runner::start(store.clone(), apps.clone(), plugins, runner_config)
             .await
             .map_err(|e| anyhow::anyhow!("cannot start the runner: {e}"))?;
+        let gate = Arc::new(http::auth::Gate::new(
+            authenticator,
+            &args.security,
+            &args.allow_origins,
+        ));
         let state = AppState {
             store,
             apps,
             runner,
             metrics: crate::metrics::install(),
+            gate,
         };
         let app = http::router(state.clone(), &args);
 
@@ -78,20 +88,20 @@ impl Server {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.bind))?;
         let addr = listener.local_addr()?;
-        // Small SSE frames stall ~40 ms under Nagle's algorithm; axum does not disable it.
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
         let shutdown = CancellationToken::new();
         if let Some(ttl) = args.session_ttl {
             spawn_retention(state.store.clone(), ttl, shutdown.clone());
         }
-        let signal = shutdown.clone();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { signal.cancelled().await })
-                .await
-        });
+        let accept = AcceptConfig {
+            max_connections: args.security.max_connections,
+            header_timeout: Duration::from_secs(args.security.header_timeout_secs.max(1)),
+        };
+        let task = tokio::spawn(crate::accept::serve(
+            listener,
+            app,
+            accept,
+            shutdown.clone(),
+        ));
         tracing::info!(%addr, backend = state.store.backend(), apps = state.apps.names().count(), "agentd listening");
         Ok(Server {
             addr,
@@ -143,6 +153,53 @@ impl Server {
         // `shutdown_with` turns the replica not-ready first thing.
         self.shutdown_with(drain, grace).await
     }
+}
+
+/// Builds the authenticator from the flags, refusing what would be insecure by accident: no
+/// authentication on an address other hosts can reach (unless `--allow-unauthenticated`), and
+/// JWT settings that `--auth` does not enable.
+fn authenticator(
+    args: &ServeArgs,
+    store: Arc<dyn crate::store::Store>,
+) -> anyhow::Result<Authenticator> {
+    let sec = &args.security;
+    let jwt_flags =
+        sec.jwt_jwks_url.is_some() || sec.jwt_public_key.is_some() || sec.jwt_secret.is_some();
+    if jwt_flags && !sec.jwt() {
+        anyhow::bail!("JWT settings are given but --auth does not include jwt");
+    }
+    let jwt = if sec.jwt() {
+        let public_key_pem = match &sec.jwt_public_key {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                anyhow::anyhow!("cannot read --jwt-public-key {}: {e}", path.display())
+            })?),
+            None => None,
+        };
+        Some(JwtVerifier::new(JwtConfig {
+            jwks_url: sec.jwt_jwks_url.clone(),
+            public_key_pem,
+            secret: sec.jwt_secret.clone(),
+            issuer: sec.jwt_issuer.clone(),
+            audience: sec.jwt_audience.clone(),
+            user_claim: sec.jwt_user_claim.clone(),
+            jwks_refresh_min: Duration::from_secs(sec.jwt_jwks_refresh_secs),
+            leeway_secs: sec.jwt_leeway_secs,
+        })?)
+    } else {
+        None
+    };
+    let auth = Authenticator::new(store, sec.api_keys(), jwt);
+    if auth.is_off() && !args.bind.ip().is_loopback() && !sec.allow_unauthenticated {
+        anyhow::bail!(
+            "refusing to listen on {} without authentication: use --auth api-key or --auth jwt, \
+             or --allow-unauthenticated if anyone who reaches this port may use every session",
+            args.bind
+        );
+    }
+    if auth.is_off() && !args.bind.ip().is_loopback() {
+        tracing::warn!(bind = %args.bind, "serving without authentication (--allow-unauthenticated)");
+    }
+    Ok(auth)
 }
 
 /// `--session-ttl`: prunes as `agentd prune --older-than <ttl> --keep-runs <ttl>` does, every

@@ -120,7 +120,12 @@ async fn server() -> (String, Arc<AtomicUsize>) {
     (format!("http://127.0.0.1:{port}"), hits)
 }
 
-fn tool(config: Value) -> HttpTool {
+/// A tool allowed to reach the test server on 127.0.0.1 (tools reach only public addresses
+/// unless `allow_private` says otherwise).
+fn tool(mut config: Value) -> HttpTool {
+    if config.get("allow_private").is_none() {
+        config["allow_private"] = json!(["127.0.0.1"]);
+    }
     HttpTool::from_config(config).expect("valid config")
 }
 
@@ -384,4 +389,60 @@ fn config_is_checked_at_load() {
         "headers": {"A": "${UNCLOSED"}}))
     .unwrap_err();
     assert!(e.starts_with("args.headers.A:"), "{e}");
+}
+
+/// Server-side request forgery: by default a tool reaches public addresses only. Loopback (by
+/// IP or by a name that resolves to it) and the cloud metadata address are refused, nothing
+/// is sent, and the error (what the model sees) names the rule.
+#[tokio::test]
+async fn private_targets_are_refused_unless_allow_listed() {
+    let (base, hits) = server().await;
+    let port = base.rsplit(':').next().unwrap().to_string();
+    let targets = [
+        (format!("http://127.0.0.1:{port}/weather/x"), "loopback"),
+        (format!("http://localhost:{port}/weather/x"), "loopback"),
+        (format!("http://[::1]:{port}/weather/x"), "loopback"),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+            "link-local",
+        ),
+        ("http://10.0.0.1:81/".to_string(), "private"),
+    ];
+    for (url, rule) in targets {
+        let t = HttpTool::from_config(json!({"name": "t", "url": url})).expect("config");
+        let e = t.execute(&Map::new()).await.unwrap_err();
+        assert!(e.0.contains(rule), "{url}: {e}");
+        assert!(
+            e.0.contains("allow_private"),
+            "{url}: the error says how to allow it: {e}"
+        );
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "nothing reached the local server"
+    );
+
+    // Allow-listed by address, and by host name: the call goes through.
+    for allow in [
+        json!(["127.0.0.1"]),
+        json!(["localhost"]),
+        json!(["127.0.0.0/8"]),
+    ] {
+        let host = if allow[0] == "localhost" {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        };
+        let t = HttpTool::from_config(json!({"name": "t",
+            "url": format!("http://{host}:{port}/weather/x"), "allow_private": allow}))
+        .expect("config");
+        t.execute(&Map::new()).await.expect("allowed target");
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+
+    let e = HttpTool::from_config(json!({"name": "t", "url": "http://h/",
+        "allow_private": ["10.0.0.0/40"]}))
+    .unwrap_err();
+    assert!(e.contains("allow_private"), "{e}");
 }

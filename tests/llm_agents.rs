@@ -611,6 +611,7 @@ async fn a_yaml_declared_app_runs_end_to_end(backend: Backend) {
              instruction: You do billing.\noutput_key: last_billing_answer\ntools:\n  - name: exit_loop\n\
              \x20 - name: HttpTool\n    args:\n      name: lookup_invoice\n      description: Finds an invoice.\n\
              \x20     url: http://{api_addr}/invoices/{{id}}\n\
+             \x20     allow_private: [\"127.0.0.1\"]\n\
              \x20     parameters: {{type: object, properties: {{id: {{type: string}}}}, required: [id]}}\n"
         ),
     );

@@ -347,7 +347,8 @@ use axum::response::IntoResponse;
 
 fn http_set(url: &str, extra: Value) -> McpToolset {
     let mut args = json!({"streamable_http_connection_params": {
-        "url": url, "headers": {"Authorization": format!("Bearer ${{{TOKEN_VAR}}}")}
+        "url": url, "headers": {"Authorization": format!("Bearer ${{{TOKEN_VAR}}}")},
+        "allow_private": ["127.0.0.1"]
     }});
     for (k, v) in extra.as_object().cloned().unwrap_or_default() {
         if k == "sse_read_timeout" {
@@ -404,7 +405,8 @@ async fn http_auth_and_failures() {
 
     // A wrong token: the server's 401 is a clear error.
     let set = McpToolset::from_config(json!({"streamable_http_connection_params": {
-        "url": url, "headers": {"Authorization": "Bearer wrong"}}}))
+        "url": url, "headers": {"Authorization": "Bearer wrong"},
+        "allow_private": ["127.0.0.1"]}}))
     .unwrap();
     let e = list_err(&set).await;
     eprintln!("{}", e);
@@ -416,7 +418,8 @@ async fn http_auth_and_failures() {
 
     // A header variable that is not set: named, and nothing is sent.
     let set = McpToolset::from_config(json!({"streamable_http_connection_params": {
-        "url": url, "headers": {"Authorization": "Bearer ${AGENTD_MCP_TEST_UNSET_TOKEN}"}}}))
+        "url": url, "headers": {"Authorization": "Bearer ${AGENTD_MCP_TEST_UNSET_TOKEN}"},
+        "allow_private": ["127.0.0.1"]}}))
     .expect("loads without the variable");
     let e = list_err(&set).await;
     eprintln!("{}", e);
@@ -430,7 +433,7 @@ async fn http_auth_and_failures() {
         format!("http://127.0.0.1:{port}/mcp")
     };
     let set = McpToolset::from_config(json!({"streamable_http_connection_params": {
-        "url": dead, "timeout": 5}}))
+        "url": dead, "timeout": 5, "allow_private": ["127.0.0.1"]}}))
     .unwrap();
     let e = list_err(&set).await;
     eprintln!("{}", e);

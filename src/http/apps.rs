@@ -73,14 +73,20 @@ struct ListAppsQuery {
 
 async fn list_apps(
     state: axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
     Query(q): Query<ListAppsQuery>,
 ) -> axum::Json<Value> {
     if !q.detailed {
-        return axum::Json(json!(state.apps.names().collect::<Vec<_>>()));
+        return axum::Json(json!(state
+            .apps
+            .names()
+            .filter(|a| caller.may_use_app(a))
+            .collect::<Vec<_>>()));
     }
     let apps: Vec<Value> = state
         .apps
         .entries()
+        .filter(|a| caller.may_use_app(&a.name))
         .map(|a| match &a.tree {
             Ok(tree) => json!({
                 "name": a.name, "rootAgentName": tree.root().name(),

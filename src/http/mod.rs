@@ -1,11 +1,17 @@
 //! The HTTP API: an axum router, one module per resource, shared [`AppState`].
 //!
 //! Middleware (outermost first): request id (`x-request-id`, generated if absent and echoed
-//! back), a tracing span per request carrying it, panic → JSON 500, CORS (only with
-//! `--allow-origin`), gzip for JSON (never for `text/event-stream`), and the body limit.
+//! back), sensitive headers (`Authorization`, `x-api-key`, cookies) marked so no log or trace
+//! shows them, a tracing span per request carrying it, panic → JSON 500, CORS (only with
+//! `--allow-origin`), gzip for JSON (never for `text/event-stream`), the body limit (a 413
+//! that even clients writing the whole body first can read) and body-read timeout, then per
+//! route: metrics, the door (`auth::guard`: authentication, rate limits, binding to the
+//! caller's user and apps) and the read retry.
 
 pub mod apps;
 pub mod artifacts;
+pub mod auth;
+pub mod body_limit;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
@@ -28,6 +34,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 /// Shared by every handler; cheap to clone.
@@ -38,6 +45,8 @@ pub struct AppState {
     pub runner: Arc<Runner>,
     /// Renders the Prometheus registry (`GET /metrics`).
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// Authentication, rate limits and what callers may touch.
+    pub gate: Arc<auth::Gate>,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -53,8 +62,12 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .route("/metrics", axum::routing::get(render_metrics))
-        .with_state(state)
         .layer(axum::middleware::from_fn(retry_reads))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ))
+        .with_state(state)
         .layer(axum::middleware::from_fn(track_http));
 
     let trace = TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
@@ -69,6 +82,13 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
 
     let mut app = api
         .layer(axum::extract::DefaultBodyLimit::max(args.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            args.max_body_bytes,
+            body_limit::refuse_oversize,
+        ))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            Duration::from_secs(args.security.body_timeout_secs.max(1)),
+        ))
         .layer(CompressionLayer::new());
     if let Some(cors) = cors_layer(&args.allow_origins) {
         app = app.layer(cors);
@@ -77,6 +97,12 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         ApiError::internal("handler panicked").into_response()
     }))
     .layer(trace)
+    .layer(SetSensitiveRequestHeadersLayer::new([
+        axum::http::header::AUTHORIZATION,
+        axum::http::header::COOKIE,
+        axum::http::header::PROXY_AUTHORIZATION,
+        HeaderName::from_static("x-api-key"),
+    ]))
     .layer(PropagateRequestIdLayer::new(REQUEST_ID))
     .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
 }

@@ -4,6 +4,7 @@
 //! Every pre-stream problem (bad body, unknown app, missing session, busy session) is a JSON
 //! error before the first SSE byte. After that, problems arrive in the stream.
 
+use super::auth::Gate;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, Path};
 use super::idempotency::{self, Prior};
@@ -12,6 +13,7 @@ use super::stream::Framing;
 use super::AppState;
 use crate::agent::context::RunItem;
 use crate::agent::RunConfig;
+use crate::auth::Caller;
 use crate::event::{Content, Event, JsonMap};
 use crate::runner::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest};
 use crate::store::{RunRecord, RunStatus, SessionKey};
@@ -86,7 +88,9 @@ pub struct RunAgentRequest {
 }
 
 impl RunAgentRequest {
-    fn into_run_request(self) -> ApiResult<RunRequest> {
+    /// Validates the body and binds it to the caller: another user's session, or an app the
+    /// caller may not use, answers as if it did not exist.
+    fn into_run_request(self, caller: &Caller, gate: &Gate) -> ApiResult<RunRequest> {
         let app = self.app_name.ok_or_else(|| {
             ApiError::bad_request(
                 "app_name_required",
@@ -97,6 +101,15 @@ impl RunAgentRequest {
         super::sessions::validate_id("appName", &app)?;
         super::sessions::validate_id("userId", &self.user_id)?;
         super::sessions::validate_id("sessionId", &self.session_id)?;
+        if !caller.may_use_app(&app) {
+            return Err(super::auth::app_hidden(&app));
+        }
+        if !caller.may_act_as(&self.user_id) {
+            return Err(ApiError::session_not_found());
+        }
+        if let Some(delta) = &self.state_delta {
+            super::auth::check_app_state(gate, caller, delta.keys())?;
+        }
         let custom_metadata = self.custom_metadata.map(|mut m| {
             m.retain(|k, _| !k.starts_with("__adk_internal_"));
             m
@@ -151,6 +164,14 @@ fn run_error(state: &AppState, e: RunError) -> ApiError {
             "The server is shutting down; retry on another replica.",
             1,
         ),
+        e @ RunError::TooManyRuns(_) => ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_runs",
+                e.to_string(),
+            )
+        },
         RunError::Internal(m) => ApiError::internal(m),
         RunError::Store(e) => e.into(),
     }
@@ -212,11 +233,12 @@ async fn start_keyed(
 /// ADK `/run_sse`.
 async fn run_sse(
     state: axum::extract::State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     JsonBody(req, raw): JsonBody<RunAgentRequest>,
 ) -> ApiResult<Response> {
     let split_artifacts = req.function_call_event_id.is_none();
-    let run_req = req.into_run_request()?;
+    let run_req = req.into_run_request(&caller, &state.gate)?;
     let key = run_req.key.clone();
     let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run_sse", &raw).await?;
     if let Some(run_id) = prior {
@@ -277,10 +299,11 @@ fn wants_json(headers: &HeaderMap) -> bool {
 /// array of every event with `Accept: application/json`.
 async fn run(
     state: axum::extract::State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     JsonBody(req, raw): JsonBody<RunAgentRequest>,
 ) -> ApiResult<Response> {
-    let run_req = req.into_run_request()?;
+    let run_req = req.into_run_request(&caller, &state.gate)?;
     let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run", &raw).await?;
     if let Some(run_id) = prior {
         if wants_json(&headers) {
@@ -411,20 +434,30 @@ async fn replay_json(state: &AppState, run_id: &str) -> ApiResult<Response> {
     Ok((headers, axum::Json(events)).into_response())
 }
 
-fn run_not_found() -> ApiError {
+pub(super) fn run_not_found() -> ApiError {
     ApiError::not_found("run_not_found", "Run not found")
+}
+
+/// The run, if it exists and the caller may see it (another user's run is "not found").
+pub(super) async fn visible_run(
+    state: &AppState,
+    caller: &Caller,
+    run_id: &str,
+) -> ApiResult<RunRecord> {
+    state
+        .runner
+        .get_run(run_id)
+        .await?
+        .filter(|r| caller.may_access(&r.app_name, &r.user_id))
+        .ok_or_else(run_not_found)
 }
 
 async fn get_run(
     state: axum::extract::State<AppState>,
+    caller: Caller,
     Path(run_id): Path<String>,
 ) -> ApiResult<axum::Json<RunRecord>> {
-    state
-        .runner
-        .get_run(&run_id)
-        .await?
-        .map(axum::Json)
-        .ok_or_else(run_not_found)
+    visible_run(&state, &caller, &run_id).await.map(axum::Json)
 }
 
 /// Cancels a running run on whichever replica executes it: 202 with the run, 404 if unknown,
@@ -432,11 +465,13 @@ async fn get_run(
 /// the run (the first request's).
 async fn cancel_run(
     state: axum::extract::State<AppState>,
+    caller: Caller,
     Path(run_id): Path<String>,
     headers: HeaderMap,
     super::extract::Json(body): super::extract::Json<super::stream::CancelBody>,
 ) -> ApiResult<Response> {
     let req = super::stream::cancel_request(&headers, body)?;
+    visible_run(&state, &caller, &run_id).await?;
     let record = state
         .runner
         .cancel(&run_id, &req)

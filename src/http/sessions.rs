@@ -114,11 +114,19 @@ fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
 /// response (the same session), whether or not it named the session id.
 async fn create_session(
     state: axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
     Path((app, user)): Path<(String, String)>,
     headers: axum::http::HeaderMap,
     JsonBody(req, raw): JsonBody<CreateSessionRequest>,
 ) -> ApiResult<axum::response::Response> {
     use axum::response::IntoResponse;
+    let initial_keys = req.state.iter().flat_map(|m| m.keys());
+    let event_keys = req
+        .events
+        .iter()
+        .flatten()
+        .flat_map(|e| e.actions.state_delta.keys());
+    super::auth::check_app_state(&state.gate, &caller, initial_keys.chain(event_keys))?;
     let scope = super::idempotency::scope(&app, &user);
     let route = format!("/apps/{app}/users/{user}/sessions");
     let keyed = super::idempotency::keyed(&headers, scope, &route, &raw)?;
@@ -197,9 +205,11 @@ async fn create_session_inner(
 /// Deprecated ADK route: the body is the bare initial state (or nothing).
 async fn create_session_by_path(
     state: axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
     Path((app, user, session)): Path<(String, String, String)>,
     Json(initial): Json<Option<JsonMap>>,
 ) -> ApiResult<axum::Json<Session>> {
+    super::auth::check_app_state(&state.gate, &caller, initial.iter().flat_map(|m| m.keys()))?;
     validate_id("session id", &session)?;
     create(
         &state,
@@ -352,9 +362,11 @@ struct UpdateSessionRequest {
 /// the change is in the transcript and serializes with runs on the same append path.
 async fn patch_session(
     state: axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
     Path((app, user, session)): Path<(String, String, String)>,
     Json(req): Json<UpdateSessionRequest>,
 ) -> ApiResult<axum::Json<Session>> {
+    super::auth::check_app_state(&state.gate, &caller, req.state_delta.keys())?;
     let key = SessionKey::new(app, user, session);
     let mut event = Event::new(format!("p-{}", uuid::Uuid::new_v4()), "user");
     event.actions.state_delta = req.state_delta.clone();

@@ -140,14 +140,13 @@ impl Out {
 
 async fn run_stream(
     state: axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
     Path(run_id): Path<String>,
     headers: HeaderMap,
     query: axum::extract::Query<AfterQuery>,
 ) -> ApiResult<Response> {
     let after = resume_point(&headers, &query)?;
-    let Some(run) = state.runner.get_run(&run_id).await? else {
-        return Err(ApiError::not_found("run_not_found", "Run not found"));
-    };
+    let run = super::run::visible_run(&state, &caller, &run_id).await?;
     // Follow before reading anything else: whatever happens from here on is heard.
     let sub = state.runner.bus().subscribe(&run.key());
     let Some(run) = state.runner.get_run(&run_id).await? else {

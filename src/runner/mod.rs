@@ -18,6 +18,7 @@ mod admission;
 pub mod bus;
 mod guard;
 mod liveness;
+mod quota;
 mod seal;
 mod selection;
 
@@ -65,6 +66,8 @@ pub struct RunnerConfig {
     pub enqueue_timeout: Duration,
     /// How long an `Idempotency-Key` is remembered (expired keys are deleted by the sweeper).
     pub idempotency_ttl: Duration,
+    /// Concurrent runs per user on this replica; 0: no limit.
+    pub max_runs_per_user: usize,
 }
 
 impl Default for RunnerConfig {
@@ -75,6 +78,7 @@ impl Default for RunnerConfig {
             max_run_duration: Duration::from_secs(600),
             enqueue_timeout: Duration::from_secs(60),
             idempotency_ttl: Duration::from_secs(86_400),
+            max_runs_per_user: 0,
         }
     }
 }
@@ -134,6 +138,8 @@ pub enum RunError {
     QueueTimeout(String),
     #[error("the server is shutting down")]
     ShuttingDown,
+    #[error("this user already has {0} runs in progress")]
+    TooManyRuns(usize),
     #[error("internal error: {0}")]
     Internal(String),
     #[error(transparent)]
@@ -197,6 +203,7 @@ pub struct Runner {
     /// Stops the background tasks (heartbeat, sweeper, bus) at the very end.
     stop: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
+    quota: quota::UserQuota,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -222,6 +229,7 @@ impl Runner {
             store,
             apps,
             plugins: Arc::new(plugins),
+            quota: quota::UserQuota::new(config.max_runs_per_user),
             config,
             bus,
             local: Mutex::new(HashMap::new()),
@@ -272,6 +280,11 @@ impl Runner {
             .get(&req.key.app_name)
             .ok_or_else(|| RunError::AppNotFound(req.key.app_name.clone()))?;
         let tree = entry.tree.clone().map_err(RunError::AppBroken)?;
+        // Held by the run's task until it ends, however it ends.
+        let slot = self
+            .quota
+            .take(&req.key.user_id)
+            .ok_or(RunError::TooManyRuns(self.config.max_runs_per_user))?;
         if req.new_message.is_none() && !req.run_config.resume {
             // As ADK: a missing session is reported before a missing message.
             return Err(
@@ -316,6 +329,7 @@ impl Runner {
         let runner = self.clone();
         self.tracker.spawn(
             async move {
+                let _slot = slot;
                 let mut ready_tx = ready_tx;
                 let unsealed = match runner.admit(&new_run, &req, &mut ready_tx).await {
                     Ok(admitted) => admitted,

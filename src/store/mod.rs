@@ -9,6 +9,7 @@
 //! new `seq` atomically. Callers stream an event to a client only after it returns.
 
 pub mod idempotency;
+pub mod keys;
 pub mod memory;
 pub mod postgres;
 mod postgres_memory;
@@ -18,6 +19,7 @@ pub mod sqlite;
 mod sqlite_memory;
 
 pub use idempotency::{IdempotencyStore, IdempotentRecord, KeyClaim};
+pub use keys::{ApiKeyRecord, KeyStore};
 pub use memory::{MemoryEntry, MemoryStore};
 pub use prune::{PruneReport, PruneRequest, PruneStore};
 pub use runs::{CancelRequest, Claim, Insert, NewRun, RunRecord, RunStatus, RunStore};
@@ -463,7 +465,7 @@ pub trait ArtifactStore: Send + Sync + 'static {
 
 /// Everything the daemon persists, behind one handle.
 pub trait Store:
-    SessionStore + ArtifactStore + RunStore + MemoryStore + IdempotencyStore + PruneStore
+    SessionStore + ArtifactStore + RunStore + MemoryStore + IdempotencyStore + PruneStore + KeyStore
 {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;

@@ -18,7 +18,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 /// The PostgreSQL store. Cheap to clone (a pool handle).
 #[derive(Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
     limits: StoreLimits,
 }
 

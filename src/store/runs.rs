@@ -153,8 +153,16 @@ pub struct CancelRequest {
     pub reason: Option<String>,
 }
 
+/// Same SQL on both backends (SQLite binds `$N` by position).
+const RUN_INVOCATIONS: &str =
+    "SELECT invocation_id FROM runs WHERE app_name = $1 AND user_id = $2 AND session_id = $3";
+
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
+    /// The invocation ids of the session's runs on this server. Events a client imported with
+    /// create-session carry other ids: their tool calls are never executed by `resume`.
+    async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>>;
+
     /// Makes `run` the session's owner and inserts it as `running`, if the session exists, has
     /// no active run, and no earlier live ticket waits for it (`ticket`: the caller's own).
     /// One statement.
@@ -324,6 +332,15 @@ fn unique_violation(e: &sqlx::Error) -> bool {
 
 #[async_trait]
 impl RunStore for PgStore {
+    async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(RUN_INVOCATIONS)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .fetch_all(self.pool())
+            .await?)
+    }
+
     async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
         let row = sqlx::query(&format!(
             "WITH async_commit AS ({ASYNC_COMMIT}), q AS (
@@ -608,6 +625,15 @@ impl RunStore for PgStore {
 /// SQLite: one writer, so each multi-step change is one `BEGIN IMMEDIATE` transaction.
 #[async_trait]
 impl RunStore for SqliteStore {
+    async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(RUN_INVOCATIONS)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .fetch_all(&self.reader)
+            .await?)
+    }
+
     async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
         let now = now_ts();
         let mut tx = self.begin().await?;

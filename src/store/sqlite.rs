@@ -21,7 +21,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 /// The SQLite store.
 #[derive(Clone)]
 pub struct SqliteStore {
-    writer: SqlitePool,
+    pub(crate) writer: SqlitePool,
     pub(crate) reader: SqlitePool,
     limits: StoreLimits,
 }

@@ -13,7 +13,12 @@
 //!       parameters: {type: object, properties: {city: {type: string}}, required: [city]}
 //!       timeout_secs: 30                              # default 30
 //!       max_response_bytes: 1048576                   # default 1 MiB
+//!       allow_private: ["10.0.0.0/8", "api.internal"] # default: public addresses only
 //! ```
+//!
+//! Only public addresses are reached unless `allow_private` lists more (IPs, CIDR blocks, host
+//! names, or `"*"`): loopback, private, link-local (the cloud metadata service) and unspecified
+//! targets are refused after DNS resolution, at connect time (see [`super::egress`]).
 //!
 //! Arguments that fill no `{placeholder}` go to the query string (GET, DELETE) or to a JSON
 //! body (POST, PUT, PATCH). `${VAR}` references (in `url` and `headers`) are resolved at call
@@ -26,6 +31,7 @@
 //! `max_response_bytes`, with `"truncated": true`); a non-2xx status is a tool error
 //! `HTTP 404 from GET https://…: <body excerpt>`.
 
+use super::egress::{EgressPolicy, Resolver};
 use super::{Tool, ToolContext, ToolError, ToolResult};
 use crate::event::JsonMap;
 use async_trait::async_trait;
@@ -69,6 +75,8 @@ struct HttpToolConfig {
     timeout_secs: Option<f64>,
     #[serde(default)]
     max_response_bytes: Option<usize>,
+    #[serde(default)]
+    allow_private: Vec<String>,
 }
 
 /// A piece of a `url` or header template.
@@ -98,6 +106,9 @@ pub struct HttpTool {
     required: Vec<String>,
     timeout: Duration,
     max_response_bytes: usize,
+    egress: EgressPolicy,
+    /// This tool's client: its resolver enforces `egress`.
+    client: reqwest::Client,
 }
 
 impl HttpTool {
@@ -179,7 +190,10 @@ impl HttpTool {
             return Err("args.max_response_bytes: must be at least 1".into());
         }
 
+        let egress = EgressPolicy::parse(&c.allow_private).map_err(|e| format!("args.{e}"))?;
         Ok(HttpTool {
+            client: tool_client(&egress)?,
+            egress,
             name: c.name,
             description: c.description,
             method,
@@ -343,7 +357,11 @@ impl HttpTool {
     async fn send(&self, r: Request) -> ToolResult {
         let method = &self.method;
         let shown = &r.shown;
-        let mut builder = tool_client()
+        self.egress
+            .check_url(&r.url)
+            .map_err(|e| ToolError(format!("{method} {shown}: {e}")))?;
+        let mut builder = self
+            .client
             .request(method.clone(), r.url)
             .headers(r.headers);
         if let Some(body) = &r.body {
@@ -708,18 +726,17 @@ fn error_chain(e: &reqwest::Error) -> String {
     out
 }
 
-/// HTTP tools' own client: redirects are not followed, so a configured secret header (an
-/// `X-Api-Key`, say) is never replayed to another host; a 3xx is reported as it is.
-fn tool_client() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
+/// An HTTP tool's own client: redirects are not followed, so a configured secret header (an
+/// `X-Api-Key`, say) is never replayed to another host and a redirect cannot lead around the
+/// egress rule; a 3xx is reported as it is. Its resolver drops addresses `egress` refuses.
+fn tool_client(egress: &EgressPolicy) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .dns_resolver(std::sync::Arc::new(Resolver(egress.clone())))
+        .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //! `stdio_server_params` calls get 300 s. A stdio server's stderr is logged (target
 //! `agentd::mcp`) and its last lines are quoted when it fails to start.
 
+use super::egress::{EgressPolicy, McpResolver};
 use super::http::{check_env_refs, expand_env};
 use super::{Tool, ToolContext, ToolError, ToolResult, Toolset};
 use crate::agent::InvocationContext;
@@ -49,7 +50,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
 
@@ -135,6 +136,9 @@ struct HttpConnectionParams {
     sse_read_timeout: Option<f64>,
     #[serde(default)]
     terminate_on_close: Option<bool>,
+    /// agentd: non-public addresses the server may be at (see `tools::egress`).
+    #[serde(default)]
+    allow_private: Vec<String>,
 }
 
 /// How to reach the server.
@@ -151,6 +155,7 @@ enum Connection {
         url: String,
         /// Values may hold `${VAR}`, filled in when connecting.
         headers: Vec<(HeaderName, String, String)>,
+        egress: EgressPolicy,
     },
 }
 
@@ -303,6 +308,8 @@ impl McpToolset {
                 Connection::Http {
                     url: p.url,
                     headers,
+                    egress: EgressPolicy::parse(&p.allow_private)
+                        .map_err(|e| format!("{field}.{e}"))?,
                 },
                 format!("mcp:{shown}"),
             )
@@ -638,8 +645,17 @@ impl Inner {
                     }
                 }
             }
-            Connection::Http { url, headers } => {
-                let client = http_client()?;
+            Connection::Http {
+                url,
+                headers,
+                egress,
+            } => {
+                if let Ok(parsed) = reqwest::Url::parse(url) {
+                    egress
+                        .check_url(&parsed)
+                        .map_err(|e| ToolError(format!("cannot connect to the MCP server: {e}")))?;
+                }
+                let client = http_client(egress)?;
                 let mut map = HashMap::new();
                 for (name, configured, template) in headers {
                     let field = format!("streamable_http_connection_params.headers.{configured}");
@@ -679,35 +695,29 @@ impl Inner {
     }
 }
 
-/// The HTTP client of streamable HTTP connections (rmcp's reqwest 0.13), shared by all MCP
-/// toolsets. Its TLS is rustls with ring and the webpki roots, as agentd's other client:
+/// The HTTP client of a streamable HTTP connection (rmcp's reqwest 0.13); its resolver drops
+/// addresses `egress` refuses. Its TLS is rustls with ring and the webpki roots, as agentd's other client:
 /// preconfigured, because reqwest 0.13 would otherwise want a process-wide crypto provider and
 /// the system's CA store (and panic inside rmcp without them). No redirects are followed (a
 /// redirect could carry the session id and headers elsewhere); no idle connections are
 /// pooled (rmcp's own default, against delayed-ACK stalls).
-fn http_client() -> Result<mcp_reqwest::Client, ToolError> {
-    static CLIENT: OnceLock<Result<mcp_reqwest::Client, String>> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let roots =
-                rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-            let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| e.to_string())?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-            mcp_reqwest::Client::builder()
-                .tls_backend_preconfigured(tls)
-                .redirect(mcp_reqwest::redirect::Policy::none())
-                .pool_max_idle_per_host(0)
-                .connect_timeout(Duration::from_secs(10))
-                .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(|e| e.to_string())
-        })
-        .clone()
+fn http_client(egress: &EgressPolicy) -> Result<mcp_reqwest::Client, ToolError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ToolError(format!("cannot build the MCP HTTP client: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    mcp_reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(mcp_reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(0)
+        .connect_timeout(Duration::from_secs(10))
+        .dns_resolver(Arc::new(McpResolver(egress.clone())))
+        .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
+        .build()
         .map_err(|e| ToolError(format!("cannot build the MCP HTTP client: {e}")))
 }
 
@@ -944,7 +954,7 @@ mod tests {
 
     #[test]
     fn http_client_builds_without_system_certs_or_a_default_provider() {
-        assert!(http_client().is_ok());
+        assert!(http_client(&EgressPolicy::default()).is_ok());
         assert!(rustls::crypto::CryptoProvider::get_default().is_none());
     }
 

@@ -5,6 +5,7 @@
 //! HTTP tools declared in config).
 
 pub mod builtin;
+pub mod egress;
 pub mod function;
 pub mod http;
 pub mod mcp;

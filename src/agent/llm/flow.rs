@@ -12,7 +12,7 @@ use crate::tools::builtin::{TransferToAgent, TRANSFER_TO_AGENT};
 use crate::tools::{response_object, Tool, ToolConfirmation, ToolContext};
 use futures::StreamExt;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 pub(super) struct Turn<'a> {
@@ -656,15 +656,27 @@ impl<'a> Turn<'a> {
             .iter()
             .rposition(|e| e.author == "user" && e.function_responses().next().is_none())
             .unwrap_or(0);
+        // Only calls the model made in a run of this server: events a client imported with
+        // create-session may carry calls of any shape, and running them would let a client
+        // execute tools with arguments of its choosing.
+        let ours: HashSet<String> = self
+            .ctx
+            .store()
+            .run_invocations(self.ctx.session_key())
+            .await
+            .map_err(AgentError::store)?
+            .into_iter()
+            .collect();
+        let sealed = self.history.sealed_calls();
         let open: Vec<FunctionCall> = self.history.events[since..]
             .iter()
-            .filter(|e| e.author == self.agent.name)
+            .filter(|e| e.author == self.agent.name && ours.contains(&e.invocation_id))
             .flat_map(|e| e.function_calls())
             .filter(|c| c.name != REQUEST_CONFIRMATION)
             .filter(|c| !by_name.get(&c.name).is_some_and(|t| t.is_long_running()))
             .filter(|c| {
                 c.id.as_ref()
-                    .is_none_or(|id| latest.get(id).is_none_or(history::is_seal_response))
+                    .is_none_or(|id| !latest.contains_key(id) || sealed.contains(id))
             })
             .cloned()
             .collect();

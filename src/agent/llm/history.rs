@@ -84,6 +84,25 @@ impl History {
         latest
     }
 
+    /// Call ids whose latest response is the runner's seal, written by the server (a seal
+    /// event's author is the agent that made the call). A seal-shaped response in a client's
+    /// message is an answer like any other: it cannot make an answered call run again.
+    pub fn sealed_calls(&self) -> std::collections::HashSet<String> {
+        let mut sealed = std::collections::HashSet::new();
+        for e in &self.events {
+            for r in e.function_responses() {
+                if let Some(id) = &r.id {
+                    if e.author != "user" && is_seal_response(r) {
+                        sealed.insert(id.clone());
+                    } else {
+                        sealed.remove(id);
+                    }
+                }
+            }
+        }
+        sealed
+    }
+
     /// The event holding the function call `id`, newest first.
     pub fn find_call(&self, id: &str) -> Option<&Event> {
         self.events

@@ -1,0 +1,301 @@
+//! JWT (OIDC access token) verification with `jsonwebtoken`: a static key (`--jwt-secret`,
+//! `--jwt-public-key`) or a JWKS endpoint (`--jwt-jwks-url`).
+//!
+//! The JWKS is fetched on first use and again when a token names a `kid` the cache does not
+//! know (key rotation), at most once per `--jwt-jwks-refresh-secs`, so a stream of tokens with
+//! made-up `kid`s cannot turn into a stream of requests to the identity provider. A cache older
+//! than an hour is refreshed on the next token.
+
+use super::AuthError;
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+const RSA_ALGS: &[Algorithm] = &[
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+];
+const EC_ALGS: &[Algorithm] = &[Algorithm::ES256, Algorithm::ES384];
+const HMAC_ALGS: &[Algorithm] = &[Algorithm::HS256, Algorithm::HS384, Algorithm::HS512];
+/// The most a JWKS document may weigh.
+const MAX_JWKS_BYTES: usize = 1024 * 1024;
+/// A cache this old is refetched on the next token.
+const JWKS_MAX_AGE: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    pub jwks_url: Option<String>,
+    /// PEM (RSA, EC or Ed25519 public key).
+    pub public_key_pem: Option<Vec<u8>>,
+    /// HMAC secret (HS256/384/512).
+    pub secret: Option<String>,
+    pub issuer: Option<String>,
+    pub audience: Vec<String>,
+    /// The claim that holds the user id.
+    pub user_claim: String,
+    /// Least time between two JWKS fetches.
+    pub jwks_refresh_min: Duration,
+    /// Clock skew allowed on `exp`/`nbf`, in seconds.
+    pub leeway_secs: u64,
+}
+
+#[derive(Clone)]
+struct VerifyKey {
+    key: DecodingKey,
+    algs: Vec<Algorithm>,
+}
+
+pub struct JwtVerifier {
+    config: JwtConfig,
+    static_key: Option<VerifyKey>,
+    jwks: Option<Jwks>,
+}
+
+struct Jwks {
+    url: String,
+    client: reqwest::Client,
+    cache: RwLock<JwksCache>,
+    /// One fetch at a time; the others wait for its result.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct JwksCache {
+    keys: HashMap<String, VerifyKey>,
+    /// Keys without a `kid` (used when the token names none).
+    unnamed: Vec<VerifyKey>,
+    fetched_at: Option<Instant>,
+}
+
+impl JwtVerifier {
+    pub fn new(config: JwtConfig) -> anyhow::Result<Self> {
+        let static_key = match (&config.secret, &config.public_key_pem) {
+            (Some(_), Some(_)) => {
+                anyhow::bail!("give --jwt-secret or --jwt-public-key, not both")
+            }
+            (Some(secret), None) => {
+                if secret.len() < 32 {
+                    anyhow::bail!("--jwt-secret must be at least 32 bytes");
+                }
+                Some(VerifyKey {
+                    key: DecodingKey::from_secret(secret.as_bytes()),
+                    algs: HMAC_ALGS.to_vec(),
+                })
+            }
+            (None, Some(pem)) => Some(key_from_pem(pem)?),
+            (None, None) => None,
+        };
+        let jwks = match &config.jwks_url {
+            Some(url) => Some(Jwks {
+                url: url.clone(),
+                client: reqwest::Client::builder()
+                    .timeout(Duration::from_secs(10))
+                    .build()?,
+                cache: RwLock::new(JwksCache::default()),
+                fetching: tokio::sync::Mutex::new(()),
+            }),
+            None => None,
+        };
+        if static_key.is_none() && jwks.is_none() {
+            anyhow::bail!("--auth jwt needs --jwt-jwks-url, --jwt-public-key or --jwt-secret");
+        }
+        Ok(JwtVerifier {
+            config,
+            static_key,
+            jwks,
+        })
+    }
+
+    /// Verifies `token` and returns the user id its claim names.
+    pub async fn verify(&self, token: &str) -> Result<String, AuthError> {
+        // `alg: none` (and any algorithm jsonwebtoken does not implement) fails here.
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| AuthError::InvalidToken("malformed token"))?;
+        let key = self.key_for(header.kid.as_deref()).await?;
+        if !key.algs.contains(&header.alg) {
+            return Err(AuthError::InvalidToken(
+                "algorithm not allowed for this key",
+            ));
+        }
+        let mut validation = Validation::new(header.alg);
+        validation.algorithms = vec![header.alg];
+        validation.leeway = self.config.leeway_secs;
+        validation.validate_nbf = true;
+        if let Some(iss) = &self.config.issuer {
+            validation.set_issuer(&[iss]);
+            validation.required_spec_claims.insert("iss".into());
+        }
+        if self.config.audience.is_empty() {
+            validation.validate_aud = false;
+        } else {
+            validation.set_audience(&self.config.audience);
+            validation.required_spec_claims.insert("aud".into());
+        }
+        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token,
+            &key.key,
+            &validation,
+        )
+        .map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind as K;
+            match e.kind() {
+                K::ExpiredSignature => AuthError::TokenExpired,
+                K::ImmatureSignature => AuthError::InvalidToken("token not yet valid"),
+                K::InvalidIssuer => AuthError::InvalidToken("wrong issuer"),
+                K::InvalidAudience => AuthError::InvalidToken("wrong audience"),
+                K::InvalidSignature => AuthError::InvalidToken("bad signature"),
+                K::MissingRequiredClaim(_) => {
+                    AuthError::InvalidToken("a required claim is missing")
+                }
+                K::InvalidAlgorithm => AuthError::InvalidToken("algorithm not allowed"),
+                _ => AuthError::InvalidToken("malformed token"),
+            }
+        })?;
+        match data.claims.get(&self.config.user_claim) {
+            Some(serde_json::Value::String(user)) if !user.is_empty() => Ok(user.clone()),
+            _ => Err(AuthError::InvalidToken("the token has no user claim")),
+        }
+    }
+
+    async fn key_for(&self, kid: Option<&str>) -> Result<VerifyKey, AuthError> {
+        let Some(jwks) = &self.jwks else {
+            return self
+                .static_key
+                .clone()
+                .ok_or(AuthError::InvalidToken("no key"));
+        };
+        if let Some(key) = jwks.lookup(kid) {
+            return Ok(key);
+        }
+        jwks.refresh(self.config.jwks_refresh_min).await?;
+        jwks.lookup(kid)
+            .or_else(|| self.static_key.clone())
+            .ok_or(AuthError::InvalidToken("unknown signing key"))
+    }
+}
+
+impl Jwks {
+    fn lookup(&self, kid: Option<&str>) -> Option<VerifyKey> {
+        let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
+        if cache
+            .fetched_at
+            .is_none_or(|at| at.elapsed() > JWKS_MAX_AGE)
+        {
+            return None;
+        }
+        match kid {
+            Some(kid) => cache.keys.get(kid).cloned(),
+            None if cache.unnamed.len() == 1 && cache.keys.is_empty() => {
+                cache.unnamed.first().cloned()
+            }
+            None => None,
+        }
+    }
+
+    /// Fetches the key set unless another fetch happened within `min_gap`.
+    async fn refresh(&self, min_gap: Duration) -> Result<(), AuthError> {
+        let _one = self.fetching.lock().await;
+        {
+            let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(at) = cache.fetched_at {
+                if at.elapsed() < min_gap && at.elapsed() <= JWKS_MAX_AGE {
+                    return Ok(());
+                }
+            }
+        }
+        let fetched = self.fetch().await;
+        let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
+        match fetched {
+            Ok(next) => {
+                *cache = next;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(url = %self.url, error = %e, "JWKS fetch failed");
+                // Keep what was known; count this as a fetch so failures are rate-bounded too.
+                cache.fetched_at = Some(Instant::now());
+                if cache.keys.is_empty() && cache.unnamed.is_empty() {
+                    Err(AuthError::Unavailable)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    async fn fetch(&self) -> anyhow::Result<JwksCache> {
+        let mut resp = self
+            .client
+            .get(&self.url)
+            .send()
+            .await?
+            .error_for_status()?;
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await? {
+            if body.len() + chunk.len() > MAX_JWKS_BYTES {
+                anyhow::bail!("JWKS larger than {MAX_JWKS_BYTES} bytes");
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let set: JwkSet = serde_json::from_slice(&body)?;
+        let mut next = JwksCache {
+            fetched_at: Some(Instant::now()),
+            ..JwksCache::default()
+        };
+        for jwk in &set.keys {
+            let algs: Vec<Algorithm> = match (&jwk.common.key_algorithm, &jwk.algorithm) {
+                (Some(alg), _) => match alg.to_string().parse::<Algorithm>() {
+                    Ok(a) => vec![a],
+                    Err(_) => continue,
+                },
+                (None, AlgorithmParameters::RSA(_)) => RSA_ALGS.to_vec(),
+                (None, AlgorithmParameters::EllipticCurve(_)) => EC_ALGS.to_vec(),
+                (None, AlgorithmParameters::OctetKeyPair(_)) => vec![Algorithm::EdDSA],
+                // Symmetric keys are never taken from a published key set.
+                (None, AlgorithmParameters::OctetKey(_)) => continue,
+            };
+            if algs.iter().any(|a| HMAC_ALGS.contains(a)) {
+                continue;
+            }
+            let Ok(key) = DecodingKey::from_jwk(jwk) else {
+                continue;
+            };
+            let vk = VerifyKey { key, algs };
+            match &jwk.common.key_id {
+                Some(kid) => {
+                    next.keys.insert(kid.clone(), vk);
+                }
+                None => next.unnamed.push(vk),
+            }
+        }
+        Ok(next)
+    }
+}
+
+fn key_from_pem(pem: &[u8]) -> anyhow::Result<VerifyKey> {
+    if let Ok(key) = DecodingKey::from_rsa_pem(pem) {
+        return Ok(VerifyKey {
+            key,
+            algs: RSA_ALGS.to_vec(),
+        });
+    }
+    if let Ok(key) = DecodingKey::from_ec_pem(pem) {
+        return Ok(VerifyKey {
+            key,
+            algs: EC_ALGS.to_vec(),
+        });
+    }
+    if let Ok(key) = DecodingKey::from_ed_pem(pem) {
+        return Ok(VerifyKey {
+            key,
+            algs: vec![Algorithm::EdDSA],
+        });
+    }
+    anyhow::bail!("--jwt-public-key is not an RSA, EC or Ed25519 public key in PEM form")
+}

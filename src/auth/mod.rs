@@ -1,0 +1,178 @@
+//! Who is calling: API keys (stored hashed), JWTs (OIDC access tokens), or nobody (`--auth
+//! none`, loopback only unless `--allow-unauthenticated`).
+//!
+//! Authentication yields a [`Caller`]; binding a request to what the caller may touch (its
+//! user id, its apps) happens in `http::auth`.
+
+pub mod jwt;
+pub mod keys;
+
+use crate::store::Store;
+use std::sync::Arc;
+
+/// The authenticated caller of one request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The user the caller acts as; `None` when authentication is off.
+    pub user_id: Option<String>,
+    /// Apps the caller may use; `None`: every app.
+    pub apps: Option<Arc<[String]>>,
+    /// May act for any user (a backend serving many end users) and write `app:` state.
+    pub admin: bool,
+    pub via: Via,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Via {
+    /// `--auth none`.
+    Nobody,
+    ApiKey(String),
+    Jwt,
+}
+
+impl Caller {
+    /// The caller when authentication is off: may act as any user.
+    pub fn nobody() -> Self {
+        Caller {
+            user_id: None,
+            apps: None,
+            admin: false,
+            via: Via::Nobody,
+        }
+    }
+
+    pub fn may_use_app(&self, app: &str) -> bool {
+        self.apps
+            .as_ref()
+            .is_none_or(|apps| apps.iter().any(|a| a == app))
+    }
+
+    /// Whether the caller may read and write `user`'s data.
+    pub fn may_act_as(&self, user: &str) -> bool {
+        self.admin || self.user_id.as_deref().is_none_or(|u| u == user)
+    }
+
+    /// Whether the caller may touch (`app`, `user`).
+    pub fn may_access(&self, app: &str, user: &str) -> bool {
+        self.may_use_app(app) && self.may_act_as(user)
+    }
+
+    /// The key rate limits count under.
+    pub fn limit_key(&self) -> Option<String> {
+        match &self.via {
+            Via::Nobody => None,
+            Via::ApiKey(id) => Some(format!("key:{id}")),
+            Via::Jwt => self.user_id.as_ref().map(|u| format!("user:{u}")),
+        }
+    }
+}
+
+/// Why a request is not authenticated (401, or 503 when the key store or JWKS is down).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing credentials: send `Authorization: Bearer <API key or token>`")]
+    Missing,
+    #[error("invalid API key")]
+    InvalidKey,
+    #[error("this API key has been revoked")]
+    KeyRevoked,
+    #[error("this API key has expired")]
+    KeyExpired,
+    #[error("the token has expired")]
+    TokenExpired,
+    #[error("invalid token: {0}")]
+    InvalidToken(&'static str),
+    #[error("credentials cannot be checked right now")]
+    Unavailable,
+}
+
+impl AuthError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "unauthenticated",
+            AuthError::InvalidKey => "invalid_api_key",
+            AuthError::KeyRevoked => "api_key_revoked",
+            AuthError::KeyExpired => "api_key_expired",
+            AuthError::TokenExpired => "token_expired",
+            AuthError::InvalidToken(_) => "invalid_token",
+            AuthError::Unavailable => "auth_unavailable",
+        }
+    }
+}
+
+/// Turns presented credentials into a [`Caller`].
+pub struct Authenticator {
+    store: Arc<dyn Store>,
+    api_keys: bool,
+    jwt: Option<jwt::JwtVerifier>,
+}
+
+impl Authenticator {
+    pub fn new(store: Arc<dyn Store>, api_keys: bool, jwt: Option<jwt::JwtVerifier>) -> Self {
+        Authenticator {
+            store,
+            api_keys,
+            jwt,
+        }
+    }
+
+    /// No authentication (`--auth none`).
+    pub fn is_off(&self) -> bool {
+        !self.api_keys && self.jwt.is_none()
+    }
+
+    pub async fn authenticate(&self, token: Option<&str>) -> Result<Caller, AuthError> {
+        if self.is_off() {
+            return Ok(Caller::nobody());
+        }
+        let token = token.map(str::trim).filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            return Err(AuthError::Missing);
+        };
+        if keys::looks_like_key(token) || self.jwt.is_none() {
+            if !self.api_keys {
+                return Err(AuthError::InvalidToken("API keys are not accepted here"));
+            }
+            return self.api_key(token).await;
+        }
+        match &self.jwt {
+            Some(jwt) => {
+                let user = jwt.verify(token).await?;
+                Ok(Caller {
+                    user_id: Some(user),
+                    apps: None,
+                    admin: false,
+                    via: Via::Jwt,
+                })
+            }
+            None => Err(AuthError::InvalidKey),
+        }
+    }
+
+    async fn api_key(&self, token: &str) -> Result<Caller, AuthError> {
+        let (id, secret) = keys::parse(token).ok_or(AuthError::InvalidKey)?;
+        let record = self.store.find_api_key(id).await.map_err(|e| {
+            tracing::warn!(error = %e, "API key lookup failed");
+            AuthError::Unavailable
+        })?;
+        let record = record.ok_or(AuthError::InvalidKey)?;
+        if !keys::same_hash(&keys::hash(secret), &record.secret_hash) {
+            return Err(AuthError::InvalidKey);
+        }
+        if record.revoked_at.is_some() {
+            return Err(AuthError::KeyRevoked);
+        }
+        if record
+            .expires_at
+            .is_some_and(|at| at <= crate::event::now_ts())
+        {
+            return Err(AuthError::KeyExpired);
+        }
+        Ok(Caller {
+            user_id: Some(record.user_id),
+            apps: record.apps.map(Arc::from),
+            admin: record.admin,
+            via: Via::ApiKey(record.id),
+        })
+    }
+}

@@ -1,0 +1,255 @@
+//! The door: authentication, the cross-site check, per-caller rate limits, and binding every
+//! route that names an app or a user to what the caller may touch.
+//!
+//! Runs after routing (it is a route layer), so it sees the route's `{app}`, `{user}` and
+//! `{session}` parameters. Another user's data answers exactly as missing data does (404), so
+//! a caller learns nothing about what it may not see. Routes that name the user in the body
+//! (`/run`, `/run_sse`) and routes that name a run (`/runs/{id}…`) check with
+//! [`Caller::may_access`] once they know the owner.
+
+use super::error::ApiError;
+use super::AppState;
+use crate::auth::{AuthError, Authenticator, Caller};
+use axum::extract::{ConnectInfo, FromRequestParts, RawPathParams, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Routes any prober may call: liveness, readiness, the version.
+const OPEN_PATHS: &[&str] = &["/health", "/ready", "/version"];
+
+type Limiter = governor::DefaultKeyedRateLimiter<String>;
+
+/// What the door needs; one per server.
+pub struct Gate {
+    pub auth: Authenticator,
+    limiter: Option<Limiter>,
+    checks: AtomicU64,
+    protect_metrics: bool,
+    allow_origins: Vec<String>,
+    pub allow_client_app_state: bool,
+}
+
+impl Gate {
+    pub fn new(
+        auth: Authenticator,
+        sec: &crate::config::SecurityArgs,
+        allow_origins: &[String],
+    ) -> Self {
+        let limiter = NonZeroU32::new(sec.rate_limit_rps).map(|rps| {
+            let burst = sec
+                .rate_limit_burst
+                .and_then(NonZeroU32::new)
+                .unwrap_or(rps);
+            governor::RateLimiter::keyed(governor::Quota::per_second(rps).allow_burst(burst))
+        });
+        Gate {
+            auth,
+            limiter,
+            checks: AtomicU64::new(0),
+            protect_metrics: sec.protect_metrics,
+            allow_origins: allow_origins.iter().map(|o| o.trim().to_string()).collect(),
+            allow_client_app_state: sec.allow_client_app_state,
+        }
+    }
+
+    /// Seconds until `key` may send again, if it is over its rate.
+    fn over_rate(&self, key: String) -> Option<u64> {
+        let limiter = self.limiter.as_ref()?;
+        // Forget callers whose budget is full again, so the table stays as small as the set
+        // of recently active callers.
+        if self.checks.fetch_add(1, Ordering::Relaxed) % 4096 == 4095 {
+            limiter.retain_recent();
+        }
+        match limiter.check_key(&key) {
+            Ok(()) => None,
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                Some(wait.as_secs_f64().ceil().max(1.0) as u64)
+            }
+        }
+    }
+
+    /// A state-changing request a browser sent from another site without credentials of its
+    /// own (it could only ride on the user's network position): refused, as ADK's server does.
+    fn cross_site(&self, method: &Method, headers: &HeaderMap) -> bool {
+        if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+            return false;
+        }
+        if headers.contains_key(header::AUTHORIZATION) || headers.contains_key("x-api-key") {
+            return false;
+        }
+        let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else {
+            // No Origin: not a browser's cross-site request, unless Fetch metadata says so.
+            return headers
+                .get("sec-fetch-site")
+                .is_some_and(|v| v.as_bytes() == b"cross-site");
+        };
+        if self.allow_origins.iter().any(|o| o == "*" || o == origin) {
+            return false;
+        }
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+        let origin_host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        !matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
+    }
+}
+
+/// The bearer token or API key a request presents.
+fn credentials(headers: &HeaderMap) -> Option<&str> {
+    if let Some(auth) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        let (scheme, token) = auth.trim().split_once(' ').unwrap_or((auth, ""));
+        return scheme
+            .eq_ignore_ascii_case("bearer")
+            .then_some(token.trim());
+    }
+    headers.get("x-api-key").and_then(|v| v.to_str().ok())
+}
+
+fn unauthenticated(e: AuthError) -> Response {
+    let status = if e == AuthError::Unavailable {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::UNAUTHORIZED
+    };
+    let mut err = ApiError::new(status, e.code(), e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        err.retry_after = Some(1);
+    }
+    let mut resp = err.into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    resp
+}
+
+/// 404 for an app the caller may not use, worded as for an app that does not exist.
+pub fn app_hidden(app: &str) -> ApiError {
+    ApiError::not_found("app_not_found", format!("Agent not found: '{app}'."))
+}
+
+pub async fn guard(
+    State(state): State<AppState>,
+    params: Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
+    mut req: Request<axum::body::Body>,
+    next: Next,
+) -> Response {
+    let gate = &state.gate;
+    let path = req.uri().path();
+    if OPEN_PATHS.contains(&path) || (path == "/metrics" && !gate.protect_metrics) {
+        return next.run(req).await;
+    }
+    if gate.cross_site(req.method(), req.headers()) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross_origin_forbidden",
+            "A state-changing request from another origin needs credentials or an allowed \
+             origin (--allow-origin).",
+        )
+        .into_response();
+    }
+    let caller = match gate.auth.authenticate(credentials(req.headers())).await {
+        Ok(caller) => caller,
+        Err(e) => return unauthenticated(e),
+    };
+    let limit_key = caller.limit_key().or_else(|| {
+        req.extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| format!("ip:{}", addr.ip()))
+    });
+    if let Some(wait) = limit_key.and_then(|k| gate.over_rate(k)) {
+        metrics::counter!("agentd_rate_limited_total").increment(1);
+        let mut err = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!("Too many requests; retry in {wait} s."),
+        );
+        err.retry_after = Some(wait);
+        return err.into_response();
+    }
+    if path == "/metrics" && !caller.admin {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_required",
+            "/metrics needs an admin key.",
+        )
+        .into_response();
+    }
+    if let Ok(params) = &params {
+        let mut has_session = false;
+        let mut denied = None;
+        for (name, value) in params.iter() {
+            match name {
+                "app" if !caller.may_use_app(value) => denied = Some(app_hidden(value)),
+                "user" if denied.is_none() && !caller.may_act_as(value) => {
+                    denied = Some(ApiError::not_found("not_found", "Not Found"))
+                }
+                "session" => has_session = true,
+                _ => {}
+            }
+        }
+        if let Some(mut err) = denied {
+            if has_session && err.code == "not_found" {
+                err = ApiError::session_not_found();
+            }
+            return err.into_response();
+        }
+    }
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+/// The caller the door let in (handlers behind [`guard`] always have one).
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "missing credentials",
+            )
+        })
+    }
+}
+
+/// Whether `caller` may write state under the `app:` prefix (shared by every user of the app
+/// and rendered into their instructions).
+/// Without authentication every caller is already trusted with every user's data, so there
+/// is no boundary to protect and ADK clients keep working.
+pub fn may_write_app_state(gate: &Gate, caller: &Caller) -> bool {
+    caller.admin || gate.allow_client_app_state || caller.via == crate::auth::Via::Nobody
+}
+
+/// 403 for a client write of `app:` state.
+pub fn app_state_forbidden() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "app_state_forbidden",
+        "`app:` state is shared by every user of the app; writing it needs an admin key \
+         (or --allow-client-app-state).",
+    )
+}
+
+/// Checks a delta (PATCH body, create-session state, a run's `stateDelta`) for `app:` keys.
+pub fn check_app_state<'a>(
+    gate: &Gate,
+    caller: &Caller,
+    mut keys: impl Iterator<Item = &'a String>,
+) -> Result<(), ApiError> {
+    if !may_write_app_state(gate, caller) && keys.any(|k| k.starts_with("app:")) {
+        return Err(app_state_forbidden());
+    }
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! Clients that misbehave at the transport: half-sent headers (slowloris) and bodies over the
+//! limit written in full before the answer is read.
+
+mod common;
+
+use common::{Backend, TestServer};
+use std::io::{Read, Write};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// 1,100 connections that never finish their header do not make agentd unreachable, and each
+/// is closed once the header-read timeout passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_headers_neither_block_health_nor_stay_open() {
+    // Client and server share this process: 2,200 sockets.
+    rlimit::increase_nofile_limit(u64::MAX).expect("raise the open-file limit");
+    let s = TestServer::start_with(Backend::Sqlite, |a| a.security.header_timeout_secs = 2).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut held = Vec::new();
+    for _ in 0..1_100 {
+        let mut c = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        held.push(c);
+    }
+    let health = s
+        .client
+        .get(s.url("/health"))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .expect("/health answers while 1,100 half-sent requests are open");
+    assert_eq!(health.status(), 200);
+    for c in held.iter_mut().step_by(100) {
+        let mut buf = [0u8; 256];
+        let read = tokio::time::timeout(Duration::from_secs(60), c.read(&mut buf))
+            .await
+            .expect("the server closes a connection whose header never completes");
+        // Closed (0 bytes or a reset), or a 408 before closing: never left hanging.
+        if let Ok(n) = read {
+            let text = String::from_utf8_lossy(&buf[..n]);
+            assert!(n == 0 || text.starts_with("HTTP/1.1 408"), "{text}");
+        }
+    }
+}
+
+/// A body over `--max-body-bytes`, written in full before reading (as Python's `http.client`
+/// and `requests` do), gets a readable 413 instead of a broken pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_body_written_in_full_gets_a_readable_413() {
+    let s = TestServer::start_with(Backend::Sqlite, |a| a.max_body_bytes = 1024 * 1024).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let answer = tokio::task::spawn_blocking(move || {
+        let size = 16 * 1024 * 1024;
+        let mut c = std::net::TcpStream::connect(addr).expect("connect");
+        c.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        write!(
+            c,
+            "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {size}\r\n\r\n"
+        )
+        .unwrap();
+        let chunk = vec![b' '; 64 * 1024];
+        for _ in 0..size / chunk.len() {
+            c.write_all(&chunk).expect("the whole body is accepted");
+        }
+        let mut out = String::new();
+        c.read_to_string(&mut out).expect("the answer is readable");
+        out
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.contains("\"code\":\"payload_too_large\""),
+        "{answer}"
+    );
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+}
