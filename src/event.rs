@@ -174,6 +174,14 @@ impl Event {
             .collect()
     }
 
+    /// Bytes of text in the content's parts (thoughts included): a cheap size measure.
+    pub fn text_len(&self) -> usize {
+        self.parts()
+            .filter_map(|p| p.text.as_deref())
+            .map(str::len)
+            .sum()
+    }
+
     /// Gives the event an id and timestamp if it has none (restored or agent-built events).
     pub fn fill_defaults(&mut self) {
         if self.id.is_empty() {

@@ -59,4 +59,25 @@ async fn nul_characters_and_oversize_ids_are_refused_alike(backend: Backend) {
     assert_eq!(list.as_array().unwrap().len(), 2, "only s1 and s2: {list}");
 }
 
-both_backends!(nul_characters_and_oversize_ids_are_refused_alike);
+/// `customMetadata` is copied onto every event of a run: over 64 KiB it is refused, and the
+/// run does not start.
+async fn oversize_custom_metadata_is_refused(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let body = json!({"appName": "echo", "userId": USER, "sessionId": "m1", "createSession": true,
+        "customMetadata": {"blob": "x".repeat(70 * 1024)},
+        "newMessage": {"role": "user", "parts": [{"text": "hi"}]}});
+    let b = json_with_status(s.post_json("/run", body).await, 422).await;
+    assert_eq!(b["detail"][0]["loc"], json!(["body", "customMetadata"]));
+    assert_eq!(
+        s.get(&format!("/apps/echo/users/{USER}/sessions/m1"))
+            .await
+            .status(),
+        404,
+        "nothing was created"
+    );
+}
+
+both_backends!(
+    nul_characters_and_oversize_ids_are_refused_alike,
+    oversize_custom_metadata_is_refused,
+);

@@ -1172,7 +1172,57 @@ async fn cors_is_off_unless_an_origin_is_allowed(backend: Backend) {
     assert!(resp.headers().get("access-control-allow-origin").is_none());
 }
 
+/// A whole session is streamed page by page (500 events a read): 1,234 events come back
+/// complete, in order, as one JSON document equal to the paged event listing.
+async fn a_big_session_comes_back_whole(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let events: Vec<Value> = (0..1_234)
+        .map(|i| {
+            json!({"id": format!("ev-{i}"), "author": if i % 2 == 0 { "user" } else { "a" },
+                "invocationId": "e-1", "timestamp": 1_700_000_000.0 + f64::from(i),
+                "content": {"role": "user", "parts": [{"text": format!("message {i}")}]}})
+        })
+        .collect();
+    json_with_status(
+        s.post_json(
+            SESSIONS,
+            json!({"sessionId": "big", "state": {"k": "v"}, "events": events}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    let session = get_session(&s, "big").await;
+    assert_eq!(session["id"], "big");
+    assert_eq!(session["state"], json!({"k": "v"}));
+    let got = session["events"].as_array().unwrap();
+    assert_eq!(got.len(), 1_234);
+    for (i, e) in got.iter().enumerate() {
+        assert_eq!(e["id"], format!("ev-{i}"));
+    }
+    assert!(session["lastUpdateTime"].as_f64().unwrap() > 0.0);
+    let limited = json_with_status(
+        s.get(&format!("{}?limit=3", session_path("big"))).await,
+        200,
+    )
+    .await;
+    assert_eq!(limited["events"].as_array().unwrap().len(), 3);
+    // PATCH answers the same document, with the new event last.
+    let patched = json_with_status(
+        s.patch_json(
+            &session_path("big"),
+            json!({"stateDelta": {"k": "w", "temp:t": 1}}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(patched["events"].as_array().unwrap().len(), 1_235);
+    assert_eq!(patched["state"], json!({"k": "w", "temp:t": 1}));
+}
+
 both_backends!(
+    a_big_session_comes_back_whole,
     health_and_version_answer,
     list_apps_and_app_info_match_adk,
     update_memory_matches_adk,

@@ -454,3 +454,20 @@ async fn http_auth_and_failures() {
     assert_eq!(ok, json!({"result": "slept"}));
     set.close().await;
 }
+
+/// A tool result is stored in an event and sent to the model with every later turn: text
+/// over 1 MiB is cut and marked.
+#[tokio::test]
+async fn oversize_results_are_cut() {
+    std::env::set_var(TOKEN_VAR, TOKEN);
+    let url = http_server().await;
+    let set = http_set(&url, json!({}));
+    let tools = set.mcp_tools().await.expect("list");
+    let echo = tools.iter().find(|t| t.name() == "echo").expect("echo tool");
+    let big = "é".repeat(1024 * 1024);
+    let out = echo.execute(&obj(json!({ "text": big }))).await.expect("echo");
+    assert_eq!(out["truncated"], true);
+    let text = out["result"].as_str().unwrap();
+    assert!(text.len() <= 1024 * 1024 && text.len() > 1024 * 1024 - 4, "{}", text.len());
+    set.close().await;
+}

@@ -9,7 +9,7 @@
 
 use super::error::ApiError;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, Request};
+use axum::http::{header, HeaderValue, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -27,7 +27,14 @@ pub async fn refuse_oversize(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let Some(declared) = declared.filter(|&n| n > max as u64) else {
-        return next.run(req).await;
+        let mut resp = next.run(req).await;
+        // A chunked body found too large while reading: the rest is unread, so the
+        // connection cannot carry another request. Say so, or a client's pool reuses it.
+        if resp.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return resp;
     };
     let drain_limit = (max as u64).saturating_mul(4).max(MIN_DRAIN);
     if declared <= drain_limit {

@@ -16,6 +16,7 @@ pub mod error;
 pub mod extract;
 pub mod idempotency;
 pub mod run;
+pub mod session_body;
 pub mod sessions;
 pub mod sse;
 pub mod stream;

@@ -28,6 +28,13 @@ use serde::Deserialize;
 use std::convert::Infallible;
 use std::time::Duration;
 
+/// The most `customMetadata` a run may carry, as JSON bytes.
+pub const MAX_CUSTOM_METADATA_BYTES: usize = 64 * 1024;
+
+/// Partial events a JSON-mode `/run` keeps for its answer, in bytes of text; beyond it, later
+/// partials are left out (committed events are always kept).
+const MAX_JSON_PARTIAL_BYTES: usize = 8 * 1024 * 1024;
+
 /// Quiet time on `/run` after which a keep-alive comment is sent.
 pub const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 
@@ -109,6 +116,20 @@ impl RunAgentRequest {
         }
         if let Some(delta) = &self.state_delta {
             super::auth::check_app_state(gate, caller, delta.keys())?;
+        }
+        // Copied onto every event of the run: bounded.
+        if let Some(m) = &self.custom_metadata {
+            let size = serde_json::to_vec(m).map(|v| v.len()).unwrap_or(usize::MAX);
+            if size > MAX_CUSTOM_METADATA_BYTES {
+                return Err(ApiError::validation(vec![super::error::problem(
+                    "value_error",
+                    vec!["body".into(), "customMetadata".into()],
+                    format!(
+                        "customMetadata is {size} bytes as JSON; the limit is \
+                         {MAX_CUSTOM_METADATA_BYTES} (it is copied onto every event of the run)"
+                    ),
+                )]));
+            }
         }
         let custom_metadata = self.custom_metadata.map(|mut m| {
             m.retain(|k, _| !k.starts_with("__adk_internal_"));
@@ -369,8 +390,15 @@ async fn run(
 /// ADK `/run` semantics: wait for the end, answer every event (partials included) as JSON.
 async fn collect_json(mut handle: RunHandle, headers: HeaderMap) -> ApiResult<Response> {
     let mut events: Vec<Event> = vec![];
+    let mut partial_bytes = 0usize;
     while let Some(item) = handle.items.recv().await {
         match item {
+            RunItem::Event { event, seq: None } => {
+                partial_bytes += event.text_len();
+                if partial_bytes <= MAX_JSON_PARTIAL_BYTES {
+                    events.push(*event);
+                }
+            }
             RunItem::Event { event, .. } => events.push(*event),
             RunItem::Error { kind, message } => {
                 tracing::warn!(%kind, %message, "run failed (JSON mode)");

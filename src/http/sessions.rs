@@ -256,14 +256,19 @@ async fn get_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
     Query(q): Query<GetSessionQuery>,
-) -> ApiResult<axum::Json<Session>> {
+) -> ApiResult<axum::response::Response> {
+    use axum::response::IntoResponse;
     let key = SessionKey::new(app, user, session);
-    state
-        .store
-        .get_session(&key, q.limit)
-        .await?
-        .map(axum::Json)
-        .ok_or_else(ApiError::session_not_found)
+    match q.limit {
+        // The whole session: streamed page by page (it may hold 100,000 events).
+        None => super::session_body::session_response(&state, key, JsonMap::new()).await,
+        Some(n) => state
+            .store
+            .get_session(&key, Some(n))
+            .await?
+            .map(|s| axum::Json(s).into_response())
+            .ok_or_else(ApiError::session_not_found),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -365,24 +370,19 @@ async fn patch_session(
     caller: crate::auth::Caller,
     Path((app, user, session)): Path<(String, String, String)>,
     Json(req): Json<UpdateSessionRequest>,
-) -> ApiResult<axum::Json<Session>> {
+) -> ApiResult<axum::response::Response> {
     super::auth::check_app_state(&state.gate, &caller, req.state_delta.keys())?;
     let key = SessionKey::new(app, user, session);
     let mut event = Event::new(format!("p-{}", uuid::Uuid::new_v4()), "user");
     event.actions.state_delta = req.state_delta.clone();
     state.store.append_event(&key, event, vec![]).await?;
-    let mut session = state
-        .store
-        .get_session(&key, None)
-        .await?
-        .ok_or_else(ApiError::session_not_found)?;
     // ADK echoes `temp:` keys in this one response (they live in the in-memory session).
-    for (k, v) in req.state_delta {
-        if k.starts_with(crate::event::TEMP_PREFIX) {
-            session.state.insert(k, v);
-        }
-    }
-    Ok(axum::Json(session))
+    let temp: JsonMap = req
+        .state_delta
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(crate::event::TEMP_PREFIX))
+        .collect();
+    super::session_body::session_response(&state, key, temp).await
 }
 
 #[derive(Debug, Deserialize)]

@@ -111,6 +111,22 @@ fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
     }
 }
 
+/// The most of a provider's error body that is read (the message is near the start).
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// A response body as text, reading at most `max` bytes.
+async fn bounded_text(mut resp: reqwest::Response, max: usize) -> String {
+    let mut buf = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        let room = max - buf.len();
+        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if buf.len() >= max {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
 /// Maps an error status to a clear error, quoting the provider's own message.
 pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError {
     let status = resp.status();
@@ -121,7 +137,7 @@ pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
-    let body = resp.text().await.unwrap_or_default();
+    let body = bounded_text(resp, MAX_ERROR_BODY_BYTES).await;
     let detail = provider_message(&body);
     let (code, retryable, what) = match status.as_u16() {
         401 | 403 => (

@@ -878,8 +878,26 @@ impl McpTool {
                 ))
             }
         };
-        let text = content_text(&r.content);
+        let mut text = content_text(&r.content);
+        let truncated = text.len() > MAX_RESULT_BYTES;
+        if truncated {
+            let mut cut = MAX_RESULT_BYTES;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
         let structured = r.structured_content.filter(|v| !v.is_null());
+        let structured_size = structured
+            .as_ref()
+            .map_or(0, |s| serde_json::to_vec(s).map_or(usize::MAX, |v| v.len()));
+        if structured_size > MAX_RESULT_BYTES {
+            return Err(ToolError(format!(
+                "the MCP tool {} returned {structured_size} bytes of structured content; the \
+                 limit is {MAX_RESULT_BYTES}",
+                self.mcp_name
+            )));
+        }
         if r.is_error == Some(true) {
             let msg = if !text.is_empty() {
                 text
@@ -893,10 +911,15 @@ impl McpTool {
         Ok(match structured {
             Some(Value::Object(m)) => Value::Object(m),
             Some(other) => json!({ "result": other }),
+            None if truncated => json!({ "result": text, "truncated": true }),
             None => json!({ "result": text }),
         })
     }
 }
+
+/// The most of a tool result's text (or structured content) that is kept: it is stored in an
+/// event and sent to the model with every later turn.
+const MAX_RESULT_BYTES: usize = 1024 * 1024;
 
 /// The text of a call's contents; other kinds are described in brackets.
 fn content_text(content: &[ContentBlock]) -> String {

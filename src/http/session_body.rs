@@ -1,0 +1,176 @@
+//! A whole session as JSON (`GET …/sessions/{id}`, the answer to `PATCH`), streamed page by
+//! page: a session of 100,000 events is never held in memory at once.
+//!
+//! The head (state, version) is read first; events are then read in pages up to that version,
+//! so the body is the session as of the head, whatever is appended meanwhile. If the session
+//! disappears mid-way (deleted) or the database fails, the body is cut off with an error, so
+//! a client never takes a truncated session for a whole one.
+
+use super::error::{ApiError, ApiResult};
+use super::AppState;
+use crate::event::JsonMap;
+use crate::store::{EventRange, SessionHead, SessionKey};
+use axum::body::Body;
+use axum::http::{header, HeaderValue};
+use axum::response::Response;
+use bytes::Bytes;
+
+/// Events per database read.
+const PAGE: u32 = 500;
+
+/// Answers the session `key` (404 if it does not exist). `extra_state` is merged into the
+/// state shown (PATCH echoes `temp:` keys).
+pub async fn session_response(
+    state: &AppState,
+    key: SessionKey,
+    extra_state: JsonMap,
+) -> ApiResult<Response> {
+    let mut head = state
+        .store
+        .session_head(&key)
+        .await?
+        .ok_or_else(ApiError::session_not_found)?;
+    head.state.extend(extra_state);
+    // The first page is read before answering, so the common failures are still JSON errors.
+    let first = read_page(state, &key, 0, head.last_seq).await?;
+    let prefix = prefix(&head)?;
+    let suffix = format!(
+        "],\"lastUpdateTime\":{}}}",
+        serde_json::to_string(&head.last_update_time).map_err(ApiError::internal)?
+    );
+    let state = state.clone();
+    let last_seq = head.last_seq;
+    let body = futures::stream::unfold(
+        Step::Prefix {
+            prefix,
+            first,
+            suffix,
+        },
+        move |step| {
+            let (state, key) = (state.clone(), key.clone());
+            async move {
+                match step {
+                    Step::Prefix {
+                        prefix,
+                        first,
+                        suffix,
+                    } => Some((
+                        Ok(Bytes::from(prefix)),
+                        Step::Page {
+                            page: first,
+                            suffix,
+                            comma: false,
+                        },
+                    )),
+                    Step::Page {
+                        page: (events, next),
+                        suffix,
+                        comma,
+                    } => {
+                        let chunk = match serialize(&events, comma) {
+                            Ok(c) => c,
+                            Err(e) => return Some((Err(e), Step::Done)),
+                        };
+                        let comma = comma || !events.is_empty();
+                        let following = match next {
+                            None => Step::Suffix(suffix),
+                            Some(after) => match read_page(&state, &key, after, last_seq).await {
+                                Ok(page) => Step::Page {
+                                    page,
+                                    suffix,
+                                    comma,
+                                },
+                                Err(e) => {
+                                    tracing::warn!(code = e.code, "session body cut off");
+                                    return Some((
+                                        Err(std::io::Error::other("reading the events failed")),
+                                        Step::Done,
+                                    ));
+                                }
+                            },
+                        };
+                        Some((Ok(chunk), following))
+                    }
+                    Step::Suffix(suffix) => Some((Ok(Bytes::from(suffix)), Step::Done)),
+                    Step::Done => None,
+                }
+            }
+        },
+    );
+    let mut resp = Response::new(Body::from_stream(body));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}
+
+/// Events of one page, and the seq to read after if there is more.
+type Page = (Vec<crate::event::Event>, Option<i64>);
+
+enum Step {
+    Prefix {
+        prefix: String,
+        first: Page,
+        suffix: String,
+    },
+    Page {
+        page: Page,
+        suffix: String,
+        comma: bool,
+    },
+    Suffix(String),
+    Done,
+}
+
+async fn read_page(
+    state: &AppState,
+    key: &SessionKey,
+    after: i64,
+    last_seq: i64,
+) -> ApiResult<Page> {
+    let page = state
+        .store
+        .list_events(
+            key,
+            EventRange {
+                after: Some(after),
+                before: None,
+                limit: PAGE,
+            },
+        )
+        .await?
+        .ok_or_else(ApiError::session_not_found)?;
+    let mut next = None;
+    let mut events = Vec::with_capacity(page.events.len());
+    for e in page.events {
+        if e.seq > last_seq {
+            return Ok((events, None));
+        }
+        next = Some(e.seq);
+        events.push(e.event);
+    }
+    Ok((events, next.filter(|&n| page.has_more && n < last_seq)))
+}
+
+fn prefix(head: &SessionHead) -> ApiResult<String> {
+    let field = |v: &str| serde_json::to_string(v).map_err(ApiError::internal);
+    Ok(format!(
+        "{{\"id\":{},\"appName\":{},\"userId\":{},\"state\":{},\"events\":[",
+        field(&head.key.session_id)?,
+        field(&head.key.app_name)?,
+        field(&head.key.user_id)?,
+        serde_json::to_string(&head.state).map_err(ApiError::internal)?,
+    ))
+}
+
+fn serialize(events: &[crate::event::Event], comma: bool) -> Result<Bytes, std::io::Error> {
+    let mut out = Vec::with_capacity(events.len() * 256);
+    for (i, e) in events.iter().enumerate() {
+        if comma || i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, e).map_err(std::io::Error::other)?;
+    }
+    Ok(Bytes::from(out))
+}
