@@ -52,7 +52,7 @@ pub enum KeysCommand {
         user: String,
         /// Restrict the key to these apps (comma-separated). Default: every app.
         #[arg(long, value_delimiter = ',')]
-        apps: Vec<String>,
+        apps: Option<Vec<String>>,
         /// A service key: may act for any user and write `app:` state.
         #[arg(long)]
         admin: bool,
@@ -144,6 +144,12 @@ pub struct SecurityArgs {
     #[arg(long, env = "AGENTD_RATE_LIMIT_BURST")]
     pub rate_limit_burst: Option<u32>,
 
+    /// Failed authentications per second per client address (burst: five seconds' worth);
+    /// over it the address gets 429 without a lookup. 0: off. Behind a proxy every client has
+    /// the proxy's address: use it only where clients connect directly.
+    #[arg(long, env = "AGENTD_AUTH_FAILURES_PER_IP", default_value_t = 0)]
+    pub auth_failures_per_ip: u32,
+
     /// Concurrent runs per user; 0: no limit. Per replica.
     #[arg(long, env = "AGENTD_MAX_RUNS_PER_USER", default_value_t = 0)]
     pub max_runs_per_user: usize,
@@ -162,7 +168,7 @@ pub struct SecurityArgs {
     #[arg(long, env = "AGENTD_HEADER_TIMEOUT_SECS", default_value_t = 30)]
     pub header_timeout_secs: u64,
 
-    /// Seconds a client has to send a request's body.
+    /// Seconds a client has to send a whole request body (in total, not per chunk).
     #[arg(long, env = "AGENTD_BODY_TIMEOUT_SECS", default_value_t = 60)]
     pub body_timeout_secs: u64,
 }
@@ -184,6 +190,7 @@ impl SecurityArgs {
             rate_limit_rps: 0,
             rate_limit_burst: None,
             max_runs_per_user: 0,
+            auth_failures_per_ip: 0,
             allow_client_app_state: false,
             max_connections: 10_000,
             header_timeout_secs: 30,

@@ -104,15 +104,24 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
         } => {
             agentd::http::sessions::validate_id("--user", &user)
                 .map_err(|e| anyhow::anyhow!("{}", e.detail))?;
-            let apps = apps
-                .into_iter()
-                .map(|a| a.trim().to_string())
-                .filter(|a| !a.is_empty())
-                .collect::<Vec<_>>();
+            let apps = match apps {
+                None => None,
+                Some(list) => {
+                    let list: Vec<String> = list
+                        .into_iter()
+                        .map(|a| a.trim().to_string())
+                        .filter(|a| !a.is_empty())
+                        .collect();
+                    if list.is_empty() {
+                        anyhow::bail!("--apps names no app (leave it out for every app)");
+                    }
+                    Some(list)
+                }
+            };
             let key = agentd::auth::keys::generate(
                 agentd::auth::keys::KeySpec {
                     user_id: user,
-                    apps: (!apps.is_empty()).then_some(apps),
+                    apps,
                     admin,
                     name,
                     expires_at: expires.map(|d| now + d.as_secs_f64()),

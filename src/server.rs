@@ -70,11 +70,7 @@ impl Server {
         let runner = Runner::start(store.clone(), apps.clone(), plugins, runner_config)
             .await
             .map_err(|e| anyhow::anyhow!("cannot start the runner: {e}"))?;
-        let gate = Arc::new(http::auth::Gate::new(
-            authenticator,
-            &args.security,
-            &args.allow_origins,
-        ));
+        let gate = Arc::new(http::auth::Gate::new(authenticator, &args));
         let state = AppState {
             store,
             apps,
@@ -167,6 +163,16 @@ fn authenticator(
         sec.jwt_jwks_url.is_some() || sec.jwt_public_key.is_some() || sec.jwt_secret.is_some();
     if jwt_flags && !sec.jwt() {
         anyhow::bail!("JWT settings are given but --auth does not include jwt");
+    }
+    if sec.jwt() && sec.jwt_jwks_url.is_some() && sec.jwt_audience.is_empty() {
+        // An identity provider signs tokens for all its clients with the same keys: without
+        // an audience, a token minted for any other application would be accepted here.
+        anyhow::bail!("--jwt-jwks-url needs --jwt-audience (the audience your tokens carry)");
+    }
+    if sec.jwt() && sec.jwt_issuer.is_none() {
+        tracing::warn!(
+            "--jwt-issuer is not set: tokens of any issuer the keys sign for are accepted"
+        );
     }
     let jwt = if sec.jwt() {
         let public_key_pem = match &sec.jwt_public_key {

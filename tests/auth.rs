@@ -370,9 +370,8 @@ async fn revocation_takes_effect_at_once(backend: Backend) {
     // The stored row holds a hash, never the key.
     let listed = s.db.store().await.list_api_keys().await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert!(!listed[0]
-        .secret_hash
-        .contains(alice.rsplit('_').next().unwrap()));
+    let (_, secret) = agentd::auth::keys::parse(&alice).unwrap();
+    assert!(!listed[0].secret_hash.contains(secret));
     assert!(listed[0].revoked_at.is_some());
 }
 
@@ -657,6 +656,7 @@ async fn jwks_refetches_are_rate_bounded() {
     let s = TestServer::start_with(Backend::Sqlite, |a| {
         a.security.auth = vec![AuthMode::Jwt];
         a.security.jwt_jwks_url = Some(url);
+        a.security.jwt_audience = vec!["agentd".into()];
         a.security.jwt_jwks_refresh_secs = 3600;
     })
     .await;
@@ -740,6 +740,14 @@ async fn no_auth_on_a_public_address_needs_allow_unauthenticated() {
         .await
         .err()
         .expect("refused");
+    let mut jwks_without_audience = args.clone();
+    jwks_without_audience.security.auth = vec![AuthMode::Jwt];
+    jwks_without_audience.security.jwt_jwks_url = Some("http://127.0.0.1:9/jwks".into());
+    let e = agentd::server::Server::start(jwks_without_audience)
+        .await
+        .err()
+        .expect("a JWKS without an audience is refused");
+    assert!(e.to_string().contains("--jwt-audience"), "{e}");
     let msg = err.to_string();
     assert!(
         msg.contains("--allow-unauthenticated") && msg.contains("--auth"),
@@ -810,6 +818,40 @@ async fn cross_site_writes_are_refused() {
     ids.sort();
     assert_eq!(ids, ["c", "d"], "the refused requests created nothing");
 
+    // DNS rebinding: a page whose name now points at 127.0.0.1 is same-origin to the
+    // browser, but its Host header gives it away.
+    let port = host.rsplit(':').next().unwrap().to_string();
+    for (h, status) in [
+        (format!("evil.example:{port}"), 403),
+        (format!("localhost:{port}"), 200),
+        (format!("[::1]:{port}"), 200),
+    ] {
+        let resp = s
+            .client
+            .get(s.url(path))
+            .header("host", h.clone())
+            .send()
+            .await
+            .unwrap();
+        let b = json_with_status(resp, status).await;
+        if status == 403 {
+            assert_eq!(b["code"], "host_forbidden", "{h}");
+        }
+    }
+    // A type a page may send cross-site without a preflight is not JSON.
+    let resp = s
+        .client
+        .post(s.url(path))
+        .header("content-type", "text/plain;json")
+        .body(r#"{"sessionId": "e"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_with_status(resp, 422).await["code"],
+        "unsupported_content_type"
+    );
+
     // An origin allowed for CORS may write.
     let s = TestServer::start_with(Backend::Sqlite, |a| {
         a.allow_origins = vec!["https://app.example".into()]
@@ -824,6 +866,39 @@ async fn cross_site_writes_are_refused() {
         .await
         .unwrap();
     json_with_status(resp, 200).await;
+}
+
+/// Bad credentials from one address are rate-bounded (no key lookup once over budget).
+#[tokio::test]
+async fn repeated_auth_failures_are_slowed_down() {
+    let s = TestServer::start_with(Backend::Sqlite, |a| {
+        a.security.auth = vec![AuthMode::ApiKey];
+        a.security.auth_failures_per_ip = 10;
+    })
+    .await;
+    let alice = key(&s.db, "alice", None, false, None).await;
+    let path = "/apps/echo/users/alice/sessions";
+    let mut limited = None;
+    for i in 0..200 {
+        let bad = format!("agentd_{:016x}_guess{i}", i);
+        let (st, b, h) = call(&s, Method::GET, path, None, Cred::Bearer(&bad)).await;
+        if st == 429 {
+            assert_eq!(b["code"], "too_many_auth_failures");
+            assert!(h.contains_key("retry-after"));
+            limited = Some(i);
+            break;
+        }
+        assert_eq!(st, 401);
+    }
+    let n = limited.expect("failures are limited");
+    assert!(n >= 50, "the burst allows honest mistakes first: {n}");
+    // Even a good key waits out the block from that address.
+    assert_eq!(
+        call(&s, Method::GET, path, None, Cred::Bearer(&alice))
+            .await
+            .0,
+        429
+    );
 }
 
 #[tokio::test]
@@ -945,14 +1020,14 @@ async fn keys_cli_creates_lists_and_revokes() {
     assert_eq!(row["user_id"], "alice");
     assert_eq!(row["apps"], json!(["echo", "pipeline"]));
     assert_eq!(row["name"], "ci");
-    assert!(
-        !listed.contains(key.rsplit('_').next().unwrap()),
-        "no secret in the list"
-    );
+    let (_, secret) = agentd::auth::keys::parse(&key).unwrap();
+    assert!(!listed.contains(secret), "no secret in the list");
     let (ok, _, err) = run(&["keys", "revoke", &id]);
     assert!(ok, "{err}");
     let (ok, _, err) = run(&["keys", "revoke", &id]);
     assert!(!ok, "revoking twice says so: {err}");
+    let (ok, _, err) = run(&["keys", "create", "--user", "alice", "--apps", ""]);
+    assert!(!ok, "--apps with no app is not an unrestricted key: {err}");
     let (ok, _, err) = run(&["keys", "create", "--user", ""]);
     assert!(!ok, "an empty user is refused: {err}");
 }

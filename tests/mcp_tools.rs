@@ -463,11 +463,21 @@ async fn oversize_results_are_cut() {
     let url = http_server().await;
     let set = http_set(&url, json!({}));
     let tools = set.mcp_tools().await.expect("list");
-    let echo = tools.iter().find(|t| t.name() == "echo").expect("echo tool");
+    let echo = tools
+        .iter()
+        .find(|t| t.name() == "echo")
+        .expect("echo tool");
     let big = "é".repeat(1024 * 1024);
-    let out = echo.execute(&obj(json!({ "text": big }))).await.expect("echo");
+    let out = echo
+        .execute(&obj(json!({ "text": big })))
+        .await
+        .expect("echo");
     assert_eq!(out["truncated"], true);
     let text = out["result"].as_str().unwrap();
-    assert!(text.len() <= 1024 * 1024 && text.len() > 1024 * 1024 - 4, "{}", text.len());
+    assert!(
+        text.len() <= 1024 * 1024 && text.len() > 1024 * 1024 - 4,
+        "{}",
+        text.len()
+    );
     set.close().await;
 }

@@ -60,7 +60,7 @@ async fn an_oversize_body_written_in_full_gets_a_readable_413() {
         c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         write!(
             c,
-            "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+            "POST /run HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
              Content-Length: {size}\r\n\r\n"
         )
         .unwrap();
@@ -83,4 +83,27 @@ async fn an_oversize_body_written_in_full_gets_a_readable_413() {
         answer.to_ascii_lowercase().contains("connection: close"),
         "{answer}"
     );
+}
+
+/// A session follower never ends on its own; at shutdown it must, or a graceful shutdown waits
+/// its whole grace period and the stream lingers after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_end_at_shutdown() {
+    let mut s = TestServer::start(Backend::Sqlite).await;
+    let base = "/apps/echo/users/u1/sessions";
+    let created = s
+        .post_json(base, serde_json::json!({"sessionId": "f"}))
+        .await;
+    assert_eq!(created.status(), 200);
+    let resp = s.get(&format!("{base}/f/stream")).await;
+    assert_eq!(resp.status(), 200);
+    let mut follower = common::sse_client::Sse::open(resp).await;
+    let server = s.server.take().expect("running");
+    let stopping = tokio::spawn(server.shutdown(Duration::from_secs(120)));
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        while follower.next().await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the follower's stream ended at shutdown");
+    stopping.await.unwrap().unwrap();
 }

@@ -16,8 +16,19 @@ use std::time::{Duration, Instant};
 /// Longest a single run may take before it counts as an error.
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The API key every request carries when agentd runs with `--auth api-key` (`--auth`).
+pub static API_KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 pub fn client(max_idle: usize) -> Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = API_KEY.get() {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {key}").parse().context("API key header")?,
+        );
+    }
     reqwest::Client::builder()
+        .default_headers(headers)
         .tcp_nodelay(true)
         .http1_only()
         .pool_max_idle_per_host(max_idle)

@@ -132,6 +132,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 8)]
     pub(crate) follow_concurrency: usize,
 
+    /// Run agentd with `--auth api-key`: every request carries an admin key (what
+    /// authentication costs; the ceilings ignore the header).
+    #[arg(long)]
+    pub(crate) auth: bool,
+
     /// Also write the markdown report to this file.
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,

@@ -170,6 +170,7 @@ impl Env {
             &apps_dir,
             args.db_max_connections,
             work.path().join("agentd.log"),
+            args.auth,
         )
         .await?;
         let ceiling_a = spawn_ceiling(self_bin, "a", args, None, work.path()).await?;
@@ -205,6 +206,7 @@ impl Env {
             &self.apps_dir,
             pool,
             self.work.path().join(format!("agentd-{tag}.log")),
+            self.args.auth,
         )
         .await
     }
@@ -242,8 +244,34 @@ async fn spawn_agentd(
     apps_dir: &Path,
     db_max_connections: u32,
     log: PathBuf,
+    auth: bool,
 ) -> Result<Server> {
     let mut cmd = Command::new(bin);
+    if auth {
+        // One admin key for the whole bench (the database is the bench's own).
+        if crate::load::API_KEY.get().is_none() {
+            let out = std::process::Command::new(bin)
+                .args([
+                    "keys",
+                    "create",
+                    "--user",
+                    "bench",
+                    "--admin",
+                    "--database-url",
+                ])
+                .arg(database_url)
+                .output()
+                .context("cannot run agentd keys create")?;
+            anyhow::ensure!(
+                out.status.success(),
+                "agentd keys create failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let _ = crate::load::API_KEY.set(key);
+        }
+        cmd.arg("--auth").arg("api-key");
+    }
     cmd.arg("serve")
         .arg("--bind")
         .arg(free_addr()?.to_string())

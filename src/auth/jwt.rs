@@ -249,6 +249,9 @@ impl Jwks {
             ..JwksCache::default()
         };
         for jwk in &set.keys {
+            if jwk.common.public_key_use == Some(jsonwebtoken::jwk::PublicKeyUse::Encryption) {
+                continue;
+            }
             let algs: Vec<Algorithm> = match (&jwk.common.key_algorithm, &jwk.algorithm) {
                 (Some(alg), _) => match alg.to_string().parse::<Algorithm>() {
                     Ok(a) => vec![a],

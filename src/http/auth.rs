@@ -33,14 +33,23 @@ pub struct Gate {
     protect_metrics: bool,
     allow_origins: Vec<String>,
     pub allow_client_app_state: bool,
+    /// No authentication on a loopback bind: only loopback host names are answered.
+    loopback_only: bool,
+    max_body_bytes: usize,
+    /// Failed authentications per client address (`--auth-failures-per-ip`): a stream of bad
+    /// credentials does not turn into a stream of key lookups.
+    failures: Option<Limiter>,
+    /// Addresses over their failure budget, until when (bounded: expired ones are dropped).
+    blocked: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, std::time::Instant>>,
 }
 
+/// Addresses remembered as blocked at most.
+const MAX_BLOCKED: usize = 100_000;
+
 impl Gate {
-    pub fn new(
-        auth: Authenticator,
-        sec: &crate::config::SecurityArgs,
-        allow_origins: &[String],
-    ) -> Self {
+    pub fn new(auth: Authenticator, args: &crate::config::ServeArgs) -> Self {
+        let sec = &args.security;
+        let allow_origins = &args.allow_origins;
         let limiter = NonZeroU32::new(sec.rate_limit_rps).map(|rps| {
             let burst = sec
                 .rate_limit_burst
@@ -48,7 +57,16 @@ impl Gate {
                 .unwrap_or(rps);
             governor::RateLimiter::keyed(governor::Quota::per_second(rps).allow_burst(burst))
         });
+        // A burst of five seconds' worth: honest mistakes pass, a guessing loop does not.
+        let failures = NonZeroU32::new(sec.auth_failures_per_ip).map(|n| {
+            let burst = NonZeroU32::new(n.get().saturating_mul(5)).unwrap_or(n);
+            governor::RateLimiter::keyed(governor::Quota::per_second(n).allow_burst(burst))
+        });
         Gate {
+            loopback_only: auth.is_off() && args.bind.ip().is_loopback(),
+            max_body_bytes: args.max_body_bytes,
+            failures,
+            blocked: Default::default(),
             auth,
             limiter,
             checks: AtomicU64::new(0),
@@ -73,6 +91,58 @@ impl Gate {
                 Some(wait.as_secs_f64().ceil().max(1.0) as u64)
             }
         }
+    }
+
+    /// Whether `ip` spent its budget of failed authentications (and until when it waits).
+    fn blocked_for(&self, ip: std::net::IpAddr) -> Option<u64> {
+        let blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+        let until = *blocked.get(&ip)?;
+        let left = until.checked_duration_since(std::time::Instant::now())?;
+        Some(left.as_secs_f64().ceil().max(1.0) as u64)
+    }
+
+    /// Counts a failed authentication from `ip`.
+    fn failed(&self, ip: std::net::IpAddr) {
+        let Some(failures) = &self.failures else {
+            return;
+        };
+        if let Err(not_until) = failures.check_key(&ip.to_string()) {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            let now = std::time::Instant::now();
+            let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+            if blocked.len() >= MAX_BLOCKED {
+                blocked.retain(|_, until| *until > now);
+            }
+            if blocked.len() < MAX_BLOCKED {
+                blocked.insert(ip, now + wait.max(std::time::Duration::from_secs(1)));
+            }
+        }
+        if self.checks.fetch_add(1, Ordering::Relaxed) % 4096 == 4095 {
+            failures.retain_recent();
+        }
+    }
+
+    /// Without authentication on a loopback bind, only loopback host names are answered: a
+    /// web page whose own name was re-pointed at 127.0.0.1 (DNS rebinding) is same-origin to
+    /// the browser, so the Origin check cannot see it, but its `Host` gives it away.
+    fn foreign_host(&self, headers: &HeaderMap) -> bool {
+        if !self.loopback_only {
+            return false;
+        }
+        let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+            return false;
+        };
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(""),
+            None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+        };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let loopback = name == "localhost"
+            || name.ends_with(".localhost")
+            || name
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        !loopback
     }
 
     /// A state-changing request a browser sent from another site without credentials of its
@@ -149,6 +219,16 @@ pub async fn guard(
     if OPEN_PATHS.contains(&path) || (path == "/metrics" && !gate.protect_metrics) {
         return next.run(req).await;
     }
+    if gate.foreign_host(req.headers()) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "host_forbidden",
+            "Without authentication agentd answers only to localhost names (protection \
+             against DNS rebinding); use --auth, or bind a non-loopback address with \
+             --allow-unauthenticated.",
+        )
+        .into_response();
+    }
     if gate.cross_site(req.method(), req.headers()) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
@@ -158,15 +238,31 @@ pub async fn guard(
         )
         .into_response();
     }
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    if let Some(wait) = peer.and_then(|ip| gate.blocked_for(ip)) {
+        let mut err = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_auth_failures",
+            format!("Too many failed authentications from this address; retry in {wait} s."),
+        );
+        err.retry_after = Some(wait);
+        return err.into_response();
+    }
     let caller = match gate.auth.authenticate(credentials(req.headers())).await {
         Ok(caller) => caller,
-        Err(e) => return unauthenticated(e),
+        Err(e) => {
+            if let (Some(ip), false) = (peer, e == AuthError::Unavailable) {
+                gate.failed(ip);
+            }
+            return unauthenticated(e);
+        }
     };
-    let limit_key = caller.limit_key().or_else(|| {
-        req.extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(addr)| format!("ip:{}", addr.ip()))
-    });
+    let limit_key = caller
+        .limit_key()
+        .or_else(|| peer.map(|ip| format!("ip:{ip}")));
     if let Some(wait) = limit_key.and_then(|k| gate.over_rate(k)) {
         metrics::counter!("agentd_rate_limited_total").increment(1);
         let mut err = ApiError::new(
@@ -185,7 +281,16 @@ pub async fn guard(
         )
         .into_response();
     }
-    if let Ok(params) = &params {
+    let params = match params {
+        Ok(params) => Some(params),
+        // No parameters on this route (or the fallback).
+        Err(axum::extract::rejection::RawPathParamsRejection::MissingPathParams(_)) => None,
+        // Never let a parameter the door cannot read pass unchecked.
+        Err(e) => {
+            return ApiError::bad_request("invalid_path", e.body_text()).into_response();
+        }
+    };
+    if let Some(params) = &params {
         let mut has_session = false;
         let mut denied = None;
         for (name, value) in params.iter() {
@@ -204,6 +309,9 @@ pub async fn guard(
             }
             return err.into_response();
         }
+    }
+    if let Some(declared) = super::body_limit::oversize(&req, gate.max_body_bytes) {
+        return super::body_limit::drain_and_refuse(req, declared, gate.max_body_bytes).await;
     }
     req.extensions_mut().insert(caller);
     next.run(req).await

@@ -55,7 +55,7 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
         b"{}"
     } else {
         if let Some(ct) = &content_type {
-            if !ct.contains("json") {
+            if !is_json_type(ct) {
                 return Err(ApiError {
                     code: "unsupported_content_type",
                     ..ApiError::validation(vec![problem(
@@ -240,4 +240,17 @@ fn refuse_nul(bytes: &[u8]) -> Result<(), ApiError> {
         });
     }
     Ok(())
+}
+
+/// `application/json` or a `+json` type (parameters allowed). Not any type that merely
+/// mentions json: `text/plain;json` is a type a browser sends cross-site without asking.
+fn is_json_type(ct: &str) -> bool {
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }

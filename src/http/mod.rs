@@ -3,10 +3,11 @@
 //! Middleware (outermost first): request id (`x-request-id`, generated if absent and echoed
 //! back), sensitive headers (`Authorization`, `x-api-key`, cookies) marked so no log or trace
 //! shows them, a tracing span per request carrying it, panic → JSON 500, CORS (only with
-//! `--allow-origin`), gzip for JSON (never for `text/event-stream`), the body limit (a 413
-//! that even clients writing the whole body first can read) and body-read timeout, then per
-//! route: metrics, the door (`auth::guard`: authentication, rate limits, binding to the
-//! caller's user and apps) and the read retry.
+//! `--allow-origin`), gzip for JSON (never for `text/event-stream`), `Connection: close` on
+//! every 413, the body deadline, the body limit; then per route: metrics, the door
+//! (`auth::guard`: the DNS-rebinding and cross-site checks, authentication, rate limits,
+//! binding to the caller's user and apps, and a 413 that even clients writing the whole body
+//! first can read) and the read retry.
 
 pub mod apps;
 pub mod artifacts;
@@ -83,12 +84,10 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
 
     let mut app = api
         .layer(axum::extract::DefaultBodyLimit::max(args.max_body_bytes))
+        .layer(axum::middleware::from_fn(body_limit::close_after_413))
         .layer(axum::middleware::from_fn_with_state(
-            args.max_body_bytes,
-            body_limit::refuse_oversize,
-        ))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             Duration::from_secs(args.security.body_timeout_secs.max(1)),
+            body_limit::body_deadline,
         ))
         .layer(CompressionLayer::new());
     if let Some(cors) = cors_layer(&args.allow_origins) {

@@ -310,9 +310,13 @@ impl RunFollower {
         let my_run: Arc<str> = self.run.run_id.as_str().into();
         let mut poll = tokio::time::interval(FOLLOW_POLL);
         poll.reset();
+        let state = self.state.clone();
+        let stopped = state.runner.stopped();
+        tokio::pin!(stopped);
         loop {
             let quiet = tokio::time::sleep(KEEP_ALIVE_EVERY);
             tokio::select! {
+                _ = &mut stopped => return,
                 msg = sub.rx.recv() => match msg {
                     Ok(BusMsg::Partial { run_id, after, event }) if run_id == my_run => {
                         let after = after.unwrap_or(self.run.base_seq.unwrap_or(0));
@@ -506,9 +510,13 @@ impl SessionFollower {
         }
         let mut poll = tokio::time::interval(FOLLOW_POLL);
         poll.reset();
+        let state = self.state.clone();
+        let stopped = state.runner.stopped();
+        tokio::pin!(stopped);
         loop {
             let quiet = tokio::time::sleep(KEEP_ALIVE_EVERY);
             let frame = tokio::select! {
+                _ = &mut stopped => return,
                 msg = sub.rx.recv() => match msg {
                     Ok(BusMsg::Started { run_id, .. }) if self.current.as_deref() == Some(&*run_id) => None,
                     Ok(BusMsg::Started { run_id, invocation_id }) => {

@@ -242,6 +242,12 @@ impl Runner {
         Ok(runner)
     }
 
+    /// Resolves when the runner has shut down: open followers end then, so a graceful
+    /// shutdown does not wait its whole grace period for streams that would never end.
+    pub fn stopped(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.stop.cancelled()
+    }
+
     pub fn bus(&self) -> &Arc<Bus> {
         &self.bus
     }

@@ -173,6 +173,8 @@ fn non_public_v4(ip: Ipv4Addr) -> Option<&'static str> {
         "shared (carrier-grade NAT)"
     } else if ip.is_broadcast() || ip.is_multicast() || a >= 240 {
         "multicast or reserved"
+    } else if a == 198 && (b == 18 || b == 19) {
+        "benchmarking"
     } else if a == 192 && b == 0 && ip.octets()[2] == 0 {
         "IETF protocol assignment"
     } else {
@@ -190,10 +192,25 @@ fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
         let [.., a, b] = seg;
         return non_public_v4(Ipv4Addr::from((u32::from(a) << 16) | u32::from(b)));
     }
+    // 6to4 (2002::/16) carries one in bits 16..48; IPv4-compatible (::/96) in the last 32.
+    if seg[0] == 0x2002 {
+        return non_public_v4(Ipv4Addr::from(
+            (u32::from(seg[1]) << 16) | u32::from(seg[2]),
+        ));
+    }
+    if seg[..6] == [0, 0, 0, 0, 0, 0] && !ip.is_loopback() && !ip.is_unspecified() {
+        return non_public_v4(Ipv4Addr::from(
+            (u32::from(seg[6]) << 16) | u32::from(seg[7]),
+        ));
+    }
     Some(if ip.is_loopback() {
         "loopback"
     } else if ip.is_unspecified() {
         "unspecified"
+    } else if seg[0] == 0x2001 && seg[1] == 0 {
+        "Teredo tunnel"
+    } else if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2] == 1 {
+        "local NAT64"
     } else if seg[0] & 0xfe00 == 0xfc00 {
         "private (unique local)"
     } else if seg[0] & 0xffc0 == 0xfe80 || seg[0] & 0xffc0 == 0xfec0 {
@@ -258,6 +275,10 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "64:ff9b::a9fe:a9fe",
+            "::7f00:1",
+            "2002:7f00:1::",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "198.18.0.1",
         ] {
             assert!(p.check("h", ip(a)).is_err(), "{a} should be refused");
         }

@@ -733,6 +733,8 @@ fn tool_client(egress: &EgressPolicy) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .redirect(reqwest::redirect::Policy::none())
+        // A proxy from the environment would resolve the target itself, around the rule.
+        .no_proxy()
         .dns_resolver(std::sync::Arc::new(Resolver(egress.clone())))
         .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
         .build()

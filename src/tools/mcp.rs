@@ -713,6 +713,8 @@ fn http_client(egress: &EgressPolicy) -> Result<mcp_reqwest::Client, ToolError> 
     mcp_reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .redirect(mcp_reqwest::redirect::Policy::none())
+        // A proxy from the environment would resolve the target itself, around the rule.
+        .no_proxy()
         .pool_max_idle_per_host(0)
         .connect_timeout(Duration::from_secs(10))
         .dns_resolver(Arc::new(McpResolver(egress.clone())))
