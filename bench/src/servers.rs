@@ -270,7 +270,6 @@ async fn spawn_agentd(
             let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
             let _ = crate::load::API_KEY.set(key);
         }
-        cmd.arg("--auth").arg("api-key");
     }
     cmd.arg("serve")
         .arg("--bind")
@@ -281,6 +280,9 @@ async fn spawn_agentd(
         .arg(apps_dir)
         .arg("--db-max-connections")
         .arg(db_max_connections.to_string());
+    if auth {
+        cmd.arg("--auth").arg("api-key");
+    }
     Server::spawn("agentd", cmd, log).await
 }
 

@@ -22,7 +22,7 @@ pub struct PgStore {
     limits: StoreLimits,
 }
 
-const APPEND_SQL: &str = r#"
+pub const APPEND_SQL: &str = r#"
 WITH s AS (
     UPDATE sessions
        SET state = state || $4::jsonb, update_time = $7, last_seq = last_seq + 1
@@ -53,7 +53,7 @@ const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// Creating a session with no initial events and no `app:`/`user:` state (the usual case) is
 /// one statement: insert the row, read back the head with the shared state. No conflict
 /// means no row.
-const CREATE_SQL: &str = r#"
+pub const CREATE_SQL: &str = r#"
 WITH s AS (
     INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
     VALUES ($1, $2, $3, $4, $5, $6, 0)
@@ -73,7 +73,39 @@ SELECT s.state, s.update_time, s.last_seq,
 /// competitor; the bound only stops a bug from looping forever.
 const CONFLICT_RETRIES: u32 = 64;
 
-const HEAD_SQL: &str = r#"
+/// A user's sessions in ADK order, a page after a keyset cursor. It reaches the sessions only
+/// through `sessions_by_owner_update_time`'s expression (see migration 0007), so no
+/// primary-key lookup can be planned on that index and this query cannot be planned on the
+/// primary key (then sorting every session of the user), statistics or not.
+pub const LIST_SESSIONS_SQL: &str = r#"
+SELECT s.id, s.state, s.update_time,
+       COALESCE(a.state, '{}'::jsonb) AS app_state,
+       COALESCE(u.state, '{}'::jsonb) AS user_state
+  FROM sessions s
+  LEFT JOIN app_states a ON a.app_name = s.app_name
+  LEFT JOIN user_states u ON u.app_name = s.app_name AND u.user_id = s.user_id
+ WHERE (s.app_name || E'\x1f' || s.user_id) = ($1 || E'\x1f' || $2)
+   AND char_length(s.app_name) = char_length($1)
+   AND ($3::double precision IS NULL OR (s.update_time, s.id) > ($3, $4))
+   AND s.id NOT LIKE 'adk-eval-session-%' AND s.id NOT LIKE '\_\_\_eval\_\_\_session\_\_\_%'
+ ORDER BY s.update_time, s.id
+ LIMIT $5
+"#;
+
+/// A page of a session's events after a seq (history reads, listings, replays).
+pub const EVENTS_AFTER_SQL: &str = r#"
+SELECT seq, "timestamp", event FROM events
+ WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq > $4
+ ORDER BY seq LIMIT $5
+"#;
+
+/// One event by id (resolving an append whose commit was ambiguous).
+pub const EVENT_BY_ID_SQL: &str = r#"
+SELECT seq, "timestamp", event FROM events
+ WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND id = $4
+"#;
+
+pub const HEAD_SQL: &str = r#"
 SELECT s.state, s.update_time, s.last_seq,
        COALESCE(a.state, '{}'::jsonb) AS app_state,
        COALESCE(u.state, '{}'::jsonb) AS user_state
@@ -488,26 +520,14 @@ impl SessionStore for PgStore {
         limit: u32,
     ) -> StoreResult<SessionPage> {
         let limit = limit.max(1) as i64;
-        let rows = sqlx::query(
-            r#"SELECT s.id, s.state, s.update_time,
-                      COALESCE(a.state, '{}'::jsonb) AS app_state,
-                      COALESCE(u.state, '{}'::jsonb) AS user_state
-                 FROM sessions s
-                 LEFT JOIN app_states a ON a.app_name = s.app_name
-                 LEFT JOIN user_states u ON u.app_name = s.app_name AND u.user_id = s.user_id
-                WHERE s.app_name = $1 AND s.user_id = $2
-                  AND ($3::double precision IS NULL OR (s.update_time, s.id) > ($3, $4))
-                  AND s.id NOT LIKE 'adk-eval-session-%' AND s.id NOT LIKE '\_\_\_eval\_\_\_session\_\_\_%'
-                ORDER BY s.update_time, s.id
-                LIMIT $5"#,
-        )
-        .bind(app_name)
-        .bind(user_id)
-        .bind(after.map(|c| c.update_time))
-        .bind(after.map(|c| c.id.as_str()).unwrap_or(""))
-        .bind(limit + 1)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(LIST_SESSIONS_SQL)
+            .bind(app_name)
+            .bind(user_id)
+            .bind(after.map(|c| c.update_time))
+            .bind(after.map(|c| c.id.as_str()).unwrap_or(""))
+            .bind(limit + 1)
+            .fetch_all(&self.pool)
+            .await?;
         let mut sessions = Vec::with_capacity(rows.len());
         for r in rows.iter().take(limit as usize) {
             let Json(state): Json<JsonMap> = r.try_get("state")?;
@@ -620,16 +640,13 @@ impl SessionStore for PgStore {
         key: &SessionKey,
         event_id: &str,
     ) -> StoreResult<Option<StoredEvent>> {
-        let row = sqlx::query(
-            "SELECT seq, \"timestamp\", event FROM events
-              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND id = $4",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .bind(event_id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(EVENT_BY_ID_SQL)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(event_id)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(stored_event).transpose()
     }
 
@@ -678,18 +695,14 @@ impl SessionStore for PgStore {
             .fetch_all(&self.pool)
             .await?
         } else {
-            sqlx::query(
-                "SELECT seq, \"timestamp\", event FROM events
-                  WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq > $4
-                  ORDER BY seq LIMIT $5",
-            )
-            .bind(&key.app_name)
-            .bind(&key.user_id)
-            .bind(&key.session_id)
-            .bind(range.after.unwrap_or(0))
-            .bind(limit + 1)
-            .fetch_all(&self.pool)
-            .await?
+            sqlx::query(EVENTS_AFTER_SQL)
+                .bind(&key.app_name)
+                .bind(&key.user_id)
+                .bind(&key.session_id)
+                .bind(range.after.unwrap_or(0))
+                .bind(limit + 1)
+                .fetch_all(&self.pool)
+                .await?
         };
         if rows.is_empty() && self.session_head(key).await?.is_none() {
             return Ok(None);

@@ -154,7 +154,7 @@ pub struct CancelRequest {
 }
 
 /// Same SQL on both backends (SQLite binds `$N` by position).
-const RUN_INVOCATIONS: &str =
+pub const RUN_INVOCATIONS: &str =
     "SELECT invocation_id FROM runs WHERE app_name = $1 AND user_id = $2 AND session_id = $3";
 
 #[async_trait]
@@ -330,20 +330,11 @@ fn unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
-#[async_trait]
-impl RunStore for PgStore {
-    async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(RUN_INVOCATIONS)
-            .bind(&key.app_name)
-            .bind(&key.user_id)
-            .bind(&key.session_id)
-            .fetch_all(self.pool())
-            .await?)
-    }
-
-    async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
-        let row = sqlx::query(&format!(
-            "WITH async_commit AS ({ASYNC_COMMIT}), q AS (
+/// Admission on PostgreSQL (see [`RunStore::insert_run`]); public for the plan tests.
+#[doc(hidden)]
+pub fn pg_insert_run_sql() -> String {
+    format!(
+        "WITH async_commit AS ({ASYNC_COMMIT}), q AS (
                  SELECT min(q.ticket) AS first FROM run_queue q
                   WHERE q.app_name = $2 AND q.user_id = $3 AND q.session_id = $4 AND {PG_LIVE_TICKET}
                     AND q.created_at > {PG_NOW} - $9
@@ -364,18 +355,33 @@ impl RunStore for PgStore {
                     EXISTS (SELECT 1 FROM runs WHERE app_name = $2 AND user_id = $3
                                AND session_id = $4 AND NOT sealed) AS unsealed
                FROM async_commit"
-        ))
-        .bind(&run.run_id)
-        .bind(&run.key.app_name)
-        .bind(&run.key.user_id)
-        .bind(&run.key.session_id)
-        .bind(&run.invocation_id)
-        .bind(&run.owner)
-        .bind(run.user_event)
-        .bind(ticket)
-        .bind(run.queue_ttl.as_secs_f64())
-        .fetch_one(self.pool())
-        .await;
+    )
+}
+
+#[async_trait]
+impl RunStore for PgStore {
+    async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(RUN_INVOCATIONS)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .fetch_all(self.pool())
+            .await?)
+    }
+
+    async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
+        let row = sqlx::query(&pg_insert_run_sql())
+            .bind(&run.run_id)
+            .bind(&run.key.app_name)
+            .bind(&run.key.user_id)
+            .bind(&run.key.session_id)
+            .bind(&run.invocation_id)
+            .bind(&run.owner)
+            .bind(run.user_event)
+            .bind(ticket)
+            .bind(run.queue_ttl.as_secs_f64())
+            .fetch_one(self.pool())
+            .await;
         let row = match row {
             // A running row without a session owner (written before migration 0003).
             Err(e) if unique_violation(&e) => return Ok(Insert::Occupied),

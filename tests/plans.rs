@@ -1,0 +1,205 @@
+//! Plans that hold without statistics: on a PostgreSQL database whose tables were never
+//! analyzed (a fresh deployment, a bulk load, autovacuum off or behind), every hot statement
+//! reaches its rows through the index made for it. Deterministic: EXPLAIN, not timing.
+//!
+//! Listing a user's sessions may be planned as a bitmap scan of that user's entries in the
+//! listing index plus a top-N sort, or as an ordered scan of it: either way it reads that
+//! index, never the primary key or the whole table.
+//!
+//! The data: 10,000 sessions of one user (and a few of others), 2,000 events and 2,000 runs
+//! in one of them. Each statement is checked with a custom plan (what the first executions of
+//! a prepared statement get) and with the generic plan (what PostgreSQL may switch to after
+//! five), since sqlx prepares every statement.
+
+mod common;
+
+use agentd::store::postgres::{
+    APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
+};
+use agentd::store::runs::{pg_insert_run_sql, RUN_INVOCATIONS};
+use common::TestDb;
+use serde_json::Value;
+use sqlx::{Connection, Executor, Row};
+
+/// Tables whose scans are checked (the small shared-state tables may be read any way).
+const CHECKED: &[&str] = &["sessions", "events", "runs", "run_queue"];
+
+/// (name, statement, EXECUTE arguments, table → the indexes it may be read through; a table
+/// written `?t` may also not be read at all).
+type Case<'a> = (&'a str, &'a str, &'a str, Vec<(&'a str, &'a [&'a str])>);
+
+/// Every scan of a checked table in a plan: (table, node type, index).
+fn scans(plan: &Value, out: &mut Vec<(String, String, Option<String>)>) {
+    if let Some(rel) = plan["Relation Name"].as_str() {
+        let node = plan["Node Type"].as_str().unwrap_or("").to_string();
+        if CHECKED.contains(&rel) && node.contains("Scan") {
+            // A bitmap heap scan reads through the index of its bitmap index scan(s).
+            let index = plan["Index Name"].as_str().map(str::to_string).or_else(|| {
+                plan["Plans"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find_map(|c| c["Index Name"].as_str().map(str::to_string))
+            });
+            out.push((rel.to_string(), node, index));
+        }
+    }
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        scans(child, out);
+    }
+}
+
+#[tokio::test]
+async fn hot_statements_use_their_indexes_without_statistics() {
+    let db = TestDb::postgres().await;
+    db.store().await; // migrated
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    for t in CHECKED {
+        // This machine runs with autovacuum off; elsewhere, keep it from analyzing mid-test.
+        conn.execute(format!("ALTER TABLE {t} SET (autovacuum_enabled = false)").as_str())
+            .await
+            .unwrap();
+    }
+    conn.execute(
+        "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
+         SELECT 'echo', 'u1', 's' || g, '{}'::jsonb, g, g, CASE WHEN g = 5 THEN 2000 ELSE 0 END
+           FROM generate_series(1, 10000) g;
+         INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
+         SELECT 'echo', 'other' || g, 's1', '{}'::jsonb, g, g, 0 FROM generate_series(1, 100) g;
+         INSERT INTO events (app_name, user_id, session_id, seq, id, invocation_id, author,
+                             \"timestamp\", event)
+         SELECT 'echo', 'u1', 's5', g, 'ev-' || g, 'e-' || (g / 2), 'user', g, '{}'::jsonb
+           FROM generate_series(1, 2000) g;
+         INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
+                           lease_expires_at, created_at, sealed)
+         SELECT 'run-' || g, 'echo', 'u1', 's5', 'e-' || g, 'completed', 'r1', 0, g, true
+           FROM generate_series(1, 2000) g;",
+    )
+    .await
+    .unwrap();
+    let analyzed: Vec<f32> = sqlx::query(
+        "SELECT reltuples FROM pg_class WHERE relname IN ('sessions', 'events', 'runs')",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<f32, _>(0))
+    .collect();
+    assert!(
+        analyzed.iter().all(|&t| t < 0.0),
+        "the premise: no statistics were ever gathered ({analyzed:?})"
+    );
+
+    let insert_run = pg_insert_run_sql();
+    let cases: Vec<Case> = vec![
+        (
+            "session head",
+            HEAD_SQL,
+            "'echo', 'u1', 's5'",
+            vec![("sessions", &["sessions_pkey"])],
+        ),
+        (
+            "append (fenced by the run)",
+            APPEND_SQL,
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL",
+            // A custom plan drops the sealing branch (its parameter is NULL).
+            vec![("sessions", &["sessions_pkey"]), ("?runs", &["runs_pkey"])],
+        ),
+        (
+            "append (sealing a dead run)",
+            APPEND_SQL,
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-1'",
+            vec![("sessions", &["sessions_pkey"]), ("runs", &["runs_pkey"])],
+        ),
+        (
+            "create session",
+            CREATE_SQL,
+            "'echo', 'u1', 'new', '{}', 1.0, 1.0",
+            vec![],
+        ),
+        (
+            "list sessions (first page)",
+            LIST_SESSIONS_SQL,
+            "'echo', 'u1', NULL, '', 51",
+            vec![("sessions", &["sessions_by_owner_update_time"])],
+        ),
+        (
+            "list sessions (after a cursor)",
+            LIST_SESSIONS_SQL,
+            "'echo', 'u1', 5000.0, 's5000', 51",
+            vec![("sessions", &["sessions_by_owner_update_time"])],
+        ),
+        (
+            "admission",
+            insert_run.as_str(),
+            "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', true, NULL, 90.0",
+            vec![
+                ("sessions", &["sessions_pkey"]),
+                ("run_queue", &["run_queue_by_session"]),
+                ("runs", &["runs_unsealed"]),
+            ],
+        ),
+        (
+            "events after a seq",
+            EVENTS_AFTER_SQL,
+            "'echo', 'u1', 's5', 1500, 501",
+            vec![("events", &["events_pkey"])],
+        ),
+        (
+            "event by id",
+            EVENT_BY_ID_SQL,
+            "'echo', 'u1', 's5', 'ev-77'",
+            vec![("events", &["events_by_id"])],
+        ),
+        (
+            "a session's run invocations",
+            RUN_INVOCATIONS,
+            "'echo', 'u1', 's5'",
+            vec![("runs", &["runs_by_session", "runs_unsealed"])],
+        ),
+    ];
+
+    let mut wrong = vec![];
+    for (name, sql, args, expect) in &cases {
+        conn.execute(format!("PREPARE hot AS {sql}").as_str())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            conn.execute(format!("SET plan_cache_mode = {mode}").as_str())
+                .await
+                .unwrap();
+            let row = sqlx::query(&format!("EXPLAIN (FORMAT JSON) EXECUTE hot({args})"))
+                .fetch_one(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let plan: Value = row.get::<sqlx::types::Json<Value>, _>(0).0;
+            let mut found = vec![];
+            scans(&plan[0]["Plan"], &mut found);
+            for (table, node, index) in &found {
+                let allowed = expect
+                    .iter()
+                    .find(|(t, _)| t.trim_start_matches('?') == table)
+                    .map(|(_, i)| *i)
+                    .unwrap_or(&[]);
+                let ok = index.as_deref().is_some_and(|i| allowed.contains(&i));
+                if !ok {
+                    wrong.push(format!(
+                        "{name} ({mode}): {node} on {table} via {index:?}, expected one of {allowed:?}"
+                    ));
+                }
+            }
+            for (table, _) in expect.iter().filter(|(t, _)| !t.starts_with('?')) {
+                if !found.iter().any(|(t, _, _)| t == table) {
+                    wrong.push(format!("{name} ({mode}): {table} is not read at all?"));
+                }
+            }
+        }
+        conn.execute("DEALLOCATE hot").await.unwrap();
+    }
+    assert!(
+        wrong.is_empty(),
+        "plans that depend on statistics:\n{}",
+        wrong.join("\n")
+    );
+}
