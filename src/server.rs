@@ -66,10 +66,17 @@ impl Server {
             runner_config.owner = id.clone();
         }
         runner_config.max_runs_per_user = args.security.max_runs_per_user;
-        let authenticator = authenticator(&args, store.clone())?;
+        // Checked before anything starts: a refused configuration leaves nothing running.
+        let jwt = jwt_verifier(&args)?;
         let runner = Runner::start(store.clone(), apps.clone(), plugins, runner_config)
             .await
             .map_err(|e| anyhow::anyhow!("cannot start the runner: {e}"))?;
+        let authenticator = Authenticator::new(
+            store.clone(),
+            args.security.api_keys(),
+            jwt,
+            runner.bus().key_generation(),
+        );
         let gate = Arc::new(http::auth::Gate::new(authenticator, &args));
         let state = AppState {
             store,
@@ -151,61 +158,56 @@ impl Server {
     }
 }
 
-/// Builds the authenticator from the flags, refusing what would be insecure by accident: no
-/// authentication on an address other hosts can reach (unless `--allow-unauthenticated`), and
-/// JWT settings that `--auth` does not enable.
-fn authenticator(
-    args: &ServeArgs,
-    store: Arc<dyn crate::store::Store>,
-) -> anyhow::Result<Authenticator> {
+/// Builds the JWT verifier from the flags, refusing what would be insecure by accident: no
+/// authentication on an address other hosts can reach (unless `--allow-unauthenticated`),
+/// a JWKS without an audience, and JWT settings that `--auth` does not enable.
+fn jwt_verifier(args: &ServeArgs) -> anyhow::Result<Option<JwtVerifier>> {
     let sec = &args.security;
     let jwt_flags =
         sec.jwt_jwks_url.is_some() || sec.jwt_public_key.is_some() || sec.jwt_secret.is_some();
     if jwt_flags && !sec.jwt() {
         anyhow::bail!("JWT settings are given but --auth does not include jwt");
     }
-    if sec.jwt() && sec.jwt_jwks_url.is_some() && sec.jwt_audience.is_empty() {
-        // An identity provider signs tokens for all its clients with the same keys: without
-        // an audience, a token minted for any other application would be accepted here.
-        anyhow::bail!("--jwt-jwks-url needs --jwt-audience (the audience your tokens carry)");
-    }
-    if sec.jwt() && sec.jwt_issuer.is_none() {
-        tracing::warn!(
-            "--jwt-issuer is not set: tokens of any issuer the keys sign for are accepted"
-        );
-    }
-    let jwt = if sec.jwt() {
-        let public_key_pem = match &sec.jwt_public_key {
-            Some(path) => Some(std::fs::read(path).map_err(|e| {
-                anyhow::anyhow!("cannot read --jwt-public-key {}: {e}", path.display())
-            })?),
-            None => None,
-        };
-        Some(JwtVerifier::new(JwtConfig {
-            jwks_url: sec.jwt_jwks_url.clone(),
-            public_key_pem,
-            secret: sec.jwt_secret.clone(),
-            issuer: sec.jwt_issuer.clone(),
-            audience: sec.jwt_audience.clone(),
-            user_claim: sec.jwt_user_claim.clone(),
-            jwks_refresh_min: Duration::from_secs(sec.jwt_jwks_refresh_secs),
-            leeway_secs: sec.jwt_leeway_secs,
-        })?)
-    } else {
-        None
-    };
-    let auth = Authenticator::new(store, sec.api_keys(), jwt);
-    if auth.is_off() && !args.bind.ip().is_loopback() && !sec.allow_unauthenticated {
+    let off = !sec.api_keys() && !sec.jwt();
+    if off && !args.bind.ip().is_loopback() && !sec.allow_unauthenticated {
         anyhow::bail!(
             "refusing to listen on {} without authentication: use --auth api-key or --auth jwt, \
              or --allow-unauthenticated if anyone who reaches this port may use every session",
             args.bind
         );
     }
-    if auth.is_off() && !args.bind.ip().is_loopback() {
+    if off && !args.bind.ip().is_loopback() {
         tracing::warn!(bind = %args.bind, "serving without authentication (--allow-unauthenticated)");
     }
-    Ok(auth)
+    if !sec.jwt() {
+        return Ok(None);
+    }
+    if sec.jwt_jwks_url.is_some() && sec.jwt_audience.is_empty() {
+        // An identity provider signs tokens for all its clients with the same keys: without
+        // an audience, a token minted for any other application would be accepted here.
+        anyhow::bail!("--jwt-jwks-url needs --jwt-audience (the audience your tokens carry)");
+    }
+    if sec.jwt_issuer.is_none() {
+        tracing::warn!(
+            "--jwt-issuer is not set: tokens of any issuer the keys sign for are accepted"
+        );
+    }
+    let public_key_pem = match &sec.jwt_public_key {
+        Some(path) => Some(std::fs::read(path).map_err(|e| {
+            anyhow::anyhow!("cannot read --jwt-public-key {}: {e}", path.display())
+        })?),
+        None => None,
+    };
+    Ok(Some(JwtVerifier::new(JwtConfig {
+        jwks_url: sec.jwt_jwks_url.clone(),
+        public_key_pem,
+        secret: sec.jwt_secret.clone(),
+        issuer: sec.jwt_issuer.clone(),
+        audience: sec.jwt_audience.clone(),
+        user_claim: sec.jwt_user_claim.clone(),
+        jwks_refresh_min: Duration::from_secs(sec.jwt_jwks_refresh_secs),
+        leeway_secs: sec.jwt_leeway_secs,
+    })?))
 }
 
 /// `--session-ttl`: prunes as `agentd prune --older-than <ttl> --keep-runs <ttl>` does, every

@@ -365,14 +365,97 @@ async fn revocation_takes_effect_at_once(backend: Backend) {
         .revoke_api_key(id, agentd::event::now_ts())
         .await
         .unwrap());
-    let (st, b, _) = call(&s, Method::GET, path, None, Cred::Bearer(&alice)).await;
-    assert_eq!((st, b["code"].as_str()), (401, Some("api_key_revoked")));
+    let b = until_revoked(&s, path, &alice).await;
+    assert_eq!(b["code"], "api_key_revoked");
     // The stored row holds a hash, never the key.
     let listed = s.db.store().await.list_api_keys().await.unwrap();
     assert_eq!(listed.len(), 1);
     let (_, secret) = agentd::auth::keys::parse(&alice).unwrap();
     assert!(!listed[0].secret_hash.contains(secret));
     assert!(listed[0].revoked_at.is_some());
+}
+
+/// Requests with `key` until one is refused. On SQLite every request reads its key; on
+/// PostgreSQL replicas cache keys and drop them when the revocation's notification arrives
+/// (milliseconds), so the first request after the revocation may still race it.
+async fn until_revoked(s: &TestServer, path: &str, key: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (st, b, _) = call(s, Method::GET, path, None, Cred::Bearer(key)).await;
+        if st == 401 {
+            return b;
+        }
+        assert_eq!(st, 200, "{b}");
+        assert!(
+            s.db.backend == Backend::Postgres,
+            "SQLite reads the key on every request: the revocation holds at once"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the revocation never arrived"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Two replicas cache a key; `agentd keys revoke` (another process) reaches both.
+#[tokio::test]
+async fn a_revocation_reaches_every_replica() {
+    let a = with_keys(Backend::Postgres).await;
+    let mut args = agentd::config::ServeArgs::for_database(a.db.url.clone());
+    args.apps_dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/apps");
+    args.security.auth = vec![AuthMode::ApiKey];
+    let b_server = agentd::server::Server::start(args)
+        .await
+        .expect("replica B");
+    let b_base = format!("http://{}", b_server.addr);
+    let alice = key(&a.db, "alice", None, false, None).await;
+    let path = "/apps/echo/users/alice/sessions";
+    let get_b = |k: String| {
+        let url = format!("{b_base}{path}");
+        async move {
+            reqwest::Client::new()
+                .get(url)
+                .bearer_auth(k)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            call(&a, Method::GET, path, None, Cred::Bearer(&alice))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(get_b(alice.clone()).await, 200);
+    }
+    let id = alice.split('_').nth(1).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .args(["keys", "revoke", id, "--database-url", &a.db.url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    until_revoked(&a, path, &alice).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while get_b(alice.clone()).await != 401 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replica B never heard of it"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    b_server
+        .shutdown(std::time::Duration::from_secs(1))
+        .await
+        .unwrap();
 }
 
 /// `app:` state is shared by every user of an app (and rendered into their instructions):

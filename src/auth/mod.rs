@@ -105,15 +105,83 @@ pub struct Authenticator {
     store: Arc<dyn Store>,
     api_keys: bool,
     jwt: Option<jwt::JwtVerifier>,
+    cache: Option<KeyCache>,
 }
 
+/// Keys looked up recently (PostgreSQL only). A revocation notifies every replica
+/// (`agentd_keys`), which bumps `generation` and so empties the cache at once; so does a lost
+/// notification connection. An entry is also never older than [`KEY_CACHE_TTL`].
+struct KeyCache {
+    generation: Arc<std::sync::atomic::AtomicU64>,
+    entries: std::sync::Mutex<std::collections::HashMap<String, CachedKey>>,
+}
+
+struct CachedKey {
+    record: crate::store::ApiKeyRecord,
+    generation: u64,
+    at: std::time::Instant,
+}
+
+const KEY_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+const KEY_CACHE_MAX: usize = 10_000;
+
 impl Authenticator {
-    pub fn new(store: Arc<dyn Store>, api_keys: bool, jwt: Option<jwt::JwtVerifier>) -> Self {
+    /// `key_generation`: the bus's counter of key changes heard from every process (see
+    /// `runner::bus`); without it (SQLite) every request reads its key.
+    pub fn new(
+        store: Arc<dyn Store>,
+        api_keys: bool,
+        jwt: Option<jwt::JwtVerifier>,
+        key_generation: Option<Arc<std::sync::atomic::AtomicU64>>,
+    ) -> Self {
         Authenticator {
             store,
             api_keys,
             jwt,
+            cache: key_generation.map(|generation| KeyCache {
+                generation,
+                entries: Default::default(),
+            }),
         }
+    }
+
+    /// The stored key `id`, from the cache when it is still current.
+    async fn find_key(&self, id: &str) -> Result<Option<crate::store::ApiKeyRecord>, AuthError> {
+        use std::sync::atomic::Ordering;
+        let generation = self
+            .cache
+            .as_ref()
+            .map(|c| c.generation.load(Ordering::SeqCst));
+        if let (Some(cache), Some(generation)) = (&self.cache, generation) {
+            let entries = cache.entries.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(hit) = entries.get(id) {
+                if hit.generation == generation && hit.at.elapsed() < KEY_CACHE_TTL {
+                    return Ok(Some(hit.record.clone()));
+                }
+            }
+        }
+        let record = self.store.find_api_key(id).await.map_err(|e| {
+            tracing::warn!(error = %e, "API key lookup failed");
+            AuthError::Unavailable
+        })?;
+        if let (Some(cache), Some(generation), Some(record)) = (&self.cache, generation, &record) {
+            let mut entries = cache.entries.lock().unwrap_or_else(|p| p.into_inner());
+            if entries.len() >= KEY_CACHE_MAX {
+                entries.retain(|_, e| e.generation == generation && e.at.elapsed() < KEY_CACHE_TTL);
+                if entries.len() >= KEY_CACHE_MAX {
+                    entries.clear();
+                }
+            }
+            entries.insert(
+                id.to_string(),
+                CachedKey {
+                    record: record.clone(),
+                    generation,
+                    at: std::time::Instant::now(),
+                },
+            );
+        }
+        Ok(record)
     }
 
     /// No authentication (`--auth none`).
@@ -151,11 +219,7 @@ impl Authenticator {
 
     async fn api_key(&self, token: &str) -> Result<Caller, AuthError> {
         let (id, secret) = keys::parse(token).ok_or(AuthError::InvalidKey)?;
-        let record = self.store.find_api_key(id).await.map_err(|e| {
-            tracing::warn!(error = %e, "API key lookup failed");
-            AuthError::Unavailable
-        })?;
-        let record = record.ok_or(AuthError::InvalidKey)?;
+        let record = self.find_key(id).await?.ok_or(AuthError::InvalidKey)?;
         if !keys::same_hash(&keys::hash(secret), &record.secret_hash) {
             return Err(AuthError::InvalidKey);
         }

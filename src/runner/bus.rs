@@ -33,6 +33,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The one notification channel every replica listens on.
 pub const CHANNEL: &str = "agentd";
+/// API key changes (a revocation): every replica drops its cached keys.
+pub const KEYS_CHANNEL: &str = "agentd_keys";
 /// How often a replica re-announces the sessions its clients follow.
 pub const WATCH_REFRESH: Duration = Duration::from_secs(2);
 /// A remote watch not refreshed for this long is dropped.
@@ -167,6 +169,9 @@ pub struct Bus {
     notify: Option<mpsc::Sender<String>>,
     /// Cancel requests heard for runs (the runner cancels the local ones).
     cancels: mpsc::UnboundedSender<String>,
+    /// Bumped on every API key change heard (and whenever notifications may have been
+    /// missed); `None` without PostgreSQL, where no other process can tell us.
+    key_generation: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// A follower's subscription; dropping it stops following.
@@ -200,6 +205,7 @@ impl Bus {
             inner: Mutex::new(Inner::default()),
             notify: None,
             cancels,
+            key_generation: None,
         });
         (bus, rx)
     }
@@ -218,9 +224,10 @@ impl Bus {
             inner: Mutex::new(Inner::default()),
             notify: Some(ntx),
             cancels,
+            key_generation: Some(Arc::default()),
         });
         let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
-        listener.listen(CHANNEL).await?;
+        listener.listen_all([CHANNEL, KEYS_CHANNEL]).await?;
         tokio::spawn(listen(Arc::downgrade(&bus), listener, stop.clone()));
         tokio::spawn(notifier(replica.to_string(), pool, nrx, stop.clone()));
         tokio::spawn(refresh_watches(Arc::downgrade(&bus), stop));
@@ -553,8 +560,20 @@ impl Bus {
 
     /// Every local follower re-reads from the database.
     fn resync_all(&self) {
+        self.keys_changed();
         for tx in self.lock().local.values() {
             let _ = tx.send(BusMsg::Resync);
+        }
+    }
+
+    /// The API key generation, when key changes are heard from every process (PostgreSQL).
+    pub fn key_generation(&self) -> Option<Arc<std::sync::atomic::AtomicU64>> {
+        self.key_generation.clone()
+    }
+
+    fn keys_changed(&self) {
+        if let Some(g) = &self.key_generation {
+            g.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     }
 
@@ -572,6 +591,7 @@ async fn listen(bus: Weak<Bus>, mut listener: sqlx::postgres::PgListener, stop: 
         };
         let Some(bus) = bus.upgrade() else { return };
         match next {
+            Ok(Some(n)) if n.channel() == KEYS_CHANNEL => bus.keys_changed(),
             Ok(Some(n)) => bus.receive(n.payload()),
             // The connection was lost; sqlx reconnects and re-LISTENs on the next call.
             // Whatever was sent meanwhile is gone: followers re-read.

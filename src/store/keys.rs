@@ -61,8 +61,15 @@ where
     })
 }
 
+/// Revokes and, on PostgreSQL, tells every replica (they drop their cached keys).
+const PG_REVOKE: &str = "WITH r AS (UPDATE api_keys SET revoked_at = $2
+                     WHERE id = $1 AND revoked_at IS NULL RETURNING id)
+     SELECT pg_notify('agentd_keys', id) FROM r";
+const SQLITE_REVOKE: &str =
+    "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING id";
+
 macro_rules! key_store {
-    ($store:ty, $writer:ident, $reader:ident) => {
+    ($store:ty, $writer:ident, $reader:ident, $revoke:expr) => {
         #[async_trait]
         impl KeyStore for $store {
             async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
@@ -105,19 +112,16 @@ macro_rules! key_store {
             }
 
             async fn revoke_api_key(&self, id: &str, at: f64) -> StoreResult<bool> {
-                Ok(sqlx::query(
-                    "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
-                )
-                .bind(id)
-                .bind(at)
-                .execute(&self.$writer)
-                .await?
-                .rows_affected()
-                    > 0)
+                Ok(!sqlx::query($revoke)
+                    .bind(id)
+                    .bind(at)
+                    .fetch_all(&self.$writer)
+                    .await?
+                    .is_empty())
             }
         }
     };
 }
 
-key_store!(PgStore, pool, pool);
-key_store!(SqliteStore, writer, reader);
+key_store!(PgStore, pool, pool, PG_REVOKE);
+key_store!(SqliteStore, writer, reader, SQLITE_REVOKE);
