@@ -82,36 +82,26 @@ pub fn same_hash(a: &str, b: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn alice_key() -> NewKey {
+        let spec = KeySpec {
+            user_id: "alice".into(),
+            apps: None,
+            admin: false,
+            name: None,
+            expires_at: None,
+        };
+        generate(spec, 0.0).unwrap()
+    }
+
     #[test]
     fn a_generated_key_parses_back_and_only_its_hash_is_kept() {
-        let k = generate(
-            KeySpec {
-                user_id: "alice".into(),
-                apps: None,
-                admin: false,
-                name: None,
-                expires_at: None,
-            },
-            0.0,
-        )
-        .unwrap();
+        let k = alice_key();
         let (id, secret) = parse(&k.plaintext).unwrap();
         assert_eq!(id, k.record.id);
         assert!(same_hash(&hash(secret), &k.record.secret_hash));
         assert!(!k.record.secret_hash.contains(secret));
         assert!(parse("agentd_nothex__x").is_none());
         assert!(parse("Bearer x").is_none());
-        let other = generate(
-            KeySpec {
-                user_id: "alice".into(),
-                apps: None,
-                admin: false,
-                name: None,
-                expires_at: None,
-            },
-            0.0,
-        )
-        .unwrap();
-        assert_ne!(other.plaintext, k.plaintext);
+        assert_ne!(alice_key().plaintext, k.plaintext);
     }
 }
