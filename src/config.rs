@@ -322,6 +322,18 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// Export traces over OTLP/HTTP to this collector (`http://collector:4318`). Off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// OTLP encoding: `http/protobuf` or `http/json`.
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_PROTOCOL",
+        default_value = "http/protobuf"
+    )]
+    pub otlp_protocol: String,
+
     /// Allow browser requests from this origin (CORS). Repeat or comma-separate; `*` allows any.
     /// Off by default.
     #[arg(
@@ -404,6 +416,8 @@ impl ServeArgs {
             security: SecurityArgs::defaults(),
             apps_dir: PathBuf::from("config/apps"),
             log_format: LogFormat::Text,
+            otlp_endpoint: None,
+            otlp_protocol: "http/protobuf".into(),
             allow_origins: vec![],
             max_body_bytes: 32 * 1024 * 1024,
             max_artifact_bytes: 16 * 1024 * 1024,

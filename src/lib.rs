@@ -42,4 +42,5 @@ pub mod model;
 pub mod runner;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tools;

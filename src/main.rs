@@ -2,15 +2,11 @@ use agentd::config::{Cli, Command, KeysArgs, KeysCommand, LogFormat};
 use agentd::server::Server;
 use clap::Parser;
 use std::time::Duration;
-use tracing_subscriber::EnvFilter;
 
+/// Logs only (the one-shot commands).
 fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("agentd=info,tower_http=info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+    if let Err(e) = agentd::telemetry::init(format, None) {
+        eprintln!("cannot set up logging: {e}");
     }
 }
 
@@ -19,7 +15,15 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            init_tracing(args.log_format);
+            let otlp = args
+                .otlp_endpoint
+                .as_ref()
+                .filter(|e| !e.is_empty())
+                .map(|endpoint| agentd::telemetry::OtlpConfig {
+                    endpoint: endpoint.clone(),
+                    protocol: args.otlp_protocol.clone(),
+                });
+            let telemetry = agentd::telemetry::init(args.log_format, otlp.as_ref())?;
             let drain = Duration::from_secs(args.drain_secs);
             let grace = Duration::from_secs(args.shutdown_grace_secs);
             // Every open stream is a socket: the soft limit (often 1,024) would cap them.
@@ -28,7 +32,10 @@ async fn main() -> anyhow::Result<()> {
                 Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
             }
             let server = Server::start(*args).await?;
-            server.run_until_signal(drain, grace).await
+            let served = server.run_until_signal(drain, grace).await;
+            // The spans of the last requests and runs are still buffered.
+            tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
+            served
         }
         Command::Prune(args) => {
             init_tracing(LogFormat::Text);

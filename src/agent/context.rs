@@ -452,10 +452,13 @@ impl Shared {
             None => crate::store::Fence::Unfenced,
         };
         let started = std::time::Instant::now();
-        let stored = self
-            .store
-            .append_fenced(&self.key, event, artifacts, fence)
-            .await?;
+        let span = tracing::info_span!("commit", event = %event.id, seq = tracing::field::Empty);
+        let stored = tracing::Instrument::instrument(
+            self.store.append_fenced(&self.key, event, artifacts, fence),
+            span.clone(),
+        )
+        .await?;
+        span.record("seq", stored.seq);
         metrics::histogram!("agentd_commit_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("agentd_events_committed_total").increment(1);

@@ -249,6 +249,16 @@ pub fn transfer_targets(tree: &AgentTree, name: &str) -> Vec<Arc<dyn Agent>> {
 /// answer instead of the agent), the agent itself, then the after hooks. State written by
 /// callbacks becomes the `stateDelta` of the event they produce (or of a state-only event).
 pub async fn run_agent(agent: &Arc<dyn Agent>, parent: &InvocationContext) -> AgentResult {
+    let span = tracing::info_span!(
+        "agent",
+        otel.name = %format!("invoke_agent {}", agent.name()),
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = agent.name(),
+    );
+    tracing::Instrument::instrument(run_agent_inner(agent, parent), span).await
+}
+
+async fn run_agent_inner(agent: &Arc<dyn Agent>, parent: &InvocationContext) -> AgentResult {
     let ctx = parent.for_agent(agent.name());
     if ctx.is_ended() {
         return Ok(());

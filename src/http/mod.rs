@@ -72,15 +72,27 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .with_state(state)
         .layer(axum::middleware::from_fn(track_http));
 
-    let trace = TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
-        let request_id = req
-            .headers()
-            .get(&REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        tracing::info_span!("http", method = %req.method(), path = %req.uri().path(), request_id)
-    })
-    .on_response(tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO));
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(|req: &Request<_>| {
+            let request_id = req
+                .headers()
+                .get(&REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let span = tracing::info_span!(
+                "http",
+                // The route is not known yet (this runs before routing); semantic conventions
+                // then name the span by the method alone.
+                otel.name = %req.method(),
+                otel.kind = "server",
+                method = %req.method(),
+                path = %req.uri().path(),
+                request_id
+            );
+            crate::telemetry::continue_trace(&span, req.headers());
+            span
+        })
+        .on_response(tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO));
 
     let mut app = api
         .layer(axum::extract::DefaultBodyLimit::max(args.max_body_bytes))

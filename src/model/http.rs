@@ -376,7 +376,10 @@ pub async fn post_stream(
         for (k, v) in &ep.headers {
             rb = rb.header(k, v);
         }
-        rb
+        // The model call's span continues in the provider's traces.
+        let mut trace = reqwest::header::HeaderMap::new();
+        crate::telemetry::inject_trace(&mut trace);
+        rb.headers(trace)
     })
     .await?;
     Ok(decode_stream(

@@ -360,10 +360,9 @@ impl HttpTool {
         self.egress
             .check_url(&r.url)
             .map_err(|e| ToolError(format!("{method} {shown}: {e}")))?;
-        let mut builder = self
-            .client
-            .request(method.clone(), r.url)
-            .headers(r.headers);
+        let mut headers = r.headers;
+        crate::telemetry::inject_trace(&mut headers);
+        let mut builder = self.client.request(method.clone(), r.url).headers(headers);
         if let Some(body) = &r.body {
             builder = builder.json(body);
         }

@@ -104,6 +104,7 @@ struct Script {
     queues: HashMap<String, VecDeque<Reply>>,
     requests: Vec<Value>,
     auth: Vec<Option<String>>,
+    traceparents: Vec<Option<String>>,
 }
 
 /// The server. Dropping it does not stop it (the test runtime ends it).
@@ -178,6 +179,11 @@ impl ScriptedModel {
         self.script.lock().unwrap().auth.clone()
     }
 
+    /// `traceparent` headers received, in order.
+    pub fn traceparents(&self) -> Vec<Option<String>> {
+        self.script.lock().unwrap().traceparents.clone()
+    }
+
     /// Replies not consumed yet (a test that expects all used asserts this is 0).
     pub fn unused(&self) -> usize {
         self.script
@@ -206,6 +212,12 @@ async fn completions(
         s.auth.push(
             headers
                 .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        );
+        s.traceparents.push(
+            headers
+                .get("traceparent")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
         );

@@ -226,13 +226,36 @@ impl<'a> Turn<'a> {
     }
 
     async fn call_model(&self, request: &LlmRequest, event_id: &str) -> AgentResult<LlmResponse> {
+        use tracing::Instrument;
         let started = std::time::Instant::now();
-        let response = self.call_model_inner(request, event_id).await;
+        let (provider, model) = (
+            self.agent.model.provider(),
+            self.agent.model.name().to_string(),
+        );
+        // OpenTelemetry GenAI semantic conventions.
+        let span = tracing::info_span!(
+            "chat",
+            otel.name = %format!("chat {model}"),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.system = provider,
+            gen_ai.request.model = %model,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let response = self
+            .call_model_inner(request, event_id)
+            .instrument(span.clone())
+            .await;
         if let Ok(r) = &response {
-            let (provider, model) = (
-                self.agent.model.provider(),
-                self.agent.model.name().to_string(),
-            );
+            if let Some(u) = r.usage {
+                span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
+                span.record("gen_ai.usage.output_tokens", u.candidates_tokens);
+            }
+            if let Some(code) = &r.error_code {
+                span.record("error.type", code.as_str());
+            }
             let outcome = r.error_code.clone().unwrap_or_else(|| "ok".into());
             metrics::counter!("agentd_model_calls_total", "provider" => provider, "model" => model.clone(), "outcome" => outcome)
                 .increment(1);
@@ -510,9 +533,16 @@ impl<'a> Turn<'a> {
             None => {
                 let (tool, args, t) = (tool.clone(), call.args.clone(), tctx.clone());
                 let started = std::time::Instant::now();
-                let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
-                    tool.call(args, &t).await
-                }));
+                let span = tracing::info_span!(
+                    "execute_tool",
+                    otel.name = %format!("execute_tool {}", call.name),
+                    gen_ai.operation.name = "execute_tool",
+                    gen_ai.tool.name = %call.name,
+                    gen_ai.tool.call.id = call.id.as_deref().unwrap_or(""),
+                );
+                let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+                    tracing::Instrument::instrument(async move { tool.call(args, &t).await }, span),
+                ));
                 let (value, outcome) = match task.await {
                     Ok(Ok(v)) => (v, "ok"),
                     Ok(Err(e)) => (json!({ "error": e.0 }), "error"),

@@ -1,0 +1,246 @@
+//! Traces over OTLP: a real `agentd` process exports its spans (OTLP/HTTP, JSON encoding) to a
+//! receiver on a local port. The caller's `traceparent` is honoured and passed on to the model
+//! and to an HTTP tool; the spans carry the run's ids and the GenAI attributes.
+
+mod common;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use common::model_server::{Reply, ScriptedModel};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+#[derive(Default)]
+struct Received {
+    batches: Vec<Value>,
+    tool_traceparents: Vec<Option<String>>,
+}
+
+/// The OTLP receiver (`POST /v1/traces`) and the HTTP tool's endpoint, on one local port.
+async fn receiver() -> (String, Arc<Mutex<Received>>) {
+    let got = Arc::new(Mutex::new(Received::default()));
+    let app = axum::Router::new()
+        .route(
+            "/v1/traces",
+            axum::routing::post(
+                |State(got): State<Arc<Mutex<Received>>>, body: axum::body::Bytes| async move {
+                    let v: Value = serde_json::from_slice(&body).expect("OTLP/JSON body");
+                    got.lock().unwrap().batches.push(v);
+                    axum::Json(json!({}))
+                },
+            ),
+        )
+        .route(
+            "/weather",
+            axum::routing::get(
+                |State(got): State<Arc<Mutex<Received>>>, headers: HeaderMap| async move {
+                    got.lock().unwrap().tool_traceparents.push(
+                        headers
+                            .get("traceparent")
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string),
+                    );
+                    axum::Json(json!({"temperature": 21}))
+                },
+            ),
+        )
+        .with_state(got.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), got)
+}
+
+/// Every span received: (name, attributes as a map, trace id, parent span id).
+fn spans(batches: &[Value]) -> Vec<(String, Value, String, String)> {
+    let mut out = vec![];
+    for b in batches {
+        for rs in b["resourceSpans"].as_array().into_iter().flatten() {
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for s in ss["spans"].as_array().into_iter().flatten() {
+                    let mut attrs = serde_json::Map::new();
+                    for a in s["attributes"].as_array().into_iter().flatten() {
+                        let v = &a["value"];
+                        let v = v
+                            .get("stringValue")
+                            .or_else(|| v.get("intValue"))
+                            .or_else(|| v.get("boolValue"))
+                            .or_else(|| v.get("doubleValue"))
+                            .cloned()
+                            .unwrap_or(Value::Null);
+                        attrs.insert(a["key"].as_str().unwrap_or("").to_string(), v);
+                    }
+                    out.push((
+                        s["name"].as_str().unwrap_or("").to_string(),
+                        Value::Object(attrs),
+                        s["traceId"].as_str().unwrap_or("").to_lowercase(),
+                        s["parentSpanId"].as_str().unwrap_or("").to_lowercase(),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_with_the_callers_trace() {
+    let (base, got) = receiver().await;
+    let m = ScriptedModel::start().await;
+    m.push(
+        "otel-model",
+        Reply::tool_calls(&[("w1", "get_weather", "{}")]),
+    );
+    m.push("otel-model", Reply::text(&["It is ", "21 degrees."]));
+    let apps = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(apps.path().join("weather")).unwrap();
+    std::fs::write(
+        apps.path().join("weather/root_agent.yaml"),
+        format!(
+            "name: forecaster\nmodel: openai/otel-model\nmodel_options:\n  base_url: {}\n\
+             instruction: Report the weather.\ntools:\n  - name: HttpTool\n    args:\n\
+             \x20     name: get_weather\n      url: {base}/weather\n\
+             \x20     allow_private: [\"127.0.0.1\"]\n",
+            m.base_url
+        ),
+    )
+    .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .arg("serve")
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        .arg("--database-url")
+        .arg(format!("sqlite://{}/a.db", data.path().display()))
+        .arg("--apps-dir")
+        .arg(apps.path())
+        .args(["--otlp-endpoint", &base, "--otlp-protocol", "http/json"])
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OPENAI_API_KEY", "test-key")
+        .env("RUST_LOG", "agentd=warn")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("agentd starts");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(client.get(format!("{url}/health")).send().await, Ok(r) if r.status() == 200) {
+        assert!(Instant::now() < deadline, "agentd never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let resp = client
+        .post(format!("{url}/run"))
+        .header("traceparent", format!("00-{TRACE_ID}-{PARENT}-01"))
+        .json(
+            &json!({"appName": "weather", "userId": "u1", "sessionId": "s1",
+            "createSession": true,
+            "newMessage": {"role": "user", "parts": [{"text": "Weather?"}]}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let run_id = resp.headers()["x-agentd-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("21 degrees"), "{body}");
+
+    // SIGTERM: agentd drains and flushes its buffered spans before it exits.
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("agentd exits")
+        .unwrap();
+    assert!(status.success(), "{status}");
+
+    let got = got.lock().unwrap();
+    let all = spans(&got.batches);
+    let ours: Vec<_> = all.iter().filter(|(_, _, t, _)| t == TRACE_ID).collect();
+    let names: Vec<&str> = ours.iter().map(|(n, _, _, _)| n.as_str()).collect();
+    for expected in [
+        "POST",
+        "run",
+        "invoke_agent forecaster",
+        "chat otel-model",
+        "execute_tool get_weather",
+        "commit",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "no {expected:?} span in {names:?}"
+        );
+    }
+    let http = ours.iter().find(|(n, _, _, _)| n == "POST").unwrap();
+    assert_eq!(
+        http.3, PARENT,
+        "the request span's parent is the caller's span"
+    );
+    let run = ours.iter().find(|(n, _, _, _)| n == "run").unwrap();
+    assert_eq!(run.1["run"], run_id);
+    assert_eq!(run.1["session"], "s1");
+    assert_eq!(run.1["user"], "u1");
+    let chat = ours
+        .iter()
+        .find(|(n, _, _, _)| n == "chat otel-model")
+        .unwrap();
+    assert_eq!(chat.1["gen_ai.system"], "openai");
+    assert_eq!(chat.1["gen_ai.request.model"], "otel-model");
+    assert!(
+        !chat.1["gen_ai.usage.input_tokens"].is_null(),
+        "{:?}",
+        chat.1
+    );
+    assert!(
+        !chat.1["gen_ai.usage.output_tokens"].is_null(),
+        "{:?}",
+        chat.1
+    );
+    let tool = ours
+        .iter()
+        .find(|(n, _, _, _)| n.starts_with("execute_tool"))
+        .unwrap();
+    assert_eq!(tool.1["gen_ai.tool.name"], "get_weather");
+
+    // The trace goes on to the model and to the tool.
+    let to_model = m.traceparents();
+    assert_eq!(to_model.len(), 2);
+    for tp in to_model {
+        let tp = tp.expect("the model request carries a traceparent");
+        assert!(tp.contains(TRACE_ID), "{tp}");
+    }
+    let to_tool = got.tool_traceparents.clone();
+    assert_eq!(to_tool.len(), 1);
+    assert!(
+        to_tool[0].as_deref().unwrap_or("").contains(TRACE_ID),
+        "{to_tool:?}"
+    );
+}
+
+/// Without `--otlp-endpoint` nothing is exported and a `traceparent` is harmless.
+#[tokio::test]
+async fn no_endpoint_no_export() {
+    let s = common::TestServer::start(common::Backend::Sqlite).await;
+    let resp = s
+        .client
+        .get(s.url("/list-apps"))
+        .header("traceparent", format!("00-{TRACE_ID}-{PARENT}-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
