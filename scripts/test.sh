@@ -52,3 +52,5 @@ fi
 export AGENTD_TEST_DATABASE_URL="$url"
 echo "tests use PostgreSQL at $AGENTD_TEST_DATABASE_URL" >&2
 cargo test --locked --all-targets "$@"
+# `--all-targets` leaves doctests out.
+cargo test --locked --doc
