@@ -31,9 +31,12 @@ async fn main() -> anyhow::Result<()> {
                 Ok(n) => tracing::info!(limit = n, "open-file limit"),
                 Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
             }
-            let server = Server::start(*args).await?;
-            let served = server.run_until_signal(drain, grace).await;
-            // The spans of the last requests and runs are still buffered.
+            let served = match Server::start(*args).await {
+                Ok(server) => server.run_until_signal(drain, grace).await,
+                Err(e) => Err(e),
+            };
+            // The spans of the last requests and runs are still buffered. The exporter's
+            // blocking HTTP client must not be dropped on an async worker thread.
             tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
             served
         }

@@ -698,6 +698,15 @@ async fn jwt_tokens_are_verified(backend: Backend) {
         ("HS256 with the public key", confused, "invalid_token"),
     ];
     for (what, t, code) in bad {
+        // Every route refuses it alike (the run id need not exist: the door answers first).
+        for (method, path, body) in routes("run-x") {
+            let (st, b, _) = call(&s, method.clone(), &path, body.as_ref(), Cred::Bearer(&t)).await;
+            assert_eq!(
+                (st, b["code"].as_str()),
+                (401, Some(code)),
+                "{what}: {method} {path}"
+            );
+        }
         let (st, b, _) = call(
             &s,
             Method::POST,
