@@ -960,6 +960,46 @@ async fn cross_site_writes_are_refused() {
     json_with_status(resp, 200).await;
 }
 
+/// `--protect-metrics`: `/metrics` needs an admin key; `--allow-client-app-state` lets any
+/// caller write `app:` state.
+#[tokio::test]
+async fn metrics_protection_and_client_app_state_flags() {
+    let s = TestServer::start_with(Backend::Sqlite, |a| {
+        a.security.auth = vec![AuthMode::ApiKey];
+        a.security.protect_metrics = true;
+        a.security.allow_client_app_state = true;
+    })
+    .await;
+    let alice = key(&s.db, "alice", None, false, None).await;
+    let admin = key(&s.db, "svc", None, true, None).await;
+    assert_eq!(
+        call(&s, Method::GET, "/metrics", None, Cred::Nothing)
+            .await
+            .0,
+        401
+    );
+    let (st, b, _) = call(&s, Method::GET, "/metrics", None, Cred::Bearer(&alice)).await;
+    assert_eq!((st, b["code"].as_str()), (403, Some("admin_required")));
+    let (st, b, _) = call(&s, Method::GET, "/metrics", None, Cred::Bearer(&admin)).await;
+    assert_eq!(st, 200);
+    assert!(b.as_str().unwrap_or("").contains("agentd_"), "{b}");
+    assert_eq!(
+        call(&s, Method::GET, "/health", None, Cred::Nothing)
+            .await
+            .0,
+        200
+    );
+    let (st, _, _) = call(
+        &s,
+        Method::POST,
+        "/apps/echo/users/alice/sessions",
+        Some(&json!({"sessionId": "a", "state": {"app:motd": "hello"}})),
+        Cred::Bearer(&alice),
+    )
+    .await;
+    assert_eq!(st, 200, "the flag lets a non-admin key write app: state");
+}
+
 /// Bad credentials from one address are rate-bounded (no key lookup once over budget).
 #[tokio::test]
 async fn repeated_auth_failures_are_slowed_down() {

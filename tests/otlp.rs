@@ -185,6 +185,9 @@ async fn spans_are_exported_with_the_callers_trace() {
             "no {expected:?} span in {names:?}"
         );
     }
+    // The user event, the call, the tool's answer and the reply: every commit is in the trace.
+    let commits = names.iter().filter(|n| **n == "commit").count();
+    assert_eq!(commits, 4, "{names:?}");
     let http = ours.iter().find(|(n, _, _, _)| n == "POST").unwrap();
     assert_eq!(
         http.3, PARENT,

@@ -345,10 +345,14 @@ impl InvocationContext {
         // The commit and hand-off run as their own task: a run cancelled meanwhile cannot
         // abandon a commit half-way, and the runner's seal waits for it (same lock).
         let shared = self.shared.clone();
-        tokio::spawn(async move {
-            let mut guard = guard;
-            shared.commit(&mut guard, event, artifacts).await
-        })
+        // The task keeps the emitting agent's span: its commit belongs to the same trace.
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let mut guard = guard;
+                shared.commit(&mut guard, event, artifacts).await
+            },
+            tracing::Span::current(),
+        ))
         .await
         .map_err(|e| AgentError::Commit(format!("commit task failed: {e}")))?
         .map(Some)
