@@ -37,7 +37,9 @@ async fn main() -> anyhow::Result<()> {
             };
             // The spans of the last requests and runs are still buffered. The exporter's
             // blocking HTTP client must not be dropped on an async worker thread.
-            tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
+            if let Err(e) = tokio::task::spawn_blocking(move || telemetry.shutdown()).await {
+                eprintln!("trace export shutdown failed: {e}");
+            }
             served
         }
         Command::Prune(args) => {

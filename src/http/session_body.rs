@@ -141,16 +141,24 @@ async fn read_page(
         )
         .await?
         .ok_or_else(ApiError::session_not_found)?;
-    let mut next = None;
+    let mut reached = after;
     let mut events = Vec::with_capacity(page.events.len());
     for e in page.events {
         if e.seq > last_seq {
-            return Ok((events, None));
+            break;
         }
-        next = Some(e.seq);
+        reached = e.seq;
         events.push(e.event);
     }
-    Ok((events, next.filter(|&n| page.has_more && n < last_seq)))
+    if reached < last_seq && !page.has_more {
+        // Seqs run from 1 to the head's without gaps: ending short means the session was
+        // deleted (and perhaps re-created) meanwhile. Never pass that off as the session.
+        return Err(ApiError::conflict(
+            "session_changed",
+            "The session was deleted or replaced while it was being read; read it again.",
+        ));
+    }
+    Ok((events, (reached < last_seq).then_some(reached)))
 }
 
 fn prefix(head: &SessionHead) -> ApiResult<String> {

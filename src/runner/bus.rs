@@ -584,25 +584,41 @@ impl Bus {
 
 /// The one listening connection of this replica.
 async fn listen(bus: Weak<Bus>, mut listener: sqlx::postgres::PgListener, stop: CancellationToken) {
+    let bus_ref = bus;
     loop {
         let next = tokio::select! {
             _ = stop.cancelled() => return,
             n = listener.try_recv() => n,
         };
-        let Some(bus) = bus.upgrade() else { return };
+        let Some(bus) = bus_ref.upgrade() else { return };
         match next {
             Ok(Some(n)) if n.channel() == KEYS_CHANNEL => bus.keys_changed(),
             Ok(Some(n)) => bus.receive(n.payload()),
-            // The connection was lost; sqlx reconnects and re-LISTENs on the next call.
-            // Whatever was sent meanwhile is gone: followers re-read.
+            // The connection was lost and sqlx has already reconnected and re-LISTENed.
+            // Whatever was sent meanwhile is gone: followers re-read, cached keys go.
             Ok(None) => {
-                tracing::warn!("notification connection lost; reconnecting");
+                tracing::warn!("notification connection lost; reconnected");
                 bus.resync_all();
             }
+            // The reconnect failed. Re-subscribe first, and only then tell followers and the
+            // key cache to re-read: anything read before the subscription is back could miss
+            // a notification sent in between.
             Err(e) => {
-                tracing::warn!(error = %e, "notification listener error; retrying");
+                tracing::warn!(error = %e, "notification listener error; reconnecting");
+                drop(bus);
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    }
+                    // A statement through the listener reconnects it and re-LISTENs.
+                    match sqlx::query("SELECT 1").execute(&mut listener).await {
+                        Ok(_) => break,
+                        Err(e) => tracing::warn!(error = %e, "notification listener: still down"),
+                    }
+                }
+                let Some(bus) = bus_ref.upgrade() else { return };
                 bus.resync_all();
-                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
     }
