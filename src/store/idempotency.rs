@@ -73,198 +73,115 @@ macro_rules! record_reader {
     }};
 }
 
-#[async_trait]
-impl IdempotencyStore for PgStore {
-    async fn claim_key(
-        &self,
-        scope: &str,
-        key: &str,
-        hash: &str,
-        ttl_secs: f64,
-        pending_secs: f64,
-    ) -> StoreResult<KeyClaim> {
-        let now = now_ts();
-        // New, or expired (then it starts over with this request).
-        let claimed = sqlx::query(
-            "INSERT INTO idempotency_keys (scope, key, request_hash, created_at)
-             VALUES ($1, $2, $3, $4)
-             ON CONFLICT (scope, key) DO UPDATE
-                SET request_hash = EXCLUDED.request_hash, run_id = NULL, status = NULL,
-                    response = NULL, created_at = EXCLUDED.created_at
-              WHERE idempotency_keys.created_at < $4 - $5
-                 OR (idempotency_keys.run_id IS NULL AND idempotency_keys.response IS NULL
-                     AND idempotency_keys.created_at < $4 - $6)",
-        )
-        .bind(scope)
-        .bind(key)
-        .bind(hash)
-        .bind(now)
-        .bind(ttl_secs)
-        .bind(pending_secs)
-        .execute(self.pool())
-        .await?
-        .rows_affected()
-            > 0;
-        if claimed {
-            return Ok(KeyClaim::Claimed);
-        }
-        let row = sqlx::query(
-            "SELECT request_hash, run_id, status, response FROM idempotency_keys
-              WHERE scope = $1 AND key = $2",
-        )
-        .bind(scope)
-        .bind(key)
-        .fetch_optional(self.pool())
-        .await?;
-        match row {
-            Some(row) => Ok(KeyClaim::Seen(record_reader!(row))),
-            // Released in between (its first request failed): claim it afresh.
-            None => Box::pin(self.claim_key(scope, key, hash, ttl_secs, pending_secs)).await,
-        }
-    }
-
-    async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE idempotency_keys SET run_id = $3 WHERE scope = $1 AND key = $2")
-            .bind(scope)
-            .bind(key)
-            .bind(run_id)
-            .execute(self.pool())
-            .await?;
-        Ok(())
-    }
-
-    async fn key_response(
-        &self,
-        scope: &str,
-        key: &str,
-        status: u16,
-        body: &str,
-    ) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE idempotency_keys SET status = $3, response = $4 WHERE scope = $1 AND key = $2",
-        )
-        .bind(scope)
-        .bind(key)
-        .bind(status as i32)
-        .bind(body)
-        .execute(self.pool())
-        .await?;
-        Ok(())
-    }
-
-    async fn release_key(&self, scope: &str, key: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2")
-            .bind(scope)
-            .bind(key)
-            .execute(self.pool())
-            .await?;
-        Ok(())
-    }
-
-    async fn expire_keys(&self, ttl_secs: f64) -> StoreResult<u64> {
-        Ok(
-            sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
-                .bind(now_ts() - ttl_secs)
-                .execute(self.pool())
+/// The same SQL on both backends (SQLite binds `$N` by position too), so one macro writes both
+/// implementations.
+macro_rules! idempotency_store {
+    ($store:ty, $pool:ident) => {
+        #[async_trait]
+        impl IdempotencyStore for $store {
+            async fn claim_key(
+                &self,
+                scope: &str,
+                key: &str,
+                hash: &str,
+                ttl_secs: f64,
+                pending_secs: f64,
+            ) -> StoreResult<KeyClaim> {
+                let now = now_ts();
+                // New, or expired (then it starts over with this request).
+                let claimed = sqlx::query(
+                    "INSERT INTO idempotency_keys (scope, key, request_hash, created_at)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (scope, key) DO UPDATE
+                        SET request_hash = excluded.request_hash, run_id = NULL, status = NULL,
+                            response = NULL, created_at = excluded.created_at
+                      WHERE idempotency_keys.created_at < $4 - $5
+                         OR (idempotency_keys.run_id IS NULL AND idempotency_keys.response IS NULL
+                             AND idempotency_keys.created_at < $4 - $6)",
+                )
+                .bind(scope)
+                .bind(key)
+                .bind(hash)
+                .bind(now)
+                .bind(ttl_secs)
+                .bind(pending_secs)
+                .execute(&self.$pool)
                 .await?
-                .rows_affected(),
-        )
-    }
+                .rows_affected()
+                    > 0;
+                if claimed {
+                    return Ok(KeyClaim::Claimed);
+                }
+                let row = sqlx::query(
+                    "SELECT request_hash, run_id, status, response FROM idempotency_keys
+                      WHERE scope = $1 AND key = $2",
+                )
+                .bind(scope)
+                .bind(key)
+                .fetch_optional(&self.$pool)
+                .await?;
+                match row {
+                    Some(row) => Ok(KeyClaim::Seen(record_reader!(row))),
+                    // Released in between (its first request failed): claim it afresh.
+                    None => {
+                        Box::pin(self.claim_key(scope, key, hash, ttl_secs, pending_secs)).await
+                    }
+                }
+            }
+
+            async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()> {
+                sqlx::query(
+                    "UPDATE idempotency_keys SET run_id = $3 WHERE scope = $1 AND key = $2",
+                )
+                .bind(scope)
+                .bind(key)
+                .bind(run_id)
+                .execute(&self.$pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn key_response(
+                &self,
+                scope: &str,
+                key: &str,
+                status: u16,
+                body: &str,
+            ) -> StoreResult<()> {
+                sqlx::query(
+                    "UPDATE idempotency_keys SET status = $3, response = $4
+                      WHERE scope = $1 AND key = $2",
+                )
+                .bind(scope)
+                .bind(key)
+                .bind(status as i32)
+                .bind(body)
+                .execute(&self.$pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn release_key(&self, scope: &str, key: &str) -> StoreResult<()> {
+                sqlx::query("DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2")
+                    .bind(scope)
+                    .bind(key)
+                    .execute(&self.$pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn expire_keys(&self, ttl_secs: f64) -> StoreResult<u64> {
+                Ok(
+                    sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
+                        .bind(now_ts() - ttl_secs)
+                        .execute(&self.$pool)
+                        .await?
+                        .rows_affected(),
+                )
+            }
+        }
+    };
 }
 
-#[async_trait]
-impl IdempotencyStore for SqliteStore {
-    async fn claim_key(
-        &self,
-        scope: &str,
-        key: &str,
-        hash: &str,
-        ttl_secs: f64,
-        pending_secs: f64,
-    ) -> StoreResult<KeyClaim> {
-        let now = now_ts();
-        let claimed = sqlx::query(
-            "INSERT INTO idempotency_keys (scope, key, request_hash, created_at)
-             VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (scope, key) DO UPDATE
-                SET request_hash = excluded.request_hash, run_id = NULL, status = NULL,
-                    response = NULL, created_at = excluded.created_at
-              WHERE idempotency_keys.created_at < ?4 - ?5
-                 OR (idempotency_keys.run_id IS NULL AND idempotency_keys.response IS NULL
-                     AND idempotency_keys.created_at < ?4 - ?6)",
-        )
-        .bind(scope)
-        .bind(key)
-        .bind(hash)
-        .bind(now)
-        .bind(ttl_secs)
-        .bind(pending_secs)
-        .execute(self.writer())
-        .await?
-        .rows_affected()
-            > 0;
-        if claimed {
-            return Ok(KeyClaim::Claimed);
-        }
-        let row = sqlx::query(
-            "SELECT request_hash, run_id, status, response FROM idempotency_keys
-              WHERE scope = ? AND key = ?",
-        )
-        .bind(scope)
-        .bind(key)
-        .fetch_optional(self.writer())
-        .await?;
-        match row {
-            Some(row) => Ok(KeyClaim::Seen(record_reader!(row))),
-            None => Box::pin(self.claim_key(scope, key, hash, ttl_secs, pending_secs)).await,
-        }
-    }
-
-    async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE idempotency_keys SET run_id = ?3 WHERE scope = ?1 AND key = ?2")
-            .bind(scope)
-            .bind(key)
-            .bind(run_id)
-            .execute(self.writer())
-            .await?;
-        Ok(())
-    }
-
-    async fn key_response(
-        &self,
-        scope: &str,
-        key: &str,
-        status: u16,
-        body: &str,
-    ) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE idempotency_keys SET status = ?3, response = ?4 WHERE scope = ?1 AND key = ?2",
-        )
-        .bind(scope)
-        .bind(key)
-        .bind(status as i32)
-        .bind(body)
-        .execute(self.writer())
-        .await?;
-        Ok(())
-    }
-
-    async fn release_key(&self, scope: &str, key: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM idempotency_keys WHERE scope = ? AND key = ?")
-            .bind(scope)
-            .bind(key)
-            .execute(self.writer())
-            .await?;
-        Ok(())
-    }
-
-    async fn expire_keys(&self, ttl_secs: f64) -> StoreResult<u64> {
-        Ok(
-            sqlx::query("DELETE FROM idempotency_keys WHERE created_at < ?")
-                .bind(now_ts() - ttl_secs)
-                .execute(self.writer())
-                .await?
-                .rows_affected(),
-        )
-    }
-}
+idempotency_store!(PgStore, pool);
+idempotency_store!(SqliteStore, writer);
