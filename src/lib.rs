@@ -44,3 +44,14 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+
+/// Lower-case hex of `bytes` (key ids, SHA-256 digests of key secrets and request bodies).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}

@@ -32,7 +32,7 @@ pub fn generate(spec: KeySpec, now: f64) -> std::io::Result<NewKey> {
     let mut secret = [0u8; 32];
     getrandom::fill(&mut id).map_err(std::io::Error::other)?;
     getrandom::fill(&mut secret).map_err(std::io::Error::other)?;
-    let id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let id = crate::hex(&id);
     let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
     Ok(NewKey {
         plaintext: format!("{PREFIX}{id}_{secret}"),
@@ -63,10 +63,7 @@ pub fn looks_like_key(token: &str) -> bool {
 }
 
 pub fn hash(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex(&Sha256::digest(secret.as_bytes()))
 }
 
 /// Compares two hashes without an early exit (the lengths are public: both are SHA-256 hex).

@@ -66,7 +66,7 @@ pub fn keyed(
     h.update(route.as_bytes());
     h.update([0]);
     h.update(body);
-    let hash = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let hash = crate::hex(&h.finalize());
     Ok(Some(Keyed {
         scope,
         key: key.to_string(),
