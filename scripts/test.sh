@@ -49,6 +49,33 @@ if [ -z "$url" ]; then
   url="postgres://postgres@127.0.0.1:$port/postgres"
 fi
 
+# The real frontend clients the tests drive, pinned in lockfiles under tests/clients/:
+# the openai Python SDK (a venv) and the npm packages (ai, @ag-ui/client, playwright-core).
+# Reinstalled only when a lockfile changes.
+clients=target/test-clients
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "error: the frontend tests need Python >= 3.11 as python3 (the openai SDK's floor)." >&2
+  exit 1
+fi
+if ! command -v npm >/dev/null; then
+  echo "error: the frontend tests need Node.js >= 20 with npm (Debian: apt-get install nodejs npm)." >&2
+  exit 1
+fi
+stamp="$clients/python/.requirements.txt"
+if [ ! -x "$clients/python/bin/python" ] || ! cmp -s tests/clients/python/requirements.txt "$stamp"; then
+  rm -rf "$clients/python"
+  python3 -m venv "$clients/python"
+  "$clients/python/bin/pip" install --quiet --disable-pip-version-check --require-hashes \
+    -r tests/clients/python/requirements.txt
+  cp tests/clients/python/requirements.txt "$stamp"
+fi
+for dir in tests/clients/node tests/clients/web-ui; do
+  if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.agentd-lock"; then
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$dir/package-lock.json" "$dir/node_modules/.agentd-lock"
+  fi
+done
+
 export AGENTD_TEST_DATABASE_URL="$url"
 echo "tests use PostgreSQL at $AGENTD_TEST_DATABASE_URL" >&2
 cargo test --locked --all-targets "$@"

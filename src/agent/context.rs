@@ -31,6 +31,10 @@ pub struct RunConfig {
     pub custom_metadata: Option<JsonMap>,
     /// Tool calls left without a response by an interrupted run are executed first.
     pub resume: bool,
+    /// Tools the client declared with the request (AG-UI `tools`, OpenAI `tools`): offered to
+    /// LLM agents beside their own, and resolved by the client (the run ends with the call
+    /// open, as for a long-running tool; the client answers in its next request).
+    pub client_tools: Vec<crate::model::ToolDeclaration>,
 }
 
 /// What a run hands to its client, in order.

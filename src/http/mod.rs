@@ -15,6 +15,7 @@ pub mod auth;
 pub mod body_limit;
 pub mod error;
 pub mod extract;
+pub mod frontend;
 pub mod idempotency;
 pub mod run;
 pub mod session_body;
@@ -61,6 +62,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .merge(artifacts::router())
         .merge(run::router())
         .merge(stream::router())
+        .merge(frontend::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .route("/metrics", axum::routing::get(render_metrics))

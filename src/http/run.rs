@@ -145,6 +145,7 @@ impl RunAgentRequest {
                 save_input_blobs_as_artifacts: self.save_input_blobs_as_artifacts,
                 custom_metadata,
                 resume,
+                client_tools: vec![],
             },
             on_busy: self.on_busy,
             on_disconnect: self.on_disconnect,
@@ -154,7 +155,7 @@ impl RunAgentRequest {
     }
 }
 
-fn run_error(state: &AppState, e: RunError) -> ApiError {
+pub(super) fn run_error(state: &AppState, e: RunError) -> ApiError {
     match e {
         RunError::AppNotFound(app) => ApiError::not_found(
             "app_not_found",

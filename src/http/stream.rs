@@ -125,14 +125,27 @@ fn sse_body(rx: mpsc::Receiver<Bytes>, extra: HeaderMap) -> Response {
     resp
 }
 
-/// Writes frames to a follower; false once it has gone.
-struct Out {
-    tx: mpsc::Sender<Bytes>,
+/// Where a follower writes: SSE frames for a client, or the run's items for a protocol
+/// adapter (which frames them itself).
+enum Out {
+    Frames(mpsc::Sender<Bytes>),
+    Items(mpsc::Sender<RunItem>),
 }
 
 impl Out {
+    /// Sends a frame (dropped for an item reader); false once the reader has gone.
     async fn send(&self, frame: Bytes) -> bool {
-        self.tx.send(frame).await.is_ok()
+        match self {
+            Out::Frames(tx) => tx.send(frame).await.is_ok(),
+            Out::Items(tx) => !tx.is_closed(),
+        }
+    }
+
+    async fn closed(&self) {
+        match self {
+            Out::Frames(tx) => tx.closed().await,
+            Out::Items(tx) => tx.closed().await,
+        }
     }
 }
 
@@ -164,7 +177,7 @@ async fn run_stream(
     }
     let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
     let extra = run_headers(&run);
-    let follower = RunFollower::new(state.0.clone(), run, after, Out { tx });
+    let follower = RunFollower::new(state.0.clone(), run, after, Out::Frames(tx));
     tokio::spawn(follower.run(sub));
     Ok(sse_body(rx, extra))
 }
@@ -191,10 +204,32 @@ pub async fn replay_run(state: &AppState, run_id: &str, framing: Framing) -> Api
     let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
     let mut extra = run_headers(&run);
     extra.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    let mut follower = RunFollower::new(state.clone(), run, None, Out { tx });
+    let mut follower = RunFollower::new(state.clone(), run, None, Out::Frames(tx));
     follower.framing = framing;
     tokio::spawn(follower.run(sub));
     Ok(sse_body(rx, extra))
+}
+
+/// Follows run `run_id` as items, for a protocol adapter: its committed events after
+/// `after` (from its start when `None`) from the database, then live (partial events
+/// included), ending with [`RunItem::Done`]. Works for a run on any replica, running or not.
+pub async fn follow_run_items(
+    state: &AppState,
+    run_id: &str,
+    after: Option<i64>,
+) -> ApiResult<mpsc::Receiver<RunItem>> {
+    let Some(run) = state.runner.get_run(run_id).await? else {
+        return Err(ApiError::not_found("run_not_found", "Run not found"));
+    };
+    // Subscribe before the second read: whatever happens from here on is heard.
+    let sub = state.runner.bus().subscribe(&run.key());
+    let Some(run) = state.runner.get_run(run_id).await? else {
+        return Err(ApiError::not_found("run_not_found", "Run not found"));
+    };
+    let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
+    let follower = RunFollower::new(state.clone(), run, after, Out::Items(tx));
+    tokio::spawn(follower.run(sub));
+    Ok(rx)
 }
 
 struct RunFollower {
@@ -236,8 +271,11 @@ impl RunFollower {
         }
     }
 
-    /// Sends an item's frames; false once the client has gone.
+    /// Sends an item's frames (or the item); false once the client has gone.
     async fn send_item(&self, item: &RunItem) -> bool {
+        if let Out::Items(tx) = &self.out {
+            return tx.send(item.clone()).await.is_ok();
+        }
         for frame in self.frames(item) {
             if !self.out.send(frame).await {
                 return false;
@@ -379,12 +417,12 @@ impl RunFollower {
                         return;
                     }
                 }
-                _ = quiet, if self.framing == Framing::Agentd => {
+                _ = quiet, if self.framing == Framing::Agentd && matches!(self.out, Out::Frames(_)) => {
                     if !self.out.send(Bytes::from_static(sse::KEEP_ALIVE)).await {
                         return;
                     }
                 }
-                _ = self.out.tx.closed() => return,
+                _ = self.out.closed() => return,
             }
         }
     }
@@ -424,7 +462,7 @@ async fn session_stream(
         last: after.unwrap_or(head.last_seq),
         current,
         ended: None,
-        out: Out { tx },
+        out: Out::Frames(tx),
     };
     tokio::spawn(follower.run(sub));
     Ok(sse_body(rx, HeaderMap::new()))
@@ -591,7 +629,7 @@ impl SessionFollower {
                     self.poll_current_run().await
                 }
                 _ = quiet => Some(Bytes::from_static(sse::KEEP_ALIVE)),
-                _ = self.out.tx.closed() => return,
+                _ = self.out.closed() => return,
             };
             if let Some(frame) = frame {
                 if !self.out.send(frame).await {

@@ -84,6 +84,34 @@ pub trait Toolset: Send + Sync + 'static {
     async fn close(&self) {}
 }
 
+/// A tool the client declared with its request and resolves itself: the model may call it,
+/// the call stays open (ADK `longRunningToolIds`) and the run ends; the client's next
+/// request carries the result as a `functionResponse`.
+pub struct ClientTool(pub ToolDeclaration);
+
+#[async_trait]
+impl Tool for ClientTool {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn description(&self) -> &str {
+        &self.0.description
+    }
+
+    fn parameters(&self) -> Option<Value> {
+        self.0.parameters.clone()
+    }
+
+    fn is_long_running(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, _args: JsonMap, _ctx: &ToolContext) -> ToolResult {
+        Ok(Value::Null)
+    }
+}
+
 /// Wraps a tool so that every call needs the client's approval first.
 pub struct RequireConfirmation(pub Arc<dyn Tool>);
 

@@ -6,6 +6,7 @@
 //! test FAILS with a message saying what to start; it never skips.
 #![allow(dead_code)]
 
+pub mod clients;
 pub mod model_server;
 pub mod pg_proxy;
 pub mod sse_client;

@@ -1,7 +1,9 @@
 //! One turn of an LLM agent: the model ↔ tools loop.
 
 use super::callbacks::{BeforeModel, ToolCall};
-use super::history::{self, History, REQUEST_CONFIRMATION};
+use super::history::{
+    self, History, CONFIRMATION_REJECTED, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION,
+};
 use super::{instruction, LlmAgent};
 use crate::agent::{
     run_agent, transfer_targets, AgentError, AgentResult, CallbackContext, InvocationContext,
@@ -30,10 +32,6 @@ struct CallsOutcome {
     /// A long-running call is waiting for the client, or a confirmation was requested.
     waiting: bool,
 }
-
-const CONFIRMATION_REQUIRED: &str =
-    "This tool call requires confirmation, please approve or reject.";
-const CONFIRMATION_REJECTED: &str = "This tool call is rejected.";
 
 impl<'a> Turn<'a> {
     pub(super) fn new(agent: &'a LlmAgent, ctx: &'a InvocationContext) -> Self {
@@ -156,6 +154,12 @@ impl<'a> Turn<'a> {
             && !tools.iter().any(|t| t.name() == TRANSFER_TO_AGENT)
         {
             tools.push(Arc::new(TransferToAgent));
+        }
+        // The client's own tools never shadow the agent's: a server tool of the same name wins.
+        for decl in &self.ctx.run_config().client_tools {
+            if !tools.iter().any(|t| t.name() == decl.name) {
+                tools.push(Arc::new(crate::tools::ClientTool(decl.clone())));
+            }
         }
         Ok(tools)
     }

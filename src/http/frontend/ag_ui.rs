@@ -1,0 +1,239 @@
+//! AG-UI: `POST /apps/{app}/ag-ui` takes a `RunAgentInput` (`threadId` = session id, `runId`
+//! echoed back, `messages`, `state`, `tools`, `forwardedProps`) and answers AG-UI events over
+//! SSE (see [`super::ag_ui_map`]).
+//!
+//! The client re-sends the whole history every run; the session is the truth, so only the
+//! new input is taken: the trailing user message, and trailing tool messages that answer
+//! calls the session waits for. A user message whose id is already an event id of the session
+//! (the ids `MESSAGES_SNAPSHOT` gave the client) is not run again. Changed `state` keys are
+//! applied with the run; `tools` are offered to the agent as client-resolved tools. A client
+//! that goes away cancels the run (AG-UI has no resume).
+
+use super::ag_ui_map::{messages, AgUiStream};
+use super::{
+    answer_part, check_app, data_frame, recent_events, resolve_user, response_object, run_headers,
+    sse_response, start_run, waiting_calls, MAX_CLIENT_TOOLS,
+};
+use crate::agent::context::RunItem;
+use crate::agent::RunConfig;
+use crate::auth::Caller;
+use crate::event::{Content, JsonMap, Part};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{Json, Path};
+use crate::http::AppState;
+use crate::model::ToolDeclaration;
+use crate::runner::{OnBusy, OnDisconnect, RunRequest};
+use crate::store::{RunStatus, SessionKey};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::post;
+use axum::Router;
+use futures::stream::{self, StreamExt};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Events read for the closing `MESSAGES_SNAPSHOT` (the newest of the thread).
+const SNAPSHOT_EVENTS: u32 = 200;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/apps/{app}/ag-ui", post(run))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunAgentInput {
+    thread_id: String,
+    run_id: String,
+    #[serde(default)]
+    messages: Vec<Value>,
+    #[serde(default)]
+    state: Option<Value>,
+    #[serde(default)]
+    tools: Vec<ClientTool>,
+    #[serde(default)]
+    forwarded_props: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ClientTool {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    parameters: Option<Value>,
+}
+
+/// The client tools, checked: bounded in number, with names a model accepts.
+pub fn client_tools(
+    tools: impl IntoIterator<Item = (String, String, Option<Value>)>,
+) -> ApiResult<Vec<ToolDeclaration>> {
+    let mut out: Vec<ToolDeclaration> = vec![];
+    for (name, description, parameters) in tools {
+        if out.len() == MAX_CLIENT_TOOLS {
+            return Err(ApiError::bad_request(
+                "too_many_tools",
+                format!("at most {MAX_CLIENT_TOOLS} client tools per request"),
+            ));
+        }
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(ApiError::bad_request(
+                "invalid_tool",
+                format!(
+                    "tool name {name:?} must be 1 to 64 characters of a-z, A-Z, 0-9, '_' or '-'"
+                ),
+            ));
+        }
+        out.push(ToolDeclaration {
+            name,
+            description,
+            parameters: parameters.filter(|p| p.is_object()),
+        });
+    }
+    Ok(out)
+}
+
+/// The text of an AG-UI user message (`content` string, or its text input parts).
+fn user_text(m: &Value) -> String {
+    match m.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+async fn run(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(app): Path<String>,
+    headers: HeaderMap,
+    Json(input): Json<RunAgentInput>,
+) -> ApiResult<Response> {
+    check_app(&caller, &app)?;
+    let body_user = input
+        .forwarded_props
+        .as_ref()
+        .and_then(|p| p.get("userId"))
+        .and_then(Value::as_str);
+    let user = resolve_user(&caller, &headers, body_user)?;
+    crate::http::sessions::validate_id("threadId", &input.thread_id)?;
+    crate::http::sessions::validate_id("runId", &input.run_id)?;
+    let key = SessionKey::new(app, user, input.thread_id.clone());
+    let head = state.store.session_head(&key).await?;
+    let events = recent_events(&state, &key, super::OPEN_CALL_WINDOW).await?;
+    let open = waiting_calls(&events);
+
+    // New input: trailing tool answers for open calls, and a trailing user message not seen.
+    let mut parts: Vec<Part> = vec![];
+    for m in input.messages.iter().rev() {
+        match m.get("role").and_then(Value::as_str) {
+            Some("user") if parts.is_empty() => {
+                let seen = m
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .is_some_and(|id| events.iter().any(|e| e.id == id));
+                let text = user_text(m);
+                if !seen && !text.is_empty() {
+                    parts.push(Part::text(text));
+                }
+            }
+            Some("tool") => {
+                let call_id = m
+                    .get("toolCallId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if let Some(name) = open.get(call_id) {
+                    let content = m.get("content").and_then(Value::as_str).unwrap_or_default();
+                    let value = serde_json::from_str(content)
+                        .unwrap_or_else(|_| Value::String(content.to_string()));
+                    parts.insert(0, answer_part(call_id, name, response_object(value)));
+                }
+            }
+            _ => break,
+        }
+    }
+    let current = head.as_ref().map(|h| h.state.clone()).unwrap_or_default();
+    let mut delta = JsonMap::new();
+    if let Some(Value::Object(client)) = &input.state {
+        for (k, v) in client {
+            if !k.starts_with("temp:") && current.get(k) != Some(v) {
+                delta.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    crate::http::auth::check_app_state(&state.gate, &caller, delta.keys())?;
+    let mapper = AgUiStream::new(input.thread_id.clone(), input.run_id.clone(), true);
+    if parts.is_empty() {
+        let frames: Vec<_> = mapper.empty().iter().map(data_frame).collect();
+        return Ok(sse_response(stream::iter(frames), HeaderMap::new()));
+    }
+    let tools = client_tools(
+        input
+            .tools
+            .into_iter()
+            .map(|t| (t.name, t.description, t.parameters)),
+    )?;
+    let handle = start_run(
+        &state,
+        RunRequest {
+            key: key.clone(),
+            new_message: Some(Content {
+                parts,
+                role: Some("user".into()),
+                extra: JsonMap::new(),
+            }),
+            state_delta: (!delta.is_empty()).then_some(delta.clone()),
+            run_config: RunConfig {
+                streaming: true,
+                client_tools: tools,
+                ..Default::default()
+            },
+            on_busy: OnBusy::Reject,
+            on_disconnect: OnDisconnect::Cancel,
+            create_session: true,
+            max_duration: None,
+        },
+    )
+    .await?;
+    let extra = run_headers(&handle.run_id, &handle.invocation_id, &key.session_id);
+    let mut start_state = current;
+    start_state.extend(delta);
+    let first: Vec<Value> = mapper.start(&start_state);
+    let items = Box::pin(super::handle_items(handle));
+    let rest = stream::unfold(Some((mapper, items, state.clone(), key)), |st| async move {
+        let (mut mapper, mut items, app, key) = st?;
+        match items.next().await {
+            None => None,
+            Some(RunItem::Done { status, .. }) => {
+                let (final_state, transcript) = if status == RunStatus::Completed {
+                    let head = app.store.session_head(&key).await.ok().flatten();
+                    let events = recent_events(&app, &key, SNAPSHOT_EVENTS)
+                        .await
+                        .unwrap_or_default();
+                    (head.map(|h| h.state).unwrap_or_default(), messages(&events))
+                } else {
+                    (JsonMap::new(), vec![])
+                };
+                Some((mapper.end(status, &final_state, transcript), None))
+            }
+            Some(item) => {
+                let out = mapper.item(&item);
+                Some((out, Some((mapper, items, app, key))))
+            }
+        }
+    })
+    .flat_map(|events| stream::iter(events.iter().map(data_frame).collect::<Vec<_>>()));
+    let frames = stream::iter(first.iter().map(data_frame).collect::<Vec<_>>())
+        .chain(super::with_keep_alive(rest));
+    Ok(sse_response(frames, extra))
+}

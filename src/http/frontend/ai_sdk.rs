@@ -1,0 +1,380 @@
+//! Vercel AI SDK `useChat` (`DefaultChatTransport`):
+//!
+//! - `POST /apps/{app}/chat`: the transport's body (`id` = session id, `messages`, `trigger`,
+//!   `messageId`). Only the new input is taken from `messages` — the last user message, or the
+//!   tool outputs and approvals in the last assistant message that answer calls the session is
+//!   waiting for; the history comes from the session. Answers the UI message stream.
+//! - `GET /apps/{app}/chat/{chatId}/stream` (the transport's resume): 204 when the session
+//!   has no active run; else the whole current assistant message, replayed from the stored
+//!   events, then live.
+//! - `POST /apps/{app}/chat/{chatId}/stop`: cancels the active run (a stop button). A client
+//!   that merely goes away does not cancel, so it can resume.
+
+use super::ai_sdk_map::UiStream;
+use super::{
+    answer_part, check_app, confirmation_answer, data_frame, open_calls, resolve_user,
+    response_object, run_headers, sse_response, start_run,
+};
+use crate::agent::context::RunItem;
+use crate::agent::RunConfig;
+use crate::auth::Caller;
+use crate::event::{decode_base64_any, Blob, Bytes64, Content, JsonMap, Part};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{Json, Path};
+use crate::http::AppState;
+use crate::runner::{OnBusy, OnDisconnect, RunRequest};
+use crate::store::{EventRange, RunStatus, SessionKey, StoredEvent};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use futures::stream::{self, Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Sent by a client that wants ai 5's chunk set (no approval chunks): `5`.
+pub const VERSION_HEADER: &str = "x-agentd-ai-sdk-version";
+
+/// How many of the session's newest events a resume reads to find the current message.
+const RESUME_WINDOW: u32 = 1000;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/apps/{app}/chat", post(chat))
+        .route("/apps/{app}/chat/{chat_id}/stream", get(resume))
+        .route("/apps/{app}/chat/{chat_id}/stop", post(stop))
+}
+
+/// `useChat`'s request body (extra keys from the app's `body` option are ignored).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ChatRequest {
+    id: String,
+    #[serde(default)]
+    messages: Vec<UiMessage>,
+    #[serde(default)]
+    trigger: Option<String>,
+    #[serde(default)]
+    message_id: Option<String>,
+    /// The user, when authentication is off and no `x-agentd-user-id` header is sent.
+    #[serde(default)]
+    user_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct UiMessage {
+    #[serde(default)]
+    id: Option<String>,
+    role: String,
+    #[serde(default)]
+    parts: Vec<Value>,
+}
+
+fn approvals(headers: &HeaderMap) -> bool {
+    headers
+        .get(VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split('.').next()?.parse::<u32>().ok())
+        .is_none_or(|major| major >= 6)
+}
+
+fn stream_headers(extra: HeaderMap) -> HeaderMap {
+    let mut h = extra;
+    h.insert(
+        "x-vercel-ai-ui-message-stream",
+        HeaderValue::from_static("v1"),
+    );
+    h
+}
+
+/// The user message's parts: text, and files (a `data:` URL inline, any other URL by
+/// reference).
+fn user_parts(parts: &[Value]) -> ApiResult<Vec<Part>> {
+    let mut out = vec![];
+    for p in parts {
+        match p.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(t) = p.get("text").and_then(Value::as_str) {
+                    out.push(Part::text(t));
+                }
+            }
+            Some("file") => {
+                let url = p.get("url").and_then(Value::as_str).unwrap_or_default();
+                let mime = p
+                    .get("mediaType")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                if let Some(rest) = url.strip_prefix("data:") {
+                    let Some((_, b64)) = rest.split_once(";base64,") else {
+                        return Err(ApiError::bad_request(
+                            "invalid_file",
+                            "a file part's data: URL must be base64",
+                        ));
+                    };
+                    let data = decode_base64_any(b64).ok_or_else(|| {
+                        ApiError::bad_request(
+                            "invalid_file",
+                            "a file part's data: URL is not valid base64",
+                        )
+                    })?;
+                    out.push(Part {
+                        inline_data: Some(Blob {
+                            data: Bytes64(data),
+                            mime_type: mime,
+                            display_name: p
+                                .get("filename")
+                                .and_then(Value::as_str)
+                                .map(str::to_string),
+                        }),
+                        ..Default::default()
+                    });
+                } else if !url.is_empty() {
+                    let mut file = JsonMap::new();
+                    file.insert("fileUri".into(), Value::String(url.into()));
+                    if let Some(m) = mime {
+                        file.insert("mimeType".into(), Value::String(m));
+                    }
+                    let mut part = Part::default();
+                    part.extra.insert("fileData".into(), Value::Object(file));
+                    out.push(part);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The answers in the last assistant message to calls the session waits for: tool outputs
+/// (`output-available`, `output-error`) and approvals (`approval-responded`).
+fn answers(parts: &[Value], open: &std::collections::BTreeMap<String, String>) -> Vec<Part> {
+    let mut out = vec![];
+    for p in parts {
+        let kind = p.get("type").and_then(Value::as_str).unwrap_or_default();
+        if !(kind.starts_with("tool-") || kind == "dynamic-tool") {
+            continue;
+        }
+        let call_id = p
+            .get("toolCallId")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match p.get("state").and_then(Value::as_str) {
+            Some("output-available") => {
+                if let Some(name) = open.get(call_id) {
+                    let output = p.get("output").cloned().unwrap_or(Value::Null);
+                    out.push(answer_part(call_id, name, response_object(output)));
+                }
+            }
+            Some("output-error") => {
+                if let Some(name) = open.get(call_id) {
+                    let text = p
+                        .get("errorText")
+                        .and_then(Value::as_str)
+                        .unwrap_or("error");
+                    let mut r = JsonMap::new();
+                    r.insert("error".into(), Value::String(text.into()));
+                    out.push(answer_part(call_id, name, r));
+                }
+            }
+            Some("approval-responded") => {
+                let approval = p.get("approval");
+                let id = approval
+                    .and_then(|a| a.get("id"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let approved = approval
+                    .and_then(|a| a.get("approved"))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                if open.contains_key(id) {
+                    out.push(confirmation_answer(id, approved));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+async fn chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(app): Path<String>,
+    headers: HeaderMap,
+    Json(req): Json<ChatRequest>,
+) -> ApiResult<Response> {
+    check_app(&caller, &app)?;
+    let user = resolve_user(&caller, &headers, req.user_id.as_deref())?;
+    crate::http::sessions::validate_id("id", &req.id)?;
+    if req.trigger.as_deref() == Some("regenerate-message") {
+        return Err(ApiError::bad_request(
+            "regenerate_unsupported",
+            "agentd keeps the conversation in the session and does not rewrite it; send the \
+             message again instead of regenerating.",
+        ));
+    }
+    let key = SessionKey::new(app, user, req.id.clone());
+    let Some(last) = req.messages.last() else {
+        return Err(ApiError::bad_request("no_new_input", "messages is empty"));
+    };
+    let (parts, continued) = match last.role.as_str() {
+        "user" => (user_parts(&last.parts)?, None),
+        "assistant" => {
+            let open = open_calls(&state, &key).await?;
+            let id = req.message_id.clone().or_else(|| last.id.clone());
+            (answers(&last.parts, &open), id)
+        }
+        other => {
+            return Err(ApiError::bad_request(
+                "no_new_input",
+                format!("the last message must be the user's or an assistant message with tool outputs, not {other:?}"),
+            ))
+        }
+    };
+    if parts.is_empty() {
+        return Err(ApiError::bad_request(
+            "no_new_input",
+            "the last message carries nothing to send: no text or file, and no tool output or \
+             approval for a call the chat is waiting for",
+        ));
+    }
+    let handle = start_run(
+        &state,
+        RunRequest {
+            key: key.clone(),
+            new_message: Some(Content {
+                parts,
+                role: Some("user".into()),
+                extra: JsonMap::new(),
+            }),
+            state_delta: None,
+            run_config: RunConfig {
+                streaming: true,
+                ..Default::default()
+            },
+            on_busy: OnBusy::Reject,
+            // A dropped connection is not a stop: the client can resume the stream.
+            on_disconnect: OnDisconnect::Continue,
+            create_session: true,
+            max_duration: None,
+        },
+    )
+    .await?;
+    let message_id = continued.unwrap_or_else(|| format!("msg_{}", handle.invocation_id));
+    let extra = stream_headers(run_headers(
+        &handle.run_id,
+        &handle.invocation_id,
+        &key.session_id,
+    ));
+    let mapper = UiStream::new(message_id, approvals(&headers), true);
+    let items = super::handle_items(handle);
+    Ok(sse_response(ui_frames(mapper, items), extra))
+}
+
+/// The chunks of `items` (ending at `Done`), as SSE, then `[DONE]`.
+fn ui_frames(
+    mut mapper: UiStream,
+    items: impl Stream<Item = RunItem> + Send + 'static,
+) -> impl Stream<Item = Bytes> + Send + 'static {
+    let start = stream::iter([data_frame(&mapper.start())]);
+    // The item streams end after `Done` (the run, or the follower, drops its sender).
+    let body = items.flat_map(move |item| {
+        stream::iter(
+            mapper
+                .item(&item)
+                .iter()
+                .map(data_frame)
+                .collect::<Vec<_>>(),
+        )
+    });
+    start
+        .chain(super::with_keep_alive(body))
+        .chain(stream::iter([Bytes::from_static(b"data: [DONE]\n\n")]))
+}
+
+async fn resume(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((app, chat_id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    check_app(&caller, &app)?;
+    let user = resolve_user(&caller, &headers, None)?;
+    crate::http::sessions::validate_id("chatId", &chat_id)?;
+    let key = SessionKey::new(app, user, chat_id);
+    let Some(run) = state
+        .store
+        .active_run(&key)
+        .await?
+        .filter(|r| r.status == RunStatus::Running)
+    else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let Some(head) = state.store.session_head(&key).await? else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let recent = state
+        .store
+        .list_events(
+            &key,
+            EventRange {
+                after: None,
+                before: Some(head.last_seq + 1),
+                limit: RESUME_WINDOW,
+            },
+        )
+        .await?
+        .map(|p| p.events)
+        .unwrap_or_default();
+    // The current assistant message began after the last message the user typed (answers to
+    // tool calls continue the same message).
+    let base = run.base_seq.unwrap_or(0);
+    let start = recent
+        .iter()
+        .rposition(|e| e.event.author == "user" && e.event.function_responses().next().is_none());
+    let (message_id, earlier): (String, Vec<StoredEvent>) = match start {
+        Some(i) => (
+            format!("msg_{}", recent[i].event.invocation_id),
+            recent[i + 1..]
+                .iter()
+                .filter(|e| e.seq <= base)
+                .cloned()
+                .collect(),
+        ),
+        None => (format!("msg_{}", run.invocation_id), vec![]),
+    };
+    let followed = super::super::stream::follow_run_items(&state, &run.run_id, None).await?;
+    let earlier = stream::iter(earlier.into_iter().map(|e| RunItem::Event {
+        event: Box::new(e.event),
+        seq: Some(e.seq),
+    }));
+    let items = earlier.chain(tokio_stream::wrappers::ReceiverStream::new(followed));
+    let extra = stream_headers(run_headers(
+        &run.run_id,
+        &run.invocation_id,
+        &key.session_id,
+    ));
+    let mapper = UiStream::new(message_id, approvals(&headers), false);
+    Ok(sse_response(ui_frames(mapper, items), extra))
+}
+
+async fn stop(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((app, chat_id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    check_app(&caller, &app)?;
+    let user = resolve_user(&caller, &headers, None)?;
+    crate::http::sessions::validate_id("chatId", &chat_id)?;
+    let key = SessionKey::new(app, user, chat_id);
+    let req = crate::http::stream::cancel_request(&headers, Default::default())?;
+    match state.runner.cancel_session(&key, &req).await? {
+        Some(run) if run.status == RunStatus::Running => {
+            Ok((StatusCode::ACCEPTED, axum::Json(run)).into_response())
+        }
+        _ => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}

@@ -1,0 +1,333 @@
+//! Other frontends' wire protocols over the same sessions and runs: the Vercel AI SDK's UI
+//! message stream ([`ai_sdk`]), AG-UI ([`ag_ui`]), the OpenAI Chat Completions and Responses
+//! APIs ([`openai`]) and ADK's own dev UI ([`web_ui`]).
+//!
+//! Each protocol is two files: the routes (request parsing, who the user is, which session,
+//! starting or following the run) and a pure mapping from the runner's items — live, or
+//! replayed from stored events — to that protocol's frames (`*_map.rs`, unit-tested on
+//! recorded runs). Nothing here has its own event log: every frame derives from the
+//! session's events, with ids taken from event ids and seqs, so a replay reproduces them.
+
+pub mod ag_ui;
+pub mod ag_ui_map;
+pub mod ai_sdk;
+pub mod ai_sdk_map;
+pub mod openai;
+pub mod openai_map;
+pub mod web_ui;
+
+use super::error::{ApiError, ApiResult};
+use super::run::KEEP_ALIVE_EVERY;
+use super::AppState;
+use crate::agent::context::RunItem;
+use crate::agent::llm::history::REQUEST_CONFIRMATION;
+use crate::auth::Caller;
+use crate::event::{Event, JsonMap};
+use crate::runner::{RunHandle, RunRequest};
+use crate::store::{EventRange, SessionKey};
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::Response;
+use axum::Router;
+use bytes::Bytes;
+use futures::Stream;
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+
+/// The header naming the user when authentication is off (or an admin key acts for a user).
+pub const USER_HEADER: &str = "x-agentd-user-id";
+
+/// How many of a session's newest events are read to find the calls waiting for the client.
+pub const OPEN_CALL_WINDOW: u32 = 500;
+
+/// Tools a client may declare with one request.
+pub const MAX_CLIENT_TOOLS: usize = 64;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .merge(ai_sdk::router())
+        .merge(ag_ui::router())
+        .merge(openai::router())
+}
+
+/// Who a frontend request acts for. With authentication the caller's own user (an admin key
+/// may name another with the header or the body's user field); without it the
+/// `x-agentd-user-id` header, else the body's user field, else a 400 saying so.
+pub fn resolve_user(
+    caller: &Caller,
+    headers: &HeaderMap,
+    body_user: Option<&str>,
+) -> ApiResult<String> {
+    let named = match headers.get(USER_HEADER) {
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError::bad_request("invalid_id", "x-agentd-user-id must be printable ASCII")
+                })?
+                .to_string(),
+        ),
+        None => body_user.map(str::to_string),
+    };
+    let user = match (&caller.user_id, named) {
+        (Some(_), Some(named)) if caller.admin && !named.is_empty() => named,
+        (Some(own), _) => own.clone(),
+        (None, Some(named)) => named,
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "user_required",
+                "Say which user this is: send the x-agentd-user-id header (or the protocol's \
+                 user field), or authenticate with an API key or a JWT.",
+            ))
+        }
+    };
+    super::sessions::validate_id("user", &user)?;
+    Ok(user)
+}
+
+/// The app a request names, if the caller may use it (else 404 as for a missing app).
+pub fn check_app(caller: &Caller, app: &str) -> ApiResult<()> {
+    super::sessions::validate_id("app", app)?;
+    if !caller.may_use_app(app) {
+        return Err(super::auth::app_hidden(app));
+    }
+    Ok(())
+}
+
+/// Starts a run, mapping pre-stream failures to the same JSON errors as `/run`.
+pub async fn start_run(state: &AppState, req: RunRequest) -> ApiResult<RunHandle> {
+    state
+        .runner
+        .start_run(req)
+        .await
+        .map_err(|e| super::run::run_error(state, e))
+}
+
+/// Function calls in the session still waiting for an answer from the client (long-running
+/// calls, client tools, confirmation requests): call id → tool name. Only these may be
+/// answered by a frontend request, so a replayed history cannot inject tool results.
+pub async fn open_calls(state: &AppState, key: &SessionKey) -> ApiResult<BTreeMap<String, String>> {
+    Ok(waiting_calls(
+        &recent_events(state, key, OPEN_CALL_WINDOW).await?,
+    ))
+}
+
+/// The session's newest `limit` events, oldest first (none if the session does not exist).
+pub async fn recent_events(
+    state: &AppState,
+    key: &SessionKey,
+    limit: u32,
+) -> ApiResult<Vec<Event>> {
+    let Some(head) = state.store.session_head(key).await? else {
+        return Ok(vec![]);
+    };
+    let page = state
+        .store
+        .list_events(
+            key,
+            EventRange {
+                after: None,
+                before: Some(head.last_seq + 1),
+                limit,
+            },
+        )
+        .await?;
+    Ok(page
+        .map(|p| p.events.into_iter().map(|e| e.event).collect())
+        .unwrap_or_default())
+}
+
+/// The calls in `events` that wait for the client: listed in `longRunningToolIds` and not
+/// answered by a later function response.
+pub fn waiting_calls(events: &[Event]) -> BTreeMap<String, String> {
+    let mut open = BTreeMap::new();
+    for e in events {
+        let long: &[String] = e.long_running_tool_ids.as_deref().unwrap_or(&[]);
+        for c in e.function_calls() {
+            if let Some(id) = &c.id {
+                if long.contains(id) {
+                    open.insert(id.clone(), c.name.clone());
+                }
+            }
+        }
+        for r in e.function_responses() {
+            if let Some(id) = &r.id {
+                open.remove(id);
+            }
+        }
+    }
+    open
+}
+
+/// A tool's output as a function response body: objects as they are, anything else as
+/// `{"result": value}` (ADK's rule).
+pub fn response_object(value: serde_json::Value) -> JsonMap {
+    match value {
+        serde_json::Value::Object(m) => m,
+        other => {
+            let mut m = JsonMap::new();
+            m.insert("result".into(), other);
+            m
+        }
+    }
+}
+
+/// The answer to a confirmation request (`adk_request_confirmation`).
+pub fn confirmation_answer(id: &str, approved: bool) -> crate::event::Part {
+    let mut response = JsonMap::new();
+    response.insert("confirmed".into(), serde_json::Value::Bool(approved));
+    crate::event::Part {
+        function_response: Some(crate::event::FunctionResponse {
+            id: Some(id.to_string()),
+            name: REQUEST_CONFIRMATION.into(),
+            response,
+            extra: JsonMap::new(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A function response part answering call `id`.
+pub fn answer_part(id: &str, name: &str, response: JsonMap) -> crate::event::Part {
+    crate::event::Part {
+        function_response: Some(crate::event::FunctionResponse {
+            id: Some(id.to_string()),
+            name: name.to_string(),
+            response,
+            extra: JsonMap::new(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The non-thought text of an event's parts.
+pub fn answer_text(event: &Event) -> String {
+    event
+        .content
+        .iter()
+        .flat_map(|c| c.parts.iter())
+        .filter(|p| p.thought != Some(true))
+        .filter_map(|p| p.text.as_deref())
+        .collect()
+}
+
+/// The thought text of an event's parts.
+pub fn thought_text(event: &Event) -> String {
+    event
+        .content
+        .iter()
+        .flat_map(|c| c.parts.iter())
+        .filter(|p| p.thought == Some(true))
+        .filter_map(|p| p.text.as_deref())
+        .collect()
+}
+
+/// What a protocol still has to send of an event's text: partial chunks stream as they come;
+/// the complete event then adds only what the chunks did not carry (usually nothing). If the
+/// complete text does not extend what was streamed (an after-model callback rewrote it), no
+/// protocol can take text back: nothing more is sent, and the stored text wins on replay.
+#[derive(Debug, Default)]
+pub struct Streamed {
+    by_event: HashMap<String, String>,
+}
+
+impl Streamed {
+    /// Records a partial chunk of `event_id`.
+    pub fn partial(&mut self, event_id: &str, chunk: &str) {
+        self.by_event
+            .entry(event_id.to_string())
+            .or_default()
+            .push_str(chunk);
+    }
+
+    /// Whether chunks of `event_id` were sent.
+    pub fn started(&self, event_id: &str) -> bool {
+        self.by_event.contains_key(event_id)
+    }
+
+    /// The part of `full` not yet sent for `event_id` (forgetting the event).
+    pub fn rest(&mut self, event_id: &str, full: &str) -> String {
+        match self.by_event.remove(event_id) {
+            None => full.to_string(),
+            Some(sent) => match full.strip_prefix(sent.as_str()) {
+                Some(rest) => rest.to_string(),
+                None => {
+                    tracing::debug!(
+                        event = event_id,
+                        "complete text differs from the streamed text"
+                    );
+                    String::new()
+                }
+            },
+        }
+    }
+}
+
+/// One SSE message of a JSON payload: `data: <compact JSON>` and a blank line, LF only.
+pub fn data_frame(value: &serde_json::Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// An SSE response over `frames`, with the headers every frontend protocol wants.
+pub fn sse_response(
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+    extra: HeaderMap,
+) -> Response {
+    let open = crate::metrics::OpenStream::new();
+    let body = Body::from_stream(futures::StreamExt::map(frames, move |f| {
+        let _open = &open;
+        Ok::<_, Infallible>(f)
+    }));
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    h.extend(extra);
+    resp
+}
+
+/// The run's items as a stream that keeps the run's disconnect guard alive: dropping the
+/// response (the client went away) cancels the run if it asked for that.
+pub fn handle_items(handle: RunHandle) -> impl Stream<Item = RunItem> + Send + 'static {
+    let RunHandle { items, guard, .. } = handle;
+    futures::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(items),
+        move |i| {
+            let _keep = &guard;
+            i
+        },
+    )
+}
+
+/// `frames`, with a comment line after every quiet [`KEEP_ALIVE_EVERY`] so proxies keep the
+/// connection (every client here ignores comments; no protocol here sends `id:` lines, which
+/// would make the OpenAI client misread a comment).
+pub fn with_keep_alive(
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+) -> impl Stream<Item = Bytes> + Send + 'static {
+    futures::stream::unfold(Box::pin(frames), |mut f| async move {
+        match tokio::time::timeout(KEEP_ALIVE_EVERY, futures::StreamExt::next(&mut f)).await {
+            Ok(Some(frame)) => Some((frame, f)),
+            Ok(None) => None,
+            Err(_) => Some((Bytes::from_static(super::sse::KEEP_ALIVE), f)),
+        }
+    })
+}
+
+/// Headers naming the run (as `/run` sends them) and the session.
+pub fn run_headers(run_id: &str, invocation_id: &str, session_id: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (name, value) in [
+        ("x-agentd-run-id", run_id),
+        ("x-agentd-invocation-id", invocation_id),
+        ("x-agentd-session-id", session_id),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    }
+    h
+}

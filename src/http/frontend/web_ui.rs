@@ -1,0 +1,1 @@
+//! ADK's dev UI (`--web-ui-dir`), served at `/dev-ui/`: see `router`.
