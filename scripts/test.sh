@@ -76,6 +76,23 @@ for dir in tests/clients/node tests/clients/web-ui; do
   fi
 done
 
+# ADK's dev UI bundle (pinned by hash) and a browser for the --web-ui-dir test.
+webui="$clients/adk-web-ui"
+if ! cmp -s tests/clients/adk-web-ui/requirements.txt "$webui/.requirements.txt"; then
+  rm -rf "$webui" && mkdir -p "$webui/wheel"
+  "$clients/python/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+    --only-binary=:all: --require-hashes -r tests/clients/adk-web-ui/requirements.txt -d "$webui/wheel"
+  "$clients/python/bin/python" -m zipfile -e "$webui"/wheel/*.whl "$webui/unpacked"
+  mv "$webui/unpacked/google/adk/cli/browser" "$webui/browser"
+  rm -rf "$webui/unpacked" "$webui/wheel"
+  cp tests/clients/adk-web-ui/requirements.txt "$webui/.requirements.txt"
+fi
+if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
+  echo "error: the web UI test needs Chromium at ${CHROMIUM:-/usr/bin/chromium}" >&2
+  echo "  (Debian: apt-get install chromium; or set CHROMIUM=/path/to/chromium)" >&2
+  exit 1
+fi
+
 export AGENTD_TEST_DATABASE_URL="$url"
 echo "tests use PostgreSQL at $AGENTD_TEST_DATABASE_URL" >&2
 cargo test --locked --all-targets "$@"

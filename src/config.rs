@@ -322,6 +322,12 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// Serve ADK's dev UI from this directory (the `google/adk/cli/browser` folder of the
+    /// `google-adk` wheel) at `/dev-ui/`. A development tool: the UI sends no credentials,
+    /// so it works only with `--auth none`.
+    #[arg(long, env = "AGENTD_WEB_UI_DIR")]
+    pub web_ui_dir: Option<PathBuf>,
+
     /// Export traces over OTLP/HTTP to this collector (`http://collector:4318`). Off when unset.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -416,6 +422,7 @@ impl ServeArgs {
             security: SecurityArgs::defaults(),
             apps_dir: PathBuf::from("config/apps"),
             log_format: LogFormat::Text,
+            web_ui_dir: None,
             otlp_endpoint: None,
             otlp_protocol: "http/protobuf".into(),
             allow_origins: vec![],

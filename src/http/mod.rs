@@ -71,8 +71,12 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
             state.clone(),
             auth::guard,
         ))
-        .with_state(state)
-        .layer(axum::middleware::from_fn(track_http));
+        .with_state(state);
+    let api = match &args.web_ui_dir {
+        Some(dir) => api.merge(frontend::web_ui::router(dir)),
+        None => api,
+    }
+    .layer(axum::middleware::from_fn(track_http));
 
     let trace = TraceLayer::new_for_http()
         .make_span_with(|req: &Request<_>| {

@@ -172,8 +172,19 @@ impl TestServer {
         apps: agentd::apps::AppRegistry,
         plugins: agentd::agent::PluginSet,
     ) -> TestServer {
+        Self::start_embedded_with(backend, apps, plugins, |_| {}).await
+    }
+
+    /// [`Self::start_embedded`] with settings changed by `configure`.
+    pub async fn start_embedded_with(
+        backend: Backend,
+        apps: agentd::apps::AppRegistry,
+        plugins: agentd::agent::PluginSet,
+        configure: impl FnOnce(&mut ServeArgs),
+    ) -> TestServer {
         let db = TestDb::new(backend).await;
-        let args = ServeArgs::for_database(db.url.clone());
+        let mut args = ServeArgs::for_database(db.url.clone());
+        configure(&mut args);
         let server = Server::start_with(args, db.store().await, Arc::new(apps), plugins)
             .await
             .expect("server starts");
