@@ -159,7 +159,10 @@ impl UiStream {
         let text = answer_text(event);
         let calls: Vec<_> = event.function_calls().collect();
         let is_model_output = !thought.is_empty() || !text.is_empty() || !calls.is_empty();
-        if is_model_output && !calls.iter().all(|c| c.name == REQUEST_CONFIRMATION) {
+        // A confirmation request alone joins the step of the call it is about.
+        let only_confirmations =
+            !calls.is_empty() && calls.iter().all(|c| c.name == REQUEST_CONFIRMATION);
+        if is_model_output && !only_confirmations {
             self.step_for(id, out);
         }
         if !thought.is_empty() {
