@@ -225,39 +225,63 @@ pub fn thought_text(event: &Event) -> String {
 /// the complete event then adds only what the chunks did not carry (usually nothing). If the
 /// complete text does not extend what was streamed (an after-model callback rewrote it), no
 /// protocol can take text back: nothing more is sent, and the stored text wins on replay.
-#[derive(Debug, Default)]
+///
+/// Bounded whatever the agent streams: per event only the streamed length and a running
+/// SHA-256 of it are kept, for the newest [`STREAMED_EVENTS`] events.
+#[derive(Default)]
 pub struct Streamed {
-    by_event: HashMap<String, String>,
+    by_event: std::collections::VecDeque<(String, usize, sha2::Sha256)>,
+}
+
+/// Events whose streamed text a mapping remembers (partial-only events never complete).
+const STREAMED_EVENTS: usize = 32;
+
+impl std::fmt::Debug for Streamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streamed")
+            .field("events", &self.by_event.len())
+            .finish()
+    }
 }
 
 impl Streamed {
     /// Records a partial chunk of `event_id`.
     pub fn partial(&mut self, event_id: &str, chunk: &str) {
+        use sha2::Digest;
+        if let Some((_, len, hash)) = self.by_event.iter_mut().find(|(id, ..)| id == event_id) {
+            *len += chunk.len();
+            hash.update(chunk.as_bytes());
+            return;
+        }
+        if self.by_event.len() == STREAMED_EVENTS {
+            self.by_event.pop_front();
+        }
+        let mut hash = sha2::Sha256::new();
+        hash.update(chunk.as_bytes());
         self.by_event
-            .entry(event_id.to_string())
-            .or_default()
-            .push_str(chunk);
-    }
-
-    /// Whether chunks of `event_id` were sent.
-    pub fn started(&self, event_id: &str) -> bool {
-        self.by_event.contains_key(event_id)
+            .push_back((event_id.to_string(), chunk.len(), hash));
     }
 
     /// The part of `full` not yet sent for `event_id` (forgetting the event).
     pub fn rest(&mut self, event_id: &str, full: &str) -> String {
-        match self.by_event.remove(event_id) {
-            None => full.to_string(),
-            Some(sent) => match full.strip_prefix(sent.as_str()) {
-                Some(rest) => rest.to_string(),
-                None => {
-                    tracing::debug!(
-                        event = event_id,
-                        "complete text differs from the streamed text"
-                    );
-                    String::new()
-                }
-            },
+        use sha2::Digest;
+        let Some(i) = self.by_event.iter().position(|(id, ..)| id == event_id) else {
+            return full.to_string();
+        };
+        let Some((_, len, hash)) = self.by_event.remove(i) else {
+            return full.to_string();
+        };
+        let sent_prefix = full
+            .get(..len)
+            .is_some_and(|prefix| sha2::Sha256::digest(prefix.as_bytes()) == hash.finalize());
+        if sent_prefix {
+            full[len..].to_string()
+        } else {
+            tracing::debug!(
+                event = event_id,
+                "complete text differs from the streamed text"
+            );
+            String::new()
         }
     }
 }
@@ -330,4 +354,36 @@ pub fn run_headers(run_id: &str, invocation_id: &str, session_id: &str) -> Heade
         }
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_complete_text_adds_only_what_the_chunks_did_not_carry() {
+        let mut s = Streamed::default();
+        s.partial("e1", "Hel");
+        s.partial("e1", "lo ");
+        assert_eq!(s.rest("e1", "Hello world"), "world");
+        // Forgotten once complete; an event never streamed is sent whole.
+        assert_eq!(s.rest("e1", "Hello world"), "Hello world");
+        // A rewritten text cannot be taken back: nothing more.
+        s.partial("e2", "secret");
+        assert_eq!(s.rest("e2", "[redacted]"), "");
+        // A multi-byte boundary that does not match is a mismatch, not a panic.
+        s.partial("e3", "é");
+        assert_eq!(s.rest("e3", "aé"), "");
+    }
+
+    #[test]
+    fn remembered_events_are_bounded() {
+        let mut s = Streamed::default();
+        for i in 0..1000 {
+            s.partial(&format!("e{i}"), "x");
+        }
+        assert_eq!(s.by_event.len(), STREAMED_EVENTS);
+        assert_eq!(s.rest("e0", "x"), "x", "the oldest was forgotten");
+        assert_eq!(s.rest("e999", "xy"), "y");
+    }
 }
