@@ -19,7 +19,7 @@ pub const DEFAULT_EVENT_PAGE: u32 = 100;
 pub const MAX_PAGE: u32 = 1000;
 
 /// ADK function names a restored event may not contain (they drive internal flows).
-const INTERNAL_FUNCTIONS: &[&str] = &[
+pub(crate) const INTERNAL_FUNCTIONS: &[&str] = &[
     "adk_request_credential",
     "adk_request_confirmation",
     "adk_request_input",

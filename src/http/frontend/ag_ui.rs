@@ -33,7 +33,8 @@ use futures::stream::{self, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// Events read for the closing `MESSAGES_SNAPSHOT` (the newest of the thread).
+/// The longest thread (in events) that gets a closing `MESSAGES_SNAPSHOT` (it replaces the
+/// client's transcript, so it is sent only when it holds the whole thread).
 const SNAPSHOT_EVENTS: u32 = 200;
 
 pub fn router() -> Router<AppState> {
@@ -89,6 +90,20 @@ pub fn client_tools(
                 ),
             ));
         }
+        if crate::http::sessions::INTERNAL_FUNCTIONS.contains(&name.as_str())
+            || name == crate::tools::builtin::TRANSFER_TO_AGENT
+        {
+            return Err(ApiError::bad_request(
+                "invalid_tool",
+                format!("{name:?} is a name agentd reserves; choose another"),
+            ));
+        }
+        if out.iter().any(|t| t.name == name) {
+            return Err(ApiError::bad_request(
+                "invalid_tool",
+                format!("tool {name:?} is declared twice"),
+            ));
+        }
         out.push(ToolDeclaration {
             name,
             description,
@@ -137,15 +152,18 @@ async fn run(
     let mut parts: Vec<Part> = vec![];
     for m in input.messages.iter().rev() {
         match m.get("role").and_then(Value::as_str) {
-            Some("user") if parts.is_empty() => {
+            Some("user") => {
+                // Only the trailing user message is new input; what precedes it was sent
+                // (and run) before.
                 let seen = m
                     .get("id")
                     .and_then(Value::as_str)
                     .is_some_and(|id| events.iter().any(|e| e.id == id));
                 let text = user_text(m);
-                if !seen && !text.is_empty() {
+                if !seen && !text.is_empty() && parts.is_empty() {
                     parts.push(Part::text(text));
                 }
+                break;
             }
             Some("tool") => {
                 let call_id = m
@@ -164,14 +182,16 @@ async fn run(
     }
     let current = head.as_ref().map(|h| h.state.clone()).unwrap_or_default();
     let mut delta = JsonMap::new();
+    // Only the session's own keys: `app:` and `user:` keys are shared with other sessions,
+    // where they may have changed since this client's copy (it would write back stale values).
     if let Some(Value::Object(client)) = &input.state {
         for (k, v) in client {
-            if !k.starts_with("temp:") && current.get(k) != Some(v) {
+            let shared = k.starts_with("temp:") || k.starts_with("app:") || k.starts_with("user:");
+            if !shared && current.get(k) != Some(v) {
                 delta.insert(k.clone(), v.clone());
             }
         }
     }
-    crate::http::auth::check_app_state(&state.gate, &caller, delta.keys())?;
     let mapper = AgUiStream::new(input.thread_id.clone(), input.run_id.clone(), true);
     if parts.is_empty() {
         let frames: Vec<_> = mapper.empty().iter().map(data_frame).collect();
@@ -209,22 +229,24 @@ async fn run(
     let mut start_state = current;
     start_state.extend(delta);
     let first: Vec<Value> = mapper.start(&start_state);
-    let items = Box::pin(super::handle_items(handle));
+    let items = Box::pin(super::handle_items(&state, handle));
     let rest = stream::unfold(Some((mapper, items, state.clone(), key)), |st| async move {
         let (mut mapper, mut items, app, key) = st?;
         match items.next().await {
             None => None,
             Some(RunItem::Done { status, .. }) => {
+                // The snapshots replace the client's copies: sent only when read in full.
                 let (final_state, transcript) = if status == RunStatus::Completed {
                     let head = app.store.session_head(&key).await.ok().flatten();
-                    let events = recent_events(&app, &key, SNAPSHOT_EVENTS)
-                        .await
-                        .unwrap_or_default();
-                    (head.map(|h| h.state).unwrap_or_default(), messages(&events))
+                    let events = recent_events(&app, &key, SNAPSHOT_EVENTS + 1).await.ok();
+                    let transcript = events
+                        .filter(|e| e.len() <= SNAPSHOT_EVENTS as usize)
+                        .map(|e| messages(&e));
+                    (head.map(|h| h.state), transcript)
                 } else {
-                    (JsonMap::new(), vec![])
+                    (None, None)
                 };
-                Some((mapper.end(status, &final_state, transcript), None))
+                Some((mapper.end(status, final_state.as_ref(), transcript), None))
             }
             Some(item) => {
                 let out = mapper.item(&item);

@@ -103,9 +103,14 @@ impl AgUiStream {
         self.ended
     }
 
-    /// The last events: for a completed run, the final state and transcript and
-    /// `RUN_FINISHED`; otherwise `RUN_ERROR`.
-    pub fn end(&mut self, status: RunStatus, state: &JsonMap, messages: Vec<Value>) -> Vec<Value> {
+    /// The last events: for a completed run, the final state and transcript (when they could
+    /// be read whole) and `RUN_FINISHED`; otherwise `RUN_ERROR`.
+    pub fn end(
+        &mut self,
+        status: RunStatus,
+        state: Option<&JsonMap>,
+        messages: Option<Vec<Value>>,
+    ) -> Vec<Value> {
         let mut out = vec![];
         if self.ended {
             return out;
@@ -113,8 +118,12 @@ impl AgUiStream {
         match status {
             RunStatus::Completed => {
                 self.close(&mut out);
-                out.push(json!({"type": "STATE_SNAPSHOT", "snapshot": client_state(state)}));
-                out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
+                if let Some(state) = state {
+                    out.push(json!({"type": "STATE_SNAPSHOT", "snapshot": client_state(state)}));
+                }
+                if let Some(messages) = messages {
+                    out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
+                }
                 out.push(json!({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id}));
                 self.ended = true;
             }
@@ -158,7 +167,9 @@ impl AgUiStream {
 
     fn partial(&mut self, event: &Event, out: &mut Vec<Value>) {
         let text = answer_text(event);
-        if text.is_empty() {
+        // Another message is streaming (agents running in parallel): this one is sent whole
+        // when it is committed (a closed message id must not be reopened).
+        if text.is_empty() || self.open_text.as_ref().is_some_and(|t| *t != event.id) {
             return;
         }
         self.step_for(&event.author, out);
@@ -308,7 +319,7 @@ mod tests {
                 seq,
             }));
         }
-        out.extend(s.end(RunStatus::Completed, &JsonMap::new(), vec![]));
+        out.extend(s.end(RunStatus::Completed, Some(&JsonMap::new()), Some(vec![])));
         assert_eq!(
             types(&out),
             [
@@ -339,7 +350,7 @@ mod tests {
             kind: "ModelError".into(),
             message: "boom".into(),
         }));
-        out.extend(s.end(RunStatus::Failed, &JsonMap::new(), vec![]));
+        out.extend(s.end(RunStatus::Failed, None, None));
         assert_eq!(
             types(&out),
             [
@@ -351,6 +362,36 @@ mod tests {
                 "RUN_ERROR"
             ]
         );
+    }
+
+    #[test]
+    fn parallel_agents_do_not_reopen_a_closed_message() {
+        let mut s = AgUiStream::new("t".into(), "r".into(), true);
+        let mut out = vec![];
+        for (e, seq) in [
+            (text_event("a1", "a", "A-", true), None),
+            (text_event("b1", "b", "B-", true), None),
+            (text_event("a1", "a", "A-more", true), None),
+            (text_event("a1", "a", "A-A-more", false), Some(2)),
+            (text_event("b1", "b", "B-all", false), Some(3)),
+        ] {
+            out.extend(s.item(&RunItem::Event {
+                event: Box::new(e),
+                seq,
+            }));
+        }
+        let starts: Vec<&str> = out
+            .iter()
+            .filter(|e| e["type"] == "TEXT_MESSAGE_START")
+            .filter_map(|e| e["messageId"].as_str())
+            .collect();
+        assert_eq!(starts, ["a1", "b1"], "{out:#?}");
+        let b_text: String = out
+            .iter()
+            .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT" && e["messageId"] == "b1")
+            .filter_map(|e| e["delta"].as_str())
+            .collect();
+        assert_eq!(b_text, "B-all");
     }
 
     #[test]

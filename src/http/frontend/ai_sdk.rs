@@ -269,7 +269,7 @@ async fn chat(
         &key.session_id,
     ));
     let mapper = UiStream::new(message_id, approvals(&headers), true);
-    let items = super::handle_items(handle);
+    let items = super::handle_items(&state, handle);
     Ok(sse_response(ui_frames(mapper, items), extra))
 }
 
@@ -345,12 +345,12 @@ async fn resume(
         ),
         None => (format!("msg_{}", run.invocation_id), vec![]),
     };
-    let followed = super::super::stream::follow_run_items(&state, &run.run_id, None).await?;
+    let followed = super::follow(&state, &run.run_id).await?;
     let earlier = stream::iter(earlier.into_iter().map(|e| RunItem::Event {
         event: Box::new(e.event),
         seq: Some(e.seq),
     }));
-    let items = earlier.chain(tokio_stream::wrappers::ReceiverStream::new(followed));
+    let items = earlier.chain(followed);
     let extra = stream_headers(run_headers(
         &run.run_id,
         &run.invocation_id,

@@ -127,6 +127,17 @@ impl UiStream {
         if thought.is_empty() && text.is_empty() {
             return;
         }
+        // Another response is streaming (agents running in parallel): this one is sent whole
+        // when it is committed, so neither is split into pieces.
+        let reasoning_id = format!("{}:r", event.id);
+        if self.open_text.as_ref().is_some_and(|t| *t != event.id)
+            || self
+                .open_reasoning
+                .as_ref()
+                .is_some_and(|r| *r != reasoning_id)
+        {
+            return;
+        }
         self.step_for(&event.id, out);
         if !thought.is_empty() {
             let id = format!("{}:r", event.id);

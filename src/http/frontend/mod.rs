@@ -24,15 +24,16 @@ use crate::agent::llm::history::REQUEST_CONFIRMATION;
 use crate::auth::Caller;
 use crate::event::{Event, JsonMap};
 use crate::runner::{RunHandle, RunRequest};
-use crate::store::{EventRange, SessionKey};
+use crate::store::{EventRange, RunStatus, SessionKey};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
 use futures::Stream;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::time::Duration;
 
 /// The header naming the user when authentication is off (or an admin key acts for a user).
 pub const USER_HEADER: &str = "x-agentd-user-id";
@@ -58,16 +59,30 @@ pub fn resolve_user(
     headers: &HeaderMap,
     body_user: Option<&str>,
 ) -> ApiResult<String> {
-    let named = match headers.get(USER_HEADER) {
-        Some(v) => Some(
-            v.to_str()
-                .map_err(|_| {
-                    ApiError::bad_request("invalid_id", "x-agentd-user-id must be printable ASCII")
-                })?
-                .to_string(),
-        ),
-        None => body_user.map(str::to_string),
-    };
+    let header = headers
+        .get(USER_HEADER)
+        .map(|v| {
+            v.to_str().map(str::to_string).map_err(|_| {
+                ApiError::bad_request("invalid_id", "x-agentd-user-id must be printable ASCII")
+            })
+        })
+        .transpose()?;
+    // A key that names another user in the header is a backend expecting to act for its end
+    // users: without an admin key that would put them all under one user, so it is refused.
+    // (The protocols' body user fields are advisory, as OpenAI's `user` is: ignored.)
+    if let (Some(own), Some(named)) = (&caller.user_id, &header) {
+        if !caller.admin && named != own {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "user_forbidden",
+                format!(
+                    "this key acts for user {own:?}; only an admin key may act for another user \
+                     (x-agentd-user-id)"
+                ),
+            ));
+        }
+    }
+    let named = header.or_else(|| body_user.map(str::to_string));
     let user = match (&caller.user_id, named) {
         (Some(_), Some(named)) if caller.admin && !named.is_empty() => named,
         (Some(own), _) => own.clone(),
@@ -313,17 +328,93 @@ pub fn sse_response(
     resp
 }
 
-/// The run's items as a stream that keeps the run's disconnect guard alive: dropping the
-/// response (the client went away) cancels the run if it asked for that.
-pub fn handle_items(handle: RunHandle) -> impl Stream<Item = RunItem> + Send + 'static {
-    let RunHandle { items, guard, .. } = handle;
-    futures::StreamExt::map(
+/// The run's items as a stream that keeps the run's disconnect guard alive (dropping the
+/// response, when the client went away, cancels the run if it asked for that), and that
+/// always ends with `Done` (see [`with_end`]).
+pub fn handle_items(
+    state: &AppState,
+    handle: RunHandle,
+) -> impl Stream<Item = RunItem> + Send + 'static {
+    let RunHandle {
+        run_id,
+        items,
+        guard,
+        ..
+    } = handle;
+    let items = futures::StreamExt::map(
         tokio_stream::wrappers::ReceiverStream::new(items),
         move |i| {
             let _keep = &guard;
             i
         },
-    )
+    );
+    with_end(state.clone(), run_id, items)
+}
+
+/// Follows run `run_id` from its start (from the database, then live), ending with `Done`.
+pub async fn follow(
+    state: &AppState,
+    run_id: &str,
+) -> ApiResult<impl Stream<Item = RunItem> + Send + 'static> {
+    let rx = super::stream::follow_run_items(state, run_id, None).await?;
+    Ok(with_end(
+        state.clone(),
+        run_id.to_string(),
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ))
+}
+
+/// How long a stream that lost its source waits for the run's end to be recorded.
+const END_WAIT: Duration = Duration::from_secs(5);
+
+/// `items`, ending with `Done` even when the source stopped first (a reader dropped for not
+/// reading, a follower stopped by shutdown or a failed read): every protocol then still
+/// closes its message. The end is read from the run's row; if the run is still going, the
+/// stream ends with an error saying so (the client can re-attach where its protocol allows).
+pub fn with_end(
+    state: AppState,
+    run_id: String,
+    items: impl Stream<Item = RunItem> + Send + 'static,
+) -> impl Stream<Item = RunItem> + Send + 'static {
+    let source = Box::pin(items);
+    let steps = futures::stream::unfold(Some(source), move |st| {
+        let (state, run_id) = (state.clone(), run_id.clone());
+        async move {
+            let mut source = st?;
+            match futures::StreamExt::next(&mut source).await {
+                Some(item @ RunItem::Done { .. }) => Some((vec![item], None)),
+                Some(item) => Some((vec![item], Some(source))),
+                None => Some((recorded_end(&state, &run_id).await, None)),
+            }
+        }
+    });
+    futures::StreamExt::flat_map(steps, futures::stream::iter)
+}
+
+async fn recorded_end(state: &AppState, run_id: &str) -> Vec<RunItem> {
+    let deadline = tokio::time::Instant::now() + END_WAIT;
+    loop {
+        match state.runner.get_run(run_id).await {
+            Ok(Some(r)) if r.status != RunStatus::Running => {
+                return vec![RunItem::Done {
+                    status: r.status,
+                    last_seq: r.last_seq,
+                }]
+            }
+            _ if tokio::time::Instant::now() >= deadline => break,
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    vec![
+        RunItem::Error {
+            kind: "stream_interrupted".into(),
+            message: "this stream ended before the run did".into(),
+        },
+        RunItem::Done {
+            status: RunStatus::Interrupted,
+            last_seq: None,
+        },
+    ]
 }
 
 /// `frames`, with a comment line after every quiet [`KEEP_ALIVE_EVERY`] so proxies keep the

@@ -27,11 +27,12 @@ use crate::agent::RunConfig;
 use crate::auth::Caller;
 use crate::event::{now_ts, Content, Event, FunctionCall, JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::Query;
 use crate::http::extract::{Json, Path};
 use crate::http::AppState;
 use crate::runner::{OnBusy, OnDisconnect, RunHandle, RunRequest};
 use crate::store::{CancelRequest, NewSession, RunRecord, RunStatus, SessionKey};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -125,8 +126,15 @@ fn user_content(parts: Vec<Part>) -> Content {
     }
 }
 
-/// Events for the messages of a new session (a stateless client's earlier turns).
-fn seed_events(messages: &[Value], agent: &str) -> Vec<Event> {
+/// Events for the messages of a new session (a stateless client's earlier turns). Only calls
+/// of the client's own tools (declared in this request) may be left for the client to answer;
+/// ADK's internal functions (confirmations, credentials, transfer) may not be seeded at all,
+/// as in an imported session: a forged confirmation would run a server tool.
+fn seed_events(
+    messages: &[Value],
+    agent: &str,
+    client_tools: &[crate::model::ToolDeclaration],
+) -> ApiResult<Vec<Event>> {
     let inv = crate::event::new_invocation_id();
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     let mut events = vec![];
@@ -160,8 +168,16 @@ fn seed_events(messages: &[Value], agent: &str) -> Vec<Event> {
                         .and_then(Value::as_str)
                         .and_then(|a| serde_json::from_str::<JsonMap>(a).ok())
                         .unwrap_or_default();
+                    if crate::http::sessions::INTERNAL_FUNCTIONS.contains(&name) {
+                        return Err(ApiError::bad_request(
+                            "invalid_message",
+                            format!("earlier messages cannot call the internal function {name}"),
+                        ));
+                    }
                     names.insert(id.into(), name.into());
-                    ids.push(id.to_string());
+                    if client_tools.iter().any(|t| t.name == name) {
+                        ids.push(id.to_string());
+                    }
                     parts.push(Part {
                         function_call: Some(FunctionCall {
                             id: Some(id.into()),
@@ -198,7 +214,7 @@ fn seed_events(messages: &[Value], agent: &str) -> Vec<Event> {
             _ => {} // system and developer messages: the agent has its own instructions
         }
     }
-    events
+    Ok(events)
 }
 
 /// Where the trailing input of `messages` starts: the last user message, or the `tool`
@@ -278,6 +294,19 @@ async fn seeded_session(
     Ok(SessionKey::new(app, user, session.id))
 }
 
+/// Starts the run; if it does not start and its session was created for it, the session is
+/// deleted again (a retried request must not leave a copy of the conversation each time).
+async fn start_or_forget(state: &AppState, seeded: bool, req: RunRequest) -> ApiResult<RunHandle> {
+    let key = req.key.clone();
+    let started = start_run(state, req).await;
+    if started.is_err() && seeded {
+        if let Err(e) = state.store.delete_session(&key).await {
+            tracing::warn!(error = %e, "could not delete the session of a run that did not start");
+        }
+    }
+    started
+}
+
 // ------------------------------------------------------------------ Chat Completions
 
 #[derive(Debug, Deserialize)]
@@ -310,6 +339,7 @@ async fn chat_completions(
         .map(|v| v.to_str().map(str::to_string))
         .transpose()
         .map_err(|_| ApiError::bad_request("invalid_id", "x-agentd-session-id must be ASCII"))?;
+    let bound_is_none = bound.is_none();
     let (key, parts) = match bound {
         Some(sid) => {
             crate::http::sessions::validate_id("x-agentd-session-id", &sid)?;
@@ -326,7 +356,7 @@ async fn chat_completions(
                 ));
             }
             let agent = root_agent(&state, &req.model)?;
-            let seed = seed_events(&req.messages[..split], &agent);
+            let seed = seed_events(&req.messages[..split], &agent, &tools)?;
             let open = waiting_calls(&seed);
             let parts = input_parts(&req.messages[split..], &open);
             if parts.is_empty() {
@@ -341,8 +371,9 @@ async fn chat_completions(
     if parts.is_empty() {
         return Err(no_input());
     }
-    let handle = start_run(
+    let handle = start_or_forget(
         &state,
+        bound_is_none,
         RunRequest {
             key: key.clone(),
             new_message: Some(user_content(parts)),
@@ -372,10 +403,10 @@ async fn chat_completions(
         .and_then(Value::as_bool)
         .unwrap_or(false);
     if !req.stream {
-        let mut items = handle.items;
+        let mut items = Box::pin(super::handle_items(&state, handle));
         let mut chunks = vec![mapper.start()];
         let mut status = RunStatus::Failed;
-        while let Some(item) = items.recv().await {
+        while let Some(item) = items.next().await {
             if let RunItem::Done { status: s, .. } = item {
                 status = s;
                 break;
@@ -389,7 +420,7 @@ async fn chat_completions(
         return Ok((extra, axum::Json(chat_completion(&mapper, &chunks))).into_response());
     }
     let first = data_frame(&mapper.start());
-    let items = super::handle_items(handle);
+    let items = super::handle_items(&state, handle);
     let body = items.flat_map(move |item| {
         let out = match item {
             RunItem::Done { status, .. } => mapper.end(status, include_usage),
@@ -580,7 +611,7 @@ async fn create_response(
                 ));
             }
             let agent = root_agent(&state, &req.model)?;
-            let seed = seed_events(&messages[..split], &agent);
+            let seed = seed_events(&messages[..split], &agent, &tools)?;
             let open = waiting_calls(&seed);
             let parts = input_parts(&messages[split..], &open);
             if parts.is_empty() {
@@ -595,8 +626,9 @@ async fn create_response(
     if parts.is_empty() {
         return Err(no_input());
     }
-    let handle: RunHandle = start_run(
+    let handle: RunHandle = start_or_forget(
         &state,
+        req.previous_response_id.is_none(),
         RunRequest {
             key: key.clone(),
             new_message: Some(user_content(parts)),
@@ -628,7 +660,7 @@ async fn create_response(
         // What a stream says is what a replay from the stored run can say again, byte for
         // byte: the request's own fields (background, previous_response_id) are not stored.
         let mapper = ResponsesStream::new(meta_of(&run, None, None), !req.background);
-        let items = super::handle_items(handle);
+        let items = super::handle_items(&state, handle);
         return Ok(sse_response(response_frames(mapper, items, None), extra));
     }
     let meta = meta_of(&run, Some(req.background), req.previous_response_id.clone());
@@ -640,9 +672,9 @@ async fn create_response(
     }
     let mut mapper = mapper;
     mapper.start();
-    let mut items = handle.items;
+    let mut items = Box::pin(super::handle_items(&state, handle));
     let mut status = RunStatus::Failed;
-    while let Some(item) = items.recv().await {
+    while let Some(item) = items.next().await {
         if let RunItem::Done { status: s, .. } = item {
             status = s;
             break;
@@ -676,15 +708,11 @@ async fn get_response(
     if !q.stream {
         return Ok(axum::Json(stored_response(&state, &run).await?).into_response());
     }
-    let items = super::super::stream::follow_run_items(&state, &run.run_id, None).await?;
+    let items = super::follow(&state, &run.run_id).await?;
     let mapper = ResponsesStream::new(meta_of(&run, None, None), false);
     let extra = run_headers(&run.run_id, &run.invocation_id, &run.session_id);
     Ok(sse_response(
-        response_frames(
-            mapper,
-            tokio_stream::wrappers::ReceiverStream::new(items),
-            q.starting_after,
-        ),
+        response_frames(mapper, items, q.starting_after),
         extra,
     ))
 }

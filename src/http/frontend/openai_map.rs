@@ -78,6 +78,8 @@ pub struct ChatStream {
     created: i64,
     model: String,
     text: Streamed,
+    /// The event whose partial text is being streamed.
+    streaming: Option<String>,
     tool_calls: usize,
     finish: Option<&'static str>,
     usage: Usage,
@@ -91,6 +93,7 @@ impl ChatStream {
             created,
             model,
             text: Streamed::default(),
+            streaming: None,
             tool_calls: 0,
             finish: None,
             usage: Usage::default(),
@@ -120,11 +123,18 @@ impl ChatStream {
             RunItem::Event { event, seq } if event.author != "user" => {
                 let text = answer_text(event);
                 if seq.is_none() {
-                    if !text.is_empty() {
+                    // One response streams at a time (agents in parallel): the others are sent
+                    // whole when committed, so texts never mix.
+                    let other = self.streaming.as_ref().is_some_and(|id| *id != event.id);
+                    if !text.is_empty() && !other {
+                        self.streaming = Some(event.id.clone());
                         self.text.partial(&event.id, &text);
                         out.push(self.chunk(json!({"content": text}), None));
                     }
                     return out;
+                }
+                if self.streaming.as_deref() == Some(event.id.as_str()) {
+                    self.streaming = None;
                 }
                 let rest = self.text.rest(&event.id, &text);
                 if !rest.is_empty() {
@@ -403,7 +413,10 @@ impl ResponsesStream {
             RunItem::Event { event, seq } if event.author != "user" => {
                 let text = answer_text(event);
                 if seq.is_none() {
-                    if self.partials && !text.is_empty() {
+                    // Another message is streaming (agents in parallel): this one is sent
+                    // whole when it is committed.
+                    let other = self.open.as_ref().is_some_and(|(id, ..)| *id != event.id);
+                    if self.partials && !text.is_empty() && !other {
                         self.open_message(&event.id, &mut out);
                         self.text.partial(&event.id, &text);
                         self.delta(&text, &mut out);
