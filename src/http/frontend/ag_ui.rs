@@ -12,17 +12,16 @@
 use super::ag_ui_map::{messages, AgUiStream};
 use super::{
     answer_part, check_app, data_frame, recent_events, resolve_user, response_object, run_headers,
-    sse_response, start_run, waiting_calls, MAX_CLIENT_TOOLS,
+    sse_response, start_run, turn, waiting_calls, MAX_CLIENT_TOOLS,
 };
 use crate::agent::context::RunItem;
-use crate::agent::RunConfig;
 use crate::auth::Caller;
-use crate::event::{Content, JsonMap, Part};
+use crate::event::{JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Json, Path};
 use crate::http::AppState;
 use crate::model::ToolDeclaration;
-use crate::runner::{OnBusy, OnDisconnect, RunRequest};
+use crate::runner::{OnDisconnect, RunRequest};
 use crate::store::{RunStatus, SessionKey};
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -206,22 +205,8 @@ async fn run(
     let handle = start_run(
         &state,
         RunRequest {
-            key: key.clone(),
-            new_message: Some(Content {
-                parts,
-                role: Some("user".into()),
-                extra: JsonMap::new(),
-            }),
             state_delta: (!delta.is_empty()).then_some(delta.clone()),
-            run_config: RunConfig {
-                streaming: true,
-                client_tools: tools,
-                ..Default::default()
-            },
-            on_busy: OnBusy::Reject,
-            on_disconnect: OnDisconnect::Cancel,
-            create_session: true,
-            max_duration: None,
+            ..turn(key.clone(), parts, true, tools, OnDisconnect::Cancel)
         },
     )
     .await?;

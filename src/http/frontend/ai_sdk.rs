@@ -13,16 +13,15 @@
 use super::ai_sdk_map::UiStream;
 use super::{
     answer_part, check_app, confirmation_answer, data_frame, open_calls, resolve_user,
-    response_object, run_headers, sse_response, start_run,
+    response_object, run_headers, sse_response, start_run, turn,
 };
 use crate::agent::context::RunItem;
-use crate::agent::RunConfig;
 use crate::auth::Caller;
-use crate::event::{decode_base64_any, Blob, Bytes64, Content, JsonMap, Part};
+use crate::event::{decode_base64_any, Blob, Bytes64, JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Json, Path};
 use crate::http::AppState;
-use crate::runner::{OnBusy, OnDisconnect, RunRequest};
+use crate::runner::OnDisconnect;
 use crate::store::{EventRange, RunStatus, SessionKey, StoredEvent};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -242,24 +241,8 @@ async fn chat(
     }
     let handle = start_run(
         &state,
-        RunRequest {
-            key: key.clone(),
-            new_message: Some(Content {
-                parts,
-                role: Some("user".into()),
-                extra: JsonMap::new(),
-            }),
-            state_delta: None,
-            run_config: RunConfig {
-                streaming: true,
-                ..Default::default()
-            },
-            on_busy: OnBusy::Reject,
-            // A dropped connection is not a stop: the client can resume the stream.
-            on_disconnect: OnDisconnect::Continue,
-            create_session: true,
-            max_duration: None,
-        },
+        // A dropped connection is not a stop: the client can resume the stream.
+        turn(key.clone(), parts, true, vec![], OnDisconnect::Continue),
     )
     .await?;
     let message_id = continued.unwrap_or_else(|| format!("msg_{}", handle.invocation_id));

@@ -21,9 +21,10 @@ use super::run::KEEP_ALIVE_EVERY;
 use super::AppState;
 use crate::agent::context::RunItem;
 use crate::agent::llm::history::REQUEST_CONFIRMATION;
+use crate::agent::RunConfig;
 use crate::auth::Caller;
 use crate::event::{Event, JsonMap};
-use crate::runner::{RunHandle, RunRequest};
+use crate::runner::{OnBusy, OnDisconnect, RunHandle, RunRequest};
 use crate::store::{EventRange, RunStatus, SessionKey};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -106,6 +107,35 @@ pub fn check_app(caller: &Caller, app: &str) -> ApiResult<()> {
         return Err(super::auth::app_hidden(app));
     }
     Ok(())
+}
+
+/// A frontend's turn as a run request: the new input as the user's message, the session
+/// created on demand, a busy session refused (409).
+pub fn turn(
+    key: SessionKey,
+    parts: Vec<crate::event::Part>,
+    streaming: bool,
+    client_tools: Vec<crate::model::ToolDeclaration>,
+    on_disconnect: OnDisconnect,
+) -> RunRequest {
+    RunRequest {
+        key,
+        new_message: Some(crate::event::Content {
+            parts,
+            role: Some("user".into()),
+            extra: JsonMap::new(),
+        }),
+        state_delta: None,
+        run_config: RunConfig {
+            streaming,
+            client_tools,
+            ..Default::default()
+        },
+        on_busy: OnBusy::Reject,
+        on_disconnect,
+        create_session: true,
+        max_duration: None,
+    }
 }
 
 /// Starts a run, mapping pre-stream failures to the same JSON errors as `/run`.

@@ -20,17 +20,16 @@
 use super::openai_map::{chat_completion, ChatStream, ResponseMeta, ResponsesStream};
 use super::{
     answer_part, check_app, data_frame, open_calls, resolve_user, response_object, run_headers,
-    sse_response, start_run, waiting_calls,
+    sse_response, start_run, turn, waiting_calls,
 };
 use crate::agent::context::RunItem;
-use crate::agent::RunConfig;
 use crate::auth::Caller;
 use crate::event::{now_ts, Content, Event, FunctionCall, JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Query;
 use crate::http::extract::{Json, Path};
 use crate::http::AppState;
-use crate::runner::{OnBusy, OnDisconnect, RunHandle, RunRequest};
+use crate::runner::{OnDisconnect, RunHandle, RunRequest};
 use crate::store::{CancelRequest, NewSession, RunRecord, RunStatus, SessionKey};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -274,6 +273,30 @@ fn no_input() -> ApiError {
     )
 }
 
+/// A stateless client's first request: a new session holding the earlier `messages`, and the
+/// trailing input to run.
+async fn new_conversation(
+    state: &AppState,
+    app: &str,
+    user: &str,
+    messages: &[Value],
+    tools: &[crate::model::ToolDeclaration],
+) -> ApiResult<(SessionKey, Vec<Part>)> {
+    let split = input_start(messages);
+    if split > MAX_SEED_MESSAGES {
+        return Err(ApiError::bad_request(
+            "too_many_messages",
+            format!("a new conversation takes at most {MAX_SEED_MESSAGES} earlier messages"),
+        ));
+    }
+    let seed = seed_events(&messages[..split], &root_agent(state, app)?, tools)?;
+    let parts = input_parts(&messages[split..], &waiting_calls(&seed));
+    if parts.is_empty() {
+        return Err(no_input());
+    }
+    Ok((seeded_session(state, app, user, seed).await?, parts))
+}
+
 /// Creates a session seeded with `events`; its key.
 async fn seeded_session(
     state: &AppState,
@@ -348,25 +371,7 @@ async fn chat_completions(
             let parts = input_parts(&req.messages[split..], &open);
             (key, parts)
         }
-        None => {
-            if split > MAX_SEED_MESSAGES {
-                return Err(ApiError::bad_request(
-                    "too_many_messages",
-                    format!("a new session takes at most {MAX_SEED_MESSAGES} earlier messages"),
-                ));
-            }
-            let agent = root_agent(&state, &req.model)?;
-            let seed = seed_events(&req.messages[..split], &agent, &tools)?;
-            let open = waiting_calls(&seed);
-            let parts = input_parts(&req.messages[split..], &open);
-            if parts.is_empty() {
-                return Err(no_input());
-            }
-            (
-                seeded_session(&state, &req.model, &user, seed).await?,
-                parts,
-            )
-        }
+        None => new_conversation(&state, &req.model, &user, &req.messages, &tools).await?,
     };
     if parts.is_empty() {
         return Err(no_input());
@@ -374,20 +379,7 @@ async fn chat_completions(
     let handle = start_or_forget(
         &state,
         bound_is_none,
-        RunRequest {
-            key: key.clone(),
-            new_message: Some(user_content(parts)),
-            state_delta: None,
-            run_config: RunConfig {
-                streaming: req.stream,
-                client_tools: tools,
-                ..Default::default()
-            },
-            on_busy: OnBusy::Reject,
-            on_disconnect: OnDisconnect::Cancel,
-            create_session: true,
-            max_duration: None,
-        },
+        turn(key.clone(), parts, req.stream, tools, OnDisconnect::Cancel),
     )
     .await?;
     let extra = run_headers(&handle.run_id, &handle.invocation_id, &key.session_id);
@@ -589,7 +581,6 @@ async fn create_response(
     let user = resolve_user(&caller, &headers, req.user.as_deref())?;
     let tools = client_tools(&req.tools)?;
     let messages = input_messages(req.input.as_ref())?;
-    let split = input_start(&messages);
     let (key, parts) = match &req.previous_response_id {
         Some(prev) => {
             let run = response_run(&state, &caller, &headers, prev).await?;
@@ -603,25 +594,7 @@ async fn create_response(
             let open = open_calls(&state, &key).await?;
             (key, input_parts(&messages, &open))
         }
-        None => {
-            if split > MAX_SEED_MESSAGES {
-                return Err(ApiError::bad_request(
-                    "too_many_messages",
-                    format!("a new conversation takes at most {MAX_SEED_MESSAGES} earlier items"),
-                ));
-            }
-            let agent = root_agent(&state, &req.model)?;
-            let seed = seed_events(&messages[..split], &agent, &tools)?;
-            let open = waiting_calls(&seed);
-            let parts = input_parts(&messages[split..], &open);
-            if parts.is_empty() {
-                return Err(no_input());
-            }
-            (
-                seeded_session(&state, &req.model, &user, seed).await?,
-                parts,
-            )
-        }
+        None => new_conversation(&state, &req.model, &user, &messages, &tools).await?,
     };
     if parts.is_empty() {
         return Err(no_input());
@@ -629,25 +602,18 @@ async fn create_response(
     let handle: RunHandle = start_or_forget(
         &state,
         req.previous_response_id.is_none(),
-        RunRequest {
-            key: key.clone(),
-            new_message: Some(user_content(parts)),
-            state_delta: None,
-            run_config: RunConfig {
-                // A background response streams whole events only (see the module doc).
-                streaming: req.stream && !req.background,
-                client_tools: tools,
-                ..Default::default()
-            },
-            on_busy: OnBusy::Reject,
-            on_disconnect: if req.background {
+        turn(
+            key.clone(),
+            parts,
+            // A background response streams whole events only (see the module doc).
+            req.stream && !req.background,
+            tools,
+            if req.background {
                 OnDisconnect::Continue
             } else {
                 OnDisconnect::Cancel
             },
-            create_session: true,
-            max_duration: None,
-        },
+        ),
     )
     .await?;
     let extra = run_headers(&handle.run_id, &handle.invocation_id, &key.session_id);
