@@ -380,6 +380,16 @@ async fn openai_bad_requests(backend: Backend) {
     .expect("POST");
     let body = json_with_status(r, 400).await;
     assert_eq!(body["code"], "user_required", "{body}");
+    // OpenAI's error shape too, which the SDKs read.
+    assert_eq!(body["error"]["code"], "user_required", "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("x-agentd-user-id"),
+        "{body}"
+    );
     let r = post(
         "/v1/chat/completions",
         json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]}),

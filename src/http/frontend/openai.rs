@@ -59,6 +59,43 @@ pub fn router() -> Router<AppState> {
         .route("/v1/responses", post(create_response))
         .route("/v1/responses/{response_id}", get(get_response))
         .route("/v1/responses/{response_id}/cancel", post(cancel_response))
+        .route_layer(axum::middleware::map_response(openai_error))
+}
+
+/// Errors also in OpenAI's shape, `{"error": {"message", "type", "code", "param"}}`, which the
+/// OpenAI SDKs read (agentd's `detail` and `code` stay beside it).
+async fn openai_error(resp: Response) -> Response {
+    let status = resp.status();
+    let json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || !json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
+        return (status, "error").into_response();
+    };
+    let mut value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if let Some(obj) = value.as_object_mut().filter(|o| !o.contains_key("error")) {
+        let message = obj.get("detail").cloned().unwrap_or(Value::Null);
+        let message = match message {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        let kind = if status.is_server_error() {
+            "server_error"
+        } else {
+            "invalid_request_error"
+        };
+        obj.insert(
+            "error".into(),
+            json!({"message": message, "type": kind, "code": obj.get("code"), "param": null}),
+        );
+    }
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(value.to_string()))
 }
 
 async fn models(State(state): State<AppState>, caller: Caller) -> axum::Json<Value> {
