@@ -785,6 +785,65 @@ async fn ag_ui_runs(backend: Backend) {
     assert_eq!(m.unused(), 0);
 }
 
+/// AG-UI clients re-send the whole thread: a message already run (its id is the event id the
+/// transcript snapshot gave it) is not run again, and only the session's own state keys are
+/// taken from the client's state.
+async fn ag_ui_resent_thread(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let s = server(backend, &m, "agui-2").await;
+    let post = |body: Value| {
+        s.client
+            .post(s.url(&format!("/apps/{APP}/ag-ui")))
+            .header("x-agentd-user-id", USER)
+            .json(&body)
+            .send()
+    };
+    let events = |text: String| -> Vec<Value> {
+        text.split("\n\n")
+            .filter_map(|f| f.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect()
+    };
+    m.push("agui-2", Reply::text(&["One"]));
+    let first = post(
+        json!({"threadId": "t1", "runId": "r1", "tools": [], "context": [],
+        "state": {"mood": "happy", "user:name": "stale"},
+        "messages": [{"id": "m1", "role": "user", "content": "hello"}]}),
+    )
+    .await
+    .expect("POST");
+    let first = events(first.text().await.expect("body"));
+    let snapshot = first
+        .iter()
+        .find(|e| e["type"] == "MESSAGES_SNAPSHOT")
+        .unwrap_or_else(|| panic!("{first:#?}"));
+    let thread = snapshot["messages"].clone();
+    assert_eq!(thread.as_array().map(Vec::len), Some(2), "{thread}");
+    let state = first
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "STATE_SNAPSHOT")
+        .unwrap();
+    assert_eq!(
+        state["snapshot"],
+        json!({"mood": "happy"}),
+        "user: keys are not the client's to write"
+    );
+    // The same thread again, nothing new: nothing runs.
+    let again = post(json!({"threadId": "t1", "runId": "r2", "messages": thread}))
+        .await
+        .expect("POST");
+    let again = events(again.text().await.expect("body"));
+    let types: Vec<&str> = again.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(types, ["RUN_STARTED", "RUN_FINISHED"]);
+    assert_eq!(again[0]["runId"], "r2");
+    assert_eq!(
+        m.requests_for("agui-2").len(),
+        1,
+        "the model was asked once"
+    );
+}
+
 // ---------------------------------------------------------------------- ADK web UI
 
 /// ADK's dev UI served by `--web-ui-dir`, in headless Chromium: pick the app, chat, see the
@@ -1004,6 +1063,7 @@ both_backends!(
     ai_sdk_chats,
     ai_sdk_resume_and_stop,
     ag_ui_runs,
+    ag_ui_resent_thread,
     adk_web_ui,
     frontends_with_api_keys,
 );

@@ -11,8 +11,8 @@
 
 use super::ag_ui_map::{messages, AgUiStream};
 use super::{
-    answer_part, check_app, data_frame, recent_events, resolve_user, response_object, run_headers,
-    sse_response, start_run, turn, waiting_calls, MAX_CLIENT_TOOLS,
+    answer_part, check_app, data_frame, open_calls, recent_events, resolve_user, response_object,
+    run_headers, sse_response, start_run, turn, MAX_CLIENT_TOOLS,
 };
 use crate::agent::context::RunItem;
 use crate::auth::Caller;
@@ -144,20 +144,33 @@ async fn run(
     crate::http::sessions::validate_id("runId", &input.run_id)?;
     let key = SessionKey::new(app, user, input.thread_id.clone());
     let head = state.store.session_head(&key).await?;
-    let events = recent_events(&state, &key, super::OPEN_CALL_WINDOW).await?;
-    let open = waiting_calls(&events);
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
+    // The session's events are read only when the input answers tool calls.
+    let answers_calls = input.messages.last().and_then(role).as_deref() == Some("tool");
+    let open = if answers_calls && head.is_some() {
+        open_calls(&state, &key).await?
+    } else {
+        Default::default()
+    };
+    // A user message whose id is an event id (the ids `MESSAGES_SNAPSHOT` gave the client)
+    // was run before.
+    let seen = match input.messages.last() {
+        Some(m) if role(m).as_deref() == Some("user") && head.is_some() => {
+            match m.get("id").and_then(Value::as_str) {
+                Some(id) => state.store.find_event(&key, id).await?.is_some(),
+                None => false,
+            }
+        }
+        _ => false,
+    };
 
-    // New input: trailing tool answers for open calls, and a trailing user message not seen.
+    // New input: trailing tool answers for open calls, or the trailing user message.
     let mut parts: Vec<Part> = vec![];
     for m in input.messages.iter().rev() {
         match m.get("role").and_then(Value::as_str) {
             Some("user") => {
                 // Only the trailing user message is new input; what precedes it was sent
                 // (and run) before.
-                let seen = m
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .is_some_and(|id| events.iter().any(|e| e.id == id));
                 let text = user_text(m);
                 if !seen && !text.is_empty() && parts.is_empty() {
                     parts.push(Part::text(text));

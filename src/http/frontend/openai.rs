@@ -302,6 +302,22 @@ fn input_parts(messages: &[Value], open: &BTreeMap<String, String>) -> Vec<Part>
     parts
 }
 
+/// The calls the session waits for, read only when `input` answers some.
+async fn calls_answered(
+    state: &AppState,
+    key: &SessionKey,
+    input: &[Value],
+) -> ApiResult<BTreeMap<String, String>> {
+    if input
+        .iter()
+        .any(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+    {
+        open_calls(state, key).await
+    } else {
+        Ok(BTreeMap::new())
+    }
+}
+
 fn no_input() -> ApiError {
     ApiError::bad_request(
         "no_new_input",
@@ -404,7 +420,7 @@ async fn chat_completions(
         Some(sid) => {
             crate::http::sessions::validate_id("x-agentd-session-id", &sid)?;
             let key = SessionKey::new(req.model.clone(), user, sid);
-            let open = open_calls(&state, &key).await?;
+            let open = calls_answered(&state, &key, &req.messages[split..]).await?;
             let parts = input_parts(&req.messages[split..], &open);
             (key, parts)
         }
@@ -628,7 +644,7 @@ async fn create_response(
                 ));
             }
             let key = run.key();
-            let open = open_calls(&state, &key).await?;
+            let open = calls_answered(&state, &key, &messages).await?;
             (key, input_parts(&messages, &open))
         }
         None => new_conversation(&state, &req.model, &user, &messages, &tools).await?,
