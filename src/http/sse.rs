@@ -11,8 +11,13 @@
 
 use crate::agent::context::RunItem;
 use crate::event::{now_ts, Event};
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::Response;
 use bytes::Bytes;
+use futures::Stream;
 use serde_json::json;
+use std::convert::Infallible;
 
 fn data_frame(json: &str) -> Bytes {
     Bytes::from(format!("data: {json}\n\n"))
@@ -86,3 +91,26 @@ fn error_frame(kind: &str, message: &str) -> Bytes {
 
 /// Sent on `/run` after a quiet period so proxies keep the connection open.
 pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// An SSE response over `frames`, counted as an open stream while it lasts, with the headers
+/// every stream wants (no caching, no proxy buffering).
+pub fn event_stream(
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+    extra: HeaderMap,
+) -> Response {
+    let open = crate::metrics::OpenStream::new();
+    let body = Body::from_stream(futures::StreamExt::map(frames, move |f| {
+        let _open = &open;
+        Ok::<_, Infallible>(f)
+    }));
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    h.extend(extra);
+    resp
+}

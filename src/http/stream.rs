@@ -22,8 +22,7 @@ use crate::agent::context::RunItem;
 use crate::event::Event;
 use crate::runner::bus::BusMsg;
 use crate::store::{CancelRequest, EventRange, RunRecord, RunStatus, SessionKey, StoredEvent};
-use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -105,24 +104,7 @@ fn beyond_end(after: i64, last: i64) -> ApiError {
 }
 
 fn sse_body(rx: mpsc::Receiver<Bytes>, extra: HeaderMap) -> Response {
-    let open = crate::metrics::OpenStream::new();
-    let body = Body::from_stream(futures::StreamExt::map(
-        tokio_stream::wrappers::ReceiverStream::new(rx),
-        move |frame| {
-            let _open = &open;
-            Ok::<_, std::convert::Infallible>(frame)
-        },
-    ));
-    let mut resp = Response::new(body);
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    h.extend(extra);
-    resp
+    sse::event_stream(tokio_stream::wrappers::ReceiverStream::new(rx), extra)
 }
 
 /// Where a follower writes: SSE frames for a client, or the run's items for a protocol

@@ -277,16 +277,26 @@ fn ui_frames(
         .chain(stream::iter([Bytes::from_static(b"data: [DONE]\n\n")]))
 }
 
+/// The session of chat `chat_id` of the caller's user.
+fn chat_key(
+    caller: &Caller,
+    headers: &HeaderMap,
+    app: String,
+    chat_id: String,
+) -> ApiResult<SessionKey> {
+    check_app(caller, &app)?;
+    let user = resolve_user(caller, headers, None)?;
+    crate::http::sessions::validate_id("chatId", &chat_id)?;
+    Ok(SessionKey::new(app, user, chat_id))
+}
+
 async fn resume(
     State(state): State<AppState>,
     caller: Caller,
     Path((app, chat_id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    check_app(&caller, &app)?;
-    let user = resolve_user(&caller, &headers, None)?;
-    crate::http::sessions::validate_id("chatId", &chat_id)?;
-    let key = SessionKey::new(app, user, chat_id);
+    let key = chat_key(&caller, &headers, app, chat_id)?;
     let Some(run) = state
         .store
         .active_run(&key)
@@ -349,10 +359,7 @@ async fn stop(
     Path((app, chat_id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    check_app(&caller, &app)?;
-    let user = resolve_user(&caller, &headers, None)?;
-    crate::http::sessions::validate_id("chatId", &chat_id)?;
-    let key = SessionKey::new(app, user, chat_id);
+    let key = chat_key(&caller, &headers, app, chat_id)?;
     let req = crate::http::stream::cancel_request(&headers, Default::default())?;
     match state.runner.cancel_session(&key, &req).await? {
         Some(run) if run.status == RunStatus::Running => {

@@ -26,14 +26,11 @@ use crate::auth::Caller;
 use crate::event::{Event, JsonMap};
 use crate::runner::{OnBusy, OnDisconnect, RunHandle, RunRequest};
 use crate::store::{EventRange, RunStatus, SessionKey};
-use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue};
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::Router;
 use bytes::Bytes;
 use futures::Stream;
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::time::Duration;
 
 /// The header naming the user when authentication is off (or an admin key acts for a user).
@@ -336,27 +333,7 @@ pub fn data_frame(value: &serde_json::Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
 
-/// An SSE response over `frames`, with the headers every frontend protocol wants.
-pub fn sse_response(
-    frames: impl Stream<Item = Bytes> + Send + 'static,
-    extra: HeaderMap,
-) -> Response {
-    let open = crate::metrics::OpenStream::new();
-    let body = Body::from_stream(futures::StreamExt::map(frames, move |f| {
-        let _open = &open;
-        Ok::<_, Infallible>(f)
-    }));
-    let mut resp = Response::new(body);
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    h.extend(extra);
-    resp
-}
+pub use super::sse::event_stream as sse_response;
 
 /// The run's items as a stream that keeps the run's disconnect guard alive (dropping the
 /// response, when the client went away, cancels the run if it asked for that), and that
