@@ -15,6 +15,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY src src
 COPY migrations migrations
+COPY assets assets
 COPY bench bench
 RUN cargo build --release --locked -p agentd --bin agentd
 

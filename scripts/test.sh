@@ -49,8 +49,8 @@ if [ -z "$url" ]; then
   url="postgres://postgres@127.0.0.1:$port/postgres"
 fi
 
-# The real frontend clients the tests drive, pinned in lockfiles under tests/clients/:
-# the openai Python SDK (a venv) and the npm packages (ai, @ag-ui/client, playwright-core).
+# The real clients the tests drive, pinned in lockfiles under tests/clients/: the openai
+# Python SDK and schemathesis (venvs) and the npm packages (ai, @ag-ui/client, playwright-core).
 # Reinstalled only when a lockfile changes.
 clients=target/test-clients
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -68,6 +68,15 @@ if [ ! -x "$clients/python/bin/python" ] || ! cmp -s tests/clients/python/requir
   "$clients/python/bin/pip" install --quiet --disable-pip-version-check --require-hashes \
     -r tests/clients/python/requirements.txt
   cp tests/clients/python/requirements.txt "$stamp"
+fi
+# schemathesis, which scripts/fuzz-api.sh runs against the OpenAPI document (tests/openapi.rs).
+stamp="$clients/schemathesis/.requirements.txt"
+if [ ! -x "$clients/schemathesis/bin/st" ] || ! cmp -s tests/clients/schemathesis/requirements.txt "$stamp"; then
+  rm -rf "$clients/schemathesis"
+  python3 -m venv "$clients/schemathesis"
+  "$clients/schemathesis/bin/pip" install --quiet --disable-pip-version-check --require-hashes \
+    -r tests/clients/schemathesis/requirements.txt
+  cp tests/clients/schemathesis/requirements.txt "$stamp"
 fi
 for dir in tests/clients/node tests/clients/web-ui; do
   if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.agentd-lock"; then

@@ -32,7 +32,7 @@ pub fn new_invocation_id() -> String {
 }
 
 /// A persistent conversation: merged state plus its complete events, oldest first.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Session {
     pub id: String,
@@ -41,6 +41,7 @@ pub struct Session {
     #[serde(alias = "user_id")]
     pub user_id: String,
     /// The merged view: session keys, then `app:`- and `user:`-prefixed shared state.
+    #[schema(value_type = Object)]
     pub state: JsonMap,
     pub events: Vec<Event>,
     #[serde(alias = "last_update_time")]
@@ -48,7 +49,7 @@ pub struct Session {
 }
 
 /// One step of a conversation, authored by the user or an agent.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     #[serde(
@@ -88,6 +89,7 @@ pub struct Event {
         skip_serializing_if = "Option::is_none",
         alias = "custom_metadata"
     )]
+    #[schema(value_type = Option<Object>)]
     pub custom_metadata: Option<JsonMap>,
     #[serde(
         default,
@@ -121,6 +123,7 @@ pub struct Event {
     pub timestamp: f64,
     /// Every other field ADK defines (grounding, transcriptions, ...), kept verbatim.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: JsonMap,
 }
 
@@ -197,13 +200,14 @@ impl Event {
 }
 
 /// `content` of an event: parts plus the role (`user` or `model`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, utoipa::ToSchema)]
 pub struct Content {
     #[serde(default)]
     pub parts: Vec<Part>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: JsonMap,
 }
 
@@ -218,7 +222,7 @@ impl Content {
 }
 
 /// One piece of content: text, bytes, a function call or response, or anything else ADK knows.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Part {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -250,6 +254,7 @@ pub struct Part {
     )]
     pub function_response: Option<FunctionResponse>,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: JsonMap,
 }
 
@@ -272,7 +277,7 @@ impl Part {
 }
 
 /// Inline bytes with their MIME type.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Blob {
     pub data: Bytes64,
@@ -286,30 +291,34 @@ pub struct Blob {
     pub display_name: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, utoipa::ToSchema)]
 pub struct FunctionCall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub args: JsonMap,
     pub name: String,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: JsonMap,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, utoipa::ToSchema)]
 pub struct FunctionResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     pub name: String,
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub response: JsonMap,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: JsonMap,
 }
 
 /// What an event does besides its content. The four maps are always serialized.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventActions {
     #[serde(
@@ -319,6 +328,7 @@ pub struct EventActions {
     )]
     pub skip_summarization: Option<bool>,
     #[serde(default, alias = "state_delta")]
+    #[schema(value_type = Object)]
     pub state_delta: JsonMap,
     /// `{filename: version}` of artifacts saved by this event.
     #[serde(default, alias = "artifact_delta")]
@@ -338,8 +348,10 @@ pub struct EventActions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalate: Option<bool>,
     #[serde(default, alias = "requested_auth_configs")]
+    #[schema(value_type = Object)]
     pub requested_auth_configs: JsonMap,
     #[serde(default, alias = "requested_tool_confirmations")]
+    #[schema(value_type = Object)]
     pub requested_tool_confirmations: JsonMap,
     #[serde(
         default,
@@ -354,6 +366,7 @@ pub struct EventActions {
     )]
     pub agent_state: Option<Value>,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: JsonMap,
 }
 
@@ -367,6 +380,18 @@ impl EventActions {
 /// Bytes that travel as base64: written url-safe with padding, read in either alphabet.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Bytes64(pub Vec<u8>);
+
+/// Base64 text on the wire (standard or URL-safe alphabet, padding optional, when read).
+impl utoipa::PartialSchema for Bytes64 {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .content_encoding("base64")
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Bytes64 {}
 
 impl std::fmt::Debug for Bytes64 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -458,6 +458,29 @@ async fn openai_bad_requests(backend: Backend) {
         .await
         .expect("POST");
     assert_eq!(json_with_status(r, 400).await["code"], "no_new_input");
+    // An app that does not exist is a 404 on every protocol, also when the request has
+    // nothing to run (AG-UI answered such a thread with an empty, successful run).
+    for (path, body) in [
+        (
+            "/apps/nope/ag-ui",
+            json!({"threadId": "t1", "runId": "r1", "messages": []}),
+        ),
+        (
+            "/apps/nope/ag-ui",
+            json!({"threadId": "t1", "runId": "r1",
+                "messages": [{"id": "m1", "role": "user", "content": "hi"}]}),
+        ),
+        (
+            "/apps/nope/chat",
+            json!({"id": "c1", "messages": [{"id": "m1", "role": "user",
+                "parts": [{"type": "text", "text": "hi"}]}]}),
+        ),
+        ("/v1/responses", json!({"model": "nope", "input": "hi"})),
+    ] {
+        let r = post(path, body, Some(USER)).await.expect("POST");
+        let body = json_with_status(r, 404).await;
+        assert_eq!(body["code"], "app_not_found", "{path}: {body}");
+    }
     let list = json_with_status(
         s.get(&format!("/apps/{APP}/users/{USER}/sessions")).await,
         200,

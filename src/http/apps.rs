@@ -3,28 +3,29 @@
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, Path, Query};
+use super::openapi::{Errors, Status};
 use super::AppState;
 use crate::store::{MemoryEntry, SessionKey};
-use axum::routing::{get, patch};
-use axum::Router;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/health", get(health))
-        .route("/ready", get(ready))
-        .route("/version", get(version))
-        .route("/list-apps", get(list_apps))
-        .route("/apps/{app}/app-info", get(app_info))
-        .route(
-            "/apps/{app}/users/{user}/memory",
-            patch(update_memory).get(search_memory),
-        )
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(health))
+        .routes(routes!(ready))
+        .routes(routes!(version))
+        .routes(routes!(list_apps))
+        .routes(routes!(app_info))
+        .routes(routes!(update_memory, search_memory))
 }
 
 /// Liveness plus a database round trip: a replica that cannot reach its database is not
 /// healthy (load balancers and the Docker HEALTHCHECK use this).
+#[utoipa::path(get, path = "/health", tag = "service",
+    responses((status = 200, description = "Alive and the database answers.", body = Status), Errors))]
 async fn health(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<Value>> {
     let probe = SessionKey::new("__health__", "__health__", "__health__");
     state.store.session_head(&probe).await.map_err(|e| {
@@ -41,6 +42,8 @@ async fn health(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<V
 /// Readiness for a load balancer: 503 `shutting_down` from the moment a shutdown starts (so
 /// the balancer stops sending new runs while in-flight ones drain), and 503 when the database
 /// is unreachable. `/health` stays 200 during a drain: the process is alive and finishing.
+#[utoipa::path(get, path = "/ready", tag = "service",
+    responses((status = 200, description = "Ready for new runs.", body = Status), Errors))]
 async fn ready(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<Value>> {
     if state.runner.is_draining() {
         return Err(ApiError::unavailable(
@@ -54,6 +57,9 @@ async fn ready(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<Va
         .map(|_| axum::Json(json!({ "status": "ready" })))
 }
 
+/// The server's version (ADK's shape).
+#[utoipa::path(get, path = "/version", tag = "service",
+    responses((status = 200, description = "The version.", body = VersionBody)))]
 async fn version() -> axum::Json<Value> {
     axum::Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
@@ -62,8 +68,18 @@ async fn version() -> axum::Json<Value> {
     }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct VersionBody {
+    version: String,
+    language: String,
+    language_version: String,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListAppsQuery {
+    /// An object with each app's root agent and description instead of the names.
     #[serde(default)]
     detailed: bool,
     /// Sent by the ADK web UI; ignored.
@@ -71,6 +87,38 @@ struct ListAppsQuery {
     _relative_path: Option<String>,
 }
 
+/// `GET /list-apps` answers the names, or with `?detailed=true` this.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct AppList {
+    apps: Vec<AppSummary>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct AppSummary {
+    name: String,
+    root_agent_name: String,
+    description: String,
+    language: String,
+    is_computer_use: bool,
+    /// Why the app failed to load, if it did.
+    #[schema(nullable = false)]
+    error: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum AppsBody {
+    Names(Vec<String>),
+    Detailed(AppList),
+}
+
+/// The apps the caller may use (ADK).
+#[utoipa::path(get, path = "/list-apps", tag = "apps", params(ListAppsQuery),
+    responses((status = 200, description = "App names, or details with `detailed=true`.", body = AppsBody), Errors))]
 async fn list_apps(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -102,6 +150,10 @@ async fn list_apps(
     axum::Json(json!({ "apps": apps }))
 }
 
+/// An app's agents and their tools (ADK's web UI reads it).
+#[utoipa::path(get, path = "/apps/{app}/app-info", tag = "apps",
+    params(super::openapi::AppPath),
+    responses((status = 200, description = "The app's agent tree.", body = AppInfoBody), Errors))]
 async fn app_info(
     state: axum::extract::State<AppState>,
     Path(app): Path<String>,
@@ -164,7 +216,20 @@ async fn app_info(
     })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct AppInfoBody {
+    name: String,
+    root_agent_name: String,
+    description: String,
+    language: String,
+    is_computer_use: bool,
+    /// Each agent by name: `name`, `description`, `instruction`, `tools`, `sub_agents`.
+    agents: std::collections::BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct UpdateMemoryRequest {
     #[serde(alias = "session_id")]
@@ -173,6 +238,10 @@ struct UpdateMemoryRequest {
 
 /// ADK: adds the session's events to the memory service (idempotent). 200 `null`, or 404
 /// when the session does not exist. Like ADK's session routes, the app is not checked.
+#[utoipa::path(patch, path = "/apps/{app}/users/{user}/memory", tag = "memory",
+    params(super::openapi::UserPath),
+    request_body = UpdateMemoryRequest,
+    responses((status = 200, description = "Added: `null`.", body = Value), Errors))]
 async fn update_memory(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,
@@ -188,21 +257,27 @@ async fn update_memory(
 pub const DEFAULT_MEMORY_RESULTS: u32 = 10;
 pub const MAX_MEMORY_RESULTS: u32 = 100;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct SearchMemoryQuery {
+    /// Words; a memory matching any of them is found.
     #[serde(default)]
     query: String,
+    /// At most this many (default 10, at most 100).
     #[serde(default)]
     limit: Option<u32>,
 }
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, ToSchema)]
 struct SearchMemoryResponse {
     memories: Vec<MemoryEntry>,
 }
 
 /// agentd: `GET …/memory?query=…&limit=…`, the user's memories matching any word of `query`,
 /// best first (`limit` default 10, at most 100). A blank query finds nothing.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/memory", tag = "memory",
+    params(super::openapi::UserPath, SearchMemoryQuery),
+    responses((status = 200, description = "The matching memories, best first.", body = SearchMemoryResponse), Errors))]
 async fn search_memory(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,

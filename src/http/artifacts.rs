@@ -4,20 +4,26 @@
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, Path, Query};
+use super::openapi::{Errors, SessionPath};
 use super::AppState;
 use crate::event::{JsonMap, Part};
 use crate::store::{ArtifactScope, ArtifactVersion, ArtifactWrite};
 use axum::routing::get;
-use axum::Router;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::{IntoParams, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/apps/{app}/users/{user}/sessions/{session}/artifacts",
-            get(list_artifacts).post(save_artifact),
-        )
+/// The wildcard routes' entries: OpenAPI has no wildcard segment, so they are documented with
+/// a `{path}` parameter and routed by hand.
+#[derive(OpenApi)]
+#[openapi(paths(get_artifact_path, delete_artifact))]
+struct WildcardDoc;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(WildcardDoc::openapi())
+        .routes(routes!(list_artifacts, save_artifact))
         .route(
             "/apps/{app}/users/{user}/sessions/{session}/artifacts/{*rest}",
             get(get_artifact_path).delete(delete_artifact),
@@ -28,6 +34,10 @@ fn scope(app: &str, user: &str, session: &str) -> ArtifactScope {
     ArtifactScope::new(app, user, session)
 }
 
+/// The names of the session's artifacts (with the user's `user:` ones).
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}/artifacts", tag = "artifacts",
+    params(SessionPath),
+    responses((status = 200, description = "Artifact names.", body = Vec<String>), Errors))]
 async fn list_artifacts(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -39,15 +49,21 @@ async fn list_artifacts(
     Ok(axum::Json(keys))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct SaveArtifactRequest {
     filename: String,
+    /// The content: text or `inlineData`.
     artifact: Part,
     #[serde(default, alias = "custom_metadata")]
+    #[schema(value_type = Option<Object>)]
     custom_metadata: Option<JsonMap>,
 }
 
+/// Saves a new version of an artifact (ADK).
+#[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/artifacts", tag = "artifacts",
+    params(SessionPath), request_body = SaveArtifactRequest,
+    responses((status = 200, description = "The new version.", body = ArtifactVersion), Errors))]
 async fn save_artifact(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -119,11 +135,21 @@ fn parse_version(v: &str) -> ApiResult<Option<i64>> {
     })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct LoadQuery {
+    /// A version to load (default: the newest).
     version: Option<i64>,
 }
 
+/// Loads an artifact, or reads its versions (ADK's artifact routes).
+///
+/// `{path}` is `<name>` (the newest version, or `?version=N`), `<name>/versions` (the version
+/// numbers), `<name>/versions/metadata`, `<name>/versions/{n}` or
+/// `<name>/versions/{n}/metadata`. A name may contain `/`.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}/artifacts/{path}", tag = "artifacts",
+    params(SessionPath, ("path" = String, Path, description = "The artifact's name, then optionally `/versions…`"), LoadQuery),
+    responses((status = 200, description = "The artifact (a `Part`), its versions, or version metadata.", body = Value), Errors))]
 async fn get_artifact_path(
     state: axum::extract::State<AppState>,
     Path((app, user, session, rest)): Path<(String, String, String, String)>,
@@ -163,6 +189,10 @@ fn artifact_not_found() -> ApiError {
     ApiError::not_found("artifact_not_found", "Artifact not found")
 }
 
+/// Deletes an artifact, every version (ADK).
+#[utoipa::path(delete, path = "/apps/{app}/users/{user}/sessions/{session}/artifacts/{path}", tag = "artifacts",
+    params(SessionPath, ("path" = String, Path, description = "The artifact's name")),
+    responses((status = 200, description = "Deleted (or there was nothing to delete): `null`.", body = Value), Errors))]
 async fn delete_artifact(
     state: axum::extract::State<AppState>,
     Path((app, user, session, name)): Path<(String, String, String, String)>,

@@ -21,7 +21,19 @@ use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Routes any prober may call: liveness, readiness, the version.
-const OPEN_PATHS: &[&str] = &["/health", "/ready", "/version"];
+/// Open to anyone: probes, and the API's description (it says what the routes are, not what
+/// they hold).
+const OPEN_PATHS: &[&str] = &[
+    "/health",
+    "/ready",
+    "/version",
+    "/openapi.json",
+    "/docs",
+    "/docs/",
+    "/docs/swagger-ui-bundle.js",
+    "/docs/swagger-ui.css",
+    "/docs/favicon-32x32.png",
+];
 
 type Limiter = governor::DefaultKeyedRateLimiter<String>;
 

@@ -17,6 +17,7 @@ pub mod error;
 pub mod extract;
 pub mod frontend;
 pub mod idempotency;
+pub mod openapi;
 pub mod run;
 pub mod session_body;
 pub mod sessions;
@@ -56,16 +57,11 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Builds the full application router.
 pub fn router(state: AppState, args: &ServeArgs) -> Router {
-    let api = Router::new()
-        .merge(apps::router())
-        .merge(sessions::router())
-        .merge(artifacts::router())
-        .merge(run::router())
-        .merge(stream::router())
-        .merge(frontend::router())
+    let (api, doc) = api_routes().split_for_parts();
+    let api = api
+        .merge(openapi::router(&doc))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .route("/metrics", axum::routing::get(render_metrics))
         .layer(axum::middleware::from_fn(retry_reads))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -123,6 +119,19 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
     ]))
     .layer(PropagateRequestIdLayer::new(REQUEST_ID))
     .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// Every documented route, with the document they make (see [`openapi`]).
+pub fn api_routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
+    use utoipa::OpenApi;
+    utoipa_axum::router::OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .merge(apps::router())
+        .merge(sessions::router())
+        .merge(artifacts::router())
+        .merge(run::router())
+        .merge(stream::router())
+        .merge(frontend::router())
+        .routes(utoipa_axum::routes!(render_metrics))
 }
 
 fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
@@ -213,7 +222,11 @@ async fn track_http(req: Request<axum::body::Body>, next: axum::middleware::Next
     resp
 }
 
-/// Prometheus text exposition of agentd's metrics (see [`crate::metrics`]).
+/// Prometheus text exposition of agentd's metrics (see [`crate::metrics`]). Open unless the
+/// server runs with `--protect-metrics`, which asks for an admin key.
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses((status = 200, description = "Prometheus text format 0.0.4.", content_type = "text/plain",
+        body = String), openapi::Errors))]
 async fn render_metrics(state: axum::extract::State<AppState>) -> Response {
     let (open, idle) = state.store.pool_stats();
     metrics::gauge!("agentd_db_pool_connections", "state" => "idle").set(idle as f64);

@@ -8,6 +8,7 @@ use super::auth::Gate;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, Path};
 use super::idempotency::{self, Prior};
+use super::openapi::{Errors, EventStream};
 use super::sse;
 use super::stream::Framing;
 use super::AppState;
@@ -20,13 +21,14 @@ use crate::store::{RunRecord, RunStatus, SessionKey};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use serde::Deserialize;
 use std::convert::Infallible;
 use std::time::Duration;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// The most `customMetadata` a run may carry, as JSON bytes.
 pub const MAX_CUSTOM_METADATA_BYTES: usize = 64 * 1024;
@@ -38,29 +40,45 @@ const MAX_JSON_PARTIAL_BYTES: usize = 8 * 1024 * 1024;
 /// Quiet time on `/run` after which a keep-alive comment is sent.
 pub const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/run_sse", post(run_sse))
-        .route("/run", post(run))
-        .route("/runs/{run_id}", get(get_run))
-        .route("/runs/{run_id}/cancel", post(cancel_run))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(run_sse))
+        .routes(routes!(run))
+        .routes(routes!(get_run))
+        .routes(routes!(cancel_run))
 }
 
 /// ADK's `RunAgentRequest` plus agentd's additive fields.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentRequest {
     #[serde(default, alias = "app_name")]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^/\\u0000-\\u001f\\u007f-\\u009f]+$"
+    )]
     app_name: Option<String>,
     #[serde(alias = "user_id")]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^/\\u0000-\\u001f\\u007f-\\u009f]+$"
+    )]
     user_id: String,
     #[serde(alias = "session_id")]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^/\\u0000-\\u001f\\u007f-\\u009f]+$"
+    )]
     session_id: String,
     #[serde(default, alias = "new_message")]
     new_message: Option<Content>,
     #[serde(default)]
     streaming: bool,
     #[serde(default, alias = "state_delta")]
+    #[schema(value_type = Option<Object>)]
     state_delta: Option<JsonMap>,
     #[serde(default, alias = "function_call_event_id")]
     function_call_event_id: Option<String>,
@@ -73,6 +91,7 @@ pub struct RunAgentRequest {
     #[serde(default)]
     resume: bool,
     #[serde(default, alias = "custom_metadata")]
+    #[schema(value_type = Option<Object>)]
     custom_metadata: Option<JsonMap>,
     #[serde(default, alias = "service_tier")]
     #[allow(dead_code)]
@@ -253,6 +272,19 @@ async fn start_keyed(
 }
 
 /// ADK `/run_sse`.
+///
+/// Runs the agent and streams its events as `data: <Event JSON>` frames (partial events
+/// included with `streaming: true`), ending when the run ends. A problem before the stream is
+/// a JSON error; one during the run is an event with `errorCode`. `Idempotency-Key`: a repeat
+/// with the same key and body re-attaches to the first run's stream.
+#[utoipa::path(post, path = "/run_sse", tag = "runs",
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "A repeat with this key and the same body re-attaches instead of running again")),
+    request_body = RunAgentRequest,
+    responses((status = 200, description = "The run's events, as SSE `data:` frames.",
+        content_type = "text/event-stream", body = EventStream,
+        headers(("x-agentd-run-id" = String, description = "The run (re-attach, cancel)"),
+            ("x-agentd-invocation-id" = String))), Errors))]
 async fn run_sse(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -294,7 +326,7 @@ async fn run_sse(
                 .map(Ok::<_, Infallible>),
         )
     });
-    Ok(sse_response(Body::from_stream(frames), headers))
+    Ok(sse_response(Body::from_stream(frames.fuse()), headers))
 }
 
 fn run_headers(handle: &RunHandle) -> HeaderMap {
@@ -319,6 +351,16 @@ fn wants_json(headers: &HeaderMap) -> bool {
 
 /// agentd `/run`: SSE with ids, keep-alives and a final `event: done` by default; the ADK JSON
 /// array of every event with `Accept: application/json`.
+#[utoipa::path(post, path = "/run", tag = "runs",
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "A repeat with this key and the same body re-attaches (or answers the first response)")),
+    request_body = RunAgentRequest,
+    responses((status = 200, description = "SSE frames `id: <seq>` + `data: <Event>` for committed events, \
+            `data:` for partials, `event: error`, and a last `event: done` with the run's outcome; \
+            or, with `Accept: application/json`, every event of the run as one array.",
+        content((EventStream = "text/event-stream"), (Vec<Event> = "application/json")),
+        headers(("x-agentd-run-id" = String, description = "The run (re-attach, cancel)"),
+            ("x-agentd-invocation-id" = String))), Errors))]
 async fn run(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -385,7 +427,7 @@ async fn run(
         },
     )
     .map(Ok::<_, Infallible>);
-    Ok(sse_response(Body::from_stream(frames), resp_headers))
+    Ok(sse_response(Body::from_stream(frames.fuse()), resp_headers))
 }
 
 /// ADK `/run` semantics: wait for the end, answer every event (partials included) as JSON.
@@ -481,6 +523,10 @@ pub(super) async fn visible_run(
         .ok_or_else(run_not_found)
 }
 
+/// A run: its status, owner, timing, seq range and cancel record.
+#[utoipa::path(get, path = "/runs/{run_id}", tag = "runs",
+    params(("run_id" = String, Path, description = "From `x-agentd-run-id`")),
+    responses((status = 200, description = "The run.", body = RunRecord), Errors))]
 async fn get_run(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -492,6 +538,10 @@ async fn get_run(
 /// Cancels a running run on whichever replica executes it: 202 with the run, 404 if unknown,
 /// 409 if it already ended. Optional body `{"reason": "…"}`; who asked and why are kept on
 /// the run (the first request's).
+#[utoipa::path(post, path = "/runs/{run_id}/cancel", tag = "runs",
+    params(("run_id" = String, Path, description = "From `x-agentd-run-id`")),
+    request_body(content = Option<super::stream::CancelBody>, description = "Optional"),
+    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors))]
 async fn cancel_run(
     state: axum::extract::State<AppState>,
     caller: Caller,

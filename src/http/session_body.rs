@@ -97,7 +97,9 @@ pub async fn session_response(
             }
         },
     );
-    let mut resp = Response::new(Body::from_stream(body));
+    // Fused: a body may be polled again after its end (tower-http's gzip encoder does), and an
+    // `unfold` polled after it ended panics, which cut the connection with no response.
+    let mut resp = Response::new(Body::from_stream(futures::StreamExt::fuse(body)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

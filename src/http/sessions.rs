@@ -3,15 +3,17 @@
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, JsonBody, Path, Query};
+use super::openapi::{Errors, SessionPath, UserPath};
 use super::AppState;
 use crate::event::{Event, JsonMap, Session};
 use crate::store::{EventRange, NewSession, SessionCursor, SessionKey};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::Router;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Default and largest page sizes.
 pub const DEFAULT_SESSION_PAGE: u32 = 1000;
@@ -26,35 +28,39 @@ pub(crate) const INTERNAL_FUNCTIONS: &[&str] = &[
     "transfer_to_agent",
 ];
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/apps/{app}/users/{user}/sessions",
-            get(list_sessions).post(create_session),
-        )
-        .route(
-            "/apps/{app}/users/{user}/sessions/{session}",
-            get(get_session)
-                .post(create_session_by_path)
-                .delete(delete_session)
-                .patch(patch_session),
-        )
-        .route(
-            "/apps/{app}/users/{user}/sessions/{session}/events",
-            get(list_events),
-        )
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_sessions, create_session))
+        .routes(routes!(
+            get_session,
+            create_session_by_path,
+            delete_session,
+            patch_session
+        ))
+        .routes(routes!(list_events))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct CreateSessionRequest {
+    /// The new session's id (default: a generated UUID).
     #[serde(default, alias = "session_id")]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^/\\u0000-\\u001f\\u007f-\\u009f]+$"
+    )]
     session_id: Option<String>,
+    /// The initial state (`app:`/`user:` keys go to the shared scopes).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     state: Option<JsonMap>,
+    /// Events to restore, oldest first (no actions, no partials, no ADK-internal calls).
     #[serde(default)]
     events: Option<Vec<Event>>,
+    /// Not supported: must be absent or empty.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     options: Option<JsonMap>,
 }
 
@@ -112,6 +118,11 @@ fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
 
 /// ADK's create, plus `Idempotency-Key`: a repeat with the same key and body answers the first
 /// response (the same session), whether or not it named the session id.
+#[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions", tag = "sessions",
+    params(UserPath, ("Idempotency-Key" = Option<String>, Header,
+        description = "A repeat with this key and the same body answers the first response")),
+    request_body = CreateSessionRequest,
+    responses((status = 200, description = "The new session.", body = Session), Errors))]
 async fn create_session(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -203,6 +214,10 @@ async fn create_session_inner(
 }
 
 /// Deprecated ADK route: the body is the bare initial state (or nothing).
+#[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}", tag = "sessions",
+    params(SessionPath),
+    request_body(content = Option<Object>, description = "The initial state, or `null`"),
+    responses((status = 200, description = "The new session.", body = Session), Errors))]
 async fn create_session_by_path(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -246,12 +261,17 @@ async fn create(
     Ok(axum::Json(session))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct GetSessionQuery {
     /// Only the newest N events (agentd addition; ADK returns them all).
     limit: Option<u32>,
 }
 
+/// A session with its state and events (all of them, or the newest `limit`).
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}", tag = "sessions",
+    params(SessionPath, GetSessionQuery),
+    responses((status = 200, description = "The session.", body = Session), Errors))]
 async fn get_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -271,8 +291,10 @@ async fn get_session(
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListSessionsQuery {
+    /// Sessions per page (default 1000, at most 1000).
     limit: Option<u32>,
     /// The `x-next-cursor` of the previous page.
     cursor: Option<String>,
@@ -280,6 +302,11 @@ struct ListSessionsQuery {
 
 /// ADK's bare array, oldest update first. When more sessions exist than fit the page, the
 /// response carries `x-next-cursor` (pass it back as `?cursor=`) and a `Link: rel="next"`.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions", tag = "sessions",
+    params(UserPath, ListSessionsQuery),
+    responses((status = 200, description = "The user's sessions, without their events.",
+        body = Vec<Session>,
+        headers(("x-next-cursor" = String, description = "Present when there is a next page"))), Errors))]
 async fn list_sessions(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,
@@ -345,6 +372,9 @@ fn decode_cursor(s: &str) -> ApiResult<SessionCursor> {
 }
 
 /// ADK answers 200 `null` whether or not the session existed.
+#[utoipa::path(delete, path = "/apps/{app}/users/{user}/sessions/{session}", tag = "sessions",
+    params(SessionPath),
+    responses((status = 200, description = "Deleted (or there was nothing to delete): `null`.", body = Value), Errors))]
 async fn delete_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -356,15 +386,19 @@ async fn delete_session(
     Ok(axum::Json(Value::Null))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct UpdateSessionRequest {
     #[serde(alias = "state_delta")]
+    #[schema(value_type = Object)]
     state_delta: JsonMap,
 }
 
 /// Applies a state delta by appending a synthetic user event (`p-<uuid>` invocation), so
 /// the change is in the transcript and serializes with runs on the same append path.
+#[utoipa::path(patch, path = "/apps/{app}/users/{user}/sessions/{session}", tag = "sessions",
+    params(SessionPath), request_body = UpdateSessionRequest,
+    responses((status = 200, description = "The updated session.", body = Session), Errors))]
 async fn patch_session(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -385,8 +419,10 @@ async fn patch_session(
     super::session_body::session_response(&state, key, temp).await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListEventsQuery {
+    /// Events per page (default 100, at most 1000).
     limit: Option<u32>,
     /// Events with `seq` greater than this, oldest first.
     after: Option<i64>,
@@ -394,9 +430,11 @@ struct ListEventsQuery {
     before: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct EventPageBody {
+    /// Events, oldest first, each with its `seq`.
+    #[schema(value_type = Vec<Event>)]
     events: Vec<Value>,
     has_more: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -406,6 +444,9 @@ struct EventPageBody {
 }
 
 /// agentd addition: a page of a session's events, each with its `seq`.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}/events", tag = "sessions",
+    params(SessionPath, ListEventsQuery),
+    responses((status = 200, description = "A page of events.", body = EventPageBody), Errors))]
 async fn list_events(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,

@@ -99,6 +99,9 @@ pub fn event_stream(
     extra: HeaderMap,
 ) -> Response {
     let open = crate::metrics::OpenStream::new();
+    // Fused: a body may be polled again after its end (an encoding layer does), and most of
+    // these streams are `unfold`s, which panic when polled after they ended.
+    let frames = futures::StreamExt::fuse(frames);
     let body = Body::from_stream(futures::StreamExt::map(frames, move |f| {
         let _open = &open;
         Ok::<_, Infallible>(f)

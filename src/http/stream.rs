@@ -15,6 +15,7 @@
 
 use super::error::{problem, ApiError, ApiResult};
 use super::extract::Path;
+use super::openapi::{Errors, EventStream, SessionPath};
 use super::run::KEEP_ALIVE_EVERY;
 use super::sse;
 use super::AppState;
@@ -24,8 +25,6 @@ use crate::runner::bus::BusMsg;
 use crate::store::{CancelRequest, EventRange, RunRecord, RunStatus, SessionKey, StoredEvent};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
@@ -33,6 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// A follower re-reads the database this often even without a notification.
 const FOLLOW_POLL: Duration = Duration::from_secs(3);
@@ -41,21 +43,17 @@ const REPLAY_PAGE: u32 = 200;
 /// Frames buffered towards one follower.
 const FOLLOWER_FRAMES: usize = 64;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/runs/{run_id}/stream", get(run_stream))
-        .route(
-            "/apps/{app}/users/{user}/sessions/{session}/stream",
-            get(session_stream),
-        )
-        .route(
-            "/apps/{app}/users/{user}/sessions/{session}/cancel",
-            post(cancel_session),
-        )
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(run_stream))
+        .routes(routes!(session_stream))
+        .routes(routes!(cancel_session))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AfterQuery {
+    /// Resume after this seq (`Last-Event-ID` wins when both are sent).
     after: Option<String>,
 }
 
@@ -133,6 +131,13 @@ impl Out {
 
 // ---------------------------------------------------------------- run re-attach
 
+/// Re-attaches to a run from any replica: the committed events after `Last-Event-ID` (or
+/// `?after=`), then live, in `POST /run`'s frames, ending with `event: done`.
+#[utoipa::path(get, path = "/runs/{run_id}/stream", tag = "runs",
+    params(("run_id" = String, Path, description = "From `x-agentd-run-id`"), AfterQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "The last seq the client has")),
+    responses((status = 200, description = "`POST /run`'s SSE frames, from the resume point.",
+        content_type = "text/event-stream", body = EventStream), Errors))]
 async fn run_stream(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -412,6 +417,14 @@ impl RunFollower {
 
 // ---------------------------------------------------------------- session follow
 
+/// Follows a session across runs until the client leaves: every committed event as it lands
+/// (`id: <seq>`), the running run's partial events, and `event: run_started` /
+/// `event: run_done` around each run.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}/stream", tag = "sessions",
+    params(SessionPath, AfterQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "The last seq the client has")),
+    responses((status = 200, description = "SSE frames; the stream does not end by itself.",
+        content_type = "text/event-stream", body = EventStream), Errors))]
 async fn session_stream(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -625,7 +638,7 @@ impl SessionFollower {
 // ---------------------------------------------------------------- cancel
 
 /// Optional body of a cancel request.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CancelBody {
     /// Why (recorded on the run; at most 1,000 characters).
@@ -650,6 +663,11 @@ pub fn cancel_request(headers: &HeaderMap, body: CancelBody) -> ApiResult<Cancel
     Ok(CancelRequest { by, reason })
 }
 
+/// Cancels the session's running run (a stop button that does not need the run id).
+#[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/cancel", tag = "runs",
+    params(SessionPath),
+    request_body(content = Option<CancelBody>, description = "Optional"),
+    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors))]
 async fn cancel_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,

@@ -84,7 +84,7 @@ impl Default for RunnerConfig {
 }
 
 /// What a request does when its session already has a running run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OnBusy {
     /// Fail at once (HTTP 409).
@@ -97,7 +97,7 @@ pub enum OnBusy {
 }
 
 /// What happens to a run whose client disconnects.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OnDisconnect {
     #[default]

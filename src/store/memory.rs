@@ -35,7 +35,7 @@ pub trait MemoryStore: Send + Sync {
 }
 
 /// One remembered event.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryEntry {
     pub session_id: String,

@@ -211,11 +211,12 @@ pub struct ArtifactWrite {
 }
 
 /// Metadata of one stored artifact version (ADK `ArtifactVersion`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ArtifactVersion {
     pub version: i64,
     pub canonical_uri: String,
+    #[schema(value_type = Object)]
     pub custom_metadata: JsonMap,
     pub create_time: f64,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -43,7 +43,7 @@ pub struct NewRun {
 
 /// How a run ended. `Abandoned`: its process died (stopped heartbeating). `Interrupted`: the
 /// replica was shut down (drained) before the run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Running,
@@ -82,7 +82,7 @@ impl RunStatus {
 }
 
 /// A row of `runs`, as `GET /runs/{id}` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunRecord {
     pub run_id: String,

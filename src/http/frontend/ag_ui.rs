@@ -19,6 +19,7 @@ use crate::auth::Caller;
 use crate::event::{JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Json, Path};
+use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
 use crate::http::AppState;
 use crate::model::ToolDeclaration;
 use crate::runner::{OnDisconnect, RunRequest};
@@ -26,21 +27,22 @@ use crate::store::{RunStatus, SessionKey};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::routing::post;
-use axum::Router;
 use futures::stream::{self, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// The longest thread (in events) that gets a closing `MESSAGES_SNAPSHOT` (it replaces the
 /// client's transcript, so it is sent only when it holds the whole thread).
 const SNAPSHOT_EVENTS: u32 = 200;
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/apps/{app}/ag-ui", post(run))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(run))
 }
 
-#[derive(Debug, Deserialize)]
+/// AG-UI's `RunAgentInput`: the thread is the session.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct RunAgentInput {
     thread_id: String,
@@ -55,7 +57,8 @@ struct RunAgentInput {
     forwarded_props: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A tool the frontend runs.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct ClientTool {
     name: String,
     #[serde(default)]
@@ -126,6 +129,13 @@ fn user_text(m: &Value) -> String {
     }
 }
 
+/// Runs the agent on the thread's trailing user message (or tool results) and streams AG-UI
+/// events: `RUN_STARTED` … `RUN_FINISHED` or `RUN_ERROR`.
+#[utoipa::path(post, path = "/apps/{app}/ag-ui", tag = "ag-ui",
+    params(AppPath, UserHeader),
+    request_body = RunAgentInput,
+    responses((status = 200, description = "AG-UI events as SSE `data:` frames.",
+        content_type = "text/event-stream", body = EventStream), Errors))]
 async fn run(
     State(state): State<AppState>,
     caller: Caller,
@@ -133,7 +143,7 @@ async fn run(
     headers: HeaderMap,
     Json(input): Json<RunAgentInput>,
 ) -> ApiResult<Response> {
-    check_app(&caller, &app)?;
+    check_app(&state.apps, &caller, &app)?;
     let body_user = input
         .forwarded_props
         .as_ref()

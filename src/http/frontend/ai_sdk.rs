@@ -20,18 +20,20 @@ use crate::auth::Caller;
 use crate::event::{decode_base64_any, Blob, Bytes64, JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Json, Path};
+use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
 use crate::http::AppState;
 use crate::runner::OnDisconnect;
+use crate::store::RunRecord;
 use crate::store::{EventRange, RunStatus, SessionKey, StoredEvent};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use futures::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Sent by a client that wants ai 5's chunk set (no approval chunks): `5`.
 pub const VERSION_HEADER: &str = "x-agentd-ai-sdk-version";
@@ -39,16 +41,17 @@ pub const VERSION_HEADER: &str = "x-agentd-ai-sdk-version";
 /// How many of the session's newest events a resume reads to find the current message.
 const RESUME_WINDOW: u32 = 1000;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/apps/{app}/chat", post(chat))
-        .route("/apps/{app}/chat/{chat_id}/stream", get(resume))
-        .route("/apps/{app}/chat/{chat_id}/stop", post(stop))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(chat))
+        .routes(routes!(resume))
+        .routes(routes!(stop))
 }
 
 /// `useChat`'s request body (extra keys from the app's `body` option are ignored).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = AiSdkChatRequest)]
 struct ChatRequest {
     id: String,
     #[serde(default)]
@@ -62,11 +65,13 @@ struct ChatRequest {
     user_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct UiMessage {
     #[serde(default)]
     id: Option<String>,
+    /// `user`, `assistant` or `system`.
     role: String,
+    /// The AI SDK's `UIMessage` parts (`text`, `file`, `tool-*`, …).
     #[serde(default)]
     parts: Vec<Value>,
 }
@@ -197,6 +202,15 @@ fn answers(parts: &[Value], open: &std::collections::BTreeMap<String, String>) -
     out
 }
 
+/// The AI SDK's `DefaultChatTransport` endpoint: the chat (`id`) is the session; the last user
+/// message, or the tool outputs and approvals answering the calls the session waits for, is
+/// the input. Answers a UI message stream.
+#[utoipa::path(post, path = "/apps/{app}/chat", tag = "ai-sdk",
+    params(AppPath, UserHeader,
+        ("x-agentd-ai-sdk-version" = Option<String>, Header, description = "`5` for ai 5's chunk set (no approval chunks)")),
+    request_body = ChatRequest,
+    responses((status = 200, description = "UI message stream chunks as SSE `data:` frames, then `data: [DONE]`.",
+        content_type = "text/event-stream", body = EventStream), Errors))]
 async fn chat(
     State(state): State<AppState>,
     caller: Caller,
@@ -204,7 +218,7 @@ async fn chat(
     headers: HeaderMap,
     Json(req): Json<ChatRequest>,
 ) -> ApiResult<Response> {
-    check_app(&caller, &app)?;
+    check_app(&state.apps, &caller, &app)?;
     let user = resolve_user(&caller, &headers, req.user_id.as_deref())?;
     crate::http::sessions::validate_id("id", &req.id)?;
     if req.trigger.as_deref() == Some("regenerate-message") {
@@ -279,24 +293,31 @@ fn ui_frames(
 
 /// The session of chat `chat_id` of the caller's user.
 fn chat_key(
+    apps: &crate::apps::AppRegistry,
     caller: &Caller,
     headers: &HeaderMap,
     app: String,
     chat_id: String,
 ) -> ApiResult<SessionKey> {
-    check_app(caller, &app)?;
+    check_app(apps, caller, &app)?;
     let user = resolve_user(caller, headers, None)?;
     crate::http::sessions::validate_id("chatId", &chat_id)?;
     Ok(SessionKey::new(app, user, chat_id))
 }
 
+/// Resumes the chat's current message (`resumeStream()`): the whole message so far, then
+/// live; 204 when nothing is running.
+#[utoipa::path(get, path = "/apps/{app}/chat/{chat_id}/stream", tag = "ai-sdk",
+    params(AppPath, ("chat_id" = String, Path), UserHeader),
+    responses((status = 200, description = "UI message stream chunks as SSE.", content_type = "text/event-stream", body = EventStream),
+        (status = 204, description = "Nothing is running."), Errors))]
 async fn resume(
     State(state): State<AppState>,
     caller: Caller,
     Path((app, chat_id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let key = chat_key(&caller, &headers, app, chat_id)?;
+    let key = chat_key(&state.apps, &caller, &headers, app, chat_id)?;
     let Some(run) = state
         .store
         .active_run(&key)
@@ -353,13 +374,18 @@ async fn resume(
     Ok(sse_response(ui_frames(mapper, items), extra))
 }
 
+/// Stops the chat's running message (the run is cancelled); 204 when nothing is running.
+#[utoipa::path(post, path = "/apps/{app}/chat/{chat_id}/stop", tag = "ai-sdk",
+    params(AppPath, ("chat_id" = String, Path), UserHeader),
+    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord),
+        (status = 204, description = "Nothing is running."), Errors))]
 async fn stop(
     State(state): State<AppState>,
     caller: Caller,
     Path((app, chat_id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let key = chat_key(&caller, &headers, app, chat_id)?;
+    let key = chat_key(&state.apps, &caller, &headers, app, chat_id)?;
     let req = crate::http::stream::cancel_request(&headers, Default::default())?;
     match state.runner.cancel_session(&key, &req).await? {
         Some(run) if run.status == RunStatus::Running => {

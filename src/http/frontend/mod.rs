@@ -27,7 +27,6 @@ use crate::event::{Event, JsonMap};
 use crate::runner::{OnBusy, OnDisconnect, RunHandle, RunRequest};
 use crate::store::{EventRange, RunStatus, SessionKey};
 use axum::http::{HeaderMap, HeaderValue};
-use axum::Router;
 use bytes::Bytes;
 use futures::Stream;
 use std::collections::BTreeMap;
@@ -42,8 +41,8 @@ pub const OPEN_CALL_WINDOW: u32 = 500;
 /// Tools a client may declare with one request.
 pub const MAX_CLIENT_TOOLS: usize = 64;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> utoipa_axum::router::OpenApiRouter<AppState> {
+    utoipa_axum::router::OpenApiRouter::new()
         .merge(ai_sdk::router())
         .merge(ag_ui::router())
         .merge(openai::router())
@@ -97,10 +96,11 @@ pub fn resolve_user(
     Ok(user)
 }
 
-/// The app a request names, if the caller may use it (else 404 as for a missing app).
-pub fn check_app(caller: &Caller, app: &str) -> ApiResult<()> {
+/// The app a request names, if it exists and the caller may use it (else 404, the same for
+/// both, so a key limited to some apps cannot learn the others' names).
+pub fn check_app(apps: &crate::apps::AppRegistry, caller: &Caller, app: &str) -> ApiResult<()> {
     super::sessions::validate_id("app", app)?;
-    if !caller.may_use_app(app) {
+    if !caller.may_use_app(app) || apps.get(app).is_none() {
         return Err(super::auth::app_hidden(app));
     }
     Ok(())

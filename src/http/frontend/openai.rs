@@ -28,20 +28,21 @@ use crate::event::{now_ts, Content, Event, FunctionCall, JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Query;
 use crate::http::extract::{Json, Path};
+use crate::http::openapi::{EventStream, OpenAiErrors, UserHeader};
 use crate::http::AppState;
 use crate::runner::{OnDisconnect, RunHandle, RunRequest};
 use crate::store::{CancelRequest, NewSession, RunRecord, RunStatus, SessionKey};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use futures::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// The header that binds a Chat Completions call to a session.
 pub const SESSION_HEADER: &str = "x-agentd-session-id";
@@ -52,13 +53,13 @@ const MAX_SEED_MESSAGES: usize = 1000;
 /// How long a cancel waits for the run to stop before it answers.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/models", get(models))
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/responses", post(create_response))
-        .route("/v1/responses/{response_id}", get(get_response))
-        .route("/v1/responses/{response_id}/cancel", post(cancel_response))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(models))
+        .routes(routes!(chat_completions))
+        .routes(routes!(create_response))
+        .routes(routes!(get_response))
+        .routes(routes!(cancel_response))
         .route_layer(axum::middleware::map_response(openai_error))
 }
 
@@ -98,6 +99,9 @@ async fn openai_error(resp: Response) -> Response {
     Response::from_parts(parts, axum::body::Body::from(value.to_string()))
 }
 
+/// The apps the caller may use, as OpenAI models.
+#[utoipa::path(get, path = "/v1/models", tag = "openai",
+    responses((status = 200, description = "`{\"object\": \"list\", \"data\": [{\"id\": <app>, \"object\": \"model\", …}]}`", body = Object), OpenAiErrors))]
 async fn models(State(state): State<AppState>, caller: Caller) -> axum::Json<Value> {
     let data: Vec<Value> = state
         .apps
@@ -385,8 +389,11 @@ async fn start_or_forget(state: &AppState, seeded: bool, req: RunRequest) -> Api
 
 // ------------------------------------------------------------------ Chat Completions
 
-#[derive(Debug, Deserialize)]
+/// OpenAI's chat completion request (the fields agentd reads; others are ignored).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = ChatCompletionRequest)]
 struct ChatRequest {
+    /// The app.
     model: String,
     #[serde(default)]
     messages: Vec<Value>,
@@ -400,13 +407,22 @@ struct ChatRequest {
     user: Option<String>,
 }
 
+/// OpenAI Chat Completions over an app. With `x-agentd-session-id` it continues that session;
+/// without, it starts a new session seeded with the earlier `messages` and names it in the
+/// same header of the answer.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "openai",
+    params(("x-agentd-session-id" = Option<String>, Header, description = "Continue this session"), UserHeader),
+    request_body = ChatRequest,
+    responses((status = 200, description = "A `chat.completion` object, or with `stream: true` `chat.completion.chunk` SSE frames and `data: [DONE]`.",
+        content((Object = "application/json"), (EventStream = "text/event-stream")),
+        headers(("x-agentd-session-id" = String, description = "The session"))), OpenAiErrors))]
 async fn chat_completions(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
     Json(req): Json<ChatRequest>,
 ) -> ApiResult<Response> {
-    check_app(&caller, &req.model)?;
+    check_app(&state.apps, &caller, &req.model)?;
     let user = resolve_user(&caller, &headers, req.user.as_deref())?;
     let tools = client_tools(&req.tools)?;
     let split = input_start(&req.messages);
@@ -481,9 +497,12 @@ async fn chat_completions(
 
 // ------------------------------------------------------------------ Responses
 
-#[derive(Debug, Deserialize)]
+/// OpenAI's create-response request (the fields agentd reads; others are ignored).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct CreateResponse {
+    /// The app.
     model: String,
+    /// A string, or a list of messages and `function_call_output` items.
     #[serde(default)]
     input: Option<Value>,
     #[serde(default)]
@@ -624,13 +643,20 @@ fn response_frames(
     super::with_keep_alive(events)
 }
 
+/// OpenAI Responses over an app: streamed or not, `previous_response_id` continues that
+/// response's session, `background: true` runs on after the request.
+#[utoipa::path(post, path = "/v1/responses", tag = "openai",
+    params(UserHeader),
+    request_body = CreateResponse,
+    responses((status = 200, description = "A `response` object, or with `stream: true` Responses events as SSE (`event:` + `data:`).",
+        content((Object = "application/json"), (EventStream = "text/event-stream"))), OpenAiErrors))]
 async fn create_response(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
     Json(req): Json<CreateResponse>,
 ) -> ApiResult<Response> {
-    check_app(&caller, &req.model)?;
+    check_app(&state.apps, &caller, &req.model)?;
     let user = resolve_user(&caller, &headers, req.user.as_deref())?;
     let tools = client_tools(&req.tools)?;
     let messages = input_messages(req.input.as_ref())?;
@@ -708,14 +734,22 @@ async fn create_response(
     Ok((extra, axum::Json(response)).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct GetQuery {
+    /// Stream the response's events (replayed, then live).
     #[serde(default)]
     stream: bool,
+    /// With `stream`: only events with a larger `sequence_number`.
     #[serde(default)]
     starting_after: Option<u64>,
 }
 
+/// A response, or (`?stream=true`) its events from any replica, during or after the run.
+#[utoipa::path(get, path = "/v1/responses/{response_id}", tag = "openai",
+    params(("response_id" = String, Path), GetQuery, UserHeader),
+    responses((status = 200, description = "The `response` object, or its events as SSE.",
+        content((Object = "application/json"), (EventStream = "text/event-stream"))), OpenAiErrors))]
 async fn get_response(
     State(state): State<AppState>,
     caller: Caller,
@@ -736,6 +770,10 @@ async fn get_response(
     ))
 }
 
+/// Cancels a background response; answers it as it ended.
+#[utoipa::path(post, path = "/v1/responses/{response_id}/cancel", tag = "openai",
+    params(("response_id" = String, Path), UserHeader),
+    responses((status = 200, description = "The `response` object.", body = Object), OpenAiErrors))]
 async fn cancel_response(
     State(state): State<AppState>,
     caller: Caller,

@@ -1,0 +1,100 @@
+#!/usr/bin/env node
+// Opens agentd's API page (GET /docs, Swagger UI served by agentd itself) in headless Debian
+// Chromium, with every host but agentd's unresolvable, and reads what a person would see:
+// the title, the operations listed, and one operation opened (its request body schema).
+//
+// Environment:
+//   AGENTD_URL         base URL of agentd (default http://127.0.0.1:8000)
+//   AGENTD_OPEN        an operation to open, as "METHOD /path" (default "POST /run_sse")
+//   AGENTD_TIMEOUT_MS  per-step timeout (default 30000)
+//   CHROMIUM           browser binary (default /usr/bin/chromium)
+//
+// Prints ONE JSON line:
+//   {loaded, title, operations, opened, openedText, consoleErrors, failedRequests,
+//    externalRequests:[url], error?}
+// `operations` is the number of operation blocks on the page; externalRequests lists every
+// request to another origin (the page must make none). Exit 0 when the driver ran (whatever it
+// saw), 2 when it could not run.
+
+import { chromium } from 'playwright-core';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const base = (process.env.AGENTD_URL || 'http://127.0.0.1:8000').replace(/\/+$/, '');
+const open = process.env.AGENTD_OPEN || 'POST /run_sse';
+const timeout = Number(process.env.AGENTD_TIMEOUT_MS || 30000);
+const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
+const origin = new URL(base).origin;
+const host = new URL(base).hostname;
+
+const out = {
+  loaded: false,
+  title: '',
+  operations: 0,
+  opened: false,
+  openedText: '',
+  consoleErrors: [],
+  failedRequests: [],
+  externalRequests: [],
+};
+
+let ctx;
+let userDataDir;
+let code = 0;
+try {
+  userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-docs-profile-'));
+  ctx = await chromium.launchPersistentContext(userDataDir, {
+    executablePath,
+    headless: true,
+    viewport: { width: 1400, height: 900 },
+    args: [
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      `--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE ${host}`,
+    ],
+  });
+  const page = ctx.pages()[0] || (await ctx.newPage());
+  page.setDefaultTimeout(timeout);
+  const ours = (u) => { try { return new URL(u).origin === origin; } catch { return true; } };
+  page.on('request', (r) => {
+    if (!ours(r.url()) && out.externalRequests.length < 50) out.externalRequests.push(r.url());
+  });
+  page.on('response', (r) => {
+    if (r.status() >= 400 && ours(r.url())) out.failedRequests.push({ url: r.url(), status: r.status() });
+  });
+  page.on('requestfailed', (r) => {
+    if (ours(r.url())) out.failedRequests.push({ url: r.url(), status: 0, error: r.failure()?.errorText || '' });
+  });
+  page.on('console', (m) => {
+    if (m.type() === 'error' && out.consoleErrors.length < 50) out.consoleErrors.push(m.text().slice(0, 500));
+  });
+  page.on('pageerror', (e) => {
+    if (out.consoleErrors.length < 50) out.consoleErrors.push(`pageerror: ${String(e).slice(0, 500)}`);
+  });
+
+  await page.goto(`${base}/docs`, { waitUntil: 'load' });
+  await page.locator('.opblock').first().waitFor({ state: 'visible' });
+  out.loaded = true;
+  out.title = (await page.locator('.info .title').first().innerText()).trim();
+  out.operations = await page.locator('.opblock').count();
+
+  const [method, route] = open.split(' ');
+  const block = page.locator(`.opblock-${method.toLowerCase()}`)
+    .filter({ has: page.locator(`.opblock-summary-path[data-path="${route}"]`) })
+    .first();
+  await block.locator('.opblock-summary').first().click();
+  await block.locator('.opblock-body').first().waitFor({ state: 'visible' });
+  // The request body's schema tab shows the model's name once expanded.
+  await page.waitForTimeout(300);
+  out.openedText = (await block.locator('.opblock-body').first().innerText()).slice(0, 4000);
+  out.opened = true;
+} catch (e) {
+  out.error = String(e?.message || e).split('\n')[0].slice(0, 500);
+  code = out.loaded ? 0 : 2;
+} finally {
+  if (ctx) await ctx.close().catch(() => {});
+  if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
+}
+process.stdout.write(`${JSON.stringify(out)}\n`);
+process.exit(code);

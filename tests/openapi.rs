@@ -1,0 +1,246 @@
+//! The OpenAPI document (`GET /openapi.json`) and its page (`GET /docs`): the document covers
+//! every route with the shapes the server really answers (schemathesis generates requests
+//! from it and checks every response against it, on both backends), and the page works in a
+//! browser with nothing fetched from anywhere but agentd.
+
+mod common;
+
+use common::{clients, json_with_status, Backend, TestServer};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+const METHODS: &[&str] = &["get", "post", "put", "patch", "delete", "head", "options"];
+
+/// `(METHOD, path)` of every operation in the document.
+fn operations(doc: &Value) -> BTreeSet<(String, String)> {
+    let mut ops = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for m in METHODS {
+            if item.get(*m).is_some() {
+                ops.insert((m.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    ops
+}
+
+/// Every `$ref` in `v`.
+fn refs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            for (k, v) in o {
+                match (k.as_str(), v) {
+                    ("$ref", Value::String(r)) => out.push(r.clone()),
+                    _ => refs(v, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+        _ => {}
+    }
+}
+
+async fn document_covers_the_api(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let doc = json_with_status(s.get("/openapi.json").await, 200).await;
+    assert_eq!(doc["openapi"], "3.1.0");
+    let ops = operations(&doc);
+    // The routes users rely on, by family: ADK's, agentd's run control, the frontends', ops.
+    for (m, p) in [
+        ("GET", "/list-apps"),
+        ("GET", "/apps/{app}/app-info"),
+        ("POST", "/apps/{app}/users/{user}/sessions"),
+        ("GET", "/apps/{app}/users/{user}/sessions"),
+        ("GET", "/apps/{app}/users/{user}/sessions/{session}"),
+        ("POST", "/apps/{app}/users/{user}/sessions/{session}"),
+        ("PATCH", "/apps/{app}/users/{user}/sessions/{session}"),
+        ("DELETE", "/apps/{app}/users/{user}/sessions/{session}"),
+        ("GET", "/apps/{app}/users/{user}/sessions/{session}/events"),
+        ("GET", "/apps/{app}/users/{user}/sessions/{session}/stream"),
+        ("POST", "/apps/{app}/users/{user}/sessions/{session}/cancel"),
+        (
+            "GET",
+            "/apps/{app}/users/{user}/sessions/{session}/artifacts",
+        ),
+        (
+            "POST",
+            "/apps/{app}/users/{user}/sessions/{session}/artifacts",
+        ),
+        (
+            "GET",
+            "/apps/{app}/users/{user}/sessions/{session}/artifacts/{path}",
+        ),
+        (
+            "DELETE",
+            "/apps/{app}/users/{user}/sessions/{session}/artifacts/{path}",
+        ),
+        ("PATCH", "/apps/{app}/users/{user}/memory"),
+        ("GET", "/apps/{app}/users/{user}/memory"),
+        ("POST", "/run"),
+        ("POST", "/run_sse"),
+        ("GET", "/runs/{run_id}"),
+        ("GET", "/runs/{run_id}/stream"),
+        ("POST", "/runs/{run_id}/cancel"),
+        ("POST", "/apps/{app}/chat"),
+        ("GET", "/apps/{app}/chat/{chat_id}/stream"),
+        ("POST", "/apps/{app}/chat/{chat_id}/stop"),
+        ("POST", "/apps/{app}/ag-ui"),
+        ("GET", "/v1/models"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/responses"),
+        ("GET", "/v1/responses/{response_id}"),
+        ("POST", "/v1/responses/{response_id}/cancel"),
+        ("GET", "/health"),
+        ("GET", "/ready"),
+        ("GET", "/version"),
+        ("GET", "/metrics"),
+        ("GET", "/openapi.json"),
+        ("GET", "/docs"),
+    ] {
+        assert!(
+            ops.contains(&(m.to_string(), p.to_string())),
+            "{m} {p} is not in the document"
+        );
+    }
+    // Every operation answers its errors as documented, with the error body.
+    for (m, p) in &ops {
+        let op = &doc["paths"][p][m.to_lowercase()];
+        assert!(
+            op["operationId"].is_string() && op["tags"].is_array(),
+            "{m} {p}"
+        );
+        let responses = op["responses"].as_object().expect("responses");
+        assert!(
+            responses.keys().any(|k| k.starts_with('2')),
+            "{m} {p} documents no success"
+        );
+        if !matches!(p.as_str(), "/openapi.json" | "/docs" | "/version") {
+            assert!(
+                responses.contains_key("4XX") && responses.contains_key("5XX"),
+                "{m} {p} documents no error responses"
+            );
+        }
+    }
+    // Every reference resolves, and the SSE routes say so.
+    let mut all = Vec::new();
+    refs(&doc, &mut all);
+    for r in &all {
+        let name = r
+            .strip_prefix("#/components/schemas/")
+            .unwrap_or_else(|| panic!("unexpected reference {r}"));
+        assert!(
+            doc["components"]["schemas"].get(name).is_some(),
+            "{r} does not resolve"
+        );
+    }
+    for p in ["/run_sse", "/apps/{app}/ag-ui", "/apps/{app}/chat"] {
+        assert!(
+            doc["paths"][p]["post"]["responses"]["200"]["content"]
+                .get("text/event-stream")
+                .is_some(),
+            "{p} is not documented as an event stream"
+        );
+    }
+    assert!(doc["components"]["securitySchemes"]["apiKey"].is_object());
+}
+
+async fn docs_page_works_offline(backend: Backend) {
+    // With API keys on: the document and the page are open, the API is not.
+    let s = TestServer::start_with(backend, |a| {
+        a.security.auth = vec![agentd::config::AuthMode::ApiKey];
+    })
+    .await;
+    let doc = json_with_status(s.get("/openapi.json").await, 200).await;
+    assert_eq!(s.get("/list-apps").await.status(), 401);
+    let page = s.get("/docs").await;
+    assert_eq!(page.status(), 200);
+    assert!(page
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/html")));
+    let html = page.text().await.expect("html");
+    assert!(html.contains("/docs/swagger-ui-bundle.js") && !html.contains("https://"));
+
+    let out = clients::node(
+        "web-ui",
+        "docs.mjs",
+        &[],
+        &[("AGENTD_URL", &s.base), ("AGENTD_OPEN", "POST /run_sse")],
+    )
+    .await;
+    assert_eq!(out["loaded"], true, "{out}");
+    assert!(
+        out["title"].as_str().unwrap_or("").starts_with("agentd"),
+        "{out}"
+    );
+    assert_eq!(
+        out["operations"].as_u64(),
+        Some(operations(&doc).len() as u64),
+        "every operation is listed: {out}"
+    );
+    assert_eq!(out["opened"], true, "{out}");
+    let opened = out["openedText"].as_str().unwrap_or("");
+    assert!(
+        opened.contains("sessionId") && opened.contains("newMessage"),
+        "the request body's schema is shown: {out}"
+    );
+    assert_eq!(out["externalRequests"], serde_json::json!([]), "{out}");
+    assert_eq!(out["failedRequests"], serde_json::json!([]), "{out}");
+    assert_eq!(out["consoleErrors"], serde_json::json!([]), "{out}");
+}
+
+/// The number after `label` on a line of schemathesis' summary (`Tested: 36`,
+/// `2639 generated, …`).
+fn summary_number(out: &str, label: &str, before: bool) -> Option<u64> {
+    out.lines().find_map(|l| {
+        let l = l.trim();
+        if before {
+            let (n, rest) = l.split_once(' ')?;
+            rest.starts_with(label).then(|| n.parse().ok()).flatten()
+        } else {
+            let n = l.strip_prefix(label)?.trim();
+            n.split('/').next()?.parse().ok()
+        }
+    })
+}
+
+/// schemathesis against a live server: every operation, thousands of generated requests (about
+/// half naming real apps, users and sessions, see tests/clients/schemathesis), and not one 5xx
+/// or answer that contradicts the document.
+async fn schemathesis_finds_nothing(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let doc = json_with_status(s.get("/openapi.json").await, 200).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/fuzz-api.sh");
+    let run = tokio::process::Command::new(script)
+        .arg(&s.base)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(600), run)
+        .await
+        .expect("schemathesis finishes in 10 minutes")
+        .expect("scripts/fuzz-api.sh runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "schemathesis found problems ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    // Every operation but the document's own URL (schemathesis leaves that one out).
+    let tested = summary_number(&stdout, "Tested:", false).expect("a Tested: line");
+    assert!(
+        tested + 1 >= operations(&doc).len() as u64,
+        "only {tested} operations tested:\n{stdout}"
+    );
+    let cases = summary_number(&stdout, "generated", true).expect("a test-case count");
+    assert!(cases >= 1000, "only {cases} cases:\n{stdout}");
+    let passed = stdout.contains(&format!("{cases} generated, {cases} passed"));
+    assert!(passed, "not every case passed:\n{stdout}");
+}
+
+both_backends!(
+    document_covers_the_api,
+    docs_page_works_offline,
+    schemathesis_finds_nothing
+);
