@@ -28,6 +28,9 @@ pub struct AcceptConfig {
 /// How often the "connection limit reached" line may repeat.
 const FULL_LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// hyper's per-connection buffer bound (see `serve`).
+const MAX_CONNECTION_BUFFER: usize = 64 * 1024;
+
 /// Serves `app` on `listener` until `stop` is cancelled, then lets open connections finish
 /// their current request (the caller bounds how long it waits).
 pub async fn serve(
@@ -41,7 +44,12 @@ pub async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
-        .keep_alive(true);
+        .keep_alive(true)
+        // What one connection may buffer, each way (hyper's default is ~400 KiB). A client
+        // that reads slowly then holds at most this much (plus the one frame being written)
+        // before back-pressure reaches the run; 201 slow readers held ~1 MiB each before.
+        // Also the largest request head accepted.
+        .max_buf_size(MAX_CONNECTION_BUFFER);
     let mut last_full_log: Option<Instant> = None;
     loop {
         let permit = match permits.clone().try_acquire_owned() {

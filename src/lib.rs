@@ -31,6 +31,7 @@
 
 pub mod accept;
 pub mod agent;
+pub mod allocator;
 pub mod apps;
 pub mod auth;
 pub mod config;

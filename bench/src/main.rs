@@ -15,6 +15,7 @@ mod proxy;
 mod report;
 mod scale_out;
 mod servers;
+mod slow;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -44,6 +45,9 @@ enum Command {
     /// Several replicas on one database: cancel across replicas, re-attach, follower
     /// overhead, and database writes/RSS with many open streams (PostgreSQL only).
     ScaleOut(BenchArgs),
+    /// Slow readers: many clients reading a long reply a few bytes at a time (agentd's RSS
+    /// while they read and after they hang up; other clients' TTFB meanwhile).
+    SlowReaders(BenchArgs),
     /// Serve a ceiling (started by the harness as a child process).
     Ceiling(ceiling::CeilingArgs),
 }
@@ -137,6 +141,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(crate) auth: bool,
 
+    /// slow-readers: how many slow clients.
+    #[arg(long, default_value_t = 201)]
+    pub(crate) slow_readers: usize,
+    /// slow-readers: bytes of the echo reply each slow client reads (its message).
+    #[arg(long, default_value_t = 262_144)]
+    pub(crate) slow_reply_bytes: usize,
     /// Also write the markdown report to this file.
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -161,6 +171,7 @@ fn main() -> Result<()> {
         Command::Ceiling(args) => rt.block_on(ceiling::serve(args)),
         Command::All(args) => rt.block_on(bench(args, true, true)),
         Command::Runs(args) => rt.block_on(bench(args, true, false)),
+        Command::SlowReaders(args) => rt.block_on(slow_readers(args)),
         Command::Extra(args) => rt.block_on(bench(args, false, true)),
         Command::ScaleOut(args) => {
             let agentd_bin = match &args.agentd_bin {
@@ -222,6 +233,32 @@ async fn bench(args: BenchArgs, runs: bool, extras: bool) -> Result<()> {
         eprintln!("report written to {}", path.display());
     }
     result
+}
+
+/// The slow-readers measurement alone (on a fresh agentd process).
+async fn slow_readers(args: BenchArgs) -> Result<()> {
+    raise_fd_limit(args.slow_readers)?;
+    let agentd_bin = match &args.agentd_bin {
+        Some(p) => p.clone(),
+        None => sibling_binary("agentd")?,
+    };
+    let self_bin = std::env::current_exe().context("cannot find this executable's path")?;
+    let admin = pg::Admin::connect(&args.database_url).await?;
+    let result = async {
+        let env = servers::Env::new(&args, &admin, &agentd_bin, &self_bin).await?;
+        let outcome = slow::run(&args, &env).await;
+        env.stop(outcome.is_err()).await;
+        outcome
+    }
+    .await;
+    admin.drop_created().await;
+    let text = slow::report(&result?);
+    println!("{text}");
+    if let Some(path) = &args.out {
+        std::fs::write(path, &text)
+            .with_context(|| format!("cannot write the report to {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// The path of a binary built next to this one (cargo puts all of a profile's binaries in
