@@ -61,23 +61,20 @@ if ! command -v npm >/dev/null; then
   echo "error: the frontend tests need Node.js >= 20 with npm (Debian: apt-get install nodejs npm)." >&2
   exit 1
 fi
-stamp="$clients/python/.requirements.txt"
-if [ ! -x "$clients/python/bin/python" ] || ! cmp -s tests/clients/python/requirements.txt "$stamp"; then
-  rm -rf "$clients/python"
-  python3 -m venv "$clients/python"
-  "$clients/python/bin/pip" install --quiet --disable-pip-version-check --require-hashes \
-    -r tests/clients/python/requirements.txt
-  cp tests/clients/python/requirements.txt "$stamp"
-fi
+# A venv under target/test-clients/NAME from tests/clients/NAME/requirements.txt (hash-pinned),
+# rebuilt only when that file changes.
+venv() {
+  local probe=$2 req="tests/clients/$1/requirements.txt" dir="$clients/$1"
+  if [ ! -x "$dir/bin/$probe" ] || ! cmp -s "$req" "$dir/.requirements.txt"; then
+    rm -rf "$dir"
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r "$req"
+    cp "$req" "$dir/.requirements.txt"
+  fi
+}
+venv python python
 # schemathesis, which scripts/fuzz-api.sh runs against the OpenAPI document (tests/openapi.rs).
-stamp="$clients/schemathesis/.requirements.txt"
-if [ ! -x "$clients/schemathesis/bin/st" ] || ! cmp -s tests/clients/schemathesis/requirements.txt "$stamp"; then
-  rm -rf "$clients/schemathesis"
-  python3 -m venv "$clients/schemathesis"
-  "$clients/schemathesis/bin/pip" install --quiet --disable-pip-version-check --require-hashes \
-    -r tests/clients/schemathesis/requirements.txt
-  cp tests/clients/schemathesis/requirements.txt "$stamp"
-fi
+venv schemathesis st
 for dir in tests/clients/node tests/clients/web-ui; do
   if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.agentd-lock"; then
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)

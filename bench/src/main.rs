@@ -192,11 +192,7 @@ async fn bench(args: BenchArgs, runs: bool, extras: bool) -> Result<()> {
         bail!("--message-bytes must be at least --chunks (each partial carries at least one byte)");
     }
     raise_fd_limit(args.idle_streams)?;
-    let agentd_bin = match &args.agentd_bin {
-        Some(p) => p.clone(),
-        None => sibling_binary("agentd")?,
-    };
-    let self_bin = std::env::current_exe().context("cannot find this executable's path")?;
+    let (agentd_bin, self_bin) = binaries(&args)?;
 
     let admin = pg::Admin::connect(&args.database_url).await?;
     let mut report = report::Report::new(&args, &admin).await?;
@@ -238,11 +234,7 @@ async fn bench(args: BenchArgs, runs: bool, extras: bool) -> Result<()> {
 /// The slow-readers measurement alone (on a fresh agentd process).
 async fn slow_readers(args: BenchArgs) -> Result<()> {
     raise_fd_limit(args.slow_readers)?;
-    let agentd_bin = match &args.agentd_bin {
-        Some(p) => p.clone(),
-        None => sibling_binary("agentd")?,
-    };
-    let self_bin = std::env::current_exe().context("cannot find this executable's path")?;
+    let (agentd_bin, self_bin) = binaries(&args)?;
     let admin = pg::Admin::connect(&args.database_url).await?;
     let result = async {
         let env = servers::Env::new(&args, &admin, &agentd_bin, &self_bin).await?;
@@ -259,6 +251,17 @@ async fn slow_readers(args: BenchArgs) -> Result<()> {
             .with_context(|| format!("cannot write the report to {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The agentd binary to measure (`--agentd-bin`, or the one built next to this one) and this
+/// executable (it serves the ceilings).
+fn binaries(args: &BenchArgs) -> Result<(PathBuf, PathBuf)> {
+    let agentd_bin = match &args.agentd_bin {
+        Some(p) => p.clone(),
+        None => sibling_binary("agentd")?,
+    };
+    let self_bin = std::env::current_exe().context("cannot find this executable's path")?;
+    Ok((agentd_bin, self_bin))
 }
 
 /// The path of a binary built next to this one (cargo puts all of a profile's binaries in

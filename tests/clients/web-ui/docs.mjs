@@ -16,17 +16,12 @@
 // request to another origin (the page must make none). Exit 0 when the driver ran (whatever it
 // saw), 2 when it could not run.
 
-import { chromium } from 'playwright-core';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
+import { launch } from './browser.mjs';
 
 const base = (process.env.AGENTD_URL || 'http://127.0.0.1:8000').replace(/\/+$/, '');
 const open = process.env.AGENTD_OPEN || 'POST /run_sse';
 const timeout = Number(process.env.AGENTD_TIMEOUT_MS || 30000);
-const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
 const origin = new URL(base).origin;
-const host = new URL(base).hostname;
 
 const out = {
   loaded: false,
@@ -39,23 +34,11 @@ const out = {
   externalRequests: [],
 };
 
-let ctx;
-let userDataDir;
+let browser;
 let code = 0;
 try {
-  userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-docs-profile-'));
-  ctx = await chromium.launchPersistentContext(userDataDir, {
-    executablePath,
-    headless: true,
-    viewport: { width: 1400, height: 900 },
-    args: [
-      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      `--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE ${host}`,
-    ],
-  });
-  const page = ctx.pages()[0] || (await ctx.newPage());
-  page.setDefaultTimeout(timeout);
+  browser = await launch(base, timeout);
+  const { page } = browser;
   const ours = (u) => { try { return new URL(u).origin === origin; } catch { return true; } };
   page.on('request', (r) => {
     if (!ours(r.url()) && out.externalRequests.length < 50) out.externalRequests.push(r.url());
@@ -93,8 +76,7 @@ try {
   out.error = String(e?.message || e).split('\n')[0].slice(0, 500);
   code = out.loaded ? 0 : 2;
 } finally {
-  if (ctx) await ctx.close().catch(() => {});
-  if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
+  if (browser) await browser.done();
 }
 process.stdout.write(`${JSON.stringify(out)}\n`);
 process.exit(code);

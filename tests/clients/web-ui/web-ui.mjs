@@ -32,10 +32,9 @@
 //   reply text    app-event-row.bot markdown
 //   State tab     role=tab name "State"; its body: mat-tab-body.mat-mdc-tab-body-active
 
-import { chromium } from 'playwright-core';
-import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { launch } from './browser.mjs';
 
 const base = (process.env.AGENTD_URL || 'http://127.0.0.1:8000').replace(/\/+$/, '');
 const app = process.env.AGENTD_APP || '';
@@ -43,11 +42,9 @@ const message = process.env.AGENTD_MESSAGE || 'hello';
 const expect = process.env.AGENTD_EXPECT_REPLY || '';
 const timeout = Number(process.env.AGENTD_TIMEOUT_MS || 30000);
 const token = process.env.AGENTD_TOKEN || '';
-const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
 const screenshot = process.env.AGENTD_SCREENSHOT
   || path.join(os.tmpdir(), `agentd-web-ui-${process.pid}.png`);
 const origin = new URL(base).origin;
-const host = new URL(base).hostname;
 
 const out = {
   loaded: false,
@@ -69,26 +66,12 @@ const out = {
 const flat = (t) => t.split('\n').map((s) => s.trim()).filter(Boolean).join(' ')
   .replace(/ : /g, ': ');
 
-let ctx;
+let browser;
 let page;
-let userDataDir;
 let code = 0;
 try {
-  // A fresh profile each run (playwright passes it as --user-data-dir).
-  userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-web-ui-profile-'));
-  ctx = await chromium.launchPersistentContext(userDataDir, {
-    executablePath,
-    headless: true,
-    viewport: { width: 1400, height: 900 },
-    args: [
-      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      // Nothing but agentd: other hosts fail at once, without a DNS query.
-      `--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE ${host}`,
-    ],
-  });
-  page = ctx.pages()[0] || (await ctx.newPage());
-  page.setDefaultTimeout(timeout);
+  browser = await launch(base, timeout);
+  ({ page } = browser);
 
   if (token) {
     await page.route((u) => u.origin === origin, (route) => route.continue({
@@ -174,8 +157,7 @@ try {
     try { out.sessionId = new URL(out.url).searchParams.get('session') || ''; } catch { /* about:blank */ }
     await page.screenshot({ path: screenshot }).then(() => { out.screenshot = screenshot; }, () => {});
   }
-  if (ctx) await ctx.close().catch(() => {});
-  if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
+  if (browser) await browser.done();
 }
 process.stdout.write(`${JSON.stringify(out)}\n`);
 process.exit(code);
