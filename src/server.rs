@@ -210,16 +210,20 @@ fn jwt_verifier(args: &ServeArgs) -> anyhow::Result<Option<JwtVerifier>> {
     })?))
 }
 
-/// `--session-ttl`: prunes as `agentd prune --older-than <ttl> --keep-runs <ttl>` does, every
-/// tenth of the TTL (between one minute and one hour). Several replicas may do it at once: each
-/// deletion re-checks that its session is still idle and free.
+/// `--session-ttl`: prunes as `agentd prune --older-than <ttl> --keep-runs <ttl>` does, when
+/// the server starts (a replica that was down a long time catches up at once) and then every
+/// tenth of the TTL (between one minute and one hour). Several replicas may do it at once:
+/// each deletion re-checks that its session is still idle and free.
 fn spawn_retention(store: Arc<dyn crate::store::Store>, ttl: Duration, stop: CancellationToken) {
     let every = (ttl / 10).clamp(Duration::from_secs(60), Duration::from_secs(3600));
     tokio::spawn(async move {
+        let mut first = true;
         loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
+            if !std::mem::take(&mut first) {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
             }
             let now = crate::event::now_ts();
             let req = crate::store::PruneRequest {

@@ -131,9 +131,21 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             vec![("sessions", &["sessions_by_owner_update_time"])],
         ),
         (
-            "admission",
+            "admission with the user event",
             insert_run.as_str(),
-            "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', true, NULL, 90.0",
+            "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', true, NULL, 90.0, \
+             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}'",
+            vec![
+                ("sessions", &["sessions_pkey"]),
+                ("run_queue", &["run_queue_by_session"]),
+                ("runs", &["runs_unsealed"]),
+            ],
+        ),
+        (
+            "admission of a resume (no user event)",
+            insert_run.as_str(),
+            "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', false, NULL, 90.0, \
+             false, '{}', '{}', '{}', 0.0, '', '', '', '{}'",
             vec![
                 ("sessions", &["sessions_pkey"]),
                 ("run_queue", &["run_queue_by_session"]),

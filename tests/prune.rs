@@ -87,4 +87,44 @@ async fn idle_sessions_are_pruned_with_everything_they_own(backend: Backend) {
     assert_eq!(again["sessions"], 0, "nothing left to prune");
 }
 
-both_backends!(idle_sessions_are_pruned_with_everything_they_own);
+/// `--session-ttl`: the server prunes on its own, first when it starts, then every tenth of the
+/// TTL. A session idle for 40 days goes with a 30-day TTL; a fresh one stays.
+async fn the_server_prunes_by_itself_with_session_ttl(backend: Backend) {
+    let db = common::TestDb::new(backend).await;
+    let store = db.store().await;
+    let forty_days_ago = agentd::event::now_ts() - 40.0 * 86_400.0;
+    let mut old = agentd::event::Event::new("e-old", "user");
+    old.timestamp = forty_days_ago;
+    for (id, events) in [("old", vec![old]), ("new", vec![])] {
+        store
+            .create_session(agentd::store::NewSession {
+                app_name: "echo".into(),
+                user_id: USER.into(),
+                session_id: Some(id.into()),
+                events,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    drop(store);
+    let s = TestServer::start_on(db, |a| {
+        a.session_ttl = Some(std::time::Duration::from_secs(30 * 86_400));
+    })
+    .await;
+    let base = format!("/apps/echo/users/{USER}/sessions");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while s.get(&format!("{base}/old")).await.status() != 404 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle session was not pruned"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    json_with_status(s.get(&format!("{base}/new")).await, 200).await;
+}
+
+both_backends!(
+    idle_sessions_are_pruned_with_everything_they_own,
+    the_server_prunes_by_itself_with_session_ttl,
+);

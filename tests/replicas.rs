@@ -234,6 +234,56 @@ async fn re_attach_on_another_replica_mid_stream_and_after_the_end() {
     assert_eq!(done_of(&after), done_of(&a_msgs));
 }
 
+/// A client retries through the load balancer and lands on the other replica while its first
+/// request's run is still going: the key is in the database, so B starts nothing and streams
+/// A's run (replay + live) to the same end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_retry_on_another_replica_joins_the_first_run() {
+    let db = TestDb::postgres().await;
+    let apps = Apps::new().echo("slow", SLOW_TOOL);
+    let a = Replica::spawn(&db, &apps, "a", &[]).await;
+    let b = Replica::spawn(&db, &apps, "b", &[]).await;
+    a.create_session("slow", "s1").await;
+    let keyed = |r: &Replica| {
+        r.client
+            .post(r.url("/run"))
+            .header("Idempotency-Key", "retry-1")
+            .json(&run_body("slow", "s1", "only once"))
+    };
+    let mut on_a = Sse::open(keyed(&a).send().await.unwrap()).await;
+    let run_id = on_a.run_id();
+    on_a.next_matching(Msg::is_committed).await; // the functionCall: the run is under way
+
+    let retry = keyed(&b).send().await.unwrap();
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    let mut on_b = Sse::open(retry).await;
+    assert_eq!(on_b.run_id(), run_id, "the first run, not a second one");
+    let b_msgs = on_b.rest().await;
+    let a_rest = on_a.rest().await;
+    assert_eq!(done_of(&b_msgs), done_of(&a_rest), "the same end");
+    assert_eq!(done_of(&b_msgs)["status"], "completed");
+    assert_eq!(
+        committed(&b_msgs).len(),
+        3,
+        "call, response and reply, replayed and live: {b_msgs:#?}"
+    );
+    let events = events_of(&a, "slow", "s1").await;
+    assert_eq!(events.len(), 4, "one user event and one run's three events");
+    // A different body under the same key is refused on either replica.
+    let other = b
+        .client
+        .post(b.url("/run"))
+        .header("Idempotency-Key", "retry-1")
+        .json(&run_body("slow", "s1", "something else"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_with_status(other, 422).await["code"],
+        "idempotency_key_reused"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_follower_on_b_sees_two_runs_on_a_live() {
     let db = TestDb::postgres().await;
@@ -586,6 +636,7 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
         owner: owner.into(),
         user_event: true,
         queue_ttl: Duration::from_secs(60),
+        opening: None,
     };
     // `stalled` never heartbeats: to everyone else it is dead.
     assert!(matches!(
@@ -872,6 +923,159 @@ async fn an_ambiguous_commit_is_resolved_by_event_id() {
     let ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
     assert_eq!(ids.len(), 2, "user event and reply, once each: {events:#?}");
     assert_eq!(ids[1], replies[0].data["id"]);
+}
+
+/// On PostgreSQL admission commits the user event and reads the run's starting state in the
+/// same statement. That state is trusted only when the statement's snapshot saw the session as
+/// it was when the statement took it: here another write to the free session (as a sweeper
+/// sealing a dead run's transcript makes, with an `app:` delta) commits while admission waits
+/// for the row, so admission reports no state and the runner reads it again. A dead run's
+/// transcript holds the user event back (it must come after the seal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_commits_the_user_event_and_never_trusts_a_stale_state() {
+    use sqlx::{Connection, Executor};
+    let db = TestDb::postgres().await;
+    let store = db.store().await;
+    store
+        .create_session(agentd::store::NewSession {
+            app_name: "app".into(),
+            user_id: USER.into(),
+            session_id: Some("s1".into()),
+            state: serde_json::from_value(json!({"k": 1, "app:shared": 1})).unwrap(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    store
+        .heartbeat("live", Duration::from_secs(10), false)
+        .await
+        .unwrap();
+    let key = SessionKey::new("app", USER, "s1");
+    let run = |id: &str, text: &str| {
+        let mut event = Event::new(format!("e-{id}"), "user");
+        event.content = Some(agentd::event::Content::text("user", text));
+        event.actions.state_delta =
+            serde_json::from_value(json!({"k": 2, "user:seen": true, "temp:t": 1})).unwrap();
+        NewRun {
+            run_id: id.into(),
+            key: key.clone(),
+            invocation_id: format!("e-{id}"),
+            owner: "live".into(),
+            user_event: true,
+            queue_ttl: Duration::from_secs(60),
+            opening: Some(event),
+        }
+    };
+
+    // The usual case: one statement admits, commits the user event, returns the state.
+    let Claim::Acquired {
+        base_seq,
+        unsealed: false,
+        opened: Some(opened),
+    } = store.claim_run(&run("r1", "hello"), None).await.unwrap()
+    else {
+        panic!("admitted with the user event");
+    };
+    assert_eq!((base_seq, opened.stored.seq), (0, 1));
+    assert_eq!(
+        opened.state.as_ref().map(|s| Value::Object(s.clone())),
+        Some(json!({"k": 2, "app:shared": 1, "user:seen": true})),
+        "the state after the user event; temp: keys are never stored"
+    );
+    let head = store.session_head(&key).await.unwrap().unwrap();
+    assert_eq!(head.last_seq, 1);
+    let stored = store
+        .find_event(&key, &opened.stored.event.id)
+        .await
+        .unwrap();
+    assert_eq!(stored.map(|s| s.seq), Some(1), "committed");
+    assert_eq!(
+        store.get_run("r1").await.unwrap().unwrap().base_seq,
+        Some(0)
+    );
+
+    assert!(store
+        .finish_run("r1", RunStatus::Completed, Some(1), None)
+        .await
+        .unwrap());
+    // A write to the free session commits while r2's admission waits for the session row:
+    // r2's snapshot predates it.
+    let mut other = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut watch = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    other
+        .execute(
+            "BEGIN;
+             UPDATE sessions SET last_seq = last_seq + 1 WHERE id = 's1';
+             UPDATE app_states SET state = state || '{\"shared\": 2}' WHERE app_name = 'app';",
+        )
+        .await
+        .unwrap();
+    let admit = {
+        let store = store.clone();
+        let r2 = run("r2", "again");
+        tokio::spawn(async move { store.claim_run(&r2, None).await })
+    };
+    // Wait until r2's statement is blocked on the row lock, then commit.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE wait_event_type = 'Lock' AND query LIKE '%async_commit%'",
+        )
+        .fetch_one(&mut watch)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "admission never waited for the row"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    other.execute("COMMIT").await.unwrap();
+    let Claim::Acquired {
+        base_seq,
+        opened: Some(opened),
+        ..
+    } = admit.await.unwrap().unwrap()
+    else {
+        panic!("admitted once the row was free");
+    };
+    assert_eq!((base_seq, opened.stored.seq), (2, 3));
+    assert_eq!(
+        opened.state, None,
+        "a stale snapshot's state is not trusted"
+    );
+    let head = store.session_head(&key).await.unwrap().unwrap();
+    assert_eq!(
+        head.state["app:shared"],
+        json!(2),
+        "what the runner reads instead"
+    );
+
+    // A dead run awaits sealing: admitted, but the user event is left to the runner.
+    other
+        .execute(
+            "UPDATE runs SET status = 'abandoned', sealed = false WHERE id = 'r2';
+             UPDATE sessions SET active_run = NULL WHERE id = 's1';",
+        )
+        .await
+        .unwrap();
+    let claim = store.claim_run(&run("r3", "third"), None).await.unwrap();
+    assert!(
+        matches!(
+            claim,
+            Claim::Acquired {
+                base_seq: 3,
+                unsealed: true,
+                opened: None
+            }
+        ),
+        "{claim:?}"
+    );
+    assert_eq!(store.session_head(&key).await.unwrap().unwrap().last_seq, 3);
 }
 
 both_backends!(

@@ -1,4 +1,4 @@
-//! The two ceilings agentd is measured against. Each is the least a server can do to answer
+//! The three ceilings agentd is measured against. Each is the least a server can do to answer
 //! the same requests with the same bytes:
 //!
 //! - (a) `POST /run` streams exactly agentd's frames for an echo run (the same event JSON,
@@ -7,6 +7,12 @@
 //! - (b) the same plus exactly one durable PostgreSQL commit per run: the complete event's JSON
 //!   is INSERTed (autocommit, `synchronous_commit` as the server has it, `on` by default) before
 //!   its frame is sent, and the row's serial is its `id:`.
+//! - (c) the least a durable ADK-shaped server must do (ADK's `DatabaseSessionService`): commit
+//!   the session row at create, then the user event before the first byte of the run, then the
+//!   reply together with its state delta on the session row (one statement on PostgreSQL, one
+//!   transaction on SQLite): three durable commits per session + run, no admission, no
+//!   ownership. On PostgreSQL or on SQLite (WAL, `synchronous=FULL`, one writer connection, as
+//!   agentd's SQLite store).
 //!
 //! Both parse the JSON request body, produce frames from a spawned task through a bounded
 //! channel (as any streaming agent server must: the producer is not the connection), set
@@ -28,8 +34,12 @@ use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sqlx::postgres::PgPool;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -40,6 +50,8 @@ pub enum Mode {
     A,
     /// One durable PostgreSQL commit per run.
     B,
+    /// An ADK-shaped durable server: session row, user event, reply + state delta.
+    C,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -51,7 +63,8 @@ pub struct CeilingArgs {
     /// Partial frames per run (as the echo app's `chunks`).
     #[arg(long, default_value_t = 20)]
     chunks: usize,
-    /// PostgreSQL database for mode b (its table is created if missing).
+    /// PostgreSQL database for mode b; for mode c a postgres:// or sqlite:// URL (tables are
+    /// created if missing).
     #[arg(long)]
     database_url: Option<String>,
     /// Pool size for mode b (agentd's `--db-max-connections`).
@@ -61,28 +74,79 @@ pub struct CeilingArgs {
 
 struct Ceiling {
     chunks: usize,
-    pool: Option<PgPool>,
+    db: Db,
     seq: AtomicI64,
+}
+
+/// Where a ceiling commits.
+enum Db {
+    /// (a)
+    None,
+    /// (b): the complete event only.
+    Events(PgPool),
+    /// (c) on PostgreSQL.
+    AdkPg(PgPool),
+    /// (c) on SQLite: one writer connection.
+    AdkSqlite(SqlitePool),
+}
+
+/// Per-session seq is not needed by the floor: a serial numbers the events, as in (b).
+const ADK_PG_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS adk_sessions (
+    app_name text NOT NULL, user_id text NOT NULL, id text NOT NULL,
+    state jsonb NOT NULL, create_time double precision NOT NULL,
+    update_time double precision NOT NULL,
+    PRIMARY KEY (app_name, user_id, id));
+CREATE TABLE IF NOT EXISTS adk_events (
+    seq bigserial PRIMARY KEY, app_name text NOT NULL, user_id text NOT NULL,
+    session_id text NOT NULL, event jsonb NOT NULL);";
+
+const ADK_SQLITE_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS adk_sessions (
+    app_name TEXT NOT NULL, user_id TEXT NOT NULL, id TEXT NOT NULL,
+    state TEXT NOT NULL, create_time REAL NOT NULL, update_time REAL NOT NULL,
+    PRIMARY KEY (app_name, user_id, id));
+CREATE TABLE IF NOT EXISTS adk_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, app_name TEXT NOT NULL, user_id TEXT NOT NULL,
+    session_id TEXT NOT NULL, event TEXT NOT NULL);";
+
+async fn connect_pg(url: &str, pool: u32) -> Result<PgPool> {
+    // No ping before each use (agentd pings only connections idle for over a second, which
+    // under load is none): the floor is the statements themselves.
+    crate::pg::connect_with(
+        url,
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(pool.max(1))
+            .test_before_acquire(false),
+    )
+    .await
+    .with_context(|| format!("the ceiling cannot connect to {url}"))
+}
+
+async fn connect_sqlite(url: &str) -> Result<SqlitePool> {
+    let opts = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(std::time::Duration::from_secs(10));
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(opts)
+        .await
+        .with_context(|| format!("ceiling (c) cannot open {url}"))?;
+    sqlx::raw_sql(ADK_SQLITE_SCHEMA).execute(&pool).await?;
+    Ok(pool)
 }
 
 /// The same bound as agentd's `RUN_BUFFER`.
 const RUN_BUFFER: usize = 16;
 
 pub async fn serve(args: CeilingArgs) -> Result<()> {
-    let pool = match (args.mode, &args.database_url) {
-        (Mode::A, _) => None,
-        (Mode::B, None) => bail!("ceiling (b) needs --database-url"),
+    let db = match (args.mode, args.database_url.as_deref()) {
+        (Mode::A, _) => Db::None,
+        (Mode::B | Mode::C, None) => bail!("ceilings (b) and (c) need --database-url"),
         (Mode::B, Some(url)) => {
-            // No ping before each use (agentd pings only connections idle for over a
-            // second, which under load is none): the floor is one statement per run.
-            let pool = crate::pg::connect_with(
-                url,
-                sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(args.db_max_connections.max(1))
-                    .test_before_acquire(false),
-            )
-            .await
-            .with_context(|| format!("ceiling (b) cannot connect to {url}"))?;
+            let pool = connect_pg(url, args.db_max_connections).await?;
             sqlx::query(
                 "CREATE TABLE IF NOT EXISTS ceiling_events (
                      seq        bigserial PRIMARY KEY,
@@ -91,12 +155,20 @@ pub async fn serve(args: CeilingArgs) -> Result<()> {
             )
             .execute(&pool)
             .await?;
-            Some(pool)
+            Db::Events(pool)
+        }
+        (Mode::C, Some(url)) if url.starts_with("sqlite:") => {
+            Db::AdkSqlite(connect_sqlite(url).await?)
+        }
+        (Mode::C, Some(url)) => {
+            let pool = connect_pg(url, args.db_max_connections).await?;
+            sqlx::raw_sql(ADK_PG_SCHEMA).execute(&pool).await?;
+            Db::AdkPg(pool)
         }
     };
     let state = Arc::new(Ceiling {
         chunks: args.chunks,
-        pool,
+        db,
         seq: AtomicI64::new(0),
     });
     let app = Router::new()
@@ -129,18 +201,156 @@ async fn sigterm_or_ctrl_c() {
 }
 
 async fn create_session(
+    State(state): State<Arc<Ceiling>>,
     Path((app, user)): Path<(String, String)>,
     Json(body): Json<Value>,
-) -> Json<Value> {
+) -> Response {
     let id = body
         .get("sessionId")
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let now = now_ts();
+    let sql = "INSERT INTO adk_sessions (app_name, user_id, id, state, create_time, update_time)
+               VALUES ($1, $2, $3, '{}', $4, $4)";
+    let stored = match &state.db {
+        Db::None | Db::Events(_) => Ok(()),
+        Db::AdkPg(pool) => sqlx::query(sql)
+            .bind(&app)
+            .bind(&user)
+            .bind(&id)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(drop),
+        Db::AdkSqlite(pool) => sqlx::query(sql)
+            .bind(&app)
+            .bind(&user)
+            .bind(&id)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(drop),
+    };
+    if let Err(e) = stored {
+        return server_error(&e.to_string());
+    }
     Json(json!({
         "id": id, "appName": app, "userId": user,
-        "state": {}, "events": [], "lastUpdateTime": now_ts(),
+        "state": {}, "events": [], "lastUpdateTime": now,
     }))
+    .into_response()
+}
+
+fn server_error(msg: &str) -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Json(json!({"detail": msg, "code": "internal"})),
+    )
+        .into_response()
+}
+
+/// The user event of (c), committed before the run's first byte (as agentd does).
+async fn commit_user_event(state: &Ceiling, run: &RunIds, text: &str) -> Result<(), sqlx::Error> {
+    let mut e = Event::new(&run.invocation_id, "user").with_content(Content::text("user", text));
+    e.fill_defaults();
+    let json = serde_json::to_string(&e).unwrap_or_default();
+    let sql =
+        "INSERT INTO adk_events (app_name, user_id, session_id, event) VALUES ($1, $2, $3, $4)";
+    match &state.db {
+        Db::AdkPg(pool) => sqlx::query(
+            "INSERT INTO adk_events (app_name, user_id, session_id, event)
+             VALUES ($1, $2, $3, $4::jsonb)",
+        )
+        .bind(&run.app)
+        .bind(&run.user)
+        .bind(&run.session)
+        .bind(&json)
+        .execute(pool)
+        .await
+        .map(drop),
+        Db::AdkSqlite(pool) => sqlx::query(sql)
+            .bind(&run.app)
+            .bind(&run.user)
+            .bind(&run.session)
+            .bind(&json)
+            .execute(pool)
+            .await
+            .map(drop),
+        Db::None | Db::Events(_) => Ok(()),
+    }
+}
+
+/// The reply of (c) with its state delta on the session row, in one commit.
+async fn commit_reply(
+    pool_pg: &PgPool,
+    run: &RunIds,
+    delta: &str,
+    json: &str,
+    now: f64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH s AS (
+             UPDATE adk_sessions SET state = state || $4::jsonb, update_time = $5
+              WHERE app_name = $1 AND user_id = $2 AND id = $3
+             RETURNING id)
+         INSERT INTO adk_events (app_name, user_id, session_id, event)
+         SELECT $1, $2, $3, $6::jsonb FROM s
+         RETURNING seq",
+    )
+    .bind(&run.app)
+    .bind(&run.user)
+    .bind(&run.session)
+    .bind(delta)
+    .bind(now)
+    .bind(json)
+    .fetch_one(pool_pg)
+    .await
+}
+
+async fn commit_reply_sqlite(
+    pool: &SqlitePool,
+    run: &RunIds,
+    delta: &str,
+    json: &str,
+    now: f64,
+) -> Result<i64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let updated = sqlx::query(
+        "UPDATE adk_sessions SET state = json_patch(state, ?4), update_time = ?5
+          WHERE app_name = ?1 AND user_id = ?2 AND id = ?3",
+    )
+    .bind(&run.app)
+    .bind(&run.user)
+    .bind(&run.session)
+    .bind(delta)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    if updated.rows_affected() != 1 {
+        return Err(sqlx::Error::RowNotFound);
+    }
+    let seq = sqlx::query_scalar(
+        "INSERT INTO adk_events (app_name, user_id, session_id, event) VALUES (?1, ?2, ?3, ?4)
+         RETURNING seq",
+    )
+    .bind(&run.app)
+    .bind(&run.user)
+    .bind(&run.session)
+    .bind(json)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(seq)
+}
+
+/// What a run is about.
+struct RunIds {
+    app: String,
+    user: String,
+    session: String,
+    run_id: String,
+    invocation_id: String,
 }
 
 fn bad_request(msg: &str) -> Response {
@@ -152,28 +362,27 @@ fn bad_request(msg: &str) -> Response {
 }
 
 async fn run(State(state): State<Arc<Ceiling>>, Json(body): Json<Value>) -> Response {
+    let field = |name: &str| body.get(name).and_then(Value::as_str).map(str::to_string);
     let text = body
         .pointer("/newMessage/parts/0/text")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let session = body
-        .get("sessionId")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let (Some(text), Some(session)) = (text, session) else {
+    let (Some(text), Some(session)) = (text, field("sessionId")) else {
         return bad_request("sessionId and newMessage.parts[0].text are required");
     };
-    let run_id = format!("run-{}", uuid::Uuid::new_v4());
-    let invocation_id = new_invocation_id();
-    let (tx, mut rx) = mpsc::channel::<Bytes>(RUN_BUFFER);
-    tokio::spawn(produce(
-        state,
-        text,
+    let run = RunIds {
+        app: field("appName").unwrap_or_default(),
+        user: field("userId").unwrap_or_default(),
         session,
-        run_id.clone(),
-        invocation_id.clone(),
-        tx,
-    ));
+        run_id: format!("run-{}", uuid::Uuid::new_v4()),
+        invocation_id: new_invocation_id(),
+    };
+    if let Err(e) = commit_user_event(&state, &run, &text).await {
+        return server_error(&e.to_string());
+    }
+    let (run_id, invocation_id) = (run.run_id.clone(), run.invocation_id.clone());
+    let (tx, mut rx) = mpsc::channel::<Bytes>(RUN_BUFFER);
+    tokio::spawn(produce(state, text, run, tx));
     let frames = futures::StreamExt::map(
         futures::stream::poll_fn(move |cx| rx.poll_recv(cx)),
         Ok::<_, Infallible>,
@@ -195,17 +404,11 @@ async fn run(State(state): State<Arc<Ceiling>>, Json(body): Json<Value>) -> Resp
     resp
 }
 
-/// The echo run: partial frames, the (committed, in mode b) complete frame, `event: done`.
-async fn produce(
-    state: Arc<Ceiling>,
-    text: String,
-    session: String,
-    run_id: String,
-    invocation_id: String,
-    tx: mpsc::Sender<Bytes>,
-) {
+/// The echo run: partial frames, the (committed, in modes b and c) complete frame, `event: done`.
+async fn produce(state: Arc<Ceiling>, text: String, run: RunIds, tx: mpsc::Sender<Bytes>) {
+    let invocation_id = run.invocation_id.as_str();
     for chunk in split_chunks(&text, state.chunks) {
-        let mut e = Event::new(&invocation_id, crate::pg::AGENT_NAME)
+        let mut e = Event::new(invocation_id, crate::pg::AGENT_NAME)
             .with_content(Content::text("model", chunk));
         e.partial = Some(true);
         e.fill_defaults();
@@ -220,33 +423,34 @@ async fn produce(
             return; // the client went away
         }
     }
-    let mut e = Event::new(&invocation_id, crate::pg::AGENT_NAME)
+    let mut e = Event::new(invocation_id, crate::pg::AGENT_NAME)
         .with_content(Content::text("model", text.as_str()));
     e.actions.state_delta.insert("turns".into(), json!(1));
     e.fill_defaults();
     let Ok(json) = serde_json::to_string(&e) else {
         return;
     };
-    let seq = match &state.pool {
-        None => state.seq.fetch_add(1, Ordering::Relaxed) + 1,
-        Some(pool) => {
-            let r = sqlx::query_scalar::<_, i64>(
-                "INSERT INTO ceiling_events (session_id, event) VALUES ($1, $2::jsonb) RETURNING seq",
-            )
-            .bind(&session)
-            .bind(&json)
-            .fetch_one(pool)
-            .await;
-            match r {
-                Ok(seq) => seq,
-                Err(e) => {
-                    let body = json!({"error": e.to_string(), "code": "run_failed"});
-                    let _ = tx
-                        .send(Bytes::from(format!("event: error\ndata: {body}\n\n")))
-                        .await;
-                    return;
-                }
-            }
+    let delta = json!({"turns": 1}).to_string();
+    let committed = match &state.db {
+        Db::None => Ok(state.seq.fetch_add(1, Ordering::Relaxed) + 1),
+        Db::Events(pool) => sqlx::query_scalar::<_, i64>(
+            "INSERT INTO ceiling_events (session_id, event) VALUES ($1, $2::jsonb) RETURNING seq",
+        )
+        .bind(&run.session)
+        .bind(&json)
+        .fetch_one(pool)
+        .await,
+        Db::AdkPg(pool) => commit_reply(pool, &run, &delta, &json, e.timestamp).await,
+        Db::AdkSqlite(pool) => commit_reply_sqlite(pool, &run, &delta, &json, e.timestamp).await,
+    };
+    let seq = match committed {
+        Ok(seq) => seq,
+        Err(e) => {
+            let body = json!({"error": e.to_string(), "code": "run_failed"});
+            let _ = tx
+                .send(Bytes::from(format!("event: error\ndata: {body}\n\n")))
+                .await;
+            return;
         }
     };
     if tx
@@ -257,7 +461,7 @@ async fn produce(
         return;
     }
     let done = json!({
-        "runId": run_id, "invocationId": invocation_id,
+        "runId": run.run_id, "invocationId": invocation_id,
         "status": "completed", "lastSeq": seq,
     });
     let _ = tx

@@ -377,22 +377,26 @@ fn samples(pid: u32) -> Result<(Sample, Sample, Sample)> {
     ))
 }
 
-/// The run table: every level, each server in turn (agentd, (a), (b)) so that slow drift of
-/// the machine affects all three alike.
+/// The run table: every level, each server in turn (agentd, (a), (b), (c)) so that slow drift
+/// of the machine affects all of them alike.
 pub async fn run_table(args: &BenchArgs, env: &mut Env) -> Result<Vec<LevelResult>> {
     // Steady state, not a cold start: a few seconds of load fill the tables, then
     // PostgreSQL's statistics are gathered, as autovacuum does within its first minute
     // (autovacuum_naptime). Without statistics PostgreSQL 15 plans agentd's session lookups
     // on `sessions_by_update_time`, scanning every session of the user (see README).
-    eprintln!("runs: warming up all three servers…");
-    for server in [&env.agentd, &env.ceiling_a, &env.ceiling_b] {
+    eprintln!("runs: warming up every server…");
+    for server in env.measured() {
         let spec = RunSpec::new(&server.base, APP, args.message_bytes, args.chunks);
         run_level(server, &spec, 8, Duration::ZERO, Duration::from_secs(3)).await?;
     }
     let dbs = if args.skip_analyze {
         vec![]
     } else {
-        env.agentd_db.iter().chain([&env.ceiling_db]).collect()
+        env.agentd_db
+            .iter()
+            .chain([&env.ceiling_db, &env.ceiling_c_url])
+            .filter(|url| url.starts_with("postgres"))
+            .collect()
     };
     for db in dbs {
         let pool = crate::pg::connect(db, 1).await?;
@@ -402,7 +406,7 @@ pub async fn run_table(args: &BenchArgs, env: &mut Env) -> Result<Vec<LevelResul
 
     let mut out = vec![];
     for &c in &args.levels {
-        for server in [&env.agentd, &env.ceiling_a, &env.ceiling_b] {
+        for server in env.measured() {
             eprintln!(
                 "runs: {} at concurrency {c} ({:.0} s + {:.0} s warm-up)…",
                 server.name, args.duration, args.warmup

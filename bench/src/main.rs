@@ -1,8 +1,8 @@
 //! `agentd-bench`: agentd's load generator, its two ceiling servers and the other
 //! measurements of the README's "Performance" section.
 //!
-//! `agentd-bench all` reproduces everything: it starts `target/release/agentd` and the two
-//! ceilings (`agentd-bench ceiling --mode a|b`) as child processes (so each one's RSS and CPU
+//! `agentd-bench all` reproduces everything: it starts `target/release/agentd` and the three
+//! ceilings (`agentd-bench ceiling --mode a|b|c`) as child processes (so each one's RSS and CPU
 //! are its own), each on a fresh PostgreSQL database, drives them with real HTTP and real SSE
 //! parsing, and prints markdown.
 
@@ -26,7 +26,7 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(
     name = "agentd-bench",
-    about = "Benchmarks agentd against two ceiling servers"
+    about = "Benchmarks agentd against three ceiling servers"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -38,10 +38,13 @@ enum Command {
     /// Everything: the run table (agentd vs both ceilings), DB round trips per run, and the
     /// other measurements (event pages, whole sessions, artifacts, idle streams, long history).
     All(BenchArgs),
-    /// Only the run table (agentd vs ceilings (a) and (b) at each concurrency).
+    /// Only the run table (agentd vs ceilings (a), (b) and (c) at each concurrency).
     Runs(BenchArgs),
     /// Only the measurements besides the run table.
     Extra(BenchArgs),
+    /// Only the database work per request (round trips, commits, WAL bytes), through a
+    /// counting proxy: agentd and ceilings (b) and (c).
+    Profile(BenchArgs),
     /// Several replicas on one database: cancel across replicas, re-attach, follower
     /// overhead, and database writes/RSS with many open streams (PostgreSQL only).
     ScaleOut(BenchArgs),
@@ -169,10 +172,31 @@ fn main() -> Result<()> {
         .context("cannot start the tokio runtime")?;
     match cli.command {
         Command::Ceiling(args) => rt.block_on(ceiling::serve(args)),
-        Command::All(args) => rt.block_on(bench(args, true, true)),
-        Command::Runs(args) => rt.block_on(bench(args, true, false)),
+        Command::All(args) => rt.block_on(bench(args, Parts::ALL)),
+        Command::Runs(args) => rt.block_on(bench(
+            args,
+            Parts {
+                extras: false,
+                ..Parts::ALL
+            },
+        )),
+        Command::Profile(args) => rt.block_on(bench(
+            args,
+            Parts {
+                runs: false,
+                profile: true,
+                extras: false,
+            },
+        )),
         Command::SlowReaders(args) => rt.block_on(slow_readers(args)),
-        Command::Extra(args) => rt.block_on(bench(args, false, true)),
+        Command::Extra(args) => rt.block_on(bench(
+            args,
+            Parts {
+                runs: false,
+                profile: false,
+                extras: true,
+            },
+        )),
         Command::ScaleOut(args) => {
             let agentd_bin = match &args.agentd_bin {
                 Some(p) => p.clone(),
@@ -183,8 +207,24 @@ fn main() -> Result<()> {
     }
 }
 
+/// Which measurements a subcommand makes.
+#[derive(Clone, Copy)]
+struct Parts {
+    runs: bool,
+    profile: bool,
+    extras: bool,
+}
+
+impl Parts {
+    const ALL: Parts = Parts {
+        runs: true,
+        profile: true,
+        extras: true,
+    };
+}
+
 /// Runs the selected measurements and prints (and optionally writes) the markdown report.
-async fn bench(args: BenchArgs, runs: bool, extras: bool) -> Result<()> {
+async fn bench(args: BenchArgs, parts: Parts) -> Result<()> {
     if args.levels.is_empty() || args.levels.contains(&0) {
         bail!("--levels needs positive concurrency levels, e.g. 1,8,32,128");
     }
@@ -199,13 +239,15 @@ async fn bench(args: BenchArgs, runs: bool, extras: bool) -> Result<()> {
     let result = async {
         let mut env = servers::Env::new(&args, &admin, &agentd_bin, &self_bin).await?;
         let outcome = async {
-            if runs {
+            if parts.runs {
                 let table = load::run_table(&args, &mut env).await?;
                 report.run_table(&table);
-                let profile = proxy::profile(&args, &env).await?;
+            }
+            if parts.profile {
+                let profile = proxy::profile(&args, &env, &admin).await?;
                 report.profile(&profile);
             }
-            if extras {
+            if parts.extras {
                 let x = extra::measure(&args, &env).await?;
                 report.extra(&x);
             }

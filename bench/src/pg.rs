@@ -47,6 +47,15 @@ impl Admin {
         with_database(&self.url, &name)
     }
 
+    /// The server's WAL insert position in bytes (what is written since is the WAL a phase made).
+    pub async fn wal_position(&self) -> Result<i64> {
+        let v: i64 =
+            sqlx::query_scalar("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(v)
+    }
+
     pub async fn server_version(&self) -> Result<String> {
         let v: String = sqlx::query_scalar("SHOW server_version")
             .fetch_one(&self.pool)

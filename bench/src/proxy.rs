@@ -7,6 +7,7 @@
 //! The proxy is used only for this profile, never while throughput is measured.
 
 use crate::load::{self, RunSpec};
+use crate::pg::Admin;
 use crate::servers::{Env, APP};
 use crate::BenchArgs;
 use anyhow::{bail, Context, Result};
@@ -376,6 +377,25 @@ pub struct PhaseProfile {
     pub what: String,
     pub requests: u64,
     pub counts: Counts,
+    /// WAL bytes the server generated during the phase (`pg_current_wal_insert_lsn()` before
+    /// and after; every other server of the benchmark is idle meanwhile).
+    pub wal_bytes: i64,
+}
+
+/// Counts one phase: what the proxy saw and the WAL written since `wal0`.
+async fn phase(
+    proxy: &Proxy,
+    admin: &Admin,
+    what: &str,
+    requests: u64,
+    wal0: i64,
+) -> Result<PhaseProfile> {
+    Ok(PhaseProfile {
+        what: what.into(),
+        requests,
+        counts: proxy.take(),
+        wal_bytes: admin.wal_position().await? - wal0,
+    })
 }
 
 pub struct Profile {
@@ -398,68 +418,53 @@ fn upstream_of(url: &str) -> Result<String> {
 /// still hold their connections (PostgreSQL's `max_connections` is shared).
 const PROFILE_POOL: u32 = 4;
 
-/// Sequential requests through the proxy: agentd's session create and run, and ceiling (b)'s
-/// run. Connections and prepared statements are warmed first; then each phase is counted.
-pub async fn profile(args: &BenchArgs, env: &Env) -> Result<Profile> {
+/// Sequential requests through the proxy: agentd's session create and run, and the same for
+/// ceilings (b) and (c). Connections and prepared statements are warmed first; then each phase
+/// is counted.
+pub async fn profile(args: &BenchArgs, env: &Env, admin: &Admin) -> Result<Profile> {
     const N: u64 = 50;
     let mut phases = vec![];
     let client = load::client(4)?;
 
+    let mut targets = vec![];
     if let Some(db) = &env.agentd_db {
-        eprintln!("profile: agentd's database round trips per request, through a counting proxy…");
-        let proxy = Proxy::start(upstream_of(db)?).await?;
-        let server = env
-            .extra_agentd(&proxied_url(db, proxy.addr)?, "proxied", PROFILE_POOL)
-            .await?;
+        targets.push(("agentd", None, db.clone()));
+    }
+    targets.push(("ceiling (b)", Some("b"), env.ceiling_db.clone()));
+    if env.ceiling_c_url.starts_with("postgres") {
+        targets.push(("ceiling (c)", Some("c"), env.ceiling_c_url.clone()));
+    }
+    for (name, mode, db) in targets {
+        eprintln!("profile: {name}'s database work per request, through a counting proxy…");
+        let proxy = Proxy::start(upstream_of(&db)?).await?;
+        let url = proxied_url(&db, proxy.addr)?;
+        let server = match mode {
+            None => env.extra_agentd(&url, "proxied", PROFILE_POOL).await?,
+            Some(mode) => env.extra_ceiling(mode, &url, PROFILE_POOL).await?,
+        };
         let spec = RunSpec::new(&server.base, APP, args.message_bytes, args.chunks);
         for _ in 0..3 * PROFILE_POOL {
             load::one_run(&client, &spec).await?;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         proxy.take();
+        let wal0 = admin.wal_position().await?;
         let mut sessions = vec![];
         for _ in 0..N {
             sessions.push(load::create_session(&client, &spec).await?);
         }
-        phases.push(PhaseProfile {
-            what: "agentd: POST /apps/…/sessions".into(),
-            requests: N,
-            counts: proxy.take(),
-        });
+        let what = format!("{name}: POST /apps/…/sessions");
+        phases.push(phase(&proxy, admin, &what, N, wal0).await?);
+        let wal0 = admin.wal_position().await?;
         for s in &sessions {
             load::run_on(&client, &spec, s).await?;
         }
-        // The run's last statement (its outcome) is written before `done` is sent, but give
-        // a straggler a moment anyway.
+        // A run's last statement (agentd: its outcome) is written before `done` is sent, but
+        // give a straggler a moment anyway.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        phases.push(PhaseProfile {
-            what: "agentd: POST /run".into(),
-            requests: N,
-            counts: proxy.take(),
-        });
+        let what = format!("{name}: POST /run");
+        phases.push(phase(&proxy, admin, &what, N, wal0).await?);
         server.stop().await;
     }
-
-    eprintln!("profile: ceiling (b) through the proxy…");
-    let proxy = Proxy::start(upstream_of(&env.ceiling_db)?).await?;
-    let server = env
-        .extra_ceiling_b(&proxied_url(&env.ceiling_db, proxy.addr)?, PROFILE_POOL)
-        .await?;
-    let spec = RunSpec::new(&server.base, APP, args.message_bytes, args.chunks);
-    for _ in 0..3 * PROFILE_POOL {
-        load::one_run(&client, &spec).await?;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    proxy.take();
-    for _ in 0..N {
-        load::one_run(&client, &spec).await?;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    phases.push(PhaseProfile {
-        what: "ceiling (b): session + POST /run".into(),
-        requests: N,
-        counts: proxy.take(),
-    });
-    server.stop().await;
     Ok(Profile { phases })
 }

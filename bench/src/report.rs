@@ -14,6 +14,8 @@ pub struct Report {
     warmup: f64,
     /// (target, measured, met)
     targets: Vec<(String, String, bool)>,
+    /// agentd (and ceiling (c)) on PostgreSQL: the PostgreSQL CPU target applies.
+    postgres: bool,
 }
 
 fn cpu_model() -> String {
@@ -62,7 +64,7 @@ impl Report {
         );
         let _ = writeln!(
             text,
-            "- PostgreSQL {} on the same machine (fsync={}, synchronous_commit={}); agentd backend: {:?}, pool {} connections (ceiling (b) the same)",
+            "- PostgreSQL {} on the same machine (fsync={}, synchronous_commit={}); agentd backend: {:?}, pool {} connections (ceilings (b) and (c) the same)",
             admin.server_version().await?,
             admin.setting("fsync").await?,
             admin.setting("synchronous_commit").await?,
@@ -90,6 +92,7 @@ impl Report {
             text,
             warmup: args.warmup,
             targets: vec![],
+            postgres: args.backend == crate::Backend::Postgres,
         })
     }
 
@@ -98,7 +101,9 @@ impl Report {
         let _ = writeln!(t, "## Runs: agentd vs the ceilings\n");
         let _ = writeln!(
             t,
-            "(a) = bare axum SSE, no database; (b) = (a) + one durable PostgreSQL commit per run. \
+            "(a) = bare axum SSE, no database; (b) = (a) + one durable PostgreSQL commit per run; \
+             (c) = an ADK-shaped durable server (session row, user event, reply + state delta: \
+             three durable commits per session + run, on agentd's backend). \
              TTFB = `POST /run` sent → first SSE byte; end = → end of stream. \
              {:.0} s measured per cell after {:.0} s warm-up.\n",
             rows.first().map_or(0.0, |r| r.window.as_secs_f64()),
@@ -152,6 +157,34 @@ impl Report {
                 ratio >= 0.5,
             ));
         }
+        if let (Some(a), Some(c)) = (find("agentd", 32), find("ceiling (c)", 32)) {
+            let ratio = a.runs_per_sec() / c.runs_per_sec().max(f64::MIN_POSITIVE);
+            let pg = a.cpu_ms_per_run(a.postgres_cpu)
+                / c.cpu_ms_per_run(c.postgres_cpu).max(f64::MIN_POSITIVE);
+            let _ = writeln!(
+                t,
+                "- runs/s at concurrency 32: agentd {:.0}, ceiling (c) {:.0}: **{:.0}%** of (c); \
+                 PostgreSQL CPU per run {:.2} vs {:.2} ms: **{:.2}×** (c)'s",
+                a.runs_per_sec(),
+                c.runs_per_sec(),
+                100.0 * ratio,
+                a.cpu_ms_per_run(a.postgres_cpu),
+                c.cpu_ms_per_run(c.postgres_cpu),
+                pg
+            );
+            self.targets.push((
+                "runs/s at c=32 ≥ 80% of ceiling (c)".into(),
+                format!("{:.0}%", 100.0 * ratio),
+                ratio >= 0.8,
+            ));
+            if self.postgres {
+                self.targets.push((
+                    "PostgreSQL CPU per run at c=32 ≤ 1.5 × ceiling (c)'s".into(),
+                    format!("{pg:.2}×"),
+                    pg <= 1.5,
+                ));
+            }
+        }
         if let (Some(a), Some(c)) = (find("agentd", 1), find("ceiling (a)", 1)) {
             let delta = ms_h(&a.ttfb, 0.5) - ms_h(&c.ttfb, 0.5);
             let _ = writeln!(
@@ -202,18 +235,19 @@ impl Report {
         );
         let _ = writeln!(
             t,
-            "| request | round trips | durable commits | async commits | DB time |"
+            "| request | round trips | durable commits | async commits | WAL bytes | DB time |"
         );
-        let _ = writeln!(t, "|---|---:|---:|---:|---:|");
+        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|");
         for ph in &p.phases {
             let n = ph.requests.max(1) as f64;
             let _ = writeln!(
                 t,
-                "| {} | {:.2} | {:.2} | {:.2} | {:.2} ms |",
+                "| {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.2} ms |",
                 ph.what,
                 ph.counts.round_trips() as f64 / n,
                 ph.counts.commits() as f64 / n,
                 ph.counts.async_commits() as f64 / n,
+                ph.wal_bytes as f64 / n,
                 ph.counts.db_time().as_secs_f64() * 1000.0 / n
             );
         }

@@ -1,4 +1,4 @@
-//! The servers under test, each a child process on its own port: agentd and the two ceilings.
+//! The servers under test, each a child process on its own port: agentd and the three ceilings.
 
 use crate::pg::{Admin, AGENT_NAME};
 use crate::{free_addr, Backend, BenchArgs};
@@ -111,11 +111,14 @@ pub struct Env {
     pub agentd: Server,
     pub ceiling_a: Server,
     pub ceiling_b: Server,
+    pub ceiling_c: Server,
     /// agentd's database URL (either backend).
     pub agentd_url: String,
     /// agentd's PostgreSQL database (None with the SQLite backend).
     pub agentd_db: Option<String>,
     pub ceiling_db: String,
+    /// Ceiling (c)'s database: PostgreSQL, or a SQLite file with `--backend sqlite`.
+    pub ceiling_c_url: String,
     pub apps_dir: PathBuf,
     pub work: tempfile::TempDir,
     agentd_bin: PathBuf,
@@ -162,8 +165,12 @@ impl Env {
             ),
         };
         let ceiling_db = admin.create_database("ceiling").await?;
+        let ceiling_c_url = match args.backend {
+            Backend::Postgres => admin.create_database("ceiling_c").await?,
+            Backend::Sqlite => format!("sqlite://{}", work.path().join("ceiling-c.db").display()),
+        };
 
-        eprintln!("starting agentd, ceiling (a) and ceiling (b)…");
+        eprintln!("starting agentd and ceilings (a), (b) and (c)…");
         let agentd = spawn_agentd(
             agentd_bin,
             &agentd_url,
@@ -175,21 +182,26 @@ impl Env {
         .await?;
         let ceiling_a = spawn_ceiling(self_bin, "a", args, None, work.path()).await?;
         let ceiling_b = spawn_ceiling(self_bin, "b", args, Some(&ceiling_db), work.path()).await?;
+        let ceiling_c =
+            spawn_ceiling(self_bin, "c", args, Some(&ceiling_c_url), work.path()).await?;
         eprintln!(
-            "  agentd pid {} at {}, ceiling (a) pid {}, ceiling (b) pid {}; logs in {}",
+            "  agentd pid {} at {}, ceiling (a) pid {}, (b) pid {}, (c) pid {}; logs in {}",
             agentd.pid,
             agentd.base,
             ceiling_a.pid,
             ceiling_b.pid,
+            ceiling_c.pid,
             work.path().display()
         );
         Ok(Env {
             agentd,
             ceiling_a,
             ceiling_b,
+            ceiling_c,
             agentd_url,
             agentd_db,
             ceiling_db,
+            ceiling_c_url,
             apps_dir,
             work,
             agentd_bin: agentd_bin.to_path_buf(),
@@ -211,13 +223,23 @@ impl Env {
         .await
     }
 
-    /// Another ceiling (b) on `database_url`.
-    pub async fn extra_ceiling_b(&self, database_url: &str, pool: u32) -> Result<Server> {
+    /// Another ceiling (`mode` b or c) on `database_url`.
+    pub async fn extra_ceiling(&self, mode: &str, database_url: &str, pool: u32) -> Result<Server> {
         let dir = self.work.path().join("extra");
         std::fs::create_dir_all(&dir)?;
         let mut args = self.args.clone();
         args.db_max_connections = pool;
-        spawn_ceiling(&self.self_bin, "b", &args, Some(database_url), &dir).await
+        spawn_ceiling(&self.self_bin, mode, &args, Some(database_url), &dir).await
+    }
+
+    /// The servers of the run table, in the order each level measures them.
+    pub fn measured(&self) -> [&Server; 4] {
+        [
+            &self.agentd,
+            &self.ceiling_a,
+            &self.ceiling_b,
+            &self.ceiling_c,
+        ]
     }
 
     /// Stops the servers; with `keep_logs`, leaves their logs (and the apps) on disk.
@@ -225,6 +247,7 @@ impl Env {
         self.agentd.stop().await;
         self.ceiling_a.stop().await;
         self.ceiling_b.stop().await;
+        self.ceiling_c.stop().await;
         if keep_logs {
             eprintln!("server logs kept in {}", self.work.keep().display());
         }
@@ -306,10 +329,10 @@ async fn spawn_ceiling(
     if let Some(url) = database_url {
         cmd.arg("--database-url").arg(url);
     }
-    let name = if mode == "a" {
-        "ceiling (a)"
-    } else {
-        "ceiling (b)"
+    let name = match mode {
+        "a" => "ceiling (a)",
+        "b" => "ceiling (b)",
+        _ => "ceiling (c)",
     };
     Server::spawn(name, cmd, work.join(format!("ceiling-{mode}.log"))).await
 }

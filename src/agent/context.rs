@@ -116,6 +116,17 @@ pub(crate) struct ContextParts {
     pub out: mpsc::Sender<RunItem>,
 }
 
+/// The `temp:` keys of an event's state delta: never stored, but the run sees them.
+pub(crate) fn temp_keys(event: &Event) -> JsonMap {
+    event
+        .actions
+        .state_delta
+        .iter()
+        .filter(|(k, _)| k.starts_with(TEMP_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -448,13 +459,7 @@ impl Shared {
         event: Event,
         artifacts: Vec<ArtifactWrite>,
     ) -> StoreResult<StoredEvent> {
-        let temp: JsonMap = event
-            .actions
-            .state_delta
-            .iter()
-            .filter(|(k, _)| k.starts_with(TEMP_PREFIX))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let temp = temp_keys(&event);
         let fence = match &self.run_id {
             Some(run) => crate::store::Fence::Run(run),
             None => crate::store::Fence::Unfenced,
@@ -469,6 +474,14 @@ impl Shared {
         span.record("seq", stored.seq);
         metrics::histogram!("agentd_commit_duration_seconds")
             .record(started.elapsed().as_secs_f64());
+        self.adopt(st, &stored, temp);
+        Ok(stored)
+    }
+
+    /// Brings the run's view up to date with an event committed on its behalf (by
+    /// [`Shared::record`], or by admission itself for the user event): state with the event's
+    /// `temp:` keys, last seq, open function calls.
+    pub(crate) fn adopt(&self, st: &mut EmitState, stored: &StoredEvent, temp: JsonMap) {
         metrics::counter!("agentd_events_committed_total").increment(1);
         {
             let mut state = lock(&self.state);
@@ -487,7 +500,6 @@ impl Shared {
                 st.open_calls.remove(id);
             }
         }
-        Ok(stored)
     }
 
     /// [`Shared::deliver`], but a client that does not take the item within `limit` is dropped

@@ -7,9 +7,11 @@
 
 use super::bus::BusMsg;
 use super::{OnBusy, RunError, RunHandle, RunRequest, Runner};
+use crate::store::runs::Opened;
 use crate::store::{CancelRequest, Claim, NewRun, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// Fallback re-check while waiting for a busy session (a missed notification costs this much).
 const BUSY_POLL: Duration = Duration::from_secs(1);
@@ -38,25 +40,39 @@ impl Drop for Ticket {
 impl Runner {
     /// Claims the session for `run` according to the request's `on_busy` (creating the
     /// session first if it is missing and the request asks for that). Returns whether a dead
-    /// run's transcript awaits sealing.
+    /// run's transcript awaits sealing, and the user event if admission committed it.
     pub(super) async fn admit(
         &self,
         run: &NewRun,
         req: &RunRequest,
         caller: &mut tokio::sync::oneshot::Sender<Result<RunHandle, RunError>>,
-    ) -> Result<bool, RunError> {
+    ) -> Result<(bool, Option<Box<Opened>>), RunError> {
         let deadline = Instant::now() + self.config.enqueue_timeout;
         let mut interrupted = false;
         let mut created = false;
         let mut ticket: Option<Ticket> = None;
         let mut sub = None;
         loop {
+            let started = Instant::now();
+            // On PostgreSQL this statement is also the user event's commit: its span carries
+            // the event's seq then.
+            let span = tracing::info_span!("admit", seq = tracing::field::Empty);
             let claim = self
                 .store
                 .claim_run(run, ticket.as_ref().map(|t| t.id))
+                .instrument(span.clone())
                 .await?;
             let active = match claim {
-                Claim::Acquired { unsealed, .. } => return Ok(unsealed),
+                Claim::Acquired {
+                    unsealed, opened, ..
+                } => {
+                    if let Some(opened) = &opened {
+                        span.record("seq", opened.stored.seq);
+                        metrics::histogram!("agentd_commit_duration_seconds")
+                            .record(started.elapsed().as_secs_f64());
+                    }
+                    return Ok((unsealed, opened));
+                }
                 Claim::NoSession if req.create_session && !created => {
                     self.create_session(&run.key).await?;
                     created = true;

@@ -24,10 +24,12 @@ mod selection;
 
 pub use seal::INVOCATION_ABORTED;
 
+use crate::agent::context::temp_keys;
 use crate::agent::context::{ContextParts, RunItem, RunObserver};
 use crate::agent::{run_agent, AgentError, AgentTree, InvocationContext, PluginSet, RunConfig};
 use crate::apps::AppRegistry;
 use crate::event::{new_invocation_id, Content, Event, JsonMap, Part};
+use crate::store::runs::Opened;
 use crate::store::{
     ArtifactWrite, CancelRequest, Fence, NewRun, RunRecord, RunStatus, SessionKey, Store,
     StoreError,
@@ -304,13 +306,23 @@ impl Runner {
 
         let run_id = format!("run-{}", uuid::Uuid::new_v4());
         let invocation_id = new_invocation_id();
+        let user = req
+            .new_message
+            .clone()
+            .map(|m| user_event(&invocation_id, m, &req.state_delta, &req.run_config));
         let new_run = NewRun {
             run_id: run_id.clone(),
             key: req.key.clone(),
             invocation_id: invocation_id.clone(),
             owner: self.config.owner.clone(),
-            user_event: req.new_message.is_some(),
+            user_event: user.is_some(),
             queue_ttl: self.config.enqueue_timeout + Duration::from_secs(30),
+            // Committed by the admission statement itself where the backend can; an event
+            // with staged artifacts (input blobs) needs their transaction.
+            opening: user
+                .as_ref()
+                .filter(|(_, artifacts)| artifacts.is_empty())
+                .map(|(event, _)| event.clone()),
         };
         // Registered before admission, so reconciliation never mistakes it for a leak.
         let cancel = CancellationToken::new();
@@ -337,7 +349,7 @@ impl Runner {
             async move {
                 let _slot = slot;
                 let mut ready_tx = ready_tx;
-                let unsealed = match runner.admit(&new_run, &req, &mut ready_tx).await {
+                let (unsealed, opened) = match runner.admit(&new_run, &req, &mut ready_tx).await {
                     Ok(admitted) => admitted,
                     Err(e) => {
                         lock(&runner.local).remove(&run_id);
@@ -353,7 +365,11 @@ impl Runner {
                         &req,
                         &run_id,
                         &invocation_id,
-                        unsealed,
+                        Opening {
+                            unsealed,
+                            opened,
+                            user,
+                        },
                         &tree,
                         cancel.clone(),
                     )
@@ -409,28 +425,35 @@ impl Runner {
 
     /// With the session held: seals dead predecessors, reads the state (only now, so a run
     /// that finished while this request waited is seen), builds the invocation context and
-    /// commits the user event.
+    /// commits the user event. When admission already committed the user event and read the
+    /// state (PostgreSQL, the usual case), none of that touches the database again.
     async fn begin(
         self: &Arc<Self>,
         req: &RunRequest,
         run_id: &str,
         invocation_id: &str,
-        unsealed: bool,
+        opening: Opening,
         tree: &Arc<AgentTree>,
         cancel: CancellationToken,
     ) -> Result<(InvocationContext, mpsc::Receiver<RunItem>), RunError> {
+        let Opening {
+            unsealed,
+            opened,
+            user,
+        } = opening;
         if unsealed {
             self.seal_dead_runs(&req.key, Fence::Run(run_id)).await?;
         }
-        let head = self
-            .store
-            .session_head(&req.key)
-            .await?
-            .ok_or_else(|| RunError::SessionNotFound(req.key.session_id.clone()))?;
-        let user = req
-            .new_message
-            .clone()
-            .map(|m| user_event(invocation_id, m, &req.state_delta, &req.run_config));
+        let state = match opened.as_ref().and_then(|o| o.state.clone()) {
+            Some(state) => state,
+            None => {
+                self.store
+                    .session_head(&req.key)
+                    .await?
+                    .ok_or_else(|| RunError::SessionNotFound(req.key.session_id.clone()))?
+                    .state
+            }
+        };
         let (tx, rx) = mpsc::channel(RUN_BUFFER);
         let observer: Arc<dyn RunObserver> = Arc::new(BusTap {
             bus: self.bus.clone(),
@@ -451,7 +474,7 @@ impl Runner {
             cancel_on_disconnect: req.on_disconnect == OnDisconnect::Cancel,
             run_id: Some(run_id.to_string()),
             observer: Some(observer),
-            state: head.state,
+            state,
             out: tx,
         });
         self.bus.run_started(&req.key, run_id, invocation_id);
@@ -459,7 +482,14 @@ impl Runner {
         if let Some((user_event, artifacts)) = user {
             let shared = ctx.shared();
             let mut st = shared.emit.lock().await;
-            match shared.record(&mut st, user_event, artifacts).await {
+            let stored = match opened {
+                Some(opened) => {
+                    shared.adopt(&mut st, &opened.stored, temp_keys(&user_event));
+                    Ok(opened.stored)
+                }
+                None => shared.record(&mut st, user_event, artifacts).await,
+            };
+            match stored {
                 Ok(stored) => self.bus.publish(
                     &req.key,
                     BusMsg::Committed {
@@ -771,6 +801,14 @@ impl Runner {
             }
         });
     }
+}
+
+/// What admission left for [`Runner::begin`]: whether a dead run awaits sealing, the user
+/// event if admission committed it, and the user event as built from the request.
+struct Opening {
+    unsealed: bool,
+    opened: Option<Box<Opened>>,
+    user: Option<(Event, Vec<ArtifactWrite>)>,
 }
 
 /// A started run (user event committed), moved into its task.

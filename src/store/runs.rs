@@ -19,10 +19,11 @@
 
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
-use super::{SessionKey, StoreError, StoreResult};
-use crate::event::now_ts;
+use super::{SessionKey, StoreError, StoreResult, StoredEvent};
+use crate::event::{now_ts, Event, JsonMap, SplitState};
 use async_trait::async_trait;
 use serde::Serialize;
+use sqlx::types::Json;
 use sqlx::Row;
 use std::time::Duration;
 
@@ -39,6 +40,22 @@ pub struct NewRun {
     /// A queue ticket older than this no longer counts (its waiter gave up long ago, but the
     /// ticket could not be removed: a database error, a crash between insert and use).
     pub queue_ttl: Duration,
+    /// The user event, to commit in the admission statement itself where the backend can
+    /// (PostgreSQL: admission, the user event and the run's starting state are then one
+    /// statement and one durable commit; see [`pg_insert_run_sql`]). It is committed there only
+    /// if the session has no dead run to seal first; otherwise, and on SQLite, the runner
+    /// appends it after admission. An event with staged artifacts is never passed here.
+    pub opening: Option<Event>,
+}
+
+/// The user event committed by admission, with the session's merged state after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opened {
+    pub stored: StoredEvent,
+    /// `None` when the admission statement's snapshot predates a write to the session that it
+    /// then waited for (see [`pg_insert_run_sql`]): its reading of the shared `app:`/`user:`
+    /// state may miss that write, so the runner reads the state again.
+    pub state: Option<JsonMap>,
 }
 
 /// How a run ended. `Abandoned`: its process died (stopped heartbeating). `Interrupted`: the
@@ -127,7 +144,12 @@ impl RunRecord {
 pub enum Claim {
     /// The run owns the session; its events come after `base_seq`. `unsealed`: a dead run of
     /// the session still needs its transcript sealed (the new run does it first).
-    Acquired { base_seq: i64, unsealed: bool },
+    Acquired {
+        base_seq: i64,
+        unsealed: bool,
+        /// The user event, if admission committed it (see [`NewRun::opening`]).
+        opened: Option<Box<Opened>>,
+    },
     /// Another live run holds the session (`None`: earlier queued requests come first).
     Busy(Option<Box<RunRecord>>),
     /// The session does not exist (nothing was written).
@@ -135,11 +157,12 @@ pub enum Claim {
 }
 
 /// What one attempt to take a session did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Insert {
     Inserted {
         base_seq: i64,
         unsealed: bool,
+        opened: Option<Box<Opened>>,
     },
     /// A run holds the session, or an earlier ticket waits for it.
     Occupied,
@@ -165,7 +188,7 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Makes `run` the session's owner and inserts it as `running`, if the session exists, has
     /// no active run, and no earlier live ticket waits for it (`ticket`: the caller's own).
-    /// One statement.
+    /// One statement; on PostgreSQL it also commits `run.opening` (see [`NewRun::opening`]).
     async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert>;
 
     /// Marks the run `abandoned` (unsealed) and frees its session, if it is running and its
@@ -178,8 +201,16 @@ pub trait RunStore: Send + Sync + 'static {
     async fn claim_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Claim> {
         for _ in 0..5 {
             match self.insert_run(run, ticket).await? {
-                Insert::Inserted { base_seq, unsealed } => {
-                    return Ok(Claim::Acquired { base_seq, unsealed })
+                Insert::Inserted {
+                    base_seq,
+                    unsealed,
+                    opened,
+                } => {
+                    return Ok(Claim::Acquired {
+                        base_seq,
+                        unsealed,
+                        opened,
+                    })
                 }
                 Insert::NoSession => return Ok(Claim::NoSession),
                 Insert::Occupied => {}
@@ -292,11 +323,12 @@ const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
 /// reach disk (`SET LOCAL synchronous_commit = off`, inside the one statement, so it costs no
 /// round trip). Used where losing the write in a database crash is harmless:
 ///
-/// - Admission: the run id is revealed to no one until the run's user event is committed,
-///   synchronously, right after it, and that flush covers the earlier admission record too
-///   (WAL is flushed in order); every failure path ends in a synchronous `finish_run`. So no
-///   client can act on an admission that a crash could undo; a crash before that flush simply
-///   means the run never started.
+/// - Admission without its user event (a resume; a user event with staged artifacts, which
+///   the runner appends right after): the run id is revealed to no one until the run's user
+///   event, if any, is committed synchronously, and that flush covers the earlier admission
+///   record too (WAL is flushed in order). So no client can act on an admission that a crash
+///   could undo; a crash before that flush simply means the run never started. Admission
+///   that carries the user event is that event's durable commit.
 /// - Heartbeats: losing one only makes the replica look older by one period.
 /// - Finishing a run (`finish_run`): every event of the run is already durable (each was
 ///   committed synchronously before any client saw it), and `event: done` repeats nothing that
@@ -331,30 +363,87 @@ fn unique_violation(e: &sqlx::Error) -> bool {
 }
 
 /// Admission on PostgreSQL (see [`RunStore::insert_run`]); public for the plan tests.
+///
+/// With a user event (`$10` true) the same statement commits it, fenced by construction (the
+/// statement is what makes the run the owner), and reads back the run's starting state: the
+/// session row's new state from the `UPDATE` (always its newest version: the row lock makes
+/// a concurrent writer's commit visible to it) and the `app:`/`user:` state from the
+/// statement's snapshot. That snapshot can be older than the newest session row in one case:
+/// a write to the free session (an append outside any run, e.g. a sweeper sealing a dead
+/// run's transcript) committed after the snapshot was taken, and this `UPDATE` waited for it.
+/// (A run that is still active when the snapshot is taken makes the `UPDATE` skip the row:
+/// admission then reports the session busy, it never waits for that run.) `snapshot_seq`
+/// then differs from the session's `last_seq` before the event, and the runner reads the
+/// state again rather than trust a stale one. Every write to the session's shared state goes
+/// with an append, which bumps `last_seq`, so the check misses none. The user event is held back when a dead run awaits sealing (its
+/// transcript must come first).
+///
+/// Without a user event (a resume) admission alone commits asynchronously (`ASYNC_COMMIT`);
+/// with one it is the user event's durable commit.
 #[doc(hidden)]
 pub fn pg_insert_run_sql() -> String {
     format!(
-        "WITH async_commit AS ({ASYNC_COMMIT}), q AS (
+        "WITH async_commit AS (
+                 SELECT set_config('synchronous_commit',
+                                   CASE WHEN $10 THEN current_setting('synchronous_commit') ELSE 'off' END,
+                                   true)
+             ), q AS (
                  SELECT min(q.ticket) AS first FROM run_queue q
                   WHERE q.app_name = $2 AND q.user_id = $3 AND q.session_id = $4 AND {PG_LIVE_TICKET}
                     AND q.created_at > {PG_NOW} - $9
+             ), snap AS (
+                 SELECT last_seq FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4
+             ), dead AS (
+                 SELECT EXISTS (SELECT 1 FROM runs WHERE app_name = $2 AND user_id = $3
+                                   AND session_id = $4 AND NOT sealed) AS unsealed
              ), s AS (
-                 UPDATE sessions SET active_run = $1
+                 UPDATE sessions
+                    SET active_run = $1,
+                        state = CASE WHEN o.with_event THEN state || $11::jsonb ELSE state END,
+                        update_time = CASE WHEN o.with_event THEN $14 ELSE update_time END,
+                        last_seq = last_seq + CASE WHEN o.with_event THEN 1 ELSE 0 END
+                   FROM (SELECT $10 AND NOT d.unsealed AS with_event FROM dead d) o
                   WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run IS NULL
                     AND ((SELECT first FROM q) IS NULL OR (SELECT first FROM q) = $8)
-                 RETURNING last_seq
+                 RETURNING sessions.last_seq, sessions.state, o.with_event
              ), ins AS (
                  INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
                                    lease_expires_at, created_at, started_at, base_seq, user_event)
-                 SELECT $1, $2, $3, $4, $5, 'running', $6, 0, {PG_NOW}, {PG_NOW}, s.last_seq, $7 FROM s
+                 SELECT $1, $2, $3, $4, $5, 'running', $6, 0, {PG_NOW}, {PG_NOW},
+                        s.last_seq - CASE WHEN s.with_event THEN 1 ELSE 0 END, $7 FROM s
                  RETURNING base_seq
+             ), a AS (
+                 INSERT INTO app_states AS t (app_name, state, update_time)
+                 SELECT $2, $12::jsonb, $14 FROM s WHERE s.with_event AND $12::jsonb <> '{{}}'::jsonb
+                 ON CONFLICT (app_name) DO UPDATE
+                    SET state = t.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+                 RETURNING t.state
+             ), u AS (
+                 INSERT INTO user_states AS t (app_name, user_id, state, update_time)
+                 SELECT $2, $3, $13::jsonb, $14 FROM s WHERE s.with_event AND $13::jsonb <> '{{}}'::jsonb
+                 ON CONFLICT (app_name, user_id) DO UPDATE
+                    SET state = t.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+                 RETURNING t.state
+             ), e AS (
+                 INSERT INTO events (app_name, user_id, session_id, seq, id, invocation_id, author,
+                                     \"timestamp\", event)
+                 SELECT $2, $3, $4, s.last_seq, $15, $16, $17, $14, $18::jsonb FROM s WHERE s.with_event
+                 RETURNING seq
              )
              SELECT EXISTS (SELECT 1 FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4)
                         AS session,
                     (SELECT base_seq FROM ins) AS base_seq,
-                    EXISTS (SELECT 1 FROM runs WHERE app_name = $2 AND user_id = $3
-                               AND session_id = $4 AND NOT sealed) AS unsealed
-               FROM async_commit"
+                    d.unsealed,
+                    (SELECT seq FROM e) AS seq,
+                    (SELECT state FROM s) AS state,
+                    (SELECT last_seq FROM snap) AS snapshot_seq,
+                    COALESCE((SELECT state FROM a),
+                             (SELECT state FROM app_states WHERE app_name = $2),
+                             '{{}}'::jsonb) AS app_state,
+                    COALESCE((SELECT state FROM u),
+                             (SELECT state FROM user_states WHERE app_name = $2 AND user_id = $3),
+                             '{{}}'::jsonb) AS user_state
+               FROM dead d, async_commit"
     )
 }
 
@@ -370,6 +459,17 @@ impl RunStore for PgStore {
     }
 
     async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
+        let opening = run.opening.clone().map(|mut e| {
+            e.fill_defaults();
+            crate::event::strip_temp_keys(&mut e.actions.state_delta);
+            e
+        });
+        let split = opening
+            .as_ref()
+            .map(|e| SplitState::split(&e.actions.state_delta))
+            .unwrap_or_default();
+        let empty = Event::new("", "");
+        let event = opening.as_ref().unwrap_or(&empty);
         let row = sqlx::query(&pg_insert_run_sql())
             .bind(&run.run_id)
             .bind(&run.key.app_name)
@@ -380,6 +480,15 @@ impl RunStore for PgStore {
             .bind(run.user_event)
             .bind(ticket)
             .bind(run.queue_ttl.as_secs_f64())
+            .bind(opening.is_some())
+            .bind(Json(&split.session))
+            .bind(Json(&split.app))
+            .bind(Json(&split.user))
+            .bind(event.timestamp)
+            .bind(&event.id)
+            .bind(&event.invocation_id)
+            .bind(&event.author)
+            .bind(Json(event))
             .fetch_one(self.pool())
             .await;
         let row = match row {
@@ -390,10 +499,36 @@ impl RunStore for PgStore {
         let session: bool = row.try_get("session")?;
         let base_seq: Option<i64> = row.try_get("base_seq")?;
         let unsealed: bool = row.try_get("unsealed")?;
-        Ok(match (session, base_seq) {
-            (_, Some(base_seq)) => Insert::Inserted { base_seq, unsealed },
-            (true, None) => Insert::Occupied,
-            (false, None) => Insert::NoSession,
+        let Some(base_seq) = base_seq else {
+            return Ok(if session {
+                Insert::Occupied
+            } else {
+                Insert::NoSession
+            });
+        };
+        let seq: Option<i64> = row.try_get("seq")?;
+        let opened = match (opening, seq) {
+            (Some(event), Some(seq)) => {
+                let snapshot_seq: Option<i64> = row.try_get("snapshot_seq")?;
+                let state = if snapshot_seq == Some(seq - 1) {
+                    let Json(session): Json<JsonMap> = row.try_get("state")?;
+                    let Json(app): Json<JsonMap> = row.try_get("app_state")?;
+                    let Json(user): Json<JsonMap> = row.try_get("user_state")?;
+                    Some(SplitState::merge(session, app, user))
+                } else {
+                    None
+                };
+                Some(Box::new(Opened {
+                    stored: StoredEvent { seq, event },
+                    state,
+                }))
+            }
+            _ => None,
+        };
+        Ok(Insert::Inserted {
+            base_seq,
+            unsealed,
+            opened,
         })
     }
 
@@ -714,7 +849,13 @@ impl RunStore for SqliteStore {
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Insert::Inserted { base_seq, unsealed })
+        // The user event (`run.opening`) is appended by the runner next: SQLite has no round
+        // trips to save.
+        Ok(Insert::Inserted {
+            base_seq,
+            unsealed,
+            opened: None,
+        })
     }
 
     async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
