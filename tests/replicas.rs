@@ -925,16 +925,16 @@ async fn an_ambiguous_commit_is_resolved_by_event_id() {
     assert_eq!(ids[1], replies[0].data["id"]);
 }
 
-/// On PostgreSQL admission commits the user event and reads the run's starting state in the
-/// same statement. That state is trusted only when the statement's snapshot saw the session as
-/// it was when the statement took it: here another write to the free session (as a sweeper
-/// sealing a dead run's transcript makes, with an `app:` delta) commits while admission waits
-/// for the row, so admission reports no state and the runner reads it again. A dead run's
-/// transcript holds the user event back (it must come after the seal).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admission_commits_the_user_event_and_never_trusts_a_stale_state() {
+/// Admission commits the run's user event and reads the run's starting state with it
+/// (PostgreSQL: in one statement; SQLite: in one transaction). On PostgreSQL that state is
+/// trusted only when the statement's snapshot saw the session as it was when the statement
+/// took it: here another write to the free session (as a sweeper sealing a dead run's
+/// transcript makes, with an `app:` delta) commits while admission waits for the row, so
+/// admission reports no state and the runner reads it again. A dead run's transcript holds
+/// the user event back (it must come after the seal).
+async fn admission_commits_the_user_event(backend: Backend) {
     use sqlx::{Connection, Executor};
-    let db = TestDb::postgres().await;
+    let db = TestDb::new(backend).await;
     let store = db.store().await;
     store
         .create_session(agentd::store::NewSession {
@@ -951,28 +951,28 @@ async fn admission_commits_the_user_event_and_never_trusts_a_stale_state() {
         .await
         .unwrap();
     let key = SessionKey::new("app", USER, "s1");
-    let run = |id: &str, text: &str| {
+    let run = |id: &str, owner: &str| {
         let mut event = Event::new(format!("e-{id}"), "user");
-        event.content = Some(agentd::event::Content::text("user", text));
+        event.content = Some(agentd::event::Content::text("user", "hello"));
         event.actions.state_delta =
             serde_json::from_value(json!({"k": 2, "user:seen": true, "temp:t": 1})).unwrap();
         NewRun {
             run_id: id.into(),
             key: key.clone(),
             invocation_id: format!("e-{id}"),
-            owner: "live".into(),
+            owner: owner.into(),
             user_event: true,
             queue_ttl: Duration::from_secs(60),
             opening: Some(event),
         }
     };
 
-    // The usual case: one statement admits, commits the user event, returns the state.
+    // The usual case: admitted, the user event committed, the state after it returned.
     let Claim::Acquired {
         base_seq,
         unsealed: false,
         opened: Some(opened),
-    } = store.claim_run(&run("r1", "hello"), None).await.unwrap()
+    } = store.claim_run(&run("r1", "live"), None).await.unwrap()
     else {
         panic!("admitted with the user event");
     };
@@ -982,8 +982,7 @@ async fn admission_commits_the_user_event_and_never_trusts_a_stale_state() {
         Some(json!({"k": 2, "app:shared": 1, "user:seen": true})),
         "the state after the user event; temp: keys are never stored"
     );
-    let head = store.session_head(&key).await.unwrap().unwrap();
-    assert_eq!(head.last_seq, 1);
+    assert_eq!(store.session_head(&key).await.unwrap().unwrap().last_seq, 1);
     let stored = store
         .find_event(&key, &opened.stored.event.id)
         .await
@@ -993,92 +992,100 @@ async fn admission_commits_the_user_event_and_never_trusts_a_stale_state() {
         store.get_run("r1").await.unwrap().unwrap().base_seq,
         Some(0)
     );
-
     assert!(store
         .finish_run("r1", RunStatus::Completed, Some(1), None)
         .await
         .unwrap());
-    // A write to the free session commits while r2's admission waits for the session row:
-    // r2's snapshot predates it.
-    let mut other = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    let mut watch = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    other
-        .execute(
-            "BEGIN;
-             UPDATE sessions SET last_seq = last_seq + 1 WHERE id = 's1';
-             UPDATE app_states SET state = state || '{\"shared\": 2}' WHERE app_name = 'app';",
-        )
-        .await
-        .unwrap();
-    let admit = {
-        let store = store.clone();
-        let r2 = run("r2", "again");
-        tokio::spawn(async move { store.claim_run(&r2, None).await })
-    };
-    // Wait until r2's statement is blocked on the row lock, then commit.
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE wait_event_type = 'Lock' AND query LIKE '%async_commit%'",
-        )
-        .fetch_one(&mut watch)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "admission never waited for the row"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    other.execute("COMMIT").await.unwrap();
-    let Claim::Acquired {
-        base_seq,
-        opened: Some(opened),
-        ..
-    } = admit.await.unwrap().unwrap()
-    else {
-        panic!("admitted once the row was free");
-    };
-    assert_eq!((base_seq, opened.stored.seq), (2, 3));
-    assert_eq!(
-        opened.state, None,
-        "a stale snapshot's state is not trusted"
-    );
-    let head = store.session_head(&key).await.unwrap().unwrap();
-    assert_eq!(
-        head.state["app:shared"],
-        json!(2),
-        "what the runner reads instead"
-    );
 
-    // A dead run awaits sealing: admitted, but the user event is left to the runner.
-    other
-        .execute(
-            "UPDATE runs SET status = 'abandoned', sealed = false WHERE id = 'r2';
-             UPDATE sessions SET active_run = NULL WHERE id = 's1';",
-        )
-        .await
-        .unwrap();
-    let claim = store.claim_run(&run("r3", "third"), None).await.unwrap();
-    assert!(
-        matches!(
-            claim,
-            Claim::Acquired {
-                base_seq: 3,
-                unsealed: true,
-                opened: None
+    if backend == Backend::Postgres {
+        // A write to the free session commits while r2's admission waits for the session
+        // row: r2's snapshot predates it.
+        let mut other = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        let mut watch = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        other
+            .execute(
+                "BEGIN;
+                 UPDATE sessions SET last_seq = last_seq + 1 WHERE id = 's1';
+                 UPDATE app_states SET state = state || '{\"shared\": 2}' WHERE app_name = 'app';",
+            )
+            .await
+            .unwrap();
+        let admit = {
+            let store = store.clone();
+            let r2 = run("r2", "live");
+            tokio::spawn(async move { store.claim_run(&r2, None).await })
+        };
+        // Wait until r2's statement is blocked on the row lock, then commit.
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%async_commit%'",
+            )
+            .fetch_one(&mut watch)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
             }
-        ),
-        "{claim:?}"
+            assert!(
+                Instant::now() < deadline,
+                "admission never waited for the row"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        other.execute("COMMIT").await.unwrap();
+        let Claim::Acquired {
+            base_seq,
+            opened: Some(opened),
+            ..
+        } = admit.await.unwrap().unwrap()
+        else {
+            panic!("admitted once the row was free");
+        };
+        assert_eq!((base_seq, opened.stored.seq), (2, 3));
+        assert_eq!(
+            opened.state, None,
+            "a stale snapshot's state is not trusted"
+        );
+        let head = store.session_head(&key).await.unwrap().unwrap();
+        assert_eq!(
+            head.state["app:shared"],
+            json!(2),
+            "what the runner reads instead"
+        );
+        assert!(store
+            .finish_run("r2", RunStatus::Completed, Some(3), None)
+            .await
+            .unwrap());
+    }
+
+    // A run whose replica died (`stalled` never heartbeats) is abandoned, unsealed: the next
+    // admission takes the session but leaves its user event to the runner, after the seal.
+    let Claim::Acquired { .. } = store.claim_run(&run("r3", "stalled"), None).await.unwrap() else {
+        panic!("admitted");
+    };
+    let dead = store.get_run("r3").await.unwrap().unwrap();
+    assert!(store.expire_run(&dead).await.unwrap());
+    let last_seq = store.session_head(&key).await.unwrap().unwrap().last_seq;
+    let claim = store.claim_run(&run("r4", "live"), None).await.unwrap();
+    assert_eq!(
+        claim,
+        Claim::Acquired {
+            base_seq: last_seq,
+            unsealed: true,
+            opened: None
+        }
     );
-    assert_eq!(store.session_head(&key).await.unwrap().unwrap().last_seq, 3);
+    assert_eq!(
+        store.session_head(&key).await.unwrap().unwrap().last_seq,
+        last_seq,
+        "nothing appended"
+    );
 }
 
 both_backends!(
+    admission_commits_the_user_event,
     a_client_that_never_reads_does_not_hold_the_run_past_its_limit,
     re_attach_in_one_process_and_bad_input,
     a_run_that_lost_its_session_cannot_write_into_it,

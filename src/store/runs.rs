@@ -40,11 +40,11 @@ pub struct NewRun {
     /// A queue ticket older than this no longer counts (its waiter gave up long ago, but the
     /// ticket could not be removed: a database error, a crash between insert and use).
     pub queue_ttl: Duration,
-    /// The user event, to commit in the admission statement itself where the backend can
-    /// (PostgreSQL: admission, the user event and the run's starting state are then one
-    /// statement and one durable commit; see [`pg_insert_run_sql`]). It is committed there only
-    /// if the session has no dead run to seal first; otherwise, and on SQLite, the runner
-    /// appends it after admission. An event with staged artifacts is never passed here.
+    /// The user event, committed by admission itself (PostgreSQL: admission, the user event
+    /// and the run's starting state are one statement and one durable commit, see
+    /// [`pg_insert_run_sql`]; SQLite: one transaction). It is committed there only if the
+    /// session has no dead run to seal first; otherwise the runner appends it after admission.
+    /// An event with staged artifacts is never passed here.
     pub opening: Option<Event>,
 }
 
@@ -848,13 +848,28 @@ impl RunStore for SqliteStore {
         .bind(&run.key.session_id)
         .fetch_one(&mut *tx)
         .await?;
+        // The user event in the same transaction (one commit, one fsync, fewer), unless a dead
+        // run's transcript must be sealed first.
+        let opened = match &run.opening {
+            Some(event) if !unsealed => {
+                let mut event = event.clone();
+                event.fill_defaults();
+                crate::event::strip_temp_keys(&mut event.actions.state_delta);
+                let fence = super::Fence::Run(&run.run_id);
+                let stored = SqliteStore::append_in(&mut tx, &run.key, event, &[], fence).await?;
+                let head = SqliteStore::head_with(&mut tx, &run.key).await?;
+                Some(Box::new(Opened {
+                    stored,
+                    state: head.map(|h| h.state),
+                }))
+            }
+            _ => None,
+        };
         tx.commit().await?;
-        // The user event (`run.opening`) is appended by the runner next: SQLite has no round
-        // trips to save.
         Ok(Insert::Inserted {
             base_seq,
             unsealed,
-            opened: None,
+            opened,
         })
     }
 

@@ -83,6 +83,88 @@ impl SqliteStore {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 
+    /// The body of an append inside the writer's transaction `tx` (see
+    /// [`SessionStore::append_fenced`]); the caller commits. `event` is prepared (defaults
+    /// filled, `temp:` keys removed) and its artifacts validated.
+    pub(crate) async fn append_in(
+        tx: &mut Transaction<'static, Sqlite>,
+        key: &SessionKey,
+        mut event: Event,
+        artifacts: &[ArtifactWrite],
+        fence: Fence<'_>,
+    ) -> StoreResult<StoredEvent> {
+        let split = SplitState::split(&event.actions.state_delta);
+        let row = sqlx::query(
+            "SELECT state, last_seq, active_run FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let Some(row) = row else {
+            return Err(StoreError::SessionNotFound);
+        };
+        let owner: Option<String> = row.get("active_run");
+        let owned = match fence {
+            Fence::Unfenced => true,
+            Fence::Run(run) => owner.as_deref() == Some(run),
+            Fence::Sealing(dead) => {
+                owner.is_none()
+                    && sqlx::query_scalar::<_, bool>(
+                        "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND NOT sealed)",
+                    )
+                    .bind(dead)
+                    .fetch_one(&mut **tx)
+                    .await?
+            }
+        };
+        if !owned {
+            return Err(StoreError::NotOwner);
+        }
+        // Idempotent on the id, as on PostgreSQL.
+        let existing = sqlx::query(
+            "SELECT seq, timestamp, event FROM events
+              WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(&event.id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if let Some(r) = existing {
+            let stored = stored_event(&r)?;
+            if stored.event.invocation_id == event.invocation_id {
+                return Ok(stored);
+            }
+            return Err(StoreError::DuplicateEvent(event.id));
+        }
+        let seq = row.get::<i64, _>("last_seq") + 1;
+        let mut state = parse_map(Some(row.get("state")))?;
+        apply_delta(&mut state, &split.session);
+
+        let scope = ArtifactScope::from(key);
+        for w in artifacts {
+            let v = Self::insert_artifact(tx, &scope, w, event.timestamp).await?;
+            event.actions.artifact_delta.insert(w.filename.clone(), v);
+        }
+        Self::merge_shared(tx, &key.app_name, &key.user_id, &split, event.timestamp).await?;
+        sqlx::query(
+            "UPDATE sessions SET state = ?, update_time = ?, last_seq = ? WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(serde_json::to_string(&state)?)
+        .bind(event.timestamp)
+        .bind(seq)
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .execute(&mut **tx)
+        .await?;
+        Self::insert_event(tx, key, seq, &event).await?;
+        Ok(StoredEvent { seq, event })
+    }
+
     async fn merge_shared(
         conn: &mut SqliteConnection,
         app: &str,
@@ -185,7 +267,7 @@ impl SqliteStore {
         Ok(version)
     }
 
-    async fn head_with(
+    pub(crate) async fn head_with(
         conn: &mut SqliteConnection,
         key: &SessionKey,
     ) -> StoreResult<Option<SessionHead>> {
@@ -429,87 +511,11 @@ impl SessionStore for SqliteStore {
         for a in &artifacts {
             validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
         }
-        let split = SplitState::split(&event.actions.state_delta);
-
         // Dropping `tx` on any early return rolls everything back.
         let mut tx = self.begin().await?;
-        let row = sqlx::query(
-            "SELECT state, last_seq, active_run FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Err(StoreError::SessionNotFound);
-        };
-        let owner: Option<String> = row.get("active_run");
-        let owned = match fence {
-            Fence::Unfenced => true,
-            Fence::Run(run) => owner.as_deref() == Some(run),
-            Fence::Sealing(dead) => {
-                owner.is_none()
-                    && sqlx::query_scalar::<_, bool>(
-                        "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND NOT sealed)",
-                    )
-                    .bind(dead)
-                    .fetch_one(&mut *tx)
-                    .await?
-            }
-        };
-        if !owned {
-            return Err(StoreError::NotOwner);
-        }
-        // Idempotent on the id, as on PostgreSQL.
-        let existing = sqlx::query(
-            "SELECT seq, timestamp, event FROM events
-              WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .bind(&event.id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(r) = existing {
-            let stored = stored_event(&r)?;
-            if stored.event.invocation_id == event.invocation_id {
-                return Ok(stored);
-            }
-            return Err(StoreError::DuplicateEvent(event.id));
-        }
-        let seq = row.get::<i64, _>("last_seq") + 1;
-        let mut state = parse_map(Some(row.get("state")))?;
-        apply_delta(&mut state, &split.session);
-
-        let scope = ArtifactScope::from(key);
-        for w in &artifacts {
-            let v = Self::insert_artifact(&mut tx, &scope, w, event.timestamp).await?;
-            event.actions.artifact_delta.insert(w.filename.clone(), v);
-        }
-        Self::merge_shared(
-            &mut tx,
-            &key.app_name,
-            &key.user_id,
-            &split,
-            event.timestamp,
-        )
-        .await?;
-        sqlx::query(
-            "UPDATE sessions SET state = ?, update_time = ?, last_seq = ? WHERE app_name = ? AND user_id = ? AND id = ?",
-        )
-        .bind(serde_json::to_string(&state)?)
-        .bind(event.timestamp)
-        .bind(seq)
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .execute(&mut *tx)
-        .await?;
-        Self::insert_event(&mut tx, key, seq, &event).await?;
+        let stored = Self::append_in(&mut tx, key, event, &artifacts, fence).await?;
         tx.commit().await?;
-        Ok(StoredEvent { seq, event })
+        Ok(stored)
     }
 
     async fn find_event(
