@@ -324,10 +324,11 @@ fn sibling_binary(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Idle streams need two descriptors each in this process and one each in the server (which
-/// inherits the limit): raise the soft limit to the hard one if it is short.
+/// Idle streams need one descriptor each in this process (its socket) and one each in the
+/// server (which inherits the limit; each process counts its own), plus some slack for the
+/// pools, logs and the runtime: raise the soft limit to the hard one if it is short.
 pub(crate) fn raise_fd_limit(streams: usize) -> Result<()> {
-    let want = (streams as u64) * 2 + 512;
+    let want = streams as u64 + 1024;
     let (soft, hard) =
         rlimit::getrlimit(rlimit::Resource::NOFILE).context("cannot read the open-files limit")?;
     if soft >= want {
