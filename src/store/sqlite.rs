@@ -18,6 +18,10 @@ use std::time::Duration;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
+/// One event by id (an append's idempotency check, resolving a lost acknowledgement).
+const EVENT_BY_ID: &str = "SELECT seq, timestamp, event FROM events
+                            WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?";
+
 /// The SQLite store.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -123,16 +127,13 @@ impl SqliteStore {
             return Err(StoreError::NotOwner);
         }
         // Idempotent on the id, as on PostgreSQL.
-        let existing = sqlx::query(
-            "SELECT seq, timestamp, event FROM events
-              WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .bind(&event.id)
-        .fetch_optional(&mut **tx)
-        .await?;
+        let existing = sqlx::query(EVENT_BY_ID)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(&event.id)
+            .fetch_optional(&mut **tx)
+            .await?;
         if let Some(r) = existing {
             let stored = stored_event(&r)?;
             if stored.event.invocation_id == event.invocation_id {
@@ -523,16 +524,13 @@ impl SessionStore for SqliteStore {
         key: &SessionKey,
         event_id: &str,
     ) -> StoreResult<Option<StoredEvent>> {
-        let row = sqlx::query(
-            "SELECT seq, timestamp, event FROM events
-              WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .bind(event_id)
-        .fetch_optional(&self.reader)
-        .await?;
+        let row = sqlx::query(EVENT_BY_ID)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(event_id)
+            .fetch_optional(&self.reader)
+            .await?;
         row.as_ref().map(stored_event).transpose()
     }
 
