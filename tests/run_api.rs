@@ -1082,6 +1082,16 @@ async fn enqueued_runs_on_one_session_all_complete_one_after_another(backend: Ba
         messages.insert(text(user));
     }
     assert_eq!(messages.len(), 20, "every request ran once");
+    // A waiting request's user event is stamped when it is committed, not when it arrived:
+    // the transcript's timestamps never go backwards.
+    let stamps: Vec<f64> = stored
+        .iter()
+        .map(|e| e["timestamp"].as_f64().unwrap())
+        .collect();
+    assert!(
+        stamps.windows(2).all(|w| w[0] <= w[1]),
+        "timestamps in commit order: {stamps:?}"
+    );
 }
 
 async fn interrupt_cancels_the_running_run_and_starts_the_new_one(backend: Backend) {

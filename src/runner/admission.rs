@@ -43,7 +43,7 @@ impl Runner {
     /// run's transcript awaits sealing, and the user event if admission committed it.
     pub(super) async fn admit(
         &self,
-        run: &NewRun,
+        run: &mut NewRun,
         req: &RunRequest,
         caller: &mut tokio::sync::oneshot::Sender<Result<RunHandle, RunError>>,
     ) -> Result<(bool, Option<Box<Opened>>), RunError> {
@@ -54,8 +54,12 @@ impl Runner {
         let mut sub = None;
         loop {
             let started = Instant::now();
-            // On PostgreSQL this statement is also the user event's commit: its span carries
-            // the event's seq then.
+            // The user event is stamped when it is committed, not when the request arrived
+            // (it may have waited for the session).
+            if let Some(event) = run.opening.as_mut() {
+                event.timestamp = crate::event::now_ts();
+            }
+            // This claim is also the user event's commit: its span carries the event's seq then.
             let span = tracing::info_span!("admit", seq = tracing::field::Empty);
             let claim = self
                 .store

@@ -2,8 +2,9 @@
 //!
 //! For `(app, user, session, new message)`, [`Runner::start`] does everything that can fail
 //! because of the request before the caller sends a byte: admit the run (the session's
-//! ownership is taken in the database, see [`admission`]), then, on the runner's task tracker,
-//! seal any dead predecessor, read the session state and commit the user event. The caller
+//! ownership is taken in the database, see [`admission`]; the same statement commits the user
+//! event and reads the run's starting state), then, on the runner's task tracker, seal any dead
+//! predecessor and, where admission could not, read the state and commit the user event. The caller
 //! gets the result of that; the same task then picks the agent ([`selection`]) and runs it —
 //! partial events stream to the client at once, complete events are committed first, fenced
 //! by the run's ownership (see [`crate::agent::InvocationContext::emit`]) — and ends by
@@ -349,7 +350,9 @@ impl Runner {
             async move {
                 let _slot = slot;
                 let mut ready_tx = ready_tx;
-                let (unsealed, opened) = match runner.admit(&new_run, &req, &mut ready_tx).await {
+                let mut new_run = new_run;
+                let (unsealed, opened) = match runner.admit(&mut new_run, &req, &mut ready_tx).await
+                {
                     Ok(admitted) => admitted,
                     Err(e) => {
                         lock(&runner.local).remove(&run_id);
@@ -377,7 +380,8 @@ impl Runner {
                 let (ctx, items) = match begun {
                     Ok(begun) => begun,
                     Err(e) => {
-                        // Free the session again; nothing of this run was stored.
+                        // Free the session again. Nothing of this run was stored, except its
+                        // user event if admission committed it (then already published).
                         guard
                             .finish(RunStatus::Failed, None, Some(&e.to_string()))
                             .await;
@@ -426,7 +430,7 @@ impl Runner {
     /// With the session held: seals dead predecessors, reads the state (only now, so a run
     /// that finished while this request waited is seen), builds the invocation context and
     /// commits the user event. When admission already committed the user event and read the
-    /// state (PostgreSQL, the usual case), none of that touches the database again.
+    /// state (the usual case), none of that touches the database again.
     async fn begin(
         self: &Arc<Self>,
         req: &RunRequest,
@@ -444,15 +448,33 @@ impl Runner {
         if unsealed {
             self.seal_dead_runs(&req.key, Fence::Run(run_id)).await?;
         }
+        // Followers learn of a user event committed by admission even if this run fails to
+        // start after it.
+        let publish_opened = |opened: &Opened| {
+            self.bus.publish(
+                &req.key,
+                BusMsg::Committed {
+                    run_id: Some(run_id.into()),
+                    seq: opened.stored.seq,
+                    event: Some(Arc::new(opened.stored.event.clone())),
+                    in_run_stream: false,
+                },
+            )
+        };
         let state = match opened.as_ref().and_then(|o| o.state.clone()) {
             Some(state) => state,
-            None => {
-                self.store
-                    .session_head(&req.key)
-                    .await?
-                    .ok_or_else(|| RunError::SessionNotFound(req.key.session_id.clone()))?
-                    .state
-            }
+            None => match self.store.session_head(&req.key).await {
+                Ok(Some(head)) => head.state,
+                failed => {
+                    if let Some(opened) = &opened {
+                        publish_opened(opened);
+                    }
+                    return Err(match failed {
+                        Err(e) => e.into(),
+                        Ok(_) => RunError::SessionNotFound(req.key.session_id.clone()),
+                    });
+                }
+            },
         };
         let (tx, rx) = mpsc::channel(RUN_BUFFER);
         let observer: Arc<dyn RunObserver> = Arc::new(BusTap {
@@ -479,7 +501,7 @@ impl Runner {
         });
         self.bus.run_started(&req.key, run_id, invocation_id);
         // A resume without a message has no user event.
-        if let Some((user_event, artifacts)) = user {
+        if let Some((mut user_event, artifacts)) = user {
             let shared = ctx.shared();
             let mut st = shared.emit.lock().await;
             let stored = match opened {
@@ -487,7 +509,11 @@ impl Runner {
                     shared.adopt(&mut st, &opened.stored, temp_keys(&user_event));
                     Ok(opened.stored)
                 }
-                None => shared.record(&mut st, user_event, artifacts).await,
+                None => {
+                    // Stamped now: after any wait for the session and after the seal.
+                    user_event.timestamp = crate::event::now_ts();
+                    shared.record(&mut st, user_event, artifacts).await
+                }
             };
             match stored {
                 Ok(stored) => self.bus.publish(

@@ -331,7 +331,7 @@ impl PgStore {
     /// After an append failed in a way that leaves its outcome unknown (the connection dropped
     /// with the statement sent), asks the database by event id. A pooled connection may be as
     /// dead as the one that failed, so this tries a few, briefly spaced, before giving up.
-    async fn resolve_by_id(
+    pub(crate) async fn resolve_by_id(
         &self,
         key: &SessionKey,
         event_id: &str,

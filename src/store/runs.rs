@@ -188,7 +188,8 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Makes `run` the session's owner and inserts it as `running`, if the session exists, has
     /// no active run, and no earlier live ticket waits for it (`ticket`: the caller's own).
-    /// One statement; on PostgreSQL it also commits `run.opening` (see [`NewRun::opening`]).
+    /// One statement (SQLite: one transaction) that also commits `run.opening` (see
+    /// [`NewRun::opening`]).
     async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert>;
 
     /// Marks the run `abandoned` (unsealed) and frees its session, if it is running and its
@@ -374,9 +375,11 @@ fn unique_violation(e: &sqlx::Error) -> bool {
 /// (A run that is still active when the snapshot is taken makes the `UPDATE` skip the row:
 /// admission then reports the session busy, it never waits for that run.) `snapshot_seq`
 /// then differs from the session's `last_seq` before the event, and the runner reads the
-/// state again rather than trust a stale one. Every write to the session's shared state goes
-/// with an append, which bumps `last_seq`, so the check misses none. The user event is held back when a dead run awaits sealing (its
-/// transcript must come first).
+/// state again rather than trust a stale one. Every write made through this session goes with
+/// an append, which bumps `last_seq`, so the check misses none of those. (Another session's
+/// concurrent write to the shared `app:`/`user:` state can land just before or just after any
+/// read; that race is inherent in shared state and the same for every way of reading it.) The
+/// user event is held back when a dead run awaits sealing (its transcript must come first).
 ///
 /// Without a user event (a resume) admission alone commits asynchronously (`ASYNC_COMMIT`);
 /// with one it is the user event's durable commit.
@@ -493,8 +496,34 @@ impl RunStore for PgStore {
             .await;
         let row = match row {
             // A running row without a session owner (written before migration 0003).
-            Err(e) if unique_violation(&e) => return Ok(Insert::Occupied),
-            r => r?,
+            Err(sqlx::Error::Database(db))
+                if db.constraint() == Some("runs_one_active_per_session") =>
+            {
+                return Ok(Insert::Occupied)
+            }
+            // The connection broke with the statement sent: it committed whole or not at all.
+            // With a user event, its id tells which (as for an append); without one, the
+            // admission alone is ambiguous as before and reconciliation repairs a stray one.
+            Err(e) => {
+                let e = StoreError::from(e);
+                if let (true, Some(event)) = (e.is_unavailable(), &opening) {
+                    if let Some(stored) = self.resolve_by_id(&run.key, &event.id).await? {
+                        if stored.event.invocation_id == event.invocation_id {
+                            tracing::warn!(run = %run.run_id, error = %e, "admission's outcome was unknown; its user event is stored, so it committed");
+                            return Ok(Insert::Inserted {
+                                base_seq: stored.seq - 1,
+                                unsealed: false,
+                                opened: Some(Box::new(Opened {
+                                    stored,
+                                    state: None,
+                                })),
+                            });
+                        }
+                    }
+                }
+                return Err(e);
+            }
+            Ok(row) => row,
         };
         let session: bool = row.try_get("session")?;
         let base_seq: Option<i64> = row.try_get("base_seq")?;
