@@ -1020,7 +1020,8 @@ async fn admission_commits_the_user_event(backend: Backend) {
         loop {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity
-                  WHERE wait_event_type = 'Lock' AND query LIKE '%async_commit%'",
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'
+                    AND query LIKE '%async_commit%'",
             )
             .fetch_one(&mut watch)
             .await
