@@ -5,7 +5,7 @@ way of (c)".
 
     cargo build --release -p agentd
     python3 bench/pgbench/replay.py [--url postgres://postgres@127.0.0.1:5432] [--clients 32]
-        [--seconds 15] [--variant all|no-outcome]
+        [--seconds 15] [--variant all|no-outcome] [--setup "SQL run after the migrations"]
 
 It creates a fresh database `agentd_replay` (dropped at the end), migrates it with
 target/release/agentd, and reads the statements from the source (src/store/*.rs), with
@@ -127,6 +127,8 @@ def main():
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=int, default=15)
     ap.add_argument("--variant", choices=["all", "no-outcome"], default="all")
+    ap.add_argument("--setup", help="SQL to run after the migrations, e.g. "
+                    "'DROP INDEX sessions_by_owner_update_time' to see what an index costs")
     a = ap.parse_args()
     agentd_bin = os.path.join(ROOT, "target/release/agentd")
     if not os.access(agentd_bin, os.X_OK):
@@ -143,6 +145,8 @@ def main():
                         " PRIMARY KEY (app_name, user_id, id));"
                         "CREATE TABLE adk_events (seq bigserial PRIMARY KEY, app_name text, user_id text,"
                         " session_id text, event jsonb NOT NULL);"], check=True)
+        if a.setup:
+            subprocess.run(["psql", db, "-qc", a.setup], check=True)
         agentd, c = scripts(a.variant)
         for name, script in (("agentd", agentd), ("ceiling (c)", c)):
             tps, ms = pgbench(db, script, a.clients, a.seconds)
