@@ -200,6 +200,18 @@ async fn sigterm_or_ctrl_c() {
     tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term => {} }
 }
 
+/// Runs `$body` with `$pool` bound to (c)'s pool, whichever database it is; `Ok(())` for the
+/// other ceilings. (A macro: the two pools are different types.)
+macro_rules! on_adk_db {
+    ($db:expr, |$pool:ident| $body:expr) => {
+        match $db {
+            Db::AdkPg($pool) => $body,
+            Db::AdkSqlite($pool) => $body,
+            Db::None | Db::Events(_) => Ok(()),
+        }
+    };
+}
+
 async fn create_session(
     State(state): State<Arc<Ceiling>>,
     Path((app, user)): Path<(String, String)>,
@@ -211,27 +223,17 @@ async fn create_session(
         .map(str::to_string)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let now = now_ts();
-    let sql = "INSERT INTO adk_sessions (app_name, user_id, id, state, create_time, update_time)
-               VALUES ($1, $2, $3, '{}', $4, $4)";
-    let stored = match &state.db {
-        Db::None | Db::Events(_) => Ok(()),
-        Db::AdkPg(pool) => sqlx::query(sql)
-            .bind(&app)
-            .bind(&user)
-            .bind(&id)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(drop),
-        Db::AdkSqlite(pool) => sqlx::query(sql)
-            .bind(&app)
-            .bind(&user)
-            .bind(&id)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(drop),
-    };
+    let stored = on_adk_db!(&state.db, |pool| sqlx::query(
+        "INSERT INTO adk_sessions (app_name, user_id, id, state, create_time, update_time)
+         VALUES ($1, $2, $3, '{}', $4, $4)"
+    )
+    .bind(&app)
+    .bind(&user)
+    .bind(&id)
+    .bind(now)
+    .execute(pool)
+    .await
+    .map(drop));
     if let Err(e) = stored {
         return server_error(&e.to_string());
     }
@@ -254,31 +256,17 @@ fn server_error(msg: &str) -> Response {
 async fn commit_user_event(state: &Ceiling, run: &RunIds, text: &str) -> Result<(), sqlx::Error> {
     let mut e = Event::new(&run.invocation_id, "user").with_content(Content::text("user", text));
     e.fill_defaults();
-    let json = serde_json::to_string(&e).unwrap_or_default();
-    let sql =
-        "INSERT INTO adk_events (app_name, user_id, session_id, event) VALUES ($1, $2, $3, $4)";
-    match &state.db {
-        Db::AdkPg(pool) => sqlx::query(
-            "INSERT INTO adk_events (app_name, user_id, session_id, event)
-             VALUES ($1, $2, $3, $4::jsonb)",
-        )
-        .bind(&run.app)
-        .bind(&run.user)
-        .bind(&run.session)
-        .bind(&json)
-        .execute(pool)
-        .await
-        .map(drop),
-        Db::AdkSqlite(pool) => sqlx::query(sql)
-            .bind(&run.app)
-            .bind(&run.user)
-            .bind(&run.session)
-            .bind(&json)
-            .execute(pool)
-            .await
-            .map(drop),
-        Db::None | Db::Events(_) => Ok(()),
-    }
+    // JSON binds as jsonb on PostgreSQL and as text on SQLite: one statement for both.
+    on_adk_db!(&state.db, |pool| sqlx::query(
+        "INSERT INTO adk_events (app_name, user_id, session_id, event) VALUES ($1, $2, $3, $4)"
+    )
+    .bind(&run.app)
+    .bind(&run.user)
+    .bind(&run.session)
+    .bind(sqlx::types::Json(&e))
+    .execute(pool)
+    .await
+    .map(drop))
 }
 
 /// The reply of (c) with its state delta on the session row, in one commit.
