@@ -174,13 +174,20 @@ fn unanswered_calls(events: &[Value]) -> Vec<String> {
 
 // ----------------------------------------------------------------- two replicas (PostgreSQL)
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn re_attach_on_another_replica_mid_stream_and_after_the_end() {
+/// Replicas `a` and `b` on one fresh PostgreSQL database, serving the slow tool-calling echo
+/// app, with session `s1` created (keep the database and apps alive as long as the replicas).
+async fn two_replicas_on_slow_s1() -> (TestDb, Apps, Replica, Replica) {
     let db = TestDb::postgres().await;
     let apps = Apps::new().echo("slow", SLOW_TOOL);
     let a = Replica::spawn(&db, &apps, "a", &[]).await;
     let b = Replica::spawn(&db, &apps, "b", &[]).await;
     a.create_session("slow", "s1").await;
+    (db, apps, a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_attach_on_another_replica_mid_stream_and_after_the_end() {
+    let (_db, _apps, a, b) = two_replicas_on_slow_s1().await;
 
     let mut on_a = Sse::open(
         a.post("/run", run_body("slow", "s1", "hello replicas"))
@@ -239,11 +246,7 @@ async fn re_attach_on_another_replica_mid_stream_and_after_the_end() {
 /// A's run (replay + live) to the same end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_retry_on_another_replica_joins_the_first_run() {
-    let db = TestDb::postgres().await;
-    let apps = Apps::new().echo("slow", SLOW_TOOL);
-    let a = Replica::spawn(&db, &apps, "a", &[]).await;
-    let b = Replica::spawn(&db, &apps, "b", &[]).await;
-    a.create_session("slow", "s1").await;
+    let (_db, _apps, a, b) = two_replicas_on_slow_s1().await;
     let keyed = |r: &Replica| {
         r.client
             .post(r.url("/run"))
@@ -614,9 +617,11 @@ async fn re_attach_in_one_process_and_bad_input(backend: Backend) {
     assert_eq!(json_with_status(nul, 422).await["code"], "nul_character");
 }
 
-/// Ownership is a database fact: a run that lost its session (taken over after its replica
-/// stopped heartbeating) can neither commit into it nor record an outcome over the new owner.
-async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
+/// A store with session `app`/`USER`/`s1` and this initial state, for the store-level tests.
+async fn store_with_session(
+    backend: Backend,
+    state: Value,
+) -> (TestDb, Arc<dyn agentd::store::Store>, SessionKey) {
     let db = TestDb::new(backend).await;
     let store = db.store().await;
     store
@@ -624,20 +629,33 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
             app_name: "app".into(),
             user_id: USER.into(),
             session_id: Some("s1".into()),
+            state: serde_json::from_value(state).unwrap(),
             ..Default::default()
         })
         .await
         .unwrap();
-    let key = SessionKey::new("app", USER, "s1");
-    let run = |id: &str, owner: &str| NewRun {
+    (db, store, SessionKey::new("app", USER, "s1"))
+}
+
+/// Run `id` (invocation `e-<id>`) of `owner` with a user message, committed by admission if
+/// `opening` carries it.
+fn new_run(key: &SessionKey, id: &str, owner: &str, opening: Option<Event>) -> NewRun {
+    NewRun {
         run_id: id.into(),
         key: key.clone(),
         invocation_id: format!("e-{id}"),
         owner: owner.into(),
         user_event: true,
         queue_ttl: Duration::from_secs(60),
-        opening: None,
-    };
+        opening,
+    }
+}
+
+/// Ownership is a database fact: a run that lost its session (taken over after its replica
+/// stopped heartbeating) can neither commit into it nor record an outcome over the new owner.
+async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
+    let (_db, store, key) = store_with_session(backend, json!({})).await;
+    let run = |id: &str, owner: &str| new_run(&key, id, owner, None);
     // `stalled` never heartbeats: to everyone else it is dead.
     assert!(matches!(
         store.claim_run(&run("old", "stalled"), None).await.unwrap(),
@@ -934,37 +952,17 @@ async fn an_ambiguous_commit_is_resolved_by_event_id() {
 /// the user event back (it must come after the seal).
 async fn admission_commits_the_user_event(backend: Backend) {
     use sqlx::{Connection, Executor};
-    let db = TestDb::new(backend).await;
-    let store = db.store().await;
-    store
-        .create_session(agentd::store::NewSession {
-            app_name: "app".into(),
-            user_id: USER.into(),
-            session_id: Some("s1".into()),
-            state: serde_json::from_value(json!({"k": 1, "app:shared": 1})).unwrap(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let (db, store, key) = store_with_session(backend, json!({"k": 1, "app:shared": 1})).await;
     store
         .heartbeat("live", Duration::from_secs(10), false)
         .await
         .unwrap();
-    let key = SessionKey::new("app", USER, "s1");
     let run = |id: &str, owner: &str| {
         let mut event = Event::new(format!("e-{id}"), "user");
         event.content = Some(agentd::event::Content::text("user", "hello"));
         event.actions.state_delta =
             serde_json::from_value(json!({"k": 2, "user:seen": true, "temp:t": 1})).unwrap();
-        NewRun {
-            run_id: id.into(),
-            key: key.clone(),
-            invocation_id: format!("e-{id}"),
-            owner: owner.into(),
-            user_event: true,
-            queue_ttl: Duration::from_secs(60),
-            opening: Some(event),
-        }
+        new_run(&key, id, owner, Some(event))
     };
 
     // The usual case: admitted, the user event committed, the state after it returned.

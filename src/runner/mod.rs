@@ -33,7 +33,7 @@ use crate::event::{new_invocation_id, Content, Event, JsonMap, Part};
 use crate::store::runs::Opened;
 use crate::store::{
     ArtifactWrite, CancelRequest, Fence, NewRun, RunRecord, RunStatus, SessionKey, Store,
-    StoreError,
+    StoreError, StoredEvent,
 };
 use bus::{Bus, BusMsg};
 use futures::FutureExt;
@@ -448,26 +448,15 @@ impl Runner {
         if unsealed {
             self.seal_dead_runs(&req.key, Fence::Run(run_id)).await?;
         }
-        // Followers learn of a user event committed by admission even if this run fails to
-        // start after it.
-        let publish_opened = |opened: &Opened| {
-            self.bus.publish(
-                &req.key,
-                BusMsg::Committed {
-                    run_id: Some(run_id.into()),
-                    seq: opened.stored.seq,
-                    event: Some(Arc::new(opened.stored.event.clone())),
-                    in_run_stream: false,
-                },
-            )
-        };
         let state = match opened.as_ref().and_then(|o| o.state.clone()) {
             Some(state) => state,
             None => match self.store.session_head(&req.key).await {
                 Ok(Some(head)) => head.state,
                 failed => {
-                    if let Some(opened) = &opened {
-                        publish_opened(opened);
+                    // Followers learn of a user event committed by admission even though
+                    // this run fails to start after it.
+                    if let Some(opened) = opened {
+                        self.publish_user_event(&req.key, run_id, opened.stored);
                     }
                     return Err(match failed {
                         Err(e) => e.into(),
@@ -516,15 +505,7 @@ impl Runner {
                 }
             };
             match stored {
-                Ok(stored) => self.bus.publish(
-                    &req.key,
-                    BusMsg::Committed {
-                        run_id: Some(run_id.into()),
-                        seq: stored.seq,
-                        event: Some(Arc::new(stored.event)),
-                        in_run_stream: false,
-                    },
-                ),
+                Ok(stored) => self.publish_user_event(&req.key, run_id, stored),
                 Err(StoreError::SessionNotFound) => {
                     return Err(RunError::SessionNotFound(req.key.session_id.clone()))
                 }
@@ -532,6 +513,20 @@ impl Runner {
             }
         }
         Ok((ctx, rx))
+    }
+
+    /// Tells the session's followers that a run's user event is committed (it is not part of
+    /// the run's own stream).
+    fn publish_user_event(&self, key: &SessionKey, run_id: &str, stored: StoredEvent) {
+        self.bus.publish(
+            key,
+            BusMsg::Committed {
+                run_id: Some(run_id.into()),
+                seq: stored.seq,
+                event: Some(Arc::new(stored.event)),
+                in_run_stream: false,
+            },
+        );
     }
 
     /// Seals the transcripts of the session's runs that died with their replica.

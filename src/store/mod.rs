@@ -525,12 +525,18 @@ pub async fn migrate(url: &str) -> StoreResult<()> {
     open(url, 1, StoreLimits::default()).await.map(|_| ())
 }
 
+/// An event as it is stored: id and time filled in if missing, `temp:` keys removed (they
+/// are never stored). Every way into the `events` table goes through this.
+pub(crate) fn prepare_event(e: &mut Event) {
+    e.fill_defaults();
+    crate::event::strip_temp_keys(&mut e.actions.state_delta);
+}
+
 /// Assigns ids/timestamps and validates restored events before a create.
 pub(crate) fn prepare_initial_events(events: &mut [Event]) -> StoreResult<()> {
     let mut seen = std::collections::HashSet::new();
     for e in events.iter_mut() {
-        e.fill_defaults();
-        crate::event::strip_temp_keys(&mut e.actions.state_delta);
+        prepare_event(e);
         if !seen.insert(e.id.clone()) {
             return Err(StoreError::DuplicateEvent(e.id.clone()));
         }

@@ -296,20 +296,11 @@ impl PgStore {
             Fence::Run(run) => (Some(run), None),
             Fence::Sealing(dead) => (None, Some(dead)),
         };
-        sqlx::query(APPEND_SQL)
+        let q = sqlx::query(APPEND_SQL)
             .bind(&key.app_name)
             .bind(&key.user_id)
-            .bind(&key.session_id)
-            .bind(Json(&split.session))
-            .bind(Json(&split.app))
-            .bind(Json(&split.user))
-            .bind(event.timestamp)
-            .bind(&event.id)
-            .bind(&event.invocation_id)
-            .bind(&event.author)
-            .bind(Json(event))
-            .bind(run)
-            .bind(sealing)
+            .bind(&key.session_id);
+        bind_event(q, event, split).bind(run).bind(sealing)
     }
 
     /// Why a fenced append wrote nothing: the session is gone, or someone else owns it.
@@ -347,6 +338,24 @@ impl PgStore {
         }
         Err(last.unwrap_or(StoreError::Conflict))
     }
+}
+
+/// Binds an event to append, in the order both [`APPEND_SQL`] and admission
+/// ([`super::runs::pg_insert_run_sql`]) number them: its state delta split by prefix
+/// (session, `app:`, `user:`), then time, id, invocation, author and the event's JSON.
+pub(crate) fn bind_event<'q>(
+    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    event: &'q Event,
+    split: &'q SplitState,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    q.bind(Json(&split.session))
+        .bind(Json(&split.app))
+        .bind(Json(&split.user))
+        .bind(event.timestamp)
+        .bind(&event.id)
+        .bind(&event.invocation_id)
+        .bind(&event.author)
+        .bind(Json(event))
 }
 
 fn map_unique_to_conflict(e: sqlx::Error) -> StoreError {
@@ -585,8 +594,7 @@ impl SessionStore for PgStore {
         mut artifacts: Vec<ArtifactWrite>,
         fence: Fence<'_>,
     ) -> StoreResult<StoredEvent> {
-        event.fill_defaults();
-        crate::event::strip_temp_keys(&mut event.actions.state_delta);
+        prepare_event(&mut event);
         // One global insert order, so two appends staging the same files cannot deadlock.
         artifacts.sort_by(|a, b| a.filename.cmp(&b.filename));
         for a in &artifacts {

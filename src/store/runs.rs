@@ -384,8 +384,9 @@ fn unique_violation(e: &sqlx::Error) -> bool {
 /// Without a user event (a resume) admission alone commits asynchronously (`ASYNC_COMMIT`);
 /// with one it is the user event's durable commit.
 #[doc(hidden)]
-pub fn pg_insert_run_sql() -> String {
-    format!(
+pub fn pg_insert_run_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
         "WITH async_commit AS (
                  SELECT set_config('synchronous_commit',
                                    CASE WHEN $10 THEN current_setting('synchronous_commit') ELSE 'off' END,
@@ -447,7 +448,9 @@ pub fn pg_insert_run_sql() -> String {
                              (SELECT state FROM user_states WHERE app_name = $2 AND user_id = $3),
                              '{{}}'::jsonb) AS user_state
                FROM dead d, async_commit"
-    )
+        )
+    });
+    &SQL
 }
 
 #[async_trait]
@@ -463,8 +466,7 @@ impl RunStore for PgStore {
 
     async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
         let opening = run.opening.clone().map(|mut e| {
-            e.fill_defaults();
-            crate::event::strip_temp_keys(&mut e.actions.state_delta);
+            super::prepare_event(&mut e);
             e
         });
         let split = opening
@@ -473,7 +475,7 @@ impl RunStore for PgStore {
             .unwrap_or_default();
         let empty = Event::new("", "");
         let event = opening.as_ref().unwrap_or(&empty);
-        let row = sqlx::query(&pg_insert_run_sql())
+        let q = sqlx::query(pg_insert_run_sql())
             .bind(&run.run_id)
             .bind(&run.key.app_name)
             .bind(&run.key.user_id)
@@ -483,15 +485,8 @@ impl RunStore for PgStore {
             .bind(run.user_event)
             .bind(ticket)
             .bind(run.queue_ttl.as_secs_f64())
-            .bind(opening.is_some())
-            .bind(Json(&split.session))
-            .bind(Json(&split.app))
-            .bind(Json(&split.user))
-            .bind(event.timestamp)
-            .bind(&event.id)
-            .bind(&event.invocation_id)
-            .bind(&event.author)
-            .bind(Json(event))
+            .bind(opening.is_some());
+        let row = super::postgres::bind_event(q, event, &split)
             .fetch_one(self.pool())
             .await;
         let row = match row {
@@ -881,11 +876,9 @@ impl RunStore for SqliteStore {
         // run's transcript must be sealed first.
         let opened = match &run.opening {
             Some(event) if !unsealed => {
-                let mut event = event.clone();
-                event.fill_defaults();
-                crate::event::strip_temp_keys(&mut event.actions.state_delta);
                 let fence = super::Fence::Run(&run.run_id);
-                let stored = SqliteStore::append_in(&mut tx, &run.key, event, &[], fence).await?;
+                let stored =
+                    SqliteStore::append_in(&mut tx, &run.key, event.clone(), &[], fence).await?;
                 let head = SqliteStore::head_with(&mut tx, &run.key).await?;
                 Some(Box::new(Opened {
                     stored,

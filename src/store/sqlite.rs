@@ -88,8 +88,7 @@ impl SqliteStore {
     }
 
     /// The body of an append inside the writer's transaction `tx` (see
-    /// [`SessionStore::append_fenced`]); the caller commits. `event` is prepared (defaults
-    /// filled, `temp:` keys removed) and its artifacts validated.
+    /// [`SessionStore::append_fenced`]); the caller commits, and has validated the artifacts.
     pub(crate) async fn append_in(
         tx: &mut Transaction<'static, Sqlite>,
         key: &SessionKey,
@@ -97,6 +96,7 @@ impl SqliteStore {
         artifacts: &[ArtifactWrite],
         fence: Fence<'_>,
     ) -> StoreResult<StoredEvent> {
+        prepare_event(&mut event);
         let split = SplitState::split(&event.actions.state_delta);
         let row = sqlx::query(
             "SELECT state, last_seq, active_run FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
@@ -503,12 +503,10 @@ impl SessionStore for SqliteStore {
     async fn append_fenced(
         &self,
         key: &SessionKey,
-        mut event: Event,
+        event: Event,
         artifacts: Vec<ArtifactWrite>,
         fence: Fence<'_>,
     ) -> StoreResult<StoredEvent> {
-        event.fill_defaults();
-        crate::event::strip_temp_keys(&mut event.actions.state_delta);
         for a in &artifacts {
             validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
         }
