@@ -1,7 +1,7 @@
 //! The ADK wire model: [`Session`], [`Event`], [`Content`], [`Part`], [`EventActions`].
 //!
-//! These types serialize exactly as Google ADK's `api_server` does (see
-//! `shared/adk-wire/CONTRACT.md` §1, §4, §5): camelCase keys, `null`s omitted, the
+//! These types serialize exactly as Google ADK's `api_server` does (the exchanges recorded
+//! from it are in `tests/fixtures/adk-wire/`): camelCase keys, `null`s omitted, the
 //! always-present `actions` maps, base64url bytes, float epoch timestamps. Input accepts
 //! camelCase and snake_case. Fields this crate does not model are kept in `extra` maps and
 //! round-tripped untouched, so a newer ADK client never loses data by talking to agentd.
@@ -430,7 +430,7 @@ pub fn decode_base64_any(s: &str) -> Option<Vec<u8>> {
     }
 }
 
-/// Where a state key lives, by its prefix (CONTRACT.md §7).
+/// Where a state key lives, by its prefix (ADK's `State` prefixes: `app:`, `user:`, `temp:`).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct SplitState {
     /// Plain keys: stored on the session row.
