@@ -4,7 +4,7 @@
 
 mod common;
 
-use agentd::agent::llm::LlmAgent;
+use agentd::agent::llm::{IncludeContents, LlmAgent};
 use agentd::agent::workflow::{LoopAgent, SequentialAgent, WorkflowParts};
 use agentd::agent::PluginSet;
 use agentd::tools::builtin::ExitLoop;
@@ -723,7 +723,55 @@ async fn the_shipped_example_apps_load() {
     assert_eq!(tools[1]["name"], "load_memory");
 }
 
+/// `include_contents: none`: the model sees the current turn only (the latest user message,
+/// then this turn's tool round), never the earlier turns of the session.
+async fn an_include_contents_none_agent_sees_only_the_current_turn(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    m.push("turn", Reply::text(&["Noted: ", "blue."]))
+        .push(
+            "turn",
+            Reply::tool_calls(&[("call_1", "get_weather", r#"{"city": "Paris"}"#)]),
+        )
+        .push("turn", Reply::text(&["Sunny."]));
+    let mut agent = LlmAgent::new("forgetful", m.model("turn"))
+        .tool(weather_tool(Arc::new(AtomicUsize::new(0))));
+    agent.include_contents = IncludeContents::None;
+    let s = TestServer::start_agent(backend, "turn", Arc::new(agent), PluginSet::default()).await;
+
+    let first = s.run_stream(body("turn", "s1", "My colour is blue.")).await;
+    assert_eq!(done_status(&first), "completed", "{first:#?}");
+    let mut b = body("turn", "s1", "Weather in Paris?");
+    b["createSession"] = json!(false);
+    let second = s.run_stream(b).await;
+    assert_eq!(done_status(&second), "completed", "{second:#?}");
+    assert_eq!(text_of(complete(&second).last().unwrap()), "Sunny.");
+
+    let requests = m.requests_for("turn");
+    assert_eq!(requests.len(), 3);
+    for (i, req) in requests[1..].iter().enumerate() {
+        let text = req["messages"].to_string();
+        assert!(text.contains("Weather in Paris?"), "request {i}: {text}");
+        assert!(
+            !text.contains("My colour is blue.") && !text.contains("Noted: blue."),
+            "an earlier turn reached the model: {text}"
+        );
+    }
+    // The second step of the turn carries its tool round.
+    let tool = messages(&requests[2], "tool");
+    assert_eq!(tool.len(), 1, "{:#}", requests[2]);
+    assert!(tool[0]["content"].as_str().unwrap().contains("sunny"));
+    // The session keeps every turn.
+    assert_eq!(
+        session(&s, "turn", "s1").await["events"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+}
+
 both_backends!(
+    an_include_contents_none_agent_sees_only_the_current_turn,
     tools_save_artifacts_and_load_artifacts_reads_them,
     a_yaml_declared_app_runs_end_to_end,
     a_tool_loop_streams_commits_and_feeds_results_back,

@@ -43,7 +43,9 @@ impl<'a> Turn<'a> {
     }
 
     pub(super) async fn run(mut self) -> AgentResult {
-        self.history.refresh(self.ctx).await?;
+        self.history
+            .load(self.ctx, self.agent.include_contents)
+            .await?;
 
         // Calls answered by the client (confirmations) or left open (resume) run first.
         if let Some(outcome) = self.pending_work().await? {
@@ -688,7 +690,7 @@ impl<'a> Turn<'a> {
             .history
             .events
             .iter()
-            .rposition(|e| e.author == "user" && e.function_responses().next().is_none())
+            .rposition(history::is_user_message)
             .unwrap_or(0);
         // Only calls the model made in a run of this server: events a client imported with
         // create-session may carry calls of any shape, and running them would let a client

@@ -11,11 +11,14 @@
 //!   never got one (providers reject unanswered calls).
 //!
 //! Events are read incrementally: [`History::refresh`] fetches only what was committed since
-//! the last step, so a long tool loop does not re-read the whole session.
+//! the last step, so a long tool loop does not re-read the whole session. An agent that sees
+//! only the current turn (`include_contents: none`) starts with [`History::load`], which reads
+//! newest first and stops at the turn's user message: what such a turn reads is bounded by
+//! the turn, not by the session's length.
 
 use crate::agent::{AgentError, AgentResult, InvocationContext};
 use crate::event::{Content, Event, FunctionResponse, JsonMap, Part};
-use crate::store::EventRange;
+use crate::store::{EventRange, SessionKey, Store, StoredEvent};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
@@ -43,29 +46,53 @@ pub enum IncludeContents {
 pub struct History {
     pub events: Vec<Event>,
     last_seq: Option<i64>,
+    /// Events fetched from the store so far (what building this history cost to read).
+    read: usize,
 }
 
 const PAGE: u32 = 500;
+/// The first page [`History::load`] reads of the current turn.
+const FIRST_TURN_PAGE: u32 = 50;
+
+/// A message the user typed: the start of a turn. A user event that only answers function
+/// calls (a tool result, a confirmation) continues the turn it answers.
+pub fn is_user_message(event: &Event) -> bool {
+    event.author == "user" && event.function_responses().next().is_none()
+}
 
 impl History {
+    /// The history a turn starts from: the whole session, or with [`IncludeContents::None`]
+    /// only the current turn (from the latest user message on, or the whole session if it
+    /// has none), which is all [`contents`] sends then. Later steps [`History::refresh`].
+    pub async fn load(&mut self, ctx: &InvocationContext, include: IncludeContents) -> AgentResult {
+        match include {
+            IncludeContents::Default => self.refresh(ctx).await,
+            IncludeContents::None => {
+                self.load_turn(ctx.store().as_ref(), ctx.session_key())
+                    .await
+            }
+        }
+    }
+
     /// Fetches events committed since the last refresh.
     pub async fn refresh(&mut self, ctx: &InvocationContext) -> AgentResult {
+        self.fetch_after(ctx.store().as_ref(), ctx.session_key())
+            .await
+    }
+
+    async fn fetch_after(&mut self, store: &dyn Store, key: &SessionKey) -> AgentResult {
         loop {
-            let page = ctx
-                .store()
-                .list_events(
-                    ctx.session_key(),
-                    EventRange {
-                        after: self.last_seq.or(Some(0)),
-                        before: None,
-                        limit: PAGE,
-                    },
-                )
-                .await
-                .map_err(AgentError::store)?;
-            let Some(page) = page else {
-                return Err(AgentError::failed("StoreError", "the session disappeared"));
-            };
+            let page = fetch_page(
+                store,
+                key,
+                EventRange {
+                    after: self.last_seq.or(Some(0)),
+                    before: None,
+                    limit: PAGE,
+                },
+            )
+            .await?;
+            self.read += page.events.len();
             for stored in page.events {
                 self.last_seq = Some(stored.seq);
                 self.events.push(stored.event);
@@ -74,6 +101,51 @@ impl History {
                 return Ok(());
             }
         }
+    }
+
+    /// Reads the current turn into an empty history: pages newest first until one holds a
+    /// user message, then keeps the events from that message on.
+    async fn load_turn(&mut self, store: &dyn Store, key: &SessionKey) -> AgentResult {
+        let mut pages: Vec<Vec<StoredEvent>> = vec![];
+        let mut before = i64::MAX;
+        // A turn is usually short: a small first page, then full ones.
+        let mut limit = FIRST_TURN_PAGE;
+        loop {
+            let page = fetch_page(
+                store,
+                key,
+                EventRange {
+                    after: None,
+                    before: Some(before),
+                    limit,
+                },
+            )
+            .await?;
+            limit = PAGE;
+            self.read += page.events.len();
+            let first = page.events.first().map(|s| s.seq);
+            let mut events = page.events;
+            if let Some(start) = events.iter().rposition(|s| is_user_message(&s.event)) {
+                events.drain(..start);
+                pages.push(events);
+                break;
+            }
+            pages.push(events);
+            match (page.has_more, first) {
+                (true, Some(first)) => before = first,
+                _ => break,
+            }
+        }
+        for stored in pages.into_iter().rev().flatten() {
+            self.last_seq = Some(stored.seq);
+            self.events.push(stored.event);
+        }
+        Ok(())
+    }
+
+    /// Events fetched from the store to build this history.
+    pub fn events_read(&self) -> usize {
+        self.read
     }
 
     /// The latest response to each function call id, across the whole history.
@@ -115,6 +187,19 @@ impl History {
             .rev()
             .find(|e| e.function_calls().any(|c| c.id.as_deref() == Some(id)))
     }
+}
+
+/// One page of the session's events; a session deleted meanwhile is an error.
+async fn fetch_page(
+    store: &dyn Store,
+    key: &SessionKey,
+    range: EventRange,
+) -> AgentResult<crate::store::EventPage> {
+    store
+        .list_events(key, range)
+        .await
+        .map_err(AgentError::store)?
+        .ok_or_else(|| AgentError::failed("StoreError", "the session disappeared"))
 }
 
 fn on_branch(event: &Event, branch: Option<&str>) -> bool {
@@ -187,7 +272,7 @@ pub fn contents(
             let start = history
                 .events
                 .iter()
-                .rposition(|e| e.author == "user" && e.function_responses().next().is_none())
+                .rposition(is_user_message)
                 .unwrap_or(0);
             &history.events[start..]
         }
@@ -370,6 +455,7 @@ mod tests {
                 call_event("a", "c3", "slow"),
             ],
             last_seq: None,
+            read: 0,
         };
         let c = contents(&h, "a", None, IncludeContents::Default);
         assert_eq!(c.len(), 6, "{c:#?}");
@@ -390,6 +476,106 @@ mod tests {
             .unwrap()
             .response
             .contains_key("error"));
+    }
+
+    /// `include_contents: none` reads the current turn, not the session: a turn at the end of
+    /// a long session costs one page; a turn that is the whole session is read whole.
+    #[tokio::test]
+    async fn a_turn_only_history_reads_the_turn_not_the_session() {
+        use crate::store::{sqlite::SqliteStore, NewSession, SessionStore, StoreLimits};
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("h.db").display());
+        let store = SqliteStore::connect(&url, 2, StoreLimits::default())
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let said = |author: &str, text: &str| {
+            let role = if author == "user" { "user" } else { "model" };
+            Event::new("e-1", author).with_content(Content::text(role, text))
+        };
+        // 1,200 events of earlier turns, then the current turn: a question, a tool round, an
+        // answer (the tool's result is a user event that answers a call: not a new turn).
+        let mut events = vec![];
+        for i in 0..600 {
+            events.push(said("user", &format!("question {i}")));
+            events.push(said("a", &format!("answer {i}")));
+        }
+        events.push(said("user", "the current question"));
+        events.push(call_event("a", "c1", "lookup"));
+        events.push(response_event(
+            "user",
+            "c1",
+            "lookup",
+            serde_json::json!({"ok": 1}),
+        ));
+        events.push(said("a", "the current answer"));
+        store
+            .create_session(NewSession {
+                app_name: "app".into(),
+                user_id: "u".into(),
+                session_id: Some("long".into()),
+                state: JsonMap::new(),
+                events,
+            })
+            .await
+            .unwrap();
+        let key = SessionKey::new("app", "u", "long");
+
+        let mut turn = History::default();
+        turn.load_turn(&store, &key).await.unwrap();
+        assert_eq!(turn.events.len(), 4, "the turn from its user message on");
+        assert_eq!(
+            turn.events[0].content.as_ref().unwrap().parts[0]
+                .text
+                .as_deref(),
+            Some("the current question")
+        );
+        assert!(
+            turn.events_read() <= PAGE as usize,
+            "read {} events",
+            turn.events_read()
+        );
+        let mut whole = History::default();
+        whole.fetch_after(&store, &key).await.unwrap();
+        assert_eq!(whole.events.len(), 1204);
+        assert_eq!(
+            contents(&turn, "a", None, IncludeContents::None),
+            contents(&whole, "a", None, IncludeContents::None),
+            "the model is sent the same either way"
+        );
+        // Later steps read only what was committed since.
+        store
+            .append_event(&key, said("a", "one more"), vec![])
+            .await
+            .unwrap();
+        turn.fetch_after(&store, &key).await.unwrap();
+        assert_eq!(turn.events.len(), 5);
+        assert_eq!(turn.events_read(), FIRST_TURN_PAGE as usize + 1);
+
+        // No user message at all: the turn is the whole session, read page by page.
+        let events: Vec<Event> = (0..1100).map(|i| said("a", &format!("note {i}"))).collect();
+        store
+            .create_session(NewSession {
+                app_name: "app".into(),
+                user_id: "u".into(),
+                session_id: Some("notes".into()),
+                state: JsonMap::new(),
+                events,
+            })
+            .await
+            .unwrap();
+        let mut turn = History::default();
+        turn.load_turn(&store, &SessionKey::new("app", "u", "notes"))
+            .await
+            .unwrap();
+        assert_eq!(turn.events.len(), 1100);
+        assert_eq!(turn.events_read(), 1100);
+        assert_eq!(
+            turn.events[0].content.as_ref().unwrap().parts[0]
+                .text
+                .as_deref(),
+            Some("note 0")
+        );
     }
 
     #[test]
