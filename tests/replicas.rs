@@ -943,6 +943,192 @@ async fn an_ambiguous_commit_is_resolved_by_event_id() {
     assert_eq!(ids[1], replies[0].data["id"]);
 }
 
+/// A run's final reply and its outcome are one commit: when the client sees the reply, the
+/// run is already recorded as completed and its session free, with nothing left to write.
+/// Here PostgreSQL becomes unreachable right after the reply's INSERT is acknowledged: with
+/// a separate outcome statement the run would read `running` (and the session stay busy)
+/// until the database came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reply_and_the_outcome_are_one_commit() {
+    use sqlx::{Connection, Row};
+    let db = TestDb::postgres().await;
+    let upstream = {
+        let rest = db.url.split_once('@').map_or(db.url.as_str(), |(_, r)| r);
+        rest.split('/')
+            .next()
+            .unwrap_or("127.0.0.1:5432")
+            .to_string()
+    };
+    let proxy = common::pg_proxy::PgProxy::start(upstream).await;
+    let url = proxy.url_for(&db.url);
+    let apps = Apps::new().echo("slow", "chunks: 5\nchunk_delay_ms: 100");
+    let dir = apps.path().to_path_buf();
+    let s = TestServer::start_with(Backend::Postgres, |args| {
+        args.database.database_url = url;
+        args.apps_dir = dir;
+    })
+    .await;
+    let body = json!({"appName": "slow", "userId": USER, "sessionId": "s1", "createSession": true,
+        "newMessage": {"role": "user", "parts": [{"text": "one commit"}]}});
+    let resp = s.post_json("/run", body).await;
+    let run_id = resp.headers()["x-agentd-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut sse = Sse::open(resp).await;
+    // The user event is committed before the first partial; the next INSERT is the reply.
+    sse.next_matching(Msg::is_partial).await;
+    proxy.freeze_after_next_insert();
+    let reply = sse.next_matching(Msg::is_committed).await;
+    assert_eq!(reply.id, "2");
+    assert!(
+        proxy.is_frozen(),
+        "the reply's INSERT was the last thing PostgreSQL heard"
+    );
+
+    let mut direct = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let run = sqlx::query("SELECT status, last_seq FROM runs WHERE id = $1")
+        .bind(&run_id)
+        .fetch_one(&mut direct)
+        .await
+        .unwrap();
+    assert_eq!(run.get::<String, _>("status"), "completed");
+    assert_eq!(run.get::<Option<i64>, _>("last_seq"), Some(2));
+    let owner: Option<String> = sqlx::query_scalar(
+        "SELECT active_run FROM sessions WHERE app_name = 'slow' AND user_id = $1 AND id = 's1'",
+    )
+    .bind(USER)
+    .fetch_one(&mut direct)
+    .await
+    .unwrap();
+    assert_eq!(owner, None, "the session is free");
+
+    proxy.thaw();
+    let rest = sse.rest().await;
+    assert_eq!(done_of(&rest)["status"], "completed", "{rest:#?}");
+    assert_eq!(done_of(&rest)["lastSeq"], 2, "{rest:#?}");
+}
+
+/// An event held back for the run's outcome (`emit_final`) reaches the client within the hold
+/// limit when the run goes on without reporting anything: here the agent waits until the
+/// client has seen it.
+async fn a_held_reply_reaches_the_client_while_the_run_goes_on(backend: Backend) {
+    let seen = Arc::new(tokio::sync::Notify::new());
+    let agent = WaitsAfterReply { seen: seen.clone() };
+    let s = TestServer::start_agent(backend, "held", Arc::new(agent), PluginSet::default()).await;
+    let body = json!({"appName": "held", "userId": USER, "sessionId": "s1", "createSession": true,
+        "newMessage": {"role": "user", "parts": [{"text": "hi"}]}});
+    let mut sse = Sse::open(s.post_json("/run", body).await).await;
+    let first = tokio::time::timeout(
+        Duration::from_secs(30),
+        sse.next_matching(Msg::is_committed),
+    )
+    .await
+    .expect("the held reply never reached the client while its run went on");
+    assert_eq!(first.id, "2");
+    assert_eq!(first.data["content"]["parts"][0]["text"], "first");
+    seen.notify_one();
+    let rest = sse.rest().await;
+    let committed: Vec<&Msg> = rest.iter().filter(|m| m.is_committed()).collect();
+    assert_eq!(committed.len(), 1, "{rest:#?}");
+    assert_eq!(committed[0].id, "3");
+    assert_eq!(done_of(&rest)["status"], "completed");
+    let session = json_with_status(
+        s.get(&format!("/apps/held/users/{USER}/sessions/s1")).await,
+        200,
+    )
+    .await;
+    let texts: Vec<&str> = session["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["content"]["parts"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["hi", "first", "second"]);
+    assert_eq!(session["state"]["replies"], 2, "both deltas stored");
+}
+
+/// Reports a final-looking reply, waits until the test saw it, then reports another.
+struct WaitsAfterReply {
+    seen: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl Agent for WaitsAfterReply {
+    fn name(&self) -> &str {
+        "waits"
+    }
+    fn description(&self) -> &str {
+        "replies, waits, replies again"
+    }
+    async fn run(&self, ctx: &InvocationContext) -> AgentResult {
+        let mut first = ctx
+            .new_event()
+            .with_content(agentd::event::Content::text("model", "first"));
+        first.actions.state_delta.insert("replies".into(), json!(1));
+        ctx.emit_final(first).await?;
+        // The run's state has the held event's delta at once.
+        assert_eq!(ctx.state_get("replies"), Some(json!(1)));
+        self.seen.notified().await;
+        let mut second = ctx
+            .new_event()
+            .with_content(agentd::event::Content::text("model", "second"));
+        second
+            .actions
+            .state_delta
+            .insert("replies".into(), json!(2));
+        ctx.emit_final(second).await
+    }
+}
+
+/// The run's last write can record its outcome ([`Fence::RunEnd`]): the event, the run's
+/// `completed` status with that seq and the freed session commit together, and only while the
+/// run owns the session.
+async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
+    let (_db, store, key) = store_with_session(backend, json!({})).await;
+    store
+        .heartbeat("live", Duration::from_secs(10), false)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .claim_run(&new_run(&key, "r1", "live", None), None)
+            .await
+            .unwrap(),
+        Claim::Acquired { .. }
+    ));
+    let mut reply = Event::new("e-r1", "agent");
+    reply.actions.state_delta.insert("k".into(), json!(1));
+    let stored = store
+        .append_fenced(&key, reply, vec![], Fence::RunEnd("r1"))
+        .await
+        .unwrap();
+    assert_eq!(stored.seq, 1);
+    let run = store.get_run("r1").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.last_seq, Some(1));
+    assert!(store.active_run(&key).await.unwrap().is_none());
+    assert_eq!(
+        store.session_head(&key).await.unwrap().unwrap().state["k"],
+        1
+    );
+    // Finished: the run owns nothing, so neither kind of write goes in.
+    for fence in [Fence::RunEnd("r1"), Fence::Run("r1")] {
+        let late = store
+            .append_fenced(&key, Event::new("e-r1", "agent"), vec![], fence)
+            .await;
+        assert!(matches!(late, Err(StoreError::NotOwner)), "{late:?}");
+    }
+    assert_eq!(store.session_head(&key).await.unwrap().unwrap().last_seq, 1);
+    assert!(
+        !store
+            .finish_run("r1", RunStatus::Failed, None, None)
+            .await
+            .unwrap(),
+        "the outcome is recorded once"
+    );
+}
+
 /// Admission commits the run's user event and reads the run's starting state with it
 /// (PostgreSQL: in one statement; SQLite: in one transaction). On PostgreSQL that state is
 /// trusted only when the statement's snapshot saw the session as it was when the statement
@@ -1084,6 +1270,8 @@ async fn admission_commits_the_user_event(backend: Backend) {
 }
 
 both_backends!(
+    a_held_reply_reaches_the_client_while_the_run_goes_on,
+    a_run_s_last_event_records_its_outcome,
     admission_commits_the_user_event,
     a_client_that_never_reads_does_not_hold_the_run_past_its_limit,
     re_attach_in_one_process_and_bad_input,

@@ -68,7 +68,17 @@ pub(crate) struct EmitState {
     pub(crate) last_seq: Option<i64>,
     /// Function calls committed in this run without a committed response: id → (name, author).
     pub(crate) open_calls: BTreeMap<String, (String, String)>,
+    /// A final response waiting to be committed with the run's outcome (see
+    /// [`InvocationContext::emit_final`]). Whatever the run reports next commits it first.
+    pub(crate) held: Option<Event>,
+    /// The commit of a held event failed after its agent had moved on: the run fails with it.
+    pub(crate) failed: Option<AgentError>,
 }
+
+/// How long [`InvocationContext::emit_final`] holds an event back at most, waiting for the
+/// run to end so that the event and the outcome share one commit. A run that goes on past
+/// it (a workflow's next agent thinking) commits and delivers the event then.
+pub const HOLD_LIMIT: Duration = Duration::from_millis(5);
 
 pub(crate) struct Shared {
     pub(crate) invocation_id: String,
@@ -155,6 +165,8 @@ impl InvocationContext {
                     lost: false,
                     last_seq: None,
                     open_calls: BTreeMap::new(),
+                    held: None,
+                    failed: None,
                 })),
                 pending_artifacts: Mutex::new(vec![]),
             }),
@@ -335,14 +347,11 @@ impl InvocationContext {
         self.check_cancelled()?;
         self.stamp(&mut event);
         self.shared.plugins.on_event(self, &mut event).await?;
-        if event.actions.escalate == Some(true) {
-            if let Some(flag) = &self.escalation {
-                flag.store(true, Ordering::SeqCst);
-            }
-        }
+        self.note_escalation(&event);
         if event.is_partial() {
             crate::event::strip_temp_keys(&mut event.actions.state_delta);
-            let mut st = self.shared.emit.lock().await;
+            let st = self.shared.emit.clone().lock_owned().await;
+            let mut st = self.shared.settled(st).await?;
             self.shared
                 .deliver(
                     &mut st,
@@ -364,6 +373,7 @@ impl InvocationContext {
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let mut guard = guard;
+                shared.settle(&mut guard).await?;
                 shared.commit(&mut guard, event, artifacts).await
             },
             tracing::Span::current(),
@@ -371,6 +381,64 @@ impl InvocationContext {
         .await
         .map_err(|e| AgentError::Commit(format!("commit task failed: {e}")))?
         .map(Some)
+    }
+
+    /// Reports a complete event whose `seq` the agent does not need: typically its final
+    /// response. If the run ends right after it, the event is committed in the same
+    /// transaction as the run's outcome, which saves a commit per run. Like [`Self::emit`]
+    /// it reaches the client only once committed; it is committed before anything the run
+    /// reports next, and [`HOLD_LIMIT`] after this call at the latest, so a run that goes on
+    /// delays it by no more. The run's state includes its delta at once; the session's
+    /// stored events include it once committed ([`Self::flush`] commits it at once). A commit
+    /// that fails after this returned fails the run (the next `emit` returns the error).
+    pub async fn emit_final(&self, mut event: Event) -> AgentResult {
+        let staged = !lock(&self.shared.pending_artifacts).is_empty();
+        if self.shared.run_id.is_none() || event.is_partial() || staged {
+            return self.emit(event).await.map(|_| ());
+        }
+        self.check_cancelled()?;
+        self.stamp(&mut event);
+        self.shared.plugins.on_event(self, &mut event).await?;
+        self.note_escalation(&event);
+        let st = self.shared.emit.clone().lock_owned().await;
+        self.check_cancelled()?;
+        let mut st = self.shared.settled(st).await?;
+        apply_delta(&mut lock(&self.shared.state), &event.actions.state_delta);
+        let id = event.id.clone();
+        st.held = Some(event);
+        drop(st);
+        // Weak, and outside the agent's span: a run that ended meanwhile is not kept alive
+        // (its client's stream ends when the run's last reference goes), nor its trace open.
+        let shared = Arc::downgrade(&self.shared);
+        tokio::spawn(async move {
+            tokio::time::sleep(HOLD_LIMIT).await;
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let mut st = shared.emit.lock().await;
+            if st.held.as_ref().is_some_and(|e| e.id == id) {
+                if let Err(e) = shared.settle(&mut st).await {
+                    st.failed = Some(e);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Commits an event [`Self::emit_final`] is holding back, now. Reads of the session's
+    /// events through [`Self::store`] see a held event only after this; agentd's history
+    /// reads call it first.
+    pub async fn flush(&self) -> AgentResult {
+        let st = self.shared.emit.clone().lock_owned().await;
+        self.shared.settled(st).await.map(drop)
+    }
+
+    fn note_escalation(&self, event: &Event) {
+        if event.actions.escalate == Some(true) {
+            if let Some(flag) = &self.escalation {
+                flag.store(true, Ordering::SeqCst);
+            }
+        }
     }
 
     /// Marks `calls` (some made in an earlier run: approved, resumed) as open in this run, so
@@ -417,6 +485,51 @@ impl InvocationContext {
 }
 
 impl Shared {
+    /// Before anything else is reported: fails with the error of a held event's failed
+    /// commit, or commits the held event and hands it to the client.
+    pub(crate) async fn settle(&self, st: &mut EmitState) -> AgentResult {
+        if let Some(e) = st.failed.take() {
+            return Err(e);
+        }
+        if let Some(event) = st.held.take() {
+            self.commit(st, event, vec![]).await?;
+        }
+        Ok(())
+    }
+
+    /// [`Shared::settle`] from an agent's task: the commit runs as a task of its own (as in
+    /// [`InvocationContext::emit`]), so a run cancelled meanwhile cannot abandon it half-way.
+    async fn settled(
+        self: &Arc<Self>,
+        mut st: tokio::sync::OwnedMutexGuard<EmitState>,
+    ) -> AgentResult<tokio::sync::OwnedMutexGuard<EmitState>> {
+        if st.held.is_none() && st.failed.is_none() {
+            return Ok(st);
+        }
+        let shared = self.clone();
+        let (st, settled) = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let r = shared.settle(&mut st).await;
+                (st, r)
+            },
+            tracing::Span::current(),
+        ))
+        .await
+        .map_err(|e| AgentError::Commit(format!("commit task failed: {e}")))?;
+        settled.map(|()| st)
+    }
+
+    /// The run completed: commits its held final response together with the outcome
+    /// ([`Fence::RunEnd`](crate::store::Fence::RunEnd)), then hands it to the client. Returns
+    /// false if no event was held (the outcome is then recorded on its own).
+    pub(crate) async fn commit_last(&self, st: &mut EmitState) -> AgentResult<bool> {
+        let Some(event) = st.held.take() else {
+            return Ok(false);
+        };
+        self.commit_as(st, event, vec![], true).await?;
+        Ok(true)
+    }
+
     /// Commits one complete event, then hands it to the client. Holds the emit lock.
     pub(crate) async fn commit(
         &self,
@@ -424,7 +537,18 @@ impl Shared {
         event: Event,
         artifacts: Vec<ArtifactWrite>,
     ) -> AgentResult<i64> {
-        let stored = match self.record(st, event, artifacts).await {
+        self.commit_as(st, event, artifacts, false).await
+    }
+
+    /// [`Shared::commit`]; `last`: the same commit records the run as completed.
+    async fn commit_as(
+        &self,
+        st: &mut EmitState,
+        event: Event,
+        artifacts: Vec<ArtifactWrite>,
+        last: bool,
+    ) -> AgentResult<i64> {
+        let stored = match self.record_as(st, event, artifacts, last).await {
             Ok(stored) => stored,
             Err(crate::store::StoreError::NotOwner) => {
                 st.lost = true;
@@ -459,8 +583,19 @@ impl Shared {
         event: Event,
         artifacts: Vec<ArtifactWrite>,
     ) -> StoreResult<StoredEvent> {
+        self.record_as(st, event, artifacts, false).await
+    }
+
+    async fn record_as(
+        &self,
+        st: &mut EmitState,
+        event: Event,
+        artifacts: Vec<ArtifactWrite>,
+        last: bool,
+    ) -> StoreResult<StoredEvent> {
         let temp = temp_keys(&event);
         let fence = match &self.run_id {
+            Some(run) if last => crate::store::Fence::RunEnd(run),
             Some(run) => crate::store::Fence::Run(run),
             None => crate::store::Fence::Unfenced,
         };

@@ -193,8 +193,7 @@ impl Agent for EchoAgent {
             .actions
             .state_delta
             .insert("turns".into(), json!(turns));
-        ctx.emit(reply).await?;
-        Ok(())
+        ctx.emit_final(reply).await
     }
 }
 

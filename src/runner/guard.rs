@@ -33,6 +33,13 @@ impl RunGuard {
         &self.run_id
     }
 
+    /// The outcome was recorded with the run's last event ([`crate::store::Fence::RunEnd`]):
+    /// nothing is left to write.
+    pub(crate) fn finished(mut self) {
+        self.armed = false;
+        lock(&self.runner.local).remove(&self.run_id);
+    }
+
     /// Records the outcome (synchronously committed) and frees the session. A database that
     /// does not answer is retried for a while: a run must not leave its session busy. Returns
     /// false if the run no longer owned the session (it was taken over).

@@ -701,13 +701,29 @@ impl Runner {
             }
         };
         let cause = *lock(&cause);
+        let shared = ctx.shared();
+        let mut st = shared.emit.clone().lock_owned().await;
+        // A final response held back for the outcome (`emit_final`): a completed run commits
+        // the two together; any other end commits it first, before a seal or an error.
+        let mut finished = false;
+        let result = match result {
+            Ok(()) => shared
+                .commit_last(&mut st)
+                .await
+                .map(|last| finished = last),
+            Err(e) => match shared.settle(&mut st).await {
+                Err(AgentError::Commit(c)) if !matches!(e, AgentError::Commit(_)) => {
+                    Err(AgentError::Commit(c))
+                }
+                _ => Err(e),
+            },
+        };
         let mut status = match (&result, cause) {
             (Ok(()), _) => RunStatus::Completed,
             (Err(AgentError::Cancelled), Some(c)) => c.status(),
             (Err(AgentError::Cancelled), None) => RunStatus::Cancelled,
             (Err(_), _) => RunStatus::Failed,
         };
-        let mut st = ctx.shared().emit.clone().lock_owned().await;
         let lost = st.lost;
         if !lost
             && matches!(
@@ -748,7 +764,9 @@ impl Runner {
         drop(st);
         self.plugins.after_run(&ctx).await;
         let run_id = guard.run_id().to_string();
-        if !guard.finish(status, last_seq, error.as_deref()).await {
+        if finished {
+            guard.finished();
+        } else if !guard.finish(status, last_seq, error.as_deref()).await {
             // Taken over (or finished by reconciliation): report what the database says.
             status = match self.store.get_run(&run_id).await {
                 Ok(Some(r)) if r.status != RunStatus::Running => r.status,
@@ -779,7 +797,8 @@ impl Runner {
     ) -> Result<(), AgentError> {
         if let Some(content) = self.plugins.before_run(ctx).await? {
             let root = ctx.for_agent(tree.root().name());
-            root.emit(root.new_event().with_content(content)).await?;
+            root.emit_final(root.new_event().with_content(content))
+                .await?;
             return Ok(());
         }
         // A tree of one agent has nothing to choose from: no history read.

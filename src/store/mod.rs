@@ -122,6 +122,10 @@ pub enum Fence<'a> {
     /// Sealing the transcript of this dead run by a sweeper: only while no run owns the
     /// session and the dead run is still unsealed (whoever seals first wins; nobody seals twice).
     Sealing(&'a str),
+    /// This run's last write: only while the run owns the session, as [`Fence::Run`], and the
+    /// same commit records the run as `completed` (its last seq being this event's) and frees
+    /// the session. A run's reply and its outcome then cost one durable commit, not two.
+    RunEnd(&'a str),
 }
 impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {

@@ -47,6 +47,29 @@ SELECT $1, $2, $3, s.last_seq, $8, $9, $10, $7, $11::jsonb FROM s
 RETURNING seq
 "#;
 
+/// [`APPEND_SQL`] for [`Fence::RunEnd`]: the same append, fenced by the run (`$12`), which
+/// also frees the session and records the run as completed with the event's seq. One
+/// statement, one synchronous commit: the reply and the outcome are durable together.
+pub static APPEND_END_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let free = "last_seq = last_seq + 1\n";
+    let finish = "), a AS (";
+    assert!(APPEND_SQL.contains(free) && APPEND_SQL.contains(finish));
+    APPEND_SQL
+        .replacen(free, "last_seq = last_seq + 1, active_run = NULL\n", 1)
+        .replacen(
+            finish,
+            &format!(
+                "), r AS (
+    UPDATE runs SET status = 'completed', finished_at = {now}, last_seq = s.last_seq, error = NULL
+      FROM s
+     WHERE runs.id = $12 AND runs.status = 'running'
+), a AS (",
+                now = super::runs::PG_NOW
+            ),
+            1,
+        )
+});
+
 /// A pooled connection idle for this long is pinged before use (see [`PgStore::connect`]).
 const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -291,12 +314,13 @@ impl PgStore {
         split: &'q SplitState,
         fence: Fence<'q>,
     ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-        let (run, sealing) = match fence {
-            Fence::Unfenced => (None, None),
-            Fence::Run(run) => (Some(run), None),
-            Fence::Sealing(dead) => (None, Some(dead)),
+        let (sql, run, sealing) = match fence {
+            Fence::Unfenced => (APPEND_SQL, None, None),
+            Fence::Run(run) => (APPEND_SQL, Some(run), None),
+            Fence::RunEnd(run) => (APPEND_END_SQL.as_str(), Some(run), None),
+            Fence::Sealing(dead) => (APPEND_SQL, None, Some(dead)),
         };
-        let q = sqlx::query(APPEND_SQL)
+        let q = sqlx::query(sql)
             .bind(&key.app_name)
             .bind(&key.user_id)
             .bind(&key.session_id);

@@ -318,7 +318,7 @@ run_record_reader!(record_pg, sqlx::postgres::PgRow);
 run_record_reader!(record_sqlite, sqlx::sqlite::SqliteRow);
 
 /// PostgreSQL's clock, as epoch seconds.
-const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
+pub(crate) const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
 
 /// Makes the statement's own (implicit) transaction commit without waiting for its WAL to
 /// reach disk (`SET LOCAL synchronous_commit = off`, inside the one statement, so it costs no
@@ -331,7 +331,10 @@ const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
 ///   could undo; a crash before that flush simply means the run never started. Admission
 ///   that carries the user event is that event's durable commit.
 /// - Heartbeats: losing one only makes the replica look older by one period.
-/// - Finishing a run (`finish_run`): every event of the run is already durable (each was
+/// - Finishing a run (`finish_run`) when its outcome did not ride on its last event (a
+///   completed run whose final response was held back commits both in one synchronous
+///   statement, [`super::Fence::RunEnd`]; this is the rest: failures, cancels, agents that
+///   end with something else): every event of the run is already durable (each was
 ///   committed synchronously before any client saw it), and `event: done` repeats nothing that
 ///   is not. The window is a PostgreSQL crash within the few hundred milliseconds before the
 ///   WAL writer (or any later synchronous commit) flushes the record: the run row then reads

@@ -112,7 +112,7 @@ impl SqliteStore {
         let owner: Option<String> = row.get("active_run");
         let owned = match fence {
             Fence::Unfenced => true,
-            Fence::Run(run) => owner.as_deref() == Some(run),
+            Fence::Run(run) | Fence::RunEnd(run) => owner.as_deref() == Some(run),
             Fence::Sealing(dead) => {
                 owner.is_none()
                     && sqlx::query_scalar::<_, bool>(
@@ -151,18 +151,34 @@ impl SqliteStore {
             event.actions.artifact_delta.insert(w.filename.clone(), v);
         }
         Self::merge_shared(tx, &key.app_name, &key.user_id, &split, event.timestamp).await?;
+        // The run's last write also frees the session (see below).
+        let end = matches!(fence, Fence::RunEnd(_));
         sqlx::query(
-            "UPDATE sessions SET state = ?, update_time = ?, last_seq = ? WHERE app_name = ? AND user_id = ? AND id = ?",
+            "UPDATE sessions SET state = ?, update_time = ?, last_seq = ?,
+                    active_run = CASE WHEN ? THEN NULL ELSE active_run END
+              WHERE app_name = ? AND user_id = ? AND id = ?",
         )
         .bind(serde_json::to_string(&state)?)
         .bind(event.timestamp)
         .bind(seq)
+        .bind(end)
         .bind(&key.app_name)
         .bind(&key.user_id)
         .bind(&key.session_id)
         .execute(&mut **tx)
         .await?;
         Self::insert_event(tx, key, seq, &event).await?;
+        if let Fence::RunEnd(run) = fence {
+            sqlx::query(
+                "UPDATE runs SET status = 'completed', finished_at = ?, last_seq = ?, error = NULL
+                  WHERE id = ? AND status = 'running'",
+            )
+            .bind(now_ts())
+            .bind(seq)
+            .bind(run)
+            .execute(&mut **tx)
+            .await?;
+        }
         Ok(StoredEvent { seq, event })
     }
 

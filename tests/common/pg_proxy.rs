@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 /// The `CommandComplete` tag of a one-row INSERT (an event append). PostgreSQL sends it, with
@@ -21,6 +22,28 @@ pub struct PgProxy {
     accept: AbortHandle,
     cut_next_insert: Arc<AtomicBool>,
     cuts: Arc<AtomicUsize>,
+    freeze: Arc<Freeze>,
+}
+
+/// "Freeze after the next INSERT": the acknowledgement reaches agentd, then nothing more
+/// reaches PostgreSQL (statements wait, as if the network had stopped) until `thaw`.
+#[derive(Default)]
+struct Freeze {
+    armed: AtomicBool,
+    frozen: AtomicBool,
+    thawed: Notify,
+}
+
+impl Freeze {
+    async fn wait_thawed(&self) {
+        loop {
+            let thawed = self.thawed.notified();
+            if !self.frozen.load(Ordering::SeqCst) {
+                return;
+            }
+            thawed.await;
+        }
+    }
 }
 
 impl PgProxy {
@@ -31,14 +54,16 @@ impl PgProxy {
         let conns: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
         let cut_next_insert = Arc::new(AtomicBool::new(false));
         let cuts = Arc::new(AtomicUsize::new(0));
+        let freeze = Arc::new(Freeze::default());
         let (list, arm, count) = (conns.clone(), cut_next_insert.clone(), cuts.clone());
+        let frozen = freeze.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let upstream = upstream.clone();
-                let (arm, count) = (arm.clone(), count.clone());
+                let (arm, count, frozen) = (arm.clone(), count.clone(), frozen.clone());
                 let task = tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(&upstream).await {
-                        relay(client, server, arm, count).await;
+                        relay(client, server, arm, count, frozen).await;
                     }
                 });
                 list.lock().unwrap().push(task.abort_handle());
@@ -51,7 +76,25 @@ impl PgProxy {
             accept,
             cut_next_insert,
             cuts,
+            freeze,
         }
+    }
+
+    /// The next reply that acknowledges a one-row INSERT reaches agentd; after it nothing
+    /// agentd sends reaches PostgreSQL until [`PgProxy::thaw`].
+    pub fn freeze_after_next_insert(&self) {
+        self.freeze.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the freeze has happened.
+    pub fn is_frozen(&self) -> bool {
+        self.freeze.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Lets traffic through again.
+    pub fn thaw(&self) {
+        self.freeze.frozen.store(false, Ordering::SeqCst);
+        self.freeze.thawed.notify_waiters();
     }
 
     /// Drops every connection made so far (both sides see the socket close).
@@ -83,11 +126,28 @@ impl PgProxy {
     }
 }
 
-async fn relay(client: TcpStream, server: TcpStream, arm: Arc<AtomicBool>, cuts: Arc<AtomicUsize>) {
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    arm: Arc<AtomicBool>,
+    cuts: Arc<AtomicUsize>,
+    freeze: Arc<Freeze>,
+) {
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
+    let gate = freeze.clone();
     let up = tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match cr.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            gate.wait_thawed().await;
+            if sw.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
     });
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -101,6 +161,12 @@ async fn relay(client: TcpStream, server: TcpStream, arm: Arc<AtomicBool>, cuts:
         {
             cuts.fetch_add(1, Ordering::SeqCst);
             break; // the acknowledgement never reaches agentd
+        }
+        // Frozen before agentd can read the acknowledgement, so nothing it sends after slips by.
+        if chunk.windows(INSERT_ACK.len()).any(|w| w == INSERT_ACK)
+            && freeze.armed.swap(false, Ordering::SeqCst)
+        {
+            freeze.frozen.store(true, Ordering::SeqCst);
         }
         if cw.write_all(chunk).await.is_err() {
             break;

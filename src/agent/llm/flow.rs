@@ -92,11 +92,15 @@ impl<'a> Turn<'a> {
                     }
                 }
             }
+            if calls.is_empty() {
+                // The final answer: committed with the run's outcome if nothing follows.
+                if event.content.is_some() || !event.actions.is_default() {
+                    self.ctx.emit_final(event).await?;
+                }
+                return Ok(());
+            }
             if event.content.is_some() || !event.actions.is_default() {
                 self.ctx.emit(event).await?;
-            }
-            if calls.is_empty() {
-                return Ok(());
             }
             let invalid: HashMap<String, String> = response.invalid_calls.iter().cloned().collect();
             let outcome = self

@@ -65,6 +65,8 @@ impl History {
     /// only the current turn (from the latest user message on, or the whole session if it
     /// has none), which is all [`contents`] sends then. Later steps [`History::refresh`].
     pub async fn load(&mut self, ctx: &InvocationContext, include: IncludeContents) -> AgentResult {
+        // An event held back for the run's outcome (a workflow's previous agent) is history.
+        ctx.flush().await?;
         match include {
             IncludeContents::Default => self.refresh(ctx).await,
             IncludeContents::None => {
@@ -76,6 +78,7 @@ impl History {
 
     /// Fetches events committed since the last refresh.
     pub async fn refresh(&mut self, ctx: &InvocationContext) -> AgentResult {
+        ctx.flush().await?;
         self.fetch_after(ctx.store().as_ref(), ctx.session_key())
             .await
     }
