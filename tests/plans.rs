@@ -14,7 +14,8 @@
 mod common;
 
 use agentd::store::postgres::{
-    APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
+    APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL,
+    LIST_SESSIONS_SQL,
 };
 use agentd::store::runs::{pg_insert_run_sql, RUN_INVOCATIONS};
 use common::TestDb;
@@ -105,6 +106,12 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL",
             // A custom plan drops the sealing branch (its parameter is NULL).
             vec![("sessions", &["sessions_pkey"]), ("?runs", &["runs_pkey"])],
+        ),
+        (
+            "append ending the run (reply with the outcome)",
+            APPEND_END_SQL.as_str(),
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL",
+            vec![("sessions", &["sessions_pkey"]), ("runs", &["runs_pkey"])],
         ),
         (
             "append (sealing a dead run)",

@@ -1127,6 +1127,29 @@ async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
             .unwrap(),
         "the outcome is recorded once"
     );
+
+    // The end riding on an event already stored (reported twice) still ends the run.
+    assert!(matches!(
+        store
+            .claim_run(&new_run(&key, "r2", "live", None), None)
+            .await
+            .unwrap(),
+        Claim::Acquired { .. }
+    ));
+    let twice = Event::new("e-r2", "agent");
+    let first = store
+        .append_fenced(&key, twice.clone(), vec![], Fence::Run("r2"))
+        .await
+        .unwrap();
+    let again = store
+        .append_fenced(&key, twice, vec![], Fence::RunEnd("r2"))
+        .await
+        .unwrap();
+    assert_eq!((first.seq, again.seq), (2, 2), "stored once");
+    let run = store.get_run("r2").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.last_seq, Some(2));
+    assert!(store.active_run(&key).await.unwrap().is_none());
 }
 
 /// Admission commits the run's user event and reads the run's starting state with it

@@ -488,11 +488,21 @@ impl Shared {
     /// Before anything else is reported: fails with the error of a held event's failed
     /// commit, or commits the held event and hands it to the client.
     pub(crate) async fn settle(&self, st: &mut EmitState) -> AgentResult {
+        self.settle_within(st, None).await
+    }
+
+    /// [`Shared::settle`]; with `within`, a client that does not take the event in that time
+    /// is dropped as a reader (once the run has ended, nothing else bounds the wait).
+    pub(crate) async fn settle_within(
+        &self,
+        st: &mut EmitState,
+        within: Option<Duration>,
+    ) -> AgentResult {
         if let Some(e) = st.failed.take() {
             return Err(e);
         }
         if let Some(event) = st.held.take() {
-            self.commit(st, event, vec![]).await?;
+            self.commit_as(st, event, vec![], false, within).await?;
         }
         Ok(())
     }
@@ -520,13 +530,23 @@ impl Shared {
     }
 
     /// The run completed: commits its held final response together with the outcome
-    /// ([`Fence::RunEnd`](crate::store::Fence::RunEnd)), then hands it to the client. Returns
-    /// false if no event was held (the outcome is then recorded on its own).
-    pub(crate) async fn commit_last(&self, st: &mut EmitState) -> AgentResult<bool> {
+    /// ([`Fence::RunEnd`](crate::store::Fence::RunEnd)), then hands it to the client (which
+    /// must take it `within`, as the run's end is not waited for otherwise). Returns
+    /// false if no event was held (the outcome is then recorded on its own); fails if a held
+    /// event's earlier commit failed.
+    pub(crate) async fn commit_last(
+        &self,
+        st: &mut EmitState,
+        within: Duration,
+    ) -> AgentResult<bool> {
+        if let Some(e) = st.failed.take() {
+            return Err(e);
+        }
         let Some(event) = st.held.take() else {
             return Ok(false);
         };
-        self.commit_as(st, event, vec![], true).await?;
+        self.commit_as(st, event, vec![], true, Some(within))
+            .await?;
         Ok(true)
     }
 
@@ -537,16 +557,19 @@ impl Shared {
         event: Event,
         artifacts: Vec<ArtifactWrite>,
     ) -> AgentResult<i64> {
-        self.commit_as(st, event, artifacts, false).await
+        self.commit_as(st, event, artifacts, false, None).await
     }
 
-    /// [`Shared::commit`]; `last`: the same commit records the run as completed.
+    /// [`Shared::commit`]; `last`: the same commit records the run as completed; `within`:
+    /// how long the client has to take the event ([`Shared::deliver_within`]), else as long
+    /// as the run is not cancelled ([`Shared::deliver`]).
     async fn commit_as(
         &self,
         st: &mut EmitState,
         event: Event,
         artifacts: Vec<ArtifactWrite>,
         last: bool,
+        within: Option<Duration>,
     ) -> AgentResult<i64> {
         let stored = match self.record_as(st, event, artifacts, last).await {
             Ok(stored) => stored,
@@ -563,14 +586,14 @@ impl Shared {
             }
         };
         let seq = stored.seq;
-        self.deliver(
-            st,
-            RunItem::Event {
-                event: Box::new(stored.event),
-                seq: Some(seq),
-            },
-        )
-        .await;
+        let item = RunItem::Event {
+            event: Box::new(stored.event),
+            seq: Some(seq),
+        };
+        match within {
+            Some(limit) => self.deliver_within(st, item, limit).await,
+            None => self.deliver(st, item).await,
+        }
         Ok(seq)
     }
 

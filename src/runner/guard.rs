@@ -1,7 +1,8 @@
 //! The drop guard of a run's ownership (mini-redis's `DbDropGuard` idiom).
 //!
 //! A run holds its session from admission until its outcome is recorded. The happy path calls
-//! [`RunGuard::finish`]; if the run's task ends any other way (a panic that escaped the agent
+//! [`RunGuard::finish`], or [`RunGuard::finished`] when the run's last event recorded the
+//! outcome itself; if the run's task ends any other way (a panic that escaped the agent
 //! boundary, the runtime shutting down, a bug), dropping the guard records the run as `failed`
 //! and frees the session, from a task of its own. The replica's reconciliation
 //! ([`super::liveness`]) is the last line behind this one.

@@ -50,11 +50,31 @@ RETURNING seq
 /// [`APPEND_SQL`] for [`Fence::RunEnd`]: the same append, fenced by the run (`$12`), which
 /// also frees the session and records the run as completed with the event's seq. One
 /// statement, one synchronous commit: the reply and the outcome are durable together.
+///
+/// It locks the run's row before the session's (`lk`, which the session's `UPDATE` waits on),
+/// the order in which finishing, expiring and sweeping a run take them: two statements taking
+/// them in opposite orders could deadlock.
 pub static APPEND_END_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let start = "WITH s AS (";
+    let fence = "AND ($12::text IS NULL OR active_run = $12)";
     let free = "last_seq = last_seq + 1\n";
     let finish = "), a AS (";
-    assert!(APPEND_SQL.contains(free) && APPEND_SQL.contains(finish));
+    assert!([start, fence, free, finish]
+        .iter()
+        .all(|part| APPEND_SQL.contains(part)));
     APPEND_SQL
+        .replacen(
+            start,
+            "WITH lk AS (
+    SELECT 1 FROM runs WHERE id = $12 AND status = 'running' FOR UPDATE
+), s AS (",
+            1,
+        )
+        .replacen(
+            fence,
+            "AND active_run = $12 AND EXISTS (SELECT 1 FROM lk)",
+            1,
+        )
         .replacen(free, "last_seq = last_seq + 1, active_run = NULL\n", 1)
         .replacen(
             finish,
@@ -639,6 +659,14 @@ impl SessionStore for PgStore {
                 Err(StoreError::DuplicateEvent(_)) => {
                     return match self.find_event(key, &event.id).await? {
                         Some(stored) if stored.event.invocation_id == event.invocation_id => {
+                            // The run's end rode on an event stored earlier (an agent that
+                            // reported it twice; a lost first attempt ended the run itself,
+                            // and then this finds it ended): end it now if it is not.
+                            if let Fence::RunEnd(run) = fence {
+                                let last = self.session_head(key).await?.map(|h| h.last_seq);
+                                self.finish_run(run, RunStatus::Completed, last, None)
+                                    .await?;
+                            }
                             Ok(stored)
                         }
                         _ => Err(StoreError::DuplicateEvent(event.id.clone())),

@@ -137,6 +137,10 @@ impl SqliteStore {
         if let Some(r) = existing {
             let stored = stored_event(&r)?;
             if stored.event.invocation_id == event.invocation_id {
+                // The run's end rides on an event stored earlier (reported twice): end it.
+                if let Fence::RunEnd(run) = fence {
+                    Self::end_run(tx, key, run, row.get::<i64, _>("last_seq")).await?;
+                }
                 return Ok(stored);
             }
             return Err(StoreError::DuplicateEvent(event.id));
@@ -151,17 +155,12 @@ impl SqliteStore {
             event.actions.artifact_delta.insert(w.filename.clone(), v);
         }
         Self::merge_shared(tx, &key.app_name, &key.user_id, &split, event.timestamp).await?;
-        // The run's last write also frees the session (see below).
-        let end = matches!(fence, Fence::RunEnd(_));
         sqlx::query(
-            "UPDATE sessions SET state = ?, update_time = ?, last_seq = ?,
-                    active_run = CASE WHEN ? THEN NULL ELSE active_run END
-              WHERE app_name = ? AND user_id = ? AND id = ?",
+            "UPDATE sessions SET state = ?, update_time = ?, last_seq = ? WHERE app_name = ? AND user_id = ? AND id = ?",
         )
         .bind(serde_json::to_string(&state)?)
         .bind(event.timestamp)
         .bind(seq)
-        .bind(end)
         .bind(&key.app_name)
         .bind(&key.user_id)
         .bind(&key.session_id)
@@ -169,17 +168,39 @@ impl SqliteStore {
         .await?;
         Self::insert_event(tx, key, seq, &event).await?;
         if let Fence::RunEnd(run) = fence {
-            sqlx::query(
-                "UPDATE runs SET status = 'completed', finished_at = ?, last_seq = ?, error = NULL
-                  WHERE id = ? AND status = 'running'",
-            )
-            .bind(now_ts())
-            .bind(seq)
-            .bind(run)
-            .execute(&mut **tx)
-            .await?;
+            Self::end_run(tx, key, run, seq).await?;
         }
         Ok(StoredEvent { seq, event })
+    }
+
+    /// [`Fence::RunEnd`]'s end of the run, in the append's transaction (which checked that the
+    /// run owns the session): `completed` with `last_seq`, and the session freed.
+    async fn end_run(
+        tx: &mut Transaction<'static, Sqlite>,
+        key: &SessionKey,
+        run: &str,
+        last_seq: i64,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE runs SET status = 'completed', finished_at = ?, last_seq = ?, error = NULL
+              WHERE id = ? AND status = 'running'",
+        )
+        .bind(now_ts())
+        .bind(last_seq)
+        .bind(run)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "UPDATE sessions SET active_run = NULL
+              WHERE app_name = ? AND user_id = ? AND id = ? AND active_run = ?",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(run)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
     }
 
     async fn merge_shared(
