@@ -798,15 +798,7 @@ async fn a_panicking_agent_fails_its_run_and_frees_the_session(backend: Backend)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_database_connection_is_never_a_500() {
     let db = TestDb::postgres().await;
-    let upstream = {
-        let rest = db.url.split_once('@').map_or(db.url.as_str(), |(_, r)| r);
-        rest.split('/')
-            .next()
-            .unwrap_or("127.0.0.1:5432")
-            .to_string()
-    };
-    let proxy = common::pg_proxy::PgProxy::start(upstream).await;
-    let url = proxy.url_for(&db.url);
+    let (proxy, url) = common::pg_proxy::PgProxy::in_front_of(&db.url).await;
     let s = TestServer::start_with(Backend::Postgres, |args| {
         args.database.database_url = url;
     })
@@ -897,21 +889,12 @@ async fn a_client_that_never_reads_does_not_hold_the_run_past_its_limit(backend:
     drop(conn);
 }
 
-/// The connection drops after PostgreSQL committed an event and before agentd heard of it: the
-/// runner resolves the outcome by the event's id (it is stored), reports it as committed, and
-/// the event is stored exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ambiguous_commit_is_resolved_by_event_id() {
+/// PostgreSQL behind a fault-injecting proxy, and agentd on it serving the echo app `slow` (5
+/// partials 100 ms apart, so a test can act between the user event and the reply). The
+/// apps directory lives as long as the returned `Apps`.
+async fn slow_echo_behind_proxy() -> (TestDb, common::pg_proxy::PgProxy, Apps, TestServer) {
     let db = TestDb::postgres().await;
-    let upstream = {
-        let rest = db.url.split_once('@').map_or(db.url.as_str(), |(_, r)| r);
-        rest.split('/')
-            .next()
-            .unwrap_or("127.0.0.1:5432")
-            .to_string()
-    };
-    let proxy = common::pg_proxy::PgProxy::start(upstream).await;
-    let url = proxy.url_for(&db.url);
+    let (proxy, url) = common::pg_proxy::PgProxy::in_front_of(&db.url).await;
     let apps = Apps::new().echo("slow", "chunks: 5\nchunk_delay_ms: 100");
     let dir = apps.path().to_path_buf();
     let s = TestServer::start_with(Backend::Postgres, |args| {
@@ -919,6 +902,15 @@ async fn an_ambiguous_commit_is_resolved_by_event_id() {
         args.apps_dir = dir;
     })
     .await;
+    (db, proxy, apps, s)
+}
+
+/// The connection drops after PostgreSQL committed an event and before agentd heard of it: the
+/// runner resolves the outcome by the event's id (it is stored), reports it as committed, and
+/// the event is stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ambiguous_commit_is_resolved_by_event_id() {
+    let (_db, proxy, _apps, s) = slow_echo_behind_proxy().await;
     let body = json!({"appName": "slow", "userId": USER, "sessionId": "s1", "createSession": true,
         "newMessage": {"role": "user", "parts": [{"text": "is it stored?"}]}});
     let mut sse = Sse::open(s.post_json("/run", body).await).await;
@@ -951,23 +943,7 @@ async fn an_ambiguous_commit_is_resolved_by_event_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reply_and_the_outcome_are_one_commit() {
     use sqlx::{Connection, Row};
-    let db = TestDb::postgres().await;
-    let upstream = {
-        let rest = db.url.split_once('@').map_or(db.url.as_str(), |(_, r)| r);
-        rest.split('/')
-            .next()
-            .unwrap_or("127.0.0.1:5432")
-            .to_string()
-    };
-    let proxy = common::pg_proxy::PgProxy::start(upstream).await;
-    let url = proxy.url_for(&db.url);
-    let apps = Apps::new().echo("slow", "chunks: 5\nchunk_delay_ms: 100");
-    let dir = apps.path().to_path_buf();
-    let s = TestServer::start_with(Backend::Postgres, |args| {
-        args.database.database_url = url;
-        args.apps_dir = dir;
-    })
-    .await;
+    let (db, proxy, _apps, s) = slow_echo_behind_proxy().await;
     let body = json!({"appName": "slow", "userId": USER, "sessionId": "s1", "createSession": true,
         "newMessage": {"role": "user", "parts": [{"text": "one commit"}]}});
     let resp = s.post_json("/run", body).await;

@@ -702,25 +702,28 @@ impl Runner {
         };
         let cause = *lock(&cause);
         let shared = ctx.shared();
+        // How long a slow client may take the run's last event from here: what is left of the
+        // run's time, and at least the post-run limit (it waited as long while the agent ran).
+        let deliver_within = max.saturating_sub(started.elapsed()).max(POST_RUN_DELIVERY);
         // The agent is done. A hold timer may own the emit lock, handing its event to a client
-        // that does not read; past the post-run limit the run's token cuts that client loose.
+        // that does not read; past that limit the run's token cuts that client loose.
         let mut st = tokio::select! {
             st = shared.emit.clone().lock_owned() => st,
-            _ = tokio::time::sleep(POST_RUN_DELIVERY) => {
+            _ = tokio::time::sleep(deliver_within) => {
                 cancel.cancel();
                 shared.emit.clone().lock_owned().await
             }
         };
         // A final response held back for the outcome (`emit_final`): a completed run commits
         // the two together; any other end commits it first, before a seal or an error. The
-        // client must take it within the post-run limit: nothing else bounds the wait now.
+        // client must take it within `deliver_within`: nothing else bounds the wait now.
         let mut finished = false;
         let result = match result {
             Ok(()) => shared
-                .commit_last(&mut st, POST_RUN_DELIVERY)
+                .commit_last(&mut st, deliver_within)
                 .await
                 .map(|last| finished = last),
-            Err(e) => match shared.settle_within(&mut st, Some(POST_RUN_DELIVERY)).await {
+            Err(e) => match shared.settle_within(&mut st, Some(deliver_within)).await {
                 Err(AgentError::Commit(c)) if !matches!(e, AgentError::Commit(_)) => {
                     Err(AgentError::Commit(c))
                 }

@@ -1047,31 +1047,7 @@ impl RunStore for SqliteStore {
         error: Option<&str>,
     ) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
-        let key = sqlx::query(
-            "UPDATE runs SET status = ?2, finished_at = ?3, last_seq = ?4, error = ?5
-              WHERE id = ?1 AND status = 'running'
-             RETURNING app_name, user_id, session_id",
-        )
-        .bind(run_id)
-        .bind(status.as_str())
-        .bind(now_ts())
-        .bind(last_seq)
-        .bind(error)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let done = key.is_some();
-        if let Some(k) = key {
-            sqlx::query(
-                "UPDATE sessions SET active_run = NULL
-                  WHERE app_name = ? AND user_id = ? AND id = ? AND active_run = ?",
-            )
-            .bind(k.try_get::<String, _>(0)?)
-            .bind(k.try_get::<String, _>(1)?)
-            .bind(k.try_get::<String, _>(2)?)
-            .bind(run_id)
-            .execute(&mut *tx)
-            .await?;
-        }
+        let done = Self::finish_in(&mut tx, run_id, status, last_seq, error).await?;
         tx.commit().await?;
         Ok(done)
     }
@@ -1141,5 +1117,45 @@ impl RunStore for SqliteStore {
             .execute(self.writer())
             .await?;
         Ok(())
+    }
+}
+
+impl SqliteStore {
+    /// Records a run's outcome and frees its session, inside the writer's transaction `tx`
+    /// (`finish_run`'s, or the append that carries the run's last event). False if the run
+    /// was not running.
+    pub(crate) async fn finish_in(
+        tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        run_id: &str,
+        status: RunStatus,
+        last_seq: Option<i64>,
+        error: Option<&str>,
+    ) -> StoreResult<bool> {
+        let key = sqlx::query(
+            "UPDATE runs SET status = ?2, finished_at = ?3, last_seq = ?4, error = ?5
+              WHERE id = ?1 AND status = 'running'
+             RETURNING app_name, user_id, session_id",
+        )
+        .bind(run_id)
+        .bind(status.as_str())
+        .bind(now_ts())
+        .bind(last_seq)
+        .bind(error)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let done = key.is_some();
+        if let Some(k) = key {
+            sqlx::query(
+                "UPDATE sessions SET active_run = NULL
+                  WHERE app_name = ? AND user_id = ? AND id = ? AND active_run = ?",
+            )
+            .bind(k.try_get::<String, _>(0)?)
+            .bind(k.try_get::<String, _>(1)?)
+            .bind(k.try_get::<String, _>(2)?)
+            .bind(run_id)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(done)
     }
 }

@@ -139,7 +139,8 @@ impl SqliteStore {
             if stored.event.invocation_id == event.invocation_id {
                 // The run's end rides on an event stored earlier (reported twice): end it.
                 if let Fence::RunEnd(run) = fence {
-                    Self::end_run(tx, key, run, row.get::<i64, _>("last_seq")).await?;
+                    let last = row.get::<i64, _>("last_seq");
+                    Self::finish_in(tx, run, RunStatus::Completed, Some(last), None).await?;
                 }
                 return Ok(stored);
             }
@@ -167,40 +168,12 @@ impl SqliteStore {
         .execute(&mut **tx)
         .await?;
         Self::insert_event(tx, key, seq, &event).await?;
+        // The run's last write: `completed` with this seq, the session freed (the fence
+        // above checked that the run owns it).
         if let Fence::RunEnd(run) = fence {
-            Self::end_run(tx, key, run, seq).await?;
+            Self::finish_in(tx, run, RunStatus::Completed, Some(seq), None).await?;
         }
         Ok(StoredEvent { seq, event })
-    }
-
-    /// [`Fence::RunEnd`]'s end of the run, in the append's transaction (which checked that the
-    /// run owns the session): `completed` with `last_seq`, and the session freed.
-    async fn end_run(
-        tx: &mut Transaction<'static, Sqlite>,
-        key: &SessionKey,
-        run: &str,
-        last_seq: i64,
-    ) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE runs SET status = 'completed', finished_at = ?, last_seq = ?, error = NULL
-              WHERE id = ? AND status = 'running'",
-        )
-        .bind(now_ts())
-        .bind(last_seq)
-        .bind(run)
-        .execute(&mut **tx)
-        .await?;
-        sqlx::query(
-            "UPDATE sessions SET active_run = NULL
-              WHERE app_name = ? AND user_id = ? AND id = ? AND active_run = ?",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .bind(run)
-        .execute(&mut **tx)
-        .await?;
-        Ok(())
     }
 
     async fn merge_shared(

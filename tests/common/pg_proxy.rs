@@ -97,6 +97,16 @@ impl PgProxy {
         self.freeze.thawed.notify_waiters();
     }
 
+    /// A proxy in front of the server of `url` (a postgres:// URL), and `url` rewritten to go
+    /// through it.
+    pub async fn in_front_of(url: &str) -> (PgProxy, String) {
+        let rest = url.split_once('@').map_or(url, |(_, r)| r);
+        let upstream = rest.split('/').next().unwrap_or("127.0.0.1:5432");
+        let proxy = PgProxy::start(upstream.to_string()).await;
+        let proxied = proxy.url_for(url);
+        (proxy, proxied)
+    }
+
     /// Drops every connection made so far (both sides see the socket close).
     pub fn cut_all(&self) {
         for c in self.conns.lock().unwrap().drain(..) {
