@@ -344,10 +344,7 @@ impl InvocationContext {
     /// handed to the client (partial events). Fails with `Cancelled` if the run was cancelled,
     /// or `Commit` if the database refused the event (the run then stops).
     pub async fn emit(&self, mut event: Event) -> AgentResult<Option<i64>> {
-        self.check_cancelled()?;
-        self.stamp(&mut event);
-        self.shared.plugins.on_event(self, &mut event).await?;
-        self.note_escalation(&event);
+        self.prepare(&mut event).await?;
         if event.is_partial() {
             crate::event::strip_temp_keys(&mut event.actions.state_delta);
             let st = self.shared.emit.clone().lock_owned().await;
@@ -396,10 +393,7 @@ impl InvocationContext {
         if self.shared.run_id.is_none() || event.is_partial() || staged {
             return self.emit(event).await.map(|_| ());
         }
-        self.check_cancelled()?;
-        self.stamp(&mut event);
-        self.shared.plugins.on_event(self, &mut event).await?;
-        self.note_escalation(&event);
+        self.prepare(&mut event).await?;
         let st = self.shared.emit.clone().lock_owned().await;
         self.check_cancelled()?;
         let mut st = self.shared.settled(st).await?;
@@ -433,12 +427,18 @@ impl InvocationContext {
         self.shared.settled(st).await.map(drop)
     }
 
-    fn note_escalation(&self, event: &Event) {
+    /// What every reported event goes through first: the cancel check, [`Self::stamp`],
+    /// plugins' `on_event`, and an escalation noted for the enclosing loop.
+    async fn prepare(&self, event: &mut Event) -> AgentResult {
+        self.check_cancelled()?;
+        self.stamp(event);
+        self.shared.plugins.on_event(self, event).await?;
         if event.actions.escalate == Some(true) {
             if let Some(flag) = &self.escalation {
                 flag.store(true, Ordering::SeqCst);
             }
         }
+        Ok(())
     }
 
     /// Marks `calls` (some made in an earlier run: approved, resumed) as open in this run, so
@@ -488,23 +488,29 @@ impl Shared {
     /// Before anything else is reported: fails with the error of a held event's failed
     /// commit, or commits the held event and hands it to the client.
     pub(crate) async fn settle(&self, st: &mut EmitState) -> AgentResult {
-        self.settle_within(st, None).await
+        self.settle_held(st, false, None).await.map(drop)
     }
 
-    /// [`Shared::settle`]; with `within`, a client that does not take the event in that time
-    /// is dropped as a reader (once the run has ended, nothing else bounds the wait).
-    pub(crate) async fn settle_within(
+    /// [`Shared::settle`] at the run's end. `completed`: the same commit records the run as
+    /// completed ([`Fence::RunEnd`](crate::store::Fence::RunEnd)). `within`: how long the
+    /// client has to take the event (nothing else bounds the wait once the run has ended).
+    /// True if an event was held and committed now, with a new seq (an event the store already
+    /// had, reported twice, is returned as stored and recorded no outcome).
+    pub(crate) async fn settle_held(
         &self,
         st: &mut EmitState,
+        completed: bool,
         within: Option<Duration>,
-    ) -> AgentResult {
+    ) -> AgentResult<bool> {
         if let Some(e) = st.failed.take() {
             return Err(e);
         }
-        if let Some(event) = st.held.take() {
-            self.commit_as(st, event, vec![], false, within).await?;
-        }
-        Ok(())
+        let Some(event) = st.held.take() else {
+            return Ok(false);
+        };
+        let before = st.last_seq;
+        let seq = self.commit_as(st, event, vec![], completed, within).await?;
+        Ok(before.is_none_or(|b| seq > b))
     }
 
     /// [`Shared::settle`] from an agent's task: the commit runs as a task of its own (as in
@@ -527,27 +533,6 @@ impl Shared {
         .await
         .map_err(|e| AgentError::Commit(format!("commit task failed: {e}")))?;
         settled.map(|()| st)
-    }
-
-    /// The run completed: commits its held final response together with the outcome
-    /// ([`Fence::RunEnd`](crate::store::Fence::RunEnd)), then hands it to the client (which
-    /// must take it `within`, as the run's end is not waited for otherwise). Returns
-    /// false if no event was held (the outcome is then recorded on its own); fails if a held
-    /// event's earlier commit failed.
-    pub(crate) async fn commit_last(
-        &self,
-        st: &mut EmitState,
-        within: Duration,
-    ) -> AgentResult<bool> {
-        if let Some(e) = st.failed.take() {
-            return Err(e);
-        }
-        let Some(event) = st.held.take() else {
-            return Ok(false);
-        };
-        self.commit_as(st, event, vec![], true, Some(within))
-            .await?;
-        Ok(true)
     }
 
     /// Commits one complete event, then hands it to the client. Holds the emit lock.

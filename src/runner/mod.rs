@@ -717,18 +717,15 @@ impl Runner {
         // A final response held back for the outcome (`emit_final`): a completed run commits
         // the two together; any other end commits it first, before a seal or an error. The
         // client must take it within `deliver_within`: nothing else bounds the wait now.
-        let mut finished = false;
-        let result = match result {
-            Ok(()) => shared
-                .commit_last(&mut st, deliver_within)
-                .await
-                .map(|last| finished = last),
-            Err(e) => match shared.settle_within(&mut st, Some(deliver_within)).await {
-                Err(AgentError::Commit(c)) if !matches!(e, AgentError::Commit(_)) => {
-                    Err(AgentError::Commit(c))
-                }
-                _ => Err(e),
-            },
+        let completed = result.is_ok();
+        let settled = shared
+            .settle_held(&mut st, completed, Some(deliver_within))
+            .await;
+        // A held event that could not be committed fails the run, whatever else ended it.
+        let finished = completed && matches!(settled, Ok(true));
+        let result = match settled {
+            Err(e) => Err(e),
+            Ok(_) => result,
         };
         let mut status = match (&result, cause) {
             (Ok(()), _) => RunStatus::Completed,

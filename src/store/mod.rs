@@ -124,7 +124,9 @@ pub enum Fence<'a> {
     Sealing(&'a str),
     /// This run's last write: only while the run owns the session, as [`Fence::Run`], and the
     /// same commit records the run as `completed` (its last seq being this event's) and frees
-    /// the session. A run's reply and its outcome then cost one durable commit, not two.
+    /// the session. A run's reply and its outcome then cost one durable commit, not two. An
+    /// event already stored (the idempotent case) is returned as stored and ends nothing: its
+    /// seq is not past the run's last one, which is how the caller tells.
     RunEnd(&'a str),
 }
 impl From<serde_json::Error> for StoreError {

@@ -659,14 +659,6 @@ impl SessionStore for PgStore {
                 Err(StoreError::DuplicateEvent(_)) => {
                     return match self.find_event(key, &event.id).await? {
                         Some(stored) if stored.event.invocation_id == event.invocation_id => {
-                            // The run's end rode on an event stored earlier (an agent that
-                            // reported it twice; a lost first attempt ended the run itself,
-                            // and then this finds it ended): end it now if it is not.
-                            if let Fence::RunEnd(run) = fence {
-                                let last = self.session_head(key).await?.map(|h| h.last_seq);
-                                self.finish_run(run, RunStatus::Completed, last, None)
-                                    .await?;
-                            }
                             Ok(stored)
                         }
                         _ => Err(StoreError::DuplicateEvent(event.id.clone())),

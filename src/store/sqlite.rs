@@ -137,11 +137,6 @@ impl SqliteStore {
         if let Some(r) = existing {
             let stored = stored_event(&r)?;
             if stored.event.invocation_id == event.invocation_id {
-                // The run's end rides on an event stored earlier (reported twice): end it.
-                if let Fence::RunEnd(run) = fence {
-                    let last = row.get::<i64, _>("last_seq");
-                    Self::finish_in(tx, run, RunStatus::Completed, Some(last), None).await?;
-                }
                 return Ok(stored);
             }
             return Err(StoreError::DuplicateEvent(event.id));
@@ -168,10 +163,13 @@ impl SqliteStore {
         .execute(&mut **tx)
         .await?;
         Self::insert_event(tx, key, seq, &event).await?;
-        // The run's last write: `completed` with this seq, the session freed (the fence
-        // above checked that the run owns it).
+        // The run's last write: `completed` with this seq, the session freed (the fence above
+        // checked that the run owns it; a run no longer running owns nothing, and the
+        // caller's transaction rolls back).
         if let Fence::RunEnd(run) = fence {
-            Self::finish_in(tx, run, RunStatus::Completed, Some(seq), None).await?;
+            if !Self::finish_in(tx, run, RunStatus::Completed, Some(seq), None).await? {
+                return Err(StoreError::NotOwner);
+            }
         }
         Ok(StoredEvent { seq, event })
     }
