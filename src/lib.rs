@@ -40,6 +40,7 @@ pub mod http;
 pub mod memory_ingest;
 pub mod metrics;
 pub mod model;
+pub mod run;
 pub mod runner;
 pub mod server;
 pub mod store;

@@ -115,7 +115,7 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
             name,
             expires,
         } => {
-            agentd::http::sessions::validate_id("--user", &user)
+            agentd::http::extract::validate_id("--user", &user)
                 .map_err(|e| anyhow::anyhow!("{}", e.detail))?;
             let apps = match apps {
                 None => None,

@@ -14,10 +14,10 @@
 mod common;
 
 use agentd::store::postgres::{
-    APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL,
-    LIST_SESSIONS_SQL,
+    pg_insert_run_sql, APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL,
+    HEAD_SQL, LIST_SESSIONS_SQL,
 };
-use agentd::store::runs::{pg_insert_run_sql, RUN_INVOCATIONS};
+use agentd::store::runs::RUN_INVOCATIONS;
 use common::TestDb;
 use serde_json::Value;
 use sqlx::{Connection, Executor, Row};

@@ -295,10 +295,20 @@ async fn a_session_follower_on_b_sees_two_runs_on_a_live() {
     let b = Replica::spawn(&db, &apps, "b", &[]).await;
     a.create_session("slow", "s1").await;
 
+    // The replicas' notification channel, heard as A hears it.
+    let mut channel = sqlx::postgres::PgListener::connect(&db.url)
+        .await
+        .expect("listen");
+    channel
+        .listen(agentd::runner::bus::CHANNEL)
+        .await
+        .expect("listen");
     let path = format!("/apps/slow/users/{USER}/sessions/s1/stream?after=0");
     let mut follower = Sse::open(b.get(&path).await).await;
-    // The follower's watch reaches A before the run starts (announced at subscribe time).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The follower's watch (B announces it at subscribe time) is out to A before the run
+    // starts: the session's live frames are sent to B from the run's first chunk.
+    watch_announced(&mut channel, "b", ("slow", USER, "s1")).await;
+    drop(channel);
     let mut a_committed = vec![];
     for text in ["first run", "second run"] {
         let msgs = Sse::open(a.post("/run", run_body("slow", "s1", text)).await)
@@ -524,9 +534,57 @@ async fn sigterm_drains_a_replica() {
     let events = events_of(&b, "slow", "s1").await;
     assert!(unanswered_calls(&events).is_empty());
     assert_eq!(events.last().unwrap()["errorCode"], "INVOCATION_ABORTED");
-    // The session is free at once on B; resume picks up there.
-    let msgs = Sse::open(b.post("/run", run_body("slow", "s2", "")).await).await;
-    drop(msgs);
+    let record = json_with_status(b.get(&format!("/runs/{run_id}")).await, 200).await;
+    assert_eq!(record["status"], "interrupted");
+
+    // The interrupted session is free at once on B, and a resume there picks up after the seal.
+    let mut resume = run_body("slow", "s1", "carry on");
+    resume["resume"] = json!(true);
+    let mut on_b = Sse::open(b.post("/run", resume).await).await;
+    let resumed_id = on_b.run_id();
+    assert_ne!(resumed_id, run_id, "a new run");
+    let resumed = on_b.rest().await;
+    assert_eq!(done_of(&resumed)["status"], "completed", "{resumed:#?}");
+    assert_eq!(
+        committed(&resumed).len(),
+        3,
+        "call, response, reply: {resumed:#?}"
+    );
+    let start = follower
+        .next_matching(|m| m.event == "run_started")
+        .await;
+    assert_eq!(start.data["runId"], resumed_id, "the follower on B sees the resume");
+    let end = follower.next_matching(|m| m.event == "run_done").await;
+    assert_eq!(end.data["runId"], resumed_id);
+    assert_eq!(end.data["status"], "completed");
+    let record = json_with_status(b.get(&format!("/runs/{resumed_id}")).await, 200).await;
+    assert_eq!(record["status"], "completed");
+
+    // One history: the interrupted run's events and its seal, unchanged, then the resumed
+    // run's user event, call, response and reply.
+    let after = events_of(&b, "slow", "s1").await;
+    assert_eq!(after.len(), events.len() + 4, "{after:#?}");
+    assert_eq!(
+        &after[..events.len()],
+        &events[..],
+        "the interrupted run's history is kept"
+    );
+    let new = &after[events.len()..];
+    assert_eq!(new[0]["author"], "user");
+    assert_eq!(new[0]["content"]["parts"][0]["text"], "carry on");
+    assert_eq!(new[3]["content"]["parts"][0]["text"], "carry on");
+    assert!(new.iter().all(|e| e["errorCode"].is_null()), "{new:#?}");
+    let invocations: std::collections::BTreeSet<&str> = new
+        .iter()
+        .filter_map(|e| e["invocationId"].as_str())
+        .collect();
+    assert_eq!(invocations.len(), 1, "one invocation: {new:#?}");
+    assert_ne!(
+        events.last().unwrap()["invocationId"],
+        new[0]["invocationId"],
+        "the resume is a new invocation after the seal"
+    );
+    assert!(unanswered_calls(&after).is_empty(), "{after:#?}");
 }
 
 // --------------------------------------------------------------- one process, both backends
@@ -812,9 +870,21 @@ async fn a_cut_database_connection_is_never_a_500() {
         )
         .await;
     }
-    let mut statuses = vec![];
+    let mut statuses: Vec<u16> = vec![];
+    let mut cuts = vec![];
     for round in 0..3 {
-        proxy.cut_all();
+        let cut = proxy.cut_all();
+        // Something to cut: the connections the session creates used (pooled, idle) before
+        // the first round; before a later one, at least the connection a 200 of the round
+        // before was answered on (it went back to the pool).
+        let answered_before = round == 0 || statuses[statuses.len() - 4..].contains(&200);
+        if answered_before {
+            assert!(
+                cut > 0,
+                "round {round}: no open connection was cut (statuses so far: {statuses:?})"
+            );
+        }
+        cuts.push(cut);
         for i in 0..4 {
             let resp = s.get(&format!("{path}/s{i}")).await;
             let status = resp.status().as_u16();
@@ -834,7 +904,7 @@ async fn a_cut_database_connection_is_never_a_500() {
     );
     // Once the pool has fresh connections, everything answers.
     json_with_status(s.get(&format!("{path}/s0")).await, 200).await;
-    eprintln!("statuses after cuts: {statuses:?}");
+    eprintln!("statuses after cuts: {statuses:?}; connections cut per round: {cuts:?}");
 }
 
 /// `--max-run-secs` is a hard limit even when the client does not read: the run is timed out,

@@ -9,9 +9,8 @@
 use super::plugin::PluginSet;
 use super::{AgentError, AgentResult, AgentTree};
 use crate::event::{apply_delta, Content, Event, JsonMap, Part, TEMP_PREFIX};
-use crate::store::{
-    ArtifactScope, ArtifactWrite, RunStatus, SessionKey, Store, StoreResult, StoredEvent,
-};
+use crate::run::{RunItem, RunObserver};
+use crate::store::{ArtifactScope, ArtifactWrite, SessionKey, Store, StoreResult, StoredEvent};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,27 +34,6 @@ pub struct RunConfig {
     /// LLM agents beside their own, and resolved by the client (the run ends with the call
     /// open, as for a long-running tool; the client answers in its next request).
     pub client_tools: Vec<crate::model::ToolDeclaration>,
-}
-
-/// What a run hands to its client, in order.
-#[derive(Debug, Clone)]
-pub enum RunItem {
-    /// A partial event (`seq: None`) or a committed one.
-    Event { event: Box<Event>, seq: Option<i64> },
-    /// The run failed after it started; nothing more follows but `Done`.
-    Error { kind: String, message: String },
-    /// The run is over.
-    Done {
-        status: RunStatus,
-        last_seq: Option<i64>,
-    },
-}
-
-/// Sees every item of a run as it is handed to the client (and even when the client has gone):
-/// how the runner lets followers on this and other replicas watch a run. `after` is the run's
-/// last committed seq at that moment.
-pub(crate) trait RunObserver: Send + Sync {
-    fn observe(&self, item: &RunItem, after: Option<i64>);
 }
 
 /// Emit-side state, guarded by the per-run emit lock.

@@ -2,7 +2,7 @@
 //! plain-text rejections: malformed JSON, wrong types, invalid UTF-8, oversize bodies,
 //! wrong content types, bad query strings, bad path segments.
 
-use super::error::{problem, ApiError};
+use super::error::{problem, ApiError, ApiResult};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
@@ -177,7 +177,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
         if let Ok(raw) = axum::extract::RawPathParams::from_request_parts(parts, state).await {
             for (name, value) in raw.iter() {
                 if matches!(name, "app" | "user" | "session" | "run_id") {
-                    super::sessions::validate_id(name, value)?;
+                    validate_id(name, value)?;
                 } else if value.chars().any(char::is_control) {
                     return Err(ApiError::bad_request(
                         "invalid_path",
@@ -253,4 +253,16 @@ fn is_json_type(ct: &str) -> bool {
         .to_ascii_lowercase();
     essence == "application/json"
         || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Ids become primary-key parts and URL segments: keep them printable and bounded.
+pub fn validate_id(kind: &str, id: &str) -> ApiResult<()> {
+    // 128 bytes: every id is part of a primary key (PostgreSQL refuses huge index entries).
+    if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control() || c == '/') {
+        return Err(ApiError::bad_request(
+            "invalid_id",
+            format!("{kind} must be 1 to 128 printable characters without '/'"),
+        ));
+    }
+    Ok(())
 }

@@ -9,8 +9,6 @@
 //! binding to the caller's user and apps, and a 413 that even clients writing the whole body
 //! first can read) and the read retry.
 
-pub mod apps;
-pub mod artifacts;
 pub mod auth;
 pub mod body_limit;
 pub mod error;
@@ -18,11 +16,8 @@ pub mod extract;
 pub mod frontend;
 pub mod idempotency;
 pub mod openapi;
-pub mod run;
-pub mod session_body;
-pub mod sessions;
+pub mod routes;
 pub mod sse;
-pub mod stream;
 
 use crate::apps::AppRegistry;
 use crate::config::ServeArgs;
@@ -69,7 +64,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         ))
         .with_state(state);
     let api = match &args.web_ui_dir {
-        Some(dir) => api.merge(frontend::web_ui::router(dir)),
+        Some(dir) => api.merge(frontend::adk_web_ui::router(dir)),
         None => api,
     }
     .layer(axum::middleware::from_fn(track_http));
@@ -125,13 +120,15 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
 pub fn api_routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
     use utoipa::OpenApi;
     utoipa_axum::router::OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .merge(apps::router())
-        .merge(sessions::router())
-        .merge(artifacts::router())
-        .merge(run::router())
-        .merge(stream::router())
+        .merge(routes::service::router())
+        .merge(routes::apps::router())
+        .merge(routes::memory::router())
+        .merge(routes::sessions::router())
+        .merge(routes::session_stream::router())
+        .merge(routes::artifacts::router())
+        .merge(routes::run::router())
+        .merge(routes::runs::router())
         .merge(frontend::router())
-        .routes(utoipa_axum::routes!(render_metrics))
 }
 
 fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
@@ -220,26 +217,6 @@ async fn track_http(req: Request<axum::body::Body>, next: axum::middleware::Next
     metrics::counter!("agentd_http_requests_total", "method" => method, "route" => route, "status" => status)
         .increment(1);
     resp
-}
-
-/// Prometheus text exposition of agentd's metrics (see [`crate::metrics`]). Open unless the
-/// server runs with `--protect-metrics`, which asks for an admin key.
-#[utoipa::path(get, path = "/metrics", tag = "service",
-    responses((status = 200, description = "Prometheus text format 0.0.4.", content_type = "text/plain",
-        body = String), openapi::Errors))]
-async fn render_metrics(state: axum::extract::State<AppState>) -> Response {
-    let (open, idle) = state.store.pool_stats();
-    metrics::gauge!("agentd_db_pool_connections", "state" => "idle").set(idle as f64);
-    metrics::gauge!("agentd_db_pool_connections", "state" => "in_use")
-        .set(open.saturating_sub(idle as u32) as f64);
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        state.metrics.render(),
-    )
-        .into_response()
 }
 
 async fn not_found() -> ApiError {

@@ -26,10 +26,11 @@ mod selection;
 pub use seal::INVOCATION_ABORTED;
 
 use crate::agent::context::temp_keys;
-use crate::agent::context::{ContextParts, RunItem, RunObserver};
+use crate::agent::context::ContextParts;
 use crate::agent::{run_agent, AgentError, AgentTree, InvocationContext, PluginSet, RunConfig};
 use crate::apps::AppRegistry;
 use crate::event::{new_invocation_id, Content, Event, JsonMap, Part};
+use crate::run::{RunItem, RunObserver};
 use crate::store::runs::Opened;
 use crate::store::{
     ArtifactWrite, CancelRequest, Fence, NewRun, RunRecord, RunStatus, SessionKey, Store,

@@ -2,7 +2,7 @@
 //! same app (ADK's `MemoryService`, used by `PATCH …/memory` and the `load_memory` tool).
 //!
 //! Memory lives in the same database as the sessions: PostgreSQL full-text search
-//! ([`super::postgres_memory`]) or SQLite FTS5 ([`super::sqlite_memory`]). A memory is one
+//! ([`super::postgres`]'s `memory.rs`) or SQLite FTS5 ([`super::sqlite`]'s). A memory is one
 //! complete event that carries text; it belongs to `(app, user)` and is never returned to
 //! another user or app. Adding a session is idempotent: each event is stored once, and a
 //! per-session watermark makes adding a long session again read only its new events.
@@ -48,14 +48,6 @@ pub struct MemoryEntry {
     pub content: Content,
 }
 
-/// Function calls that drive ADK-internal flows; events carrying them are not memories.
-const INTERNAL_FUNCTIONS: &[&str] = &[
-    "adk_request_credential",
-    "adk_request_confirmation",
-    "adk_request_input",
-    "transfer_to_agent",
-];
-
 /// Longest text indexed per event, in bytes. PostgreSQL refuses a tsvector over 1 MB; a
 /// memory is a snippet for a model's context, not a document store.
 pub const MAX_MEMORY_TEXT_BYTES: usize = 64 * 1024;
@@ -76,7 +68,7 @@ pub fn memory_entry(session_id: &str, event: &Event) -> Option<MemoryEntry> {
         .function_calls()
         .map(|c| c.name.as_str())
         .chain(event.function_responses().map(|r| r.name.as_str()))
-        .any(|n| INTERNAL_FUNCTIONS.contains(&n));
+        .any(|n| crate::event::INTERNAL_FUNCTIONS.contains(&n));
     if internal {
         return None;
     }

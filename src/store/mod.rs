@@ -12,11 +12,9 @@ pub mod idempotency;
 pub mod keys;
 pub mod memory;
 pub mod postgres;
-mod postgres_memory;
 pub mod prune;
 pub mod runs;
 pub mod sqlite;
-mod sqlite_memory;
 
 pub use idempotency::{IdempotencyStore, IdempotentRecord, KeyClaim};
 pub use keys::{ApiKeyRecord, KeyStore};

@@ -107,11 +107,17 @@ impl PgProxy {
         (proxy, proxied)
     }
 
-    /// Drops every connection made so far (both sides see the socket close).
-    pub fn cut_all(&self) {
+    /// Drops every connection made so far (both sides see the socket close); returns how many
+    /// were still open (a connection that had already closed by itself is not counted).
+    pub fn cut_all(&self) -> usize {
+        let mut cut = 0;
         for c in self.conns.lock().unwrap().drain(..) {
+            if !c.is_finished() {
+                cut += 1;
+            }
             c.abort();
         }
+        cut
     }
 
     /// The next reply that acknowledges a one-row INSERT is swallowed and its connection cut.

@@ -1,14 +1,13 @@
 //! One turn of an LLM agent: the model ↔ tools loop.
 
 use super::callbacks::{BeforeModel, ToolCall};
-use super::history::{
-    self, History, CONFIRMATION_REJECTED, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION,
-};
+use super::history::{self, History};
 use super::{instruction, LlmAgent};
 use crate::agent::{
     run_agent, transfer_targets, AgentError, AgentResult, CallbackContext, InvocationContext,
 };
 use crate::event::{Content, Event, EventActions, FunctionCall, FunctionResponse, JsonMap, Part};
+use crate::event::{CONFIRMATION_REJECTED, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION};
 use crate::model::{Aggregator, LlmRequest, LlmResponse, PartialChunk};
 use crate::tools::builtin::{TransferToAgent, TRANSFER_TO_AGENT};
 use crate::tools::{response_object, Tool, ToolConfirmation, ToolContext};

@@ -17,18 +17,10 @@
 //! the turn, not by the session's length.
 
 use crate::agent::{AgentError, AgentResult, InvocationContext};
-use crate::event::{Content, Event, FunctionResponse, JsonMap, Part};
+use crate::event::{Content, Event, FunctionResponse, JsonMap, Part, REQUEST_CONFIRMATION};
 use crate::store::{EventRange, SessionKey, Store, StoredEvent};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-
-/// The function ADK uses to ask the client to approve a tool call.
-pub const REQUEST_CONFIRMATION: &str = "adk_request_confirmation";
-/// ADK's response to a call waiting for the client's approval.
-pub const CONFIRMATION_REQUIRED: &str =
-    "This tool call requires confirmation, please approve or reject.";
-/// ADK's response to a call the client rejected.
-pub const CONFIRMATION_REJECTED: &str = "This tool call is rejected.";
 
 /// Which past events go to the model (ADK `include_contents`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]

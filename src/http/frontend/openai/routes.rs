@@ -17,19 +17,19 @@
 //! the same `sequence_number`s (the Python SDK replays from the first event and filters
 //! locally).
 
-use super::openai_map::{chat_completion, ChatStream, ResponseMeta, ResponsesStream};
-use super::{
-    answer_part, check_app, data_frame, open_calls, resolve_user, response_object, run_headers,
-    sse_response, start_run, turn, waiting_calls,
-};
-use crate::agent::context::RunItem;
+use super::map::{chat_completion, ChatStream, ResponseMeta, ResponsesStream};
 use crate::auth::Caller;
 use crate::event::{now_ts, Content, Event, FunctionCall, JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Query;
 use crate::http::extract::{Json, Path};
+use crate::http::frontend::kit::{
+    answer_part, check_app, data_frame, open_calls, resolve_user, response_object, run_headers,
+    sse_response, start_run, turn, waiting_calls,
+};
 use crate::http::openapi::{EventStream, OpenAiErrors, UserHeader};
 use crate::http::AppState;
+use crate::run::RunItem;
 use crate::runner::{OnDisconnect, RunHandle, RunRequest};
 use crate::store::{CancelRequest, NewSession, RunRecord, RunStatus, SessionKey};
 use axum::extract::State;
@@ -122,7 +122,7 @@ fn root_agent(state: &AppState, app: &str) -> ApiResult<String> {
             "app_load_failed",
             format!("Failed to load agent: {e}"),
         )),
-        None => Err(super::super::auth::app_hidden(app)),
+        None => Err(crate::http::auth::app_hidden(app)),
     }
 }
 
@@ -145,7 +145,7 @@ fn tool_output(content: &str) -> JsonMap {
 }
 
 fn client_tools(tools: &[Value]) -> ApiResult<Vec<crate::model::ToolDeclaration>> {
-    super::ag_ui::client_tools(tools.iter().filter_map(|t| {
+    crate::http::frontend::kit::client_tools(tools.iter().filter_map(|t| {
         // Chat Completions nests the function; Responses has it flat.
         let f = t.get("function").unwrap_or(t);
         let name = f.get("name")?.as_str()?.to_string();
@@ -208,7 +208,7 @@ fn seed_events(
                         .and_then(Value::as_str)
                         .and_then(|a| serde_json::from_str::<JsonMap>(a).ok())
                         .unwrap_or_default();
-                    if crate::http::sessions::INTERNAL_FUNCTIONS.contains(&name) {
+                    if crate::event::INTERNAL_FUNCTIONS.contains(&name) {
                         return Err(ApiError::bad_request(
                             "invalid_message",
                             format!("earlier messages cannot call the internal function {name}"),
@@ -434,7 +434,7 @@ async fn chat_completions(
     let bound_is_none = bound.is_none();
     let (key, parts) = match bound {
         Some(sid) => {
-            crate::http::sessions::validate_id("x-agentd-session-id", &sid)?;
+            crate::http::extract::validate_id("x-agentd-session-id", &sid)?;
             let key = SessionKey::new(req.model.clone(), user, sid);
             let open = calls_answered(&state, &key, &req.messages[split..]).await?;
             let parts = input_parts(&req.messages[split..], &open);
@@ -464,7 +464,7 @@ async fn chat_completions(
         .and_then(Value::as_bool)
         .unwrap_or(false);
     if !req.stream {
-        let mut items = Box::pin(super::handle_items(&state, handle));
+        let mut items = Box::pin(crate::http::frontend::kit::handle_items(&state, handle));
         let mut chunks = vec![mapper.start()];
         let mut status = RunStatus::Failed;
         while let Some(item) = items.next().await {
@@ -481,7 +481,7 @@ async fn chat_completions(
         return Ok((extra, axum::Json(chat_completion(&mapper, &chunks))).into_response());
     }
     let first = data_frame(&mapper.start());
-    let items = super::handle_items(&state, handle);
+    let items = crate::http::frontend::kit::handle_items(&state, handle);
     let body = items.flat_map(move |item| {
         let out = match item {
             RunItem::Done { status, .. } => mapper.end(status, include_usage),
@@ -490,7 +490,7 @@ async fn chat_completions(
         stream::iter(out.iter().map(data_frame).collect::<Vec<_>>())
     });
     let frames = stream::iter([first])
-        .chain(super::with_keep_alive(body))
+        .chain(crate::http::frontend::kit::with_keep_alive(body))
         .chain(stream::iter([Bytes::from_static(b"data: [DONE]\n\n")]));
     Ok(sse_response(frames, extra))
 }
@@ -562,7 +562,7 @@ async fn response_run(
 ) -> ApiResult<RunRecord> {
     let run_id = id.strip_prefix("resp_").unwrap_or(id);
     let named = headers
-        .get(super::USER_HEADER)
+        .get(crate::http::frontend::kit::USER_HEADER)
         .and_then(|v| v.to_str().ok())
         .filter(|_| caller.user_id.is_none() || caller.admin);
     state
@@ -640,7 +640,7 @@ fn response_frames(
             ))
         }))
     });
-    super::with_keep_alive(events)
+    crate::http::frontend::kit::with_keep_alive(events)
 }
 
 /// OpenAI Responses over an app: streamed or not, `previous_response_id` continues that
@@ -705,7 +705,7 @@ async fn create_response(
         // What a stream says is what a replay from the stored run can say again, byte for
         // byte: the request's own fields (background, previous_response_id) are not stored.
         let mapper = ResponsesStream::new(meta_of(&run, None, None), !req.background);
-        let items = super::handle_items(&state, handle);
+        let items = crate::http::frontend::kit::handle_items(&state, handle);
         return Ok(sse_response(response_frames(mapper, items, None), extra));
     }
     let meta = meta_of(&run, Some(req.background), req.previous_response_id.clone());
@@ -717,7 +717,7 @@ async fn create_response(
     }
     let mut mapper = mapper;
     mapper.start();
-    let mut items = Box::pin(super::handle_items(&state, handle));
+    let mut items = Box::pin(crate::http::frontend::kit::handle_items(&state, handle));
     let mut status = RunStatus::Failed;
     while let Some(item) = items.next().await {
         if let RunItem::Done { status: s, .. } = item {
@@ -761,7 +761,7 @@ async fn get_response(
     if !q.stream {
         return Ok(axum::Json(stored_response(&state, &run).await?).into_response());
     }
-    let items = super::follow(&state, &run.run_id).await?;
+    let items = crate::http::frontend::kit::follow(&state, &run.run_id).await?;
     let mapper = ResponsesStream::new(meta_of(&run, None, None), false);
     let extra = run_headers(&run.run_id, &run.invocation_id, &run.session_id);
     Ok(sse_response(
@@ -781,7 +781,8 @@ async fn cancel_response(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let run = response_run(&state, &caller, &headers, &id).await?;
-    let req: CancelRequest = crate::http::stream::cancel_request(&headers, Default::default())?;
+    let req: CancelRequest =
+        crate::http::routes::runs::cancel_request(&headers, Default::default())?;
     if run.status == RunStatus::Running {
         let mut sub = state.runner.bus().subscribe(&run.key());
         state.runner.cancel(&run.run_id, &req).await?;

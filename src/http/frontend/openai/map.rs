@@ -9,9 +9,9 @@
 //! function of the run's stored events alone, so any replica reproduces the same events with
 //! the same numbers when a client resumes with `starting_after`.
 
-use super::{answer_text, Streamed};
-use crate::agent::context::RunItem;
 use crate::event::Event;
+use crate::http::frontend::kit::{answer_text, Streamed};
+use crate::run::RunItem;
 use crate::store::RunStatus;
 use serde_json::{json, Value};
 

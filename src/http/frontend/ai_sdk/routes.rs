@@ -10,18 +10,18 @@
 //! - `POST /apps/{app}/chat/{chatId}/stop`: cancels the active run (a stop button). A client
 //!   that merely goes away does not cancel, so it can resume.
 
-use super::ai_sdk_map::UiStream;
-use super::{
-    answer_part, check_app, confirmation_answer, data_frame, open_calls, resolve_user,
-    response_object, run_headers, sse_response, start_run, turn,
-};
-use crate::agent::context::RunItem;
+use super::map::UiStream;
 use crate::auth::Caller;
 use crate::event::{decode_base64_any, Blob, Bytes64, JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Json, Path};
+use crate::http::frontend::kit::{
+    answer_part, check_app, confirmation_answer, data_frame, open_calls, resolve_user,
+    response_object, run_headers, sse_response, start_run, turn,
+};
 use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
 use crate::http::AppState;
+use crate::run::RunItem;
 use crate::runner::OnDisconnect;
 use crate::store::RunRecord;
 use crate::store::{EventRange, RunStatus, SessionKey, StoredEvent};
@@ -220,7 +220,7 @@ async fn chat(
 ) -> ApiResult<Response> {
     check_app(&state.apps, &caller, &app)?;
     let user = resolve_user(&caller, &headers, req.user_id.as_deref())?;
-    crate::http::sessions::validate_id("id", &req.id)?;
+    crate::http::extract::validate_id("id", &req.id)?;
     if req.trigger.as_deref() == Some("regenerate-message") {
         return Err(ApiError::bad_request(
             "regenerate_unsupported",
@@ -266,7 +266,7 @@ async fn chat(
         &key.session_id,
     ));
     let mapper = UiStream::new(message_id, approvals(&headers), true);
-    let items = super::handle_items(&state, handle);
+    let items = crate::http::frontend::kit::handle_items(&state, handle);
     Ok(sse_response(ui_frames(mapper, items), extra))
 }
 
@@ -287,7 +287,7 @@ fn ui_frames(
         )
     });
     start
-        .chain(super::with_keep_alive(body))
+        .chain(crate::http::frontend::kit::with_keep_alive(body))
         .chain(stream::iter([Bytes::from_static(b"data: [DONE]\n\n")]))
 }
 
@@ -301,7 +301,7 @@ fn chat_key(
 ) -> ApiResult<SessionKey> {
     check_app(apps, caller, &app)?;
     let user = resolve_user(caller, headers, None)?;
-    crate::http::sessions::validate_id("chatId", &chat_id)?;
+    crate::http::extract::validate_id("chatId", &chat_id)?;
     Ok(SessionKey::new(app, user, chat_id))
 }
 
@@ -359,7 +359,7 @@ async fn resume(
         ),
         None => (format!("msg_{}", run.invocation_id), vec![]),
     };
-    let followed = super::follow(&state, &run.run_id).await?;
+    let followed = crate::http::frontend::kit::follow(&state, &run.run_id).await?;
     let earlier = stream::iter(earlier.into_iter().map(|e| RunItem::Event {
         event: Box::new(e.event),
         seq: Some(e.seq),
@@ -386,7 +386,7 @@ async fn stop(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let key = chat_key(&state.apps, &caller, &headers, app, chat_id)?;
-    let req = crate::http::stream::cancel_request(&headers, Default::default())?;
+    let req = crate::http::routes::runs::cancel_request(&headers, Default::default())?;
     match state.runner.cancel_session(&key, &req).await? {
         Some(run) if run.status == RunStatus::Running => {
             Ok((StatusCode::ACCEPTED, axum::Json(run)).into_response())

@@ -13,9 +13,9 @@
 //! `RUN_ERROR`), so an open text message is closed before anything else is sent and each
 //! tool call's three events are contiguous. No empty deltas.
 
-use super::{answer_text, Streamed};
-use crate::agent::context::RunItem;
 use crate::event::{Event, JsonMap};
+use crate::http::frontend::kit::{answer_text, Streamed};
+use crate::run::RunItem;
 use crate::store::RunStatus;
 use serde_json::{json, Value};
 

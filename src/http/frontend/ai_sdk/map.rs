@@ -13,12 +13,10 @@
 //! said it is v6 or later; a v5 client sees a confirmation as a client-side tool call
 //! (`adk_request_confirmation`) it answers with `addToolOutput({confirmed: true|false})`.
 
-use super::{answer_text, thought_text, Streamed};
-use crate::agent::context::RunItem;
-use crate::agent::llm::history::{
-    CONFIRMATION_REJECTED, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION,
-};
 use crate::event::Event;
+use crate::event::{CONFIRMATION_REJECTED, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION};
+use crate::http::frontend::kit::{answer_text, thought_text, Streamed};
+use crate::run::RunItem;
 use crate::store::RunStatus;
 use serde_json::{json, Value};
 
@@ -431,7 +429,7 @@ mod tests {
                 function_response: Some(FunctionResponse {
                     id: Some("c1".into()),
                     name: "weather".into(),
-                    response: super::super::response_object(json!({"t": 21})),
+                    response: crate::http::frontend::kit::response_object(json!({"t": 21})),
                     extra: JsonMap::new(),
                 }),
                 ..Default::default()

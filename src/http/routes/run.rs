@@ -1,23 +1,23 @@
-//! Running agents: ADK's `POST /run_sse` and `POST /run`, plus agentd's run control
-//! (`GET /runs/{id}`, `POST /runs/{id}/cancel`).
+//! Running agents: ADK's `POST /run_sse` and `POST /run` (agentd's run control by run id is
+//! in [`super::runs`]).
 //!
 //! Every pre-stream problem (bad body, unknown app, missing session, busy session) is a JSON
 //! error before the first SSE byte. After that, problems arrive in the stream.
 
-use super::auth::Gate;
-use super::error::{ApiError, ApiResult};
-use super::extract::{JsonBody, Path};
-use super::idempotency::{self, Prior};
-use super::openapi::{Errors, EventStream};
-use super::sse;
-use super::stream::Framing;
-use super::AppState;
-use crate::agent::context::RunItem;
+use super::runs::run_not_found;
 use crate::agent::RunConfig;
 use crate::auth::Caller;
 use crate::event::{Content, Event, JsonMap};
+use crate::http::auth::Gate;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::JsonBody;
+use crate::http::idempotency::{self, Prior};
+use crate::http::openapi::{Errors, EventStream};
+use crate::http::sse::{self, Framing, KEEP_ALIVE_EVERY};
+use crate::http::AppState;
+use crate::run::RunItem;
 use crate::runner::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest};
-use crate::store::{RunRecord, RunStatus, SessionKey};
+use crate::store::{RunStatus, SessionKey};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -37,15 +37,10 @@ pub const MAX_CUSTOM_METADATA_BYTES: usize = 64 * 1024;
 /// partials are left out (committed events are always kept).
 const MAX_JSON_PARTIAL_BYTES: usize = 8 * 1024 * 1024;
 
-/// Quiet time on `/run` after which a keep-alive comment is sent.
-pub const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
-
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(run_sse))
         .routes(routes!(run))
-        .routes(routes!(get_run))
-        .routes(routes!(cancel_run))
 }
 
 /// ADK's `RunAgentRequest` plus agentd's additive fields.
@@ -124,23 +119,23 @@ impl RunAgentRequest {
             )
         })?;
         // The same id rule as the session routes (a run may create its session).
-        super::sessions::validate_id("appName", &app)?;
-        super::sessions::validate_id("userId", &self.user_id)?;
-        super::sessions::validate_id("sessionId", &self.session_id)?;
+        crate::http::extract::validate_id("appName", &app)?;
+        crate::http::extract::validate_id("userId", &self.user_id)?;
+        crate::http::extract::validate_id("sessionId", &self.session_id)?;
         if !caller.may_use_app(&app) {
-            return Err(super::auth::app_hidden(&app));
+            return Err(crate::http::auth::app_hidden(&app));
         }
         if !caller.may_act_as(&self.user_id) {
             return Err(ApiError::session_not_found());
         }
         if let Some(delta) = &self.state_delta {
-            super::auth::check_app_state(gate, caller, delta.keys())?;
+            crate::http::auth::check_app_state(gate, caller, delta.keys())?;
         }
         // Copied onto every event of the run: bounded.
         if let Some(m) = &self.custom_metadata {
             let size = serde_json::to_vec(m).map(|v| v.len()).unwrap_or(usize::MAX);
             if size > MAX_CUSTOM_METADATA_BYTES {
-                return Err(ApiError::validation(vec![super::error::problem(
+                return Err(ApiError::validation(vec![crate::http::error::problem(
                     "value_error",
                     vec!["body".into(), "customMetadata".into()],
                     format!(
@@ -174,7 +169,7 @@ impl RunAgentRequest {
     }
 }
 
-pub(super) fn run_error(state: &AppState, e: RunError) -> ApiError {
+pub fn run_error(state: &AppState, e: RunError) -> ApiError {
     match e {
         RunError::AppNotFound(app) => ApiError::not_found(
             "app_not_found",
@@ -296,7 +291,12 @@ async fn run_sse(
     let key = run_req.key.clone();
     let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run_sse", &raw).await?;
     if let Some(run_id) = prior {
-        return super::stream::replay_run(&state, &run_id, Framing::Adk { split_artifacts }).await;
+        return crate::http::sse::follow::replay_run(
+            &state,
+            &run_id,
+            Framing::Adk { split_artifacts },
+        )
+        .await;
     }
     let handle = match start_keyed(&state, run_req, keyed).await {
         Ok(handle) => handle,
@@ -373,7 +373,7 @@ async fn run(
         if wants_json(&headers) {
             return replay_json(&state, &run_id).await;
         }
-        return super::stream::replay_run(&state, &run_id, Framing::Agentd).await;
+        return crate::http::sse::follow::replay_run(&state, &run_id, Framing::Agentd).await;
     }
     let handle = start_keyed(&state, run_req, keyed)
         .await
@@ -503,64 +503,4 @@ async fn replay_json(state: &AppState, run_id: &str) -> ApiResult<Response> {
     headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
     let events: Vec<Event> = events.into_iter().map(|e| e.event).collect();
     Ok((headers, axum::Json(events)).into_response())
-}
-
-pub(super) fn run_not_found() -> ApiError {
-    ApiError::not_found("run_not_found", "Run not found")
-}
-
-/// The run, if it exists and the caller may see it (another user's run is "not found").
-pub(super) async fn visible_run(
-    state: &AppState,
-    caller: &Caller,
-    run_id: &str,
-) -> ApiResult<RunRecord> {
-    state
-        .runner
-        .get_run(run_id)
-        .await?
-        .filter(|r| caller.may_access(&r.app_name, &r.user_id))
-        .ok_or_else(run_not_found)
-}
-
-/// A run: its status, owner, timing, seq range and cancel record.
-#[utoipa::path(get, path = "/runs/{run_id}", tag = "runs",
-    params(("run_id" = String, Path, description = "From `x-agentd-run-id`")),
-    responses((status = 200, description = "The run.", body = RunRecord), Errors))]
-async fn get_run(
-    state: axum::extract::State<AppState>,
-    caller: Caller,
-    Path(run_id): Path<String>,
-) -> ApiResult<axum::Json<RunRecord>> {
-    visible_run(&state, &caller, &run_id).await.map(axum::Json)
-}
-
-/// Cancels a running run on whichever replica executes it: 202 with the run, 404 if unknown,
-/// 409 if it already ended. Optional body `{"reason": "…"}`; who asked and why are kept on
-/// the run (the first request's).
-#[utoipa::path(post, path = "/runs/{run_id}/cancel", tag = "runs",
-    params(("run_id" = String, Path, description = "From `x-agentd-run-id`")),
-    request_body(content = Option<super::stream::CancelBody>, description = "Optional"),
-    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors))]
-async fn cancel_run(
-    state: axum::extract::State<AppState>,
-    caller: Caller,
-    Path(run_id): Path<String>,
-    headers: HeaderMap,
-    super::extract::Json(body): super::extract::Json<super::stream::CancelBody>,
-) -> ApiResult<Response> {
-    let req = super::stream::cancel_request(&headers, body)?;
-    visible_run(&state, &caller, &run_id).await?;
-    let record = state
-        .runner
-        .cancel(&run_id, &req)
-        .await?
-        .ok_or_else(run_not_found)?;
-    if record.status != RunStatus::Running {
-        return Err(ApiError::conflict(
-            "run_not_active",
-            format!("Run {run_id} already ended ({}).", record.status.as_str()),
-        ));
-    }
-    Ok((StatusCode::ACCEPTED, axum::Json(record)).into_response())
 }

@@ -1,92 +1,13 @@
-//! SQLite backend: the embedded default, so `cargo run -- serve` works on a bare machine.
-//!
-//! SQLite allows one writer at a time, so writes go through a pool of exactly one
-//! connection and every write transaction starts with `BEGIN IMMEDIATE` (it takes the write
-//! lock up front, so a second process waits on `busy_timeout` instead of failing half-way).
-//! Reads use a separate pool and never block on writes (WAL mode). JSON state is merged in
-//! Rust inside the write transaction: SQLite's `json_patch` deletes keys set to `null`,
-//! while ADK stores the `null`.
+//! Sessions and events on SQLite: create, read, list, delete, and the append path (one
+//! `BEGIN IMMEDIATE` transaction per complete event).
 
 use super::*;
-use crate::event::{apply_delta, now_ts, SplitState};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
-use sqlx::{ConnectOptions, Row, Sqlite, SqliteConnection, Transaction};
-use std::str::FromStr;
-use std::time::Duration;
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// One event by id (an append's idempotency check, resolving a lost acknowledgement).
 const EVENT_BY_ID: &str = "SELECT seq, timestamp, event FROM events
                             WHERE app_name = ? AND user_id = ? AND session_id = ? AND id = ?";
 
-/// The SQLite store.
-#[derive(Clone)]
-pub struct SqliteStore {
-    pub(crate) writer: SqlitePool,
-    pub(crate) reader: SqlitePool,
-    limits: StoreLimits,
-}
-
 impl SqliteStore {
-    /// Opens (creating if needed) the database file named by `url`, e.g. `sqlite://data/agentd.db`.
-    pub async fn connect(
-        url: &str,
-        max_connections: u32,
-        limits: StoreLimits,
-    ) -> StoreResult<Self> {
-        let opts = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            // FULL: a commit is on disk before the client sees the event, even across power loss.
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(false)
-            .log_statements(log::LevelFilter::Trace);
-        if let Some(dir) = sqlite_parent_dir(url) {
-            std::fs::create_dir_all(&dir).map_err(|e| {
-                StoreError::Database(sqlx::Error::Configuration(
-                    format!(
-                        "cannot create the database directory {}: {e}",
-                        dir.display()
-                    )
-                    .into(),
-                ))
-            })?;
-        }
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(opts.clone())
-            .await?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(max_connections.clamp(1, 8))
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(opts)
-            .await?;
-        Ok(SqliteStore {
-            writer,
-            reader,
-            limits,
-        })
-    }
-
-    /// The single writer connection's pool (every write goes through it).
-    pub(crate) fn writer(&self) -> &SqlitePool {
-        &self.writer
-    }
-
-    pub async fn migrate(&self) -> StoreResult<()> {
-        MIGRATOR.run(&self.writer).await?;
-        Ok(())
-    }
-
-    pub(crate) async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
-        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
-    }
-
     /// The body of an append inside the writer's transaction `tx` (see
     /// [`SessionStore::append_fenced`]); the caller commits, and has validated the artifacts.
     pub(crate) async fn append_in(
@@ -174,7 +95,7 @@ impl SqliteStore {
         Ok(StoredEvent { seq, event })
     }
 
-    async fn merge_shared(
+    pub(super) async fn merge_shared(
         conn: &mut SqliteConnection,
         app: &str,
         user: &str,
@@ -223,7 +144,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    async fn insert_event(
+    pub(super) async fn insert_event(
         conn: &mut SqliteConnection,
         key: &SessionKey,
         seq: i64,
@@ -245,35 +166,6 @@ impl SqliteStore {
         .execute(conn)
         .await?;
         Ok(())
-    }
-
-    async fn insert_artifact(
-        conn: &mut SqliteConnection,
-        scope: &ArtifactScope,
-        write: &ArtifactWrite,
-        now: f64,
-    ) -> StoreResult<i64> {
-        let (part_json, data) = split_part(&write.part)?;
-        let version: i64 = sqlx::query_scalar(
-            "INSERT INTO artifacts (app_name, user_id, session_id, filename, version, mime_type, part, data, custom_metadata, create_time)
-             SELECT ?1, ?2, ?3, ?4,
-                    COALESCE((SELECT MAX(version) + 1 FROM artifacts
-                               WHERE app_name = ?1 AND user_id = ?2 AND session_id = ?3 AND filename = ?4), 0),
-                    ?5, ?6, ?7, ?8, ?9
-             RETURNING version",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(scope.storage_session(&write.filename))
-        .bind(&write.filename)
-        .bind(artifact_mime_type(&write.part))
-        .bind(part_json)
-        .bind(data)
-        .bind(serde_json::to_string(&write.custom_metadata)?)
-        .bind(now)
-        .fetch_one(conn)
-        .await?;
-        Ok(version)
     }
 
     pub(crate) async fn head_with(
@@ -305,53 +197,6 @@ impl SqliteStore {
             last_seq: r.get("last_seq"),
         }))
     }
-}
-
-/// The directory a `sqlite://path/file.db` URL points into, if it names one.
-fn sqlite_parent_dir(url: &str) -> Option<std::path::PathBuf> {
-    let path = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))?;
-    let path = path.split('?').next()?;
-    if path.is_empty() || path.starts_with(":memory:") {
-        return None;
-    }
-    let parent = std::path::Path::new(path).parent()?;
-    (!parent.as_os_str().is_empty()).then(|| parent.to_path_buf())
-}
-
-fn parse_map(s: Option<&str>) -> StoreResult<JsonMap> {
-    match s {
-        None => Ok(JsonMap::new()),
-        Some(s) => Ok(serde_json::from_str(s)?),
-    }
-}
-
-/// An event row. Its `timestamp` comes from the column, which holds the exact `f64`: read back
-/// from JSON it can differ in the last bit, and then no longer equal the streamed event or the
-/// session's `lastUpdateTime`.
-fn stored_event(r: &sqlx::sqlite::SqliteRow) -> StoreResult<StoredEvent> {
-    let mut event: Event = serde_json::from_str(r.get::<&str, _>("event"))?;
-    event.timestamp = r.get("timestamp");
-    Ok(StoredEvent {
-        seq: r.get("seq"),
-        event,
-    })
-}
-
-fn version_from_row(
-    scope: &ArtifactScope,
-    filename: &str,
-    r: &sqlx::sqlite::SqliteRow,
-) -> StoreResult<ArtifactVersion> {
-    let version: i64 = r.get("version");
-    Ok(ArtifactVersion {
-        version,
-        canonical_uri: scope.canonical_uri(filename, version),
-        custom_metadata: parse_map(Some(r.get("custom_metadata")))?,
-        create_time: r.get("create_time"),
-        mime_type: r.get("mime_type"),
-    })
 }
 
 #[async_trait]
@@ -613,134 +458,5 @@ impl SessionStore for SqliteStore {
             events.reverse();
         }
         Ok(Some(EventPage { events, has_more }))
-    }
-}
-
-#[async_trait]
-impl ArtifactStore for SqliteStore {
-    async fn save_artifact(
-        &self,
-        scope: &ArtifactScope,
-        write: ArtifactWrite,
-    ) -> StoreResult<ArtifactVersion> {
-        validate_artifact(&write.filename, &write.part, self.limits.max_artifact_bytes)?;
-        let now = now_ts();
-        let mut tx = self.begin().await?;
-        let version = Self::insert_artifact(&mut tx, scope, &write, now).await?;
-        tx.commit().await?;
-        Ok(ArtifactVersion {
-            version,
-            canonical_uri: scope.canonical_uri(&write.filename, version),
-            custom_metadata: write.custom_metadata,
-            create_time: now,
-            mime_type: artifact_mime_type(&write.part),
-        })
-    }
-
-    async fn load_artifact(
-        &self,
-        scope: &ArtifactScope,
-        filename: &str,
-        version: Option<i64>,
-    ) -> StoreResult<Option<Part>> {
-        let row = sqlx::query(
-            "SELECT part, data FROM artifacts
-              WHERE app_name = ? AND user_id = ? AND session_id = ? AND filename = ?
-                AND (?5 IS NULL OR version = ?5)
-              ORDER BY version DESC LIMIT 1",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(scope.storage_session(filename))
-        .bind(filename)
-        .bind(version)
-        .fetch_optional(&self.reader)
-        .await?;
-        row.map(|r| join_part(r.get::<&str, _>("part"), r.get("data")))
-            .transpose()
-    }
-
-    async fn list_artifact_keys(&self, scope: &ArtifactScope) -> StoreResult<Vec<String>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT filename FROM artifacts
-              WHERE app_name = ? AND user_id = ? AND (session_id = ? OR session_id = '')
-              ORDER BY filename",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(&scope.session_id)
-        .fetch_all(&self.reader)
-        .await?;
-        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
-    }
-
-    async fn list_artifact_versions(
-        &self,
-        scope: &ArtifactScope,
-        filename: &str,
-    ) -> StoreResult<Vec<ArtifactVersion>> {
-        let rows = sqlx::query(
-            "SELECT version, mime_type, custom_metadata, create_time FROM artifacts
-              WHERE app_name = ? AND user_id = ? AND session_id = ? AND filename = ?
-              ORDER BY version",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(scope.storage_session(filename))
-        .bind(filename)
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|r| version_from_row(scope, filename, r))
-            .collect()
-    }
-
-    async fn artifact_version(
-        &self,
-        scope: &ArtifactScope,
-        filename: &str,
-        version: Option<i64>,
-    ) -> StoreResult<Option<ArtifactVersion>> {
-        let row = sqlx::query(
-            "SELECT version, mime_type, custom_metadata, create_time FROM artifacts
-              WHERE app_name = ? AND user_id = ? AND session_id = ? AND filename = ?
-                AND (?5 IS NULL OR version = ?5)
-              ORDER BY version DESC LIMIT 1",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(scope.storage_session(filename))
-        .bind(filename)
-        .bind(version)
-        .fetch_optional(&self.reader)
-        .await?;
-        row.map(|r| version_from_row(scope, filename, &r))
-            .transpose()
-    }
-
-    async fn delete_artifact(&self, scope: &ArtifactScope, filename: &str) -> StoreResult<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query("DELETE FROM artifacts WHERE app_name = ? AND user_id = ? AND session_id = ? AND filename = ?")
-            .bind(&scope.app_name)
-            .bind(&scope.user_id)
-            .bind(scope.storage_session(filename))
-            .bind(filename)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-}
-
-impl Store for SqliteStore {
-    fn pool_stats(&self) -> (u32, usize) {
-        (
-            self.writer.size() + self.reader.size(),
-            self.writer.num_idle() + self.reader.num_idle(),
-        )
-    }
-
-    fn backend(&self) -> &'static str {
-        "sqlite"
     }
 }

@@ -1,11 +1,9 @@
-//! Service routes: health, version, the app list, app info, and memory (ADK's PATCH and
-//! agentd's search).
+//! The apps: ADK's `GET /list-apps` and `GET /apps/{app}/app-info`.
 
-use super::error::{ApiError, ApiResult};
-use super::extract::{Json, Path, Query};
-use super::openapi::{Errors, Status};
-use super::AppState;
-use crate::store::{MemoryEntry, SessionKey};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{Path, Query};
+use crate::http::openapi::Errors;
+use crate::http::AppState;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -14,66 +12,8 @@ use utoipa_axum::routes;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(health))
-        .routes(routes!(ready))
-        .routes(routes!(version))
         .routes(routes!(list_apps))
         .routes(routes!(app_info))
-        .routes(routes!(update_memory, search_memory))
-}
-
-/// Liveness plus a database round trip: a replica that cannot reach its database is not
-/// healthy (load balancers and the Docker HEALTHCHECK use this).
-#[utoipa::path(get, path = "/health", tag = "service",
-    responses((status = 200, description = "Alive and the database answers.", body = Status), Errors))]
-async fn health(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<Value>> {
-    let probe = SessionKey::new("__health__", "__health__", "__health__");
-    state.store.session_head(&probe).await.map_err(|e| {
-        tracing::warn!(error = %e, "health check: database unreachable");
-        ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "database_unavailable",
-            "database unreachable",
-        )
-    })?;
-    Ok(axum::Json(json!({ "status": "ok" })))
-}
-
-/// Readiness for a load balancer: 503 `shutting_down` from the moment a shutdown starts (so
-/// the balancer stops sending new runs while in-flight ones drain), and 503 when the database
-/// is unreachable. `/health` stays 200 during a drain: the process is alive and finishing.
-#[utoipa::path(get, path = "/ready", tag = "service",
-    responses((status = 200, description = "Ready for new runs.", body = Status), Errors))]
-async fn ready(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<Value>> {
-    if state.runner.is_draining() {
-        return Err(ApiError::unavailable(
-            "shutting_down",
-            "This replica is shutting down; send new runs to another replica.",
-            1,
-        ));
-    }
-    health(state)
-        .await
-        .map(|_| axum::Json(json!({ "status": "ready" })))
-}
-
-/// The server's version (ADK's shape).
-#[utoipa::path(get, path = "/version", tag = "service",
-    responses((status = 200, description = "The version.", body = VersionBody)))]
-async fn version() -> axum::Json<Value> {
-    axum::Json(json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "language": "rust",
-        "language_version": option_env!("CARGO_PKG_RUST_VERSION").unwrap_or(""),
-    }))
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-struct VersionBody {
-    version: String,
-    language: String,
-    language_version: String,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -152,7 +92,7 @@ async fn list_apps(
 
 /// An app's agents and their tools (ADK's web UI reads it).
 #[utoipa::path(get, path = "/apps/{app}/app-info", tag = "apps",
-    params(super::openapi::AppPath),
+    params(crate::http::openapi::AppPath),
     responses((status = 200, description = "The app's agent tree.", body = AppInfoBody), Errors))]
 async fn app_info(
     state: axum::extract::State<AppState>,
@@ -227,69 +167,4 @@ struct AppInfoBody {
     is_computer_use: bool,
     /// Each agent by name: `name`, `description`, `instruction`, `tools`, `sub_agents`.
     agents: std::collections::BTreeMap<String, Value>,
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct UpdateMemoryRequest {
-    #[serde(alias = "session_id")]
-    session_id: String,
-}
-
-/// ADK: adds the session's events to the memory service (idempotent). 200 `null`, or 404
-/// when the session does not exist. Like ADK's session routes, the app is not checked.
-#[utoipa::path(patch, path = "/apps/{app}/users/{user}/memory", tag = "memory",
-    params(super::openapi::UserPath),
-    request_body = UpdateMemoryRequest,
-    responses((status = 200, description = "Added: `null`.", body = Value), Errors))]
-async fn update_memory(
-    state: axum::extract::State<AppState>,
-    Path((app, user)): Path<(String, String)>,
-    Json(req): Json<UpdateMemoryRequest>,
-) -> ApiResult<axum::Json<Value>> {
-    let key = SessionKey::new(app, user, req.session_id);
-    let added = state.store.add_session_to_memory(&key).await?;
-    tracing::debug!(added, session = %key.session_id, "session added to memory");
-    Ok(axum::Json(Value::Null))
-}
-
-/// Default and largest `limit` of a memory search.
-pub const DEFAULT_MEMORY_RESULTS: u32 = 10;
-pub const MAX_MEMORY_RESULTS: u32 = 100;
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-struct SearchMemoryQuery {
-    /// Words; a memory matching any of them is found.
-    #[serde(default)]
-    query: String,
-    /// At most this many (default 10, at most 100).
-    #[serde(default)]
-    limit: Option<u32>,
-}
-
-#[derive(Debug, serde::Serialize, ToSchema)]
-struct SearchMemoryResponse {
-    memories: Vec<MemoryEntry>,
-}
-
-/// agentd: `GET …/memory?query=…&limit=…`, the user's memories matching any word of `query`,
-/// best first (`limit` default 10, at most 100). A blank query finds nothing.
-#[utoipa::path(get, path = "/apps/{app}/users/{user}/memory", tag = "memory",
-    params(super::openapi::UserPath, SearchMemoryQuery),
-    responses((status = 200, description = "The matching memories, best first.", body = SearchMemoryResponse), Errors))]
-async fn search_memory(
-    state: axum::extract::State<AppState>,
-    Path((app, user)): Path<(String, String)>,
-    Query(q): Query<SearchMemoryQuery>,
-) -> ApiResult<axum::Json<SearchMemoryResponse>> {
-    let limit = q
-        .limit
-        .unwrap_or(DEFAULT_MEMORY_RESULTS)
-        .min(MAX_MEMORY_RESULTS);
-    let memories = state
-        .store
-        .search_memory(&app, &user, &q.query, limit as usize)
-        .await?;
-    Ok(axum::Json(SearchMemoryResponse { memories }))
 }

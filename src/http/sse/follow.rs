@@ -1,40 +1,28 @@
-//! Getting back on a stream, from any replica:
-//!
-//! - `GET /runs/{run_id}/stream` re-attaches to a run: its committed events after
-//!   `Last-Event-ID` (or `?after=`) are replayed from the database, then the stream continues
-//!   live with exactly the frames `POST /run` sends (partial events without `id:`, committed
-//!   ones with `id: <seq>`, keep-alives, `event: done`). A finished run: replay, then `done`.
-//! - `GET /apps/{app}/users/{user}/sessions/{id}/stream` follows a session across runs: every
-//!   committed event as it lands (`id: <seq>`), the live partial events of whatever run is in
-//!   progress, and `event: run_started` / `event: run_done` around each run.
-//! - `POST /apps/{app}/users/{user}/sessions/{id}/cancel` stops the session's active run (a
-//!   stop button that does not need the run id).
+//! The follower engine behind every re-attached and followed stream, on any replica:
+//! a run followed from a resume point ([`RunFollower`]: `GET /runs/{id}/stream`, an
+//! idempotent retry's replay, a protocol adapter's items) and a session followed across runs
+//! ([`SessionFollower`]).
 //!
 //! Committed events always come from the database, in seq order, each once: the bus only says
 //! *when* to read (see [`crate::runner::bus`]), and a slow poll covers a lost notification.
 
-use super::error::{problem, ApiError, ApiResult};
-use super::extract::Path;
-use super::openapi::{Errors, EventStream, SessionPath};
-use super::run::KEEP_ALIVE_EVERY;
-use super::sse;
-use super::AppState;
-use crate::agent::context::RunItem;
+use super::resume::{run_headers, sse_body};
+use super::{Framing, KEEP_ALIVE_EVERY};
 use crate::event::Event;
-use crate::runner::bus::BusMsg;
-use crate::store::{CancelRequest, EventRange, RunRecord, RunStatus, SessionKey, StoredEvent};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::sse;
+use crate::http::AppState;
+use crate::run::RunItem;
+use crate::runner::bus::{BusMsg, Subscription};
+use crate::store::{EventRange, RunRecord, RunStatus, SessionKey, StoredEvent};
+use axum::http::HeaderValue;
+use axum::response::Response;
 use bytes::Bytes;
-use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
-use utoipa::{IntoParams, ToSchema};
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
 /// A follower re-reads the database this often even without a notification.
 const FOLLOW_POLL: Duration = Duration::from_secs(3);
@@ -42,68 +30,6 @@ const FOLLOW_POLL: Duration = Duration::from_secs(3);
 const REPLAY_PAGE: u32 = 200;
 /// Frames buffered towards one follower.
 const FOLLOWER_FRAMES: usize = 64;
-
-pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(routes!(run_stream))
-        .routes(routes!(session_stream))
-        .routes(routes!(cancel_session))
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct AfterQuery {
-    /// Resume after this seq (`Last-Event-ID` wins when both are sent).
-    after: Option<String>,
-}
-
-/// The resume point: `Last-Event-ID` wins over `?after=`; either must be a seq (an integer
-/// ≥ 0).
-fn resume_point(headers: &HeaderMap, query: &AfterQuery) -> ApiResult<Option<i64>> {
-    let (raw, loc) = match headers.get("last-event-id") {
-        Some(v) => (
-            Some(v.to_str().unwrap_or("\u{fffd}").trim().to_string()),
-            vec![json!("header"), json!("Last-Event-ID")],
-        ),
-        None => (query.after.clone(), vec![json!("query"), json!("after")]),
-    };
-    let Some(raw) = raw.filter(|r| !r.is_empty()) else {
-        return Ok(None);
-    };
-    match raw.parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(Some(n)),
-        _ => Err(ApiError::validation(vec![problem(
-            "int_parsing",
-            loc,
-            format!("must be an event seq (an integer ≥ 0), got {raw:?}"),
-        )])),
-    }
-}
-
-/// The run's ids, as `POST /run` sends them before the first event.
-fn run_headers(run: &RunRecord) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (name, value) in [
-        ("x-agentd-run-id", &run.run_id),
-        ("x-agentd-invocation-id", &run.invocation_id),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            h.insert(name, v);
-        }
-    }
-    h
-}
-
-fn beyond_end(after: i64, last: i64) -> ApiError {
-    ApiError::bad_request(
-        "after_beyond_end",
-        format!("after={after} is beyond the last committed event (seq {last})."),
-    )
-}
-
-fn sse_body(rx: mpsc::Receiver<Bytes>, extra: HeaderMap) -> Response {
-    sse::event_stream(tokio_stream::wrappers::ReceiverStream::new(rx), extra)
-}
 
 /// Where a follower writes: SSE frames for a client, or the run's items for a protocol
 /// adapter (which frames them itself).
@@ -127,55 +53,6 @@ impl Out {
             Out::Items(tx) => tx.closed().await,
         }
     }
-}
-
-// ---------------------------------------------------------------- run re-attach
-
-/// Re-attaches to a run from any replica: the committed events after `Last-Event-ID` (or
-/// `?after=`), then live, in `POST /run`'s frames, ending with `event: done`.
-#[utoipa::path(get, path = "/runs/{run_id}/stream", tag = "runs",
-    params(("run_id" = String, Path, description = "From `x-agentd-run-id`"), AfterQuery,
-        ("Last-Event-ID" = Option<String>, Header, description = "The last seq the client has")),
-    responses((status = 200, description = "`POST /run`'s SSE frames, from the resume point.",
-        content_type = "text/event-stream", body = EventStream), Errors))]
-async fn run_stream(
-    state: axum::extract::State<AppState>,
-    caller: crate::auth::Caller,
-    Path(run_id): Path<String>,
-    headers: HeaderMap,
-    query: axum::extract::Query<AfterQuery>,
-) -> ApiResult<Response> {
-    let after = resume_point(&headers, &query)?;
-    let run = super::run::visible_run(&state, &caller, &run_id).await?;
-    // Follow before reading anything else: whatever happens from here on is heard.
-    let sub = state.runner.bus().subscribe(&run.key());
-    let Some(run) = state.runner.get_run(&run_id).await? else {
-        return Err(ApiError::not_found("run_not_found", "Run not found"));
-    };
-    let head = state
-        .store
-        .session_head(&run.key())
-        .await?
-        .ok_or_else(|| ApiError::not_found("run_not_found", "The run's session was deleted"))?;
-    if let Some(a) = after {
-        if a > head.last_seq {
-            return Err(beyond_end(a, head.last_seq));
-        }
-    }
-    let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
-    let extra = run_headers(&run);
-    let follower = RunFollower::new(state.0.clone(), run, after, Out::Frames(tx));
-    tokio::spawn(follower.run(sub));
-    Ok(sse_body(rx, extra))
-}
-
-/// How a followed run's items are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// agentd's `/run` frames (ids, keep-alives, `event: done`).
-    Agentd,
-    /// ADK's `/run_sse` frames (data only, no end marker).
-    Adk { split_artifacts: bool },
 }
 
 /// Streams run `run_id` from its start as `framing` (an idempotent retry of the request that
@@ -219,7 +96,7 @@ pub async fn follow_run_items(
     Ok(rx)
 }
 
-struct RunFollower {
+pub struct RunFollower {
     state: AppState,
     framing: Framing,
     run: RunRecord,
@@ -233,6 +110,19 @@ struct RunFollower {
 }
 
 impl RunFollower {
+    /// Follows `run` from `after` (its start when `None`) as `POST /run`'s SSE frames, on a
+    /// task of its own.
+    pub fn spawn_frames(
+        state: AppState,
+        run: RunRecord,
+        after: Option<i64>,
+        sub: Subscription,
+    ) -> mpsc::Receiver<Bytes> {
+        let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
+        tokio::spawn(RunFollower::new(state, run, after, Out::Frames(tx)).run(sub));
+        rx
+    }
+
     fn new(state: AppState, run: RunRecord, after: Option<i64>, out: Out) -> Self {
         let base = run.base_seq.unwrap_or(0);
         let last = after.unwrap_or(base).max(0);
@@ -415,55 +305,7 @@ impl RunFollower {
     }
 }
 
-// ---------------------------------------------------------------- session follow
-
-/// Follows a session across runs until the client leaves: every committed event as it lands
-/// (`id: <seq>`), the running run's partial events, and `event: run_started` /
-/// `event: run_done` around each run.
-#[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}/stream", tag = "sessions",
-    params(SessionPath, AfterQuery,
-        ("Last-Event-ID" = Option<String>, Header, description = "The last seq the client has")),
-    responses((status = 200, description = "SSE frames; the stream does not end by itself.",
-        content_type = "text/event-stream", body = EventStream), Errors))]
-async fn session_stream(
-    state: axum::extract::State<AppState>,
-    Path((app, user, session)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    query: axum::extract::Query<AfterQuery>,
-) -> ApiResult<Response> {
-    let after = resume_point(&headers, &query)?;
-    let key = SessionKey::new(app, user, session);
-    let sub = state.runner.bus().subscribe(&key);
-    let head = state
-        .store
-        .session_head(&key)
-        .await?
-        .ok_or_else(ApiError::session_not_found)?;
-    if let Some(a) = after {
-        if a > head.last_seq {
-            return Err(beyond_end(a, head.last_seq));
-        }
-    }
-    let current = state
-        .store
-        .active_run(&key)
-        .await?
-        .filter(|r| r.status == RunStatus::Running)
-        .map(|r| r.run_id);
-    let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
-    let follower = SessionFollower {
-        state: state.0.clone(),
-        key,
-        last: after.unwrap_or(head.last_seq),
-        current,
-        ended: None,
-        out: Out::Frames(tx),
-    };
-    tokio::spawn(follower.run(sub));
-    Ok(sse_body(rx, HeaderMap::new()))
-}
-
-struct SessionFollower {
+pub struct SessionFollower {
     state: AppState,
     key: SessionKey,
     last: i64,
@@ -491,6 +333,28 @@ fn named_frame(name: &str, body: serde_json::Value) -> Bytes {
 }
 
 impl SessionFollower {
+    /// Follows session `key` from seq `last` as SSE frames, on a task of its own (`current`:
+    /// its running run, if any, whose end is announced even if that notification is lost).
+    pub fn spawn_frames(
+        state: AppState,
+        key: SessionKey,
+        last: i64,
+        current: Option<String>,
+        sub: Subscription,
+    ) -> mpsc::Receiver<Bytes> {
+        let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
+        let follower = SessionFollower {
+            state,
+            key,
+            last,
+            current,
+            ended: None,
+            out: Out::Frames(tx),
+        };
+        tokio::spawn(follower.run(sub));
+        rx
+    }
+
     /// Sends committed events after `last`. Err: stop (client gone, session deleted, or the
     /// database failed).
     async fn replay(&mut self) -> Result<(), ()> {
@@ -632,60 +496,5 @@ impl SessionFollower {
                 }
             }
         }
-    }
-}
-
-// ---------------------------------------------------------------- cancel
-
-/// Optional body of a cancel request.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CancelBody {
-    /// Why (recorded on the run; at most 1,000 characters).
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-/// Who asked: the request id (authenticated callers will be named here).
-pub fn cancel_request(headers: &HeaderMap, body: CancelBody) -> ApiResult<CancelRequest> {
-    let reason = body.reason;
-    if reason.as_ref().is_some_and(|r| r.chars().count() > 1000) {
-        return Err(ApiError::validation(vec![problem(
-            "string_too_long",
-            vec![json!("body"), json!("reason")],
-            "at most 1000 characters",
-        )]));
-    }
-    let by = headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .map(|id| format!("request {id}"));
-    Ok(CancelRequest { by, reason })
-}
-
-/// Cancels the session's running run (a stop button that does not need the run id).
-#[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/cancel", tag = "runs",
-    params(SessionPath),
-    request_body(content = Option<CancelBody>, description = "Optional"),
-    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors))]
-async fn cancel_session(
-    state: axum::extract::State<AppState>,
-    Path((app, user, session)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    super::extract::Json(body): super::extract::Json<CancelBody>,
-) -> ApiResult<Response> {
-    let req = cancel_request(&headers, body)?;
-    let key = SessionKey::new(app, user, session);
-    if state.store.session_head(&key).await?.is_none() {
-        return Err(ApiError::session_not_found());
-    }
-    match state.runner.cancel_session(&key, &req).await? {
-        Some(run) if run.status == RunStatus::Running => {
-            Ok((StatusCode::ACCEPTED, axum::Json(run)).into_response())
-        }
-        _ => Err(ApiError::conflict(
-            "no_active_run",
-            "The session has no running run.",
-        )),
     }
 }

@@ -6,9 +6,9 @@
 //! disappears mid-way (deleted) or the database fails, the body is cut off with an error, so
 //! a client never takes a truncated session for a whole one.
 
-use super::error::{ApiError, ApiResult};
-use super::AppState;
 use crate::event::JsonMap;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::AppState;
 use crate::store::{EventRange, SessionHead, SessionKey};
 use axum::body::Body;
 use axum::http::{header, HeaderValue};

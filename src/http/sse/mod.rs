@@ -9,8 +9,11 @@
 //! resume point), `event: error`, a final `event: done` with the outcome and the last seq (so
 //! a finished stream can be told from a dropped one), and keep-alive comments.
 
-use crate::agent::context::RunItem;
+pub mod follow;
+pub mod resume;
+
 use crate::event::{now_ts, Event};
+use crate::run::RunItem;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
@@ -18,6 +21,7 @@ use bytes::Bytes;
 use futures::Stream;
 use serde_json::json;
 use std::convert::Infallible;
+use std::time::Duration;
 
 fn data_frame(json: &str) -> Bytes {
     Bytes::from(format!("data: {json}\n\n"))
@@ -116,4 +120,16 @@ pub fn event_stream(
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     h.extend(extra);
     resp
+}
+
+/// Quiet time on a run or session stream after which a keep-alive comment is sent.
+pub const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
+
+/// How a followed run's items are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// agentd's `/run` frames (ids, keep-alives, `event: done`).
+    Agentd,
+    /// ADK's `/run_sse` frames (data only, no end marker).
+    Adk { split_artifacts: bool },
 }

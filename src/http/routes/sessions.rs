@@ -1,11 +1,11 @@
 //! Session routes: ADK's create/get/list/delete/PATCH, the deprecated create-by-path, and
 //! agentd's paginated `GET …/sessions/{id}/events`.
 
-use super::error::{ApiError, ApiResult};
-use super::extract::{Json, JsonBody, Path, Query};
-use super::openapi::{Errors, SessionPath, UserPath};
-use super::AppState;
 use crate::event::{Event, JsonMap, Session};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{validate_id, Json, JsonBody, Path, Query};
+use crate::http::openapi::{Errors, SessionPath, UserPath};
+use crate::http::AppState;
 use crate::store::{EventRange, NewSession, SessionCursor, SessionKey};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::IntoResponse;
@@ -19,14 +19,6 @@ use utoipa_axum::routes;
 pub const DEFAULT_SESSION_PAGE: u32 = 1000;
 pub const DEFAULT_EVENT_PAGE: u32 = 100;
 pub const MAX_PAGE: u32 = 1000;
-
-/// ADK function names a restored event may not contain (they drive internal flows).
-pub(crate) const INTERNAL_FUNCTIONS: &[&str] = &[
-    "adk_request_credential",
-    "adk_request_confirmation",
-    "adk_request_input",
-    "transfer_to_agent",
-];
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -64,18 +56,6 @@ struct CreateSessionRequest {
     options: Option<JsonMap>,
 }
 
-/// Ids become primary-key parts and URL segments: keep them printable and bounded.
-pub fn validate_id(kind: &str, id: &str) -> ApiResult<()> {
-    // 128 bytes: every id is part of a primary key (PostgreSQL refuses huge index entries).
-    if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control() || c == '/') {
-        return Err(ApiError::bad_request(
-            "invalid_id",
-            format!("{kind} must be 1 to 128 printable characters without '/'"),
-        ));
-    }
-    Ok(())
-}
-
 fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
     for (i, e) in events.iter().enumerate() {
         if !e.actions.is_default() {
@@ -97,7 +77,7 @@ fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
             .function_calls()
             .map(|c| c.name.as_str())
             .chain(e.function_responses().map(|r| r.name.as_str()))
-            .find(|n| INTERNAL_FUNCTIONS.contains(n));
+            .find(|n| crate::event::INTERNAL_FUNCTIONS.contains(n));
         if let Some(name) = internal {
             return Err(ApiError::bad_request(
                 "invalid_initial_event",
@@ -137,14 +117,14 @@ async fn create_session(
         .iter()
         .flatten()
         .flat_map(|e| e.actions.state_delta.keys());
-    super::auth::check_app_state(&state.gate, &caller, initial_keys.chain(event_keys))?;
-    let scope = super::idempotency::scope(&app, &user);
+    crate::http::auth::check_app_state(&state.gate, &caller, initial_keys.chain(event_keys))?;
+    let scope = crate::http::idempotency::scope(&app, &user);
     let route = format!("/apps/{app}/users/{user}/sessions");
-    let keyed = super::idempotency::keyed(&headers, scope, &route, &raw)?;
+    let keyed = crate::http::idempotency::keyed(&headers, scope, &route, &raw)?;
     if let Some(k) = &keyed {
-        match super::idempotency::claim(&state, k).await? {
-            super::idempotency::Prior::New => {}
-            super::idempotency::Prior::Response(status, body) => {
+        match crate::http::idempotency::claim(&state, k).await? {
+            crate::http::idempotency::Prior::New => {}
+            crate::http::idempotency::Prior::Response(status, body) => {
                 let status =
                     axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::OK);
                 let mut resp = (status, body).into_response();
@@ -158,7 +138,7 @@ async fn create_session(
                 );
                 return Ok(resp);
             }
-            super::idempotency::Prior::Run(_) => {
+            crate::http::idempotency::Prior::Run(_) => {
                 return Err(ApiError::new(
                     axum::http::StatusCode::UNPROCESSABLE_ENTITY,
                     "idempotency_key_reused",
@@ -176,9 +156,9 @@ async fn create_session(
                         tracing::warn!(error = %e, "could not record the response on its idempotency key");
                     }
                 }
-                Err(_) => super::idempotency::release(&state, k).await,
+                Err(_) => crate::http::idempotency::release(&state, k).await,
             },
-            Err(_) => super::idempotency::release(&state, k).await,
+            Err(_) => crate::http::idempotency::release(&state, k).await,
         }
     }
     created.map(|s| axum::Json(s).into_response())
@@ -224,7 +204,11 @@ async fn create_session_by_path(
     Path((app, user, session)): Path<(String, String, String)>,
     Json(initial): Json<Option<JsonMap>>,
 ) -> ApiResult<axum::Json<Session>> {
-    super::auth::check_app_state(&state.gate, &caller, initial.iter().flat_map(|m| m.keys()))?;
+    crate::http::auth::check_app_state(
+        &state.gate,
+        &caller,
+        initial.iter().flat_map(|m| m.keys()),
+    )?;
     validate_id("session id", &session)?;
     create(
         &state,
@@ -335,7 +319,7 @@ async fn list_sessions(
 fn page_size(limit: Option<u32>, default: u32) -> ApiResult<u32> {
     match limit {
         None => Ok(default),
-        Some(0) => Err(ApiError::validation(vec![super::error::problem(
+        Some(0) => Err(ApiError::validation(vec![crate::http::error::problem(
             "greater_than_equal",
             vec![json!("query"), json!("limit")],
             "limit must be at least 1",
@@ -363,7 +347,7 @@ fn decode_cursor(s: &str) -> ApiResult<SessionCursor> {
             })
         })
         .ok_or_else(|| {
-            ApiError::validation(vec![super::error::problem(
+            ApiError::validation(vec![crate::http::error::problem(
                 "value_error",
                 vec![json!("query"), json!("cursor")],
                 "cursor is not one this server issued",
@@ -405,7 +389,7 @@ async fn patch_session(
     Path((app, user, session)): Path<(String, String, String)>,
     Json(req): Json<UpdateSessionRequest>,
 ) -> ApiResult<axum::response::Response> {
-    super::auth::check_app_state(&state.gate, &caller, req.state_delta.keys())?;
+    crate::http::auth::check_app_state(&state.gate, &caller, req.state_delta.keys())?;
     let key = SessionKey::new(app, user, session);
     let mut event = Event::new(format!("p-{}", uuid::Uuid::new_v4()), "user");
     event.actions.state_delta = req.state_delta.clone();

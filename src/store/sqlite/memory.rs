@@ -1,28 +1,26 @@
-//! Memory on PostgreSQL: `memory_entries` with a generated `tsvector` (English configuration)
-//! and a GIN index, searched with `websearch_to_tsquery` and ranked by `ts_rank`
-//! (see migrations/postgres/0002_memory.sql).
+//! Memory on SQLite: `memory_entries` indexed by the external-content FTS5 table `memory_fts`
+//! (unicode61 tokenizer under porter), searched with `MATCH` and ranked by `bm25`
+//! (see migrations/sqlite/0002_memory.sql). The bundled SQLite is built with FTS5.
 
-use super::memory::{
+use super::*;
+use crate::store::memory::{
     add_session, or_query, query_words, IngestMark, MemoryBackend, MemoryEntry, MemoryStore,
 };
-use super::postgres::PgStore;
-use super::{SessionKey, StoreResult};
 use async_trait::async_trait;
-use sqlx::types::Json;
 use sqlx::Row;
 
-/// The query's words OR-ed (`"a" or "b"`), parsed by `memory_tsquery` (websearch_to_tsquery,
-/// which never fails), ranked by `ts_rank`, newest first among equals.
+/// The query's words as quoted FTS5 strings OR-ed (`"a" OR "b"`), so no input is FTS5 syntax;
+/// `bm25` is smaller for better matches; newest first among equals.
 const SEARCH_SQL: &str = r#"
-SELECT m.session_id, m.event_id, m.author, m."timestamp", m.text, m.content
-  FROM memory_entries m, memory_tsquery($3) AS t(q)
- WHERE m.app_name = $1 AND m.user_id = $2 AND m.tsv @@ t.q
- ORDER BY ts_rank(m.tsv, t.q) DESC, m."timestamp" DESC, m.event_id
- LIMIT $4
+SELECT m.session_id, m.event_id, m.author, m.timestamp, m.text, m.content
+  FROM memory_fts f JOIN memory_entries m ON m.id = f.rowid
+ WHERE memory_fts MATCH ?3 AND m.app_name = ?1 AND m.user_id = ?2
+ ORDER BY bm25(memory_fts), m.timestamp DESC, m.event_id
+ LIMIT ?4
 "#;
 
 #[async_trait]
-impl MemoryBackend for PgStore {
+impl MemoryBackend for SqliteStore {
     async fn ingest_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>> {
         let row = sqlx::query(
             "SELECT s.create_time,
@@ -31,12 +29,12 @@ impl MemoryBackend for PgStore {
                FROM sessions s
                LEFT JOIN memory_sessions m
                  ON m.app_name = s.app_name AND m.user_id = s.user_id AND m.session_id = s.id
-              WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3",
+              WHERE s.app_name = ? AND s.user_id = ? AND s.id = ?",
         )
         .bind(&key.app_name)
         .bind(&key.user_id)
         .bind(&key.session_id)
-        .fetch_optional(self.pool())
+        .fetch_optional(&self.reader)
         .await?;
         row.map(|r| {
             Ok(IngestMark {
@@ -53,54 +51,37 @@ impl MemoryBackend for PgStore {
         mark: IngestMark,
         entries: &[MemoryEntry],
     ) -> StoreResult<usize> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
         let mut added = 0;
-        if !entries.is_empty() {
-            let mut contents = Vec::with_capacity(entries.len());
-            for e in entries {
-                contents.push(serde_json::to_string(&e.content)?);
-            }
-            // One statement per page: the entries as parallel arrays.
-            added = sqlx::query(
-                r#"INSERT INTO memory_entries
-                       (app_name, user_id, session_id, event_id, author, "timestamp", text, content)
-                   SELECT $1, $2, $3, e.event_id, e.author, e.ts, e.text, e.content::jsonb
-                     FROM UNNEST($4::text[], $5::text[], $6::float8[], $7::text[], $8::text[])
-                          AS e(event_id, author, ts, text, content)
-                   ON CONFLICT DO NOTHING"#,
+        for e in entries {
+            added += sqlx::query(
+                "INSERT INTO memory_entries
+                        (app_name, user_id, session_id, event_id, author, timestamp, text, content)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (app_name, user_id, event_id) DO NOTHING",
             )
             .bind(&key.app_name)
             .bind(&key.user_id)
             .bind(&key.session_id)
-            .bind(
-                entries
-                    .iter()
-                    .map(|e| e.event_id.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                entries
-                    .iter()
-                    .map(|e| e.author.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(entries.iter().map(|e| e.timestamp).collect::<Vec<_>>())
-            .bind(entries.iter().map(|e| e.text.as_str()).collect::<Vec<_>>())
-            .bind(contents)
+            .bind(&e.event_id)
+            .bind(&e.author)
+            .bind(e.timestamp)
+            .bind(&e.text)
+            .bind(serde_json::to_string(&e.content)?)
             .execute(&mut *tx)
             .await?
             .rows_affected() as usize;
         }
         sqlx::query(
-            "INSERT INTO memory_sessions AS t
+            "INSERT INTO memory_sessions
                     (app_name, user_id, session_id, session_create_time, ingested_seq)
-             VALUES ($1, $2, $3, $4, $5)
+             VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (app_name, user_id, session_id) DO UPDATE
                 SET ingested_seq = CASE
-                        WHEN t.session_create_time = EXCLUDED.session_create_time
-                        THEN GREATEST(t.ingested_seq, EXCLUDED.ingested_seq)
-                        ELSE EXCLUDED.ingested_seq END,
-                    session_create_time = EXCLUDED.session_create_time",
+                        WHEN session_create_time = excluded.session_create_time
+                        THEN max(ingested_seq, excluded.ingested_seq)
+                        ELSE excluded.ingested_seq END,
+                    session_create_time = excluded.session_create_time",
         )
         .bind(&key.app_name)
         .bind(&key.user_id)
@@ -115,7 +96,7 @@ impl MemoryBackend for PgStore {
 }
 
 #[async_trait]
-impl MemoryStore for PgStore {
+impl MemoryStore for SqliteStore {
     async fn add_session_to_memory(&self, key: &SessionKey) -> StoreResult<usize> {
         add_session(self, key).await
     }
@@ -134,20 +115,19 @@ impl MemoryStore for PgStore {
         let rows = sqlx::query(SEARCH_SQL)
             .bind(app)
             .bind(user)
-            .bind(or_query(&words, "or"))
+            .bind(or_query(&words, "OR"))
             .bind(limit.min(i64::MAX as usize) as i64)
-            .fetch_all(self.pool())
+            .fetch_all(&self.reader)
             .await?;
         rows.iter()
             .map(|r| {
-                let Json(content) = r.try_get("content")?;
                 Ok(MemoryEntry {
                     session_id: r.try_get("session_id")?,
                     event_id: r.try_get("event_id")?,
                     author: r.try_get("author")?,
                     timestamp: r.try_get("timestamp")?,
                     text: r.try_get("text")?,
-                    content,
+                    content: serde_json::from_str(r.try_get::<&str, _>("content")?)?,
                 })
             })
             .collect()

@@ -1,27 +1,27 @@
-//! Memory on SQLite: `memory_entries` indexed by the external-content FTS5 table `memory_fts`
-//! (unicode61 tokenizer under porter), searched with `MATCH` and ranked by `bm25`
-//! (see migrations/sqlite/0002_memory.sql). The bundled SQLite is built with FTS5.
+//! Memory on PostgreSQL: `memory_entries` with a generated `tsvector` (English configuration)
+//! and a GIN index, searched with `websearch_to_tsquery` and ranked by `ts_rank`
+//! (see migrations/postgres/0002_memory.sql).
 
-use super::memory::{
+use super::*;
+use crate::store::memory::{
     add_session, or_query, query_words, IngestMark, MemoryBackend, MemoryEntry, MemoryStore,
 };
-use super::sqlite::SqliteStore;
-use super::{SessionKey, StoreResult};
 use async_trait::async_trait;
+use sqlx::types::Json;
 use sqlx::Row;
 
-/// The query's words as quoted FTS5 strings OR-ed (`"a" OR "b"`), so no input is FTS5 syntax;
-/// `bm25` is smaller for better matches; newest first among equals.
+/// The query's words OR-ed (`"a" or "b"`), parsed by `memory_tsquery` (websearch_to_tsquery,
+/// which never fails), ranked by `ts_rank`, newest first among equals.
 const SEARCH_SQL: &str = r#"
-SELECT m.session_id, m.event_id, m.author, m.timestamp, m.text, m.content
-  FROM memory_fts f JOIN memory_entries m ON m.id = f.rowid
- WHERE memory_fts MATCH ?3 AND m.app_name = ?1 AND m.user_id = ?2
- ORDER BY bm25(memory_fts), m.timestamp DESC, m.event_id
- LIMIT ?4
+SELECT m.session_id, m.event_id, m.author, m."timestamp", m.text, m.content
+  FROM memory_entries m, memory_tsquery($3) AS t(q)
+ WHERE m.app_name = $1 AND m.user_id = $2 AND m.tsv @@ t.q
+ ORDER BY ts_rank(m.tsv, t.q) DESC, m."timestamp" DESC, m.event_id
+ LIMIT $4
 "#;
 
 #[async_trait]
-impl MemoryBackend for SqliteStore {
+impl MemoryBackend for PgStore {
     async fn ingest_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>> {
         let row = sqlx::query(
             "SELECT s.create_time,
@@ -30,12 +30,12 @@ impl MemoryBackend for SqliteStore {
                FROM sessions s
                LEFT JOIN memory_sessions m
                  ON m.app_name = s.app_name AND m.user_id = s.user_id AND m.session_id = s.id
-              WHERE s.app_name = ? AND s.user_id = ? AND s.id = ?",
+              WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3",
         )
         .bind(&key.app_name)
         .bind(&key.user_id)
         .bind(&key.session_id)
-        .fetch_optional(&self.reader)
+        .fetch_optional(self.pool())
         .await?;
         row.map(|r| {
             Ok(IngestMark {
@@ -52,37 +52,54 @@ impl MemoryBackend for SqliteStore {
         mark: IngestMark,
         entries: &[MemoryEntry],
     ) -> StoreResult<usize> {
-        let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.pool().begin().await?;
         let mut added = 0;
-        for e in entries {
-            added += sqlx::query(
-                "INSERT INTO memory_entries
-                        (app_name, user_id, session_id, event_id, author, timestamp, text, content)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (app_name, user_id, event_id) DO NOTHING",
+        if !entries.is_empty() {
+            let mut contents = Vec::with_capacity(entries.len());
+            for e in entries {
+                contents.push(serde_json::to_string(&e.content)?);
+            }
+            // One statement per page: the entries as parallel arrays.
+            added = sqlx::query(
+                r#"INSERT INTO memory_entries
+                       (app_name, user_id, session_id, event_id, author, "timestamp", text, content)
+                   SELECT $1, $2, $3, e.event_id, e.author, e.ts, e.text, e.content::jsonb
+                     FROM UNNEST($4::text[], $5::text[], $6::float8[], $7::text[], $8::text[])
+                          AS e(event_id, author, ts, text, content)
+                   ON CONFLICT DO NOTHING"#,
             )
             .bind(&key.app_name)
             .bind(&key.user_id)
             .bind(&key.session_id)
-            .bind(&e.event_id)
-            .bind(&e.author)
-            .bind(e.timestamp)
-            .bind(&e.text)
-            .bind(serde_json::to_string(&e.content)?)
+            .bind(
+                entries
+                    .iter()
+                    .map(|e| e.event_id.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                entries
+                    .iter()
+                    .map(|e| e.author.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(entries.iter().map(|e| e.timestamp).collect::<Vec<_>>())
+            .bind(entries.iter().map(|e| e.text.as_str()).collect::<Vec<_>>())
+            .bind(contents)
             .execute(&mut *tx)
             .await?
             .rows_affected() as usize;
         }
         sqlx::query(
-            "INSERT INTO memory_sessions
+            "INSERT INTO memory_sessions AS t
                     (app_name, user_id, session_id, session_create_time, ingested_seq)
-             VALUES (?1, ?2, ?3, ?4, ?5)
+             VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (app_name, user_id, session_id) DO UPDATE
                 SET ingested_seq = CASE
-                        WHEN session_create_time = excluded.session_create_time
-                        THEN max(ingested_seq, excluded.ingested_seq)
-                        ELSE excluded.ingested_seq END,
-                    session_create_time = excluded.session_create_time",
+                        WHEN t.session_create_time = EXCLUDED.session_create_time
+                        THEN GREATEST(t.ingested_seq, EXCLUDED.ingested_seq)
+                        ELSE EXCLUDED.ingested_seq END,
+                    session_create_time = EXCLUDED.session_create_time",
         )
         .bind(&key.app_name)
         .bind(&key.user_id)
@@ -97,7 +114,7 @@ impl MemoryBackend for SqliteStore {
 }
 
 #[async_trait]
-impl MemoryStore for SqliteStore {
+impl MemoryStore for PgStore {
     async fn add_session_to_memory(&self, key: &SessionKey) -> StoreResult<usize> {
         add_session(self, key).await
     }
@@ -116,19 +133,20 @@ impl MemoryStore for SqliteStore {
         let rows = sqlx::query(SEARCH_SQL)
             .bind(app)
             .bind(user)
-            .bind(or_query(&words, "OR"))
+            .bind(or_query(&words, "or"))
             .bind(limit.min(i64::MAX as usize) as i64)
-            .fetch_all(&self.reader)
+            .fetch_all(self.pool())
             .await?;
         rows.iter()
             .map(|r| {
+                let Json(content) = r.try_get("content")?;
                 Ok(MemoryEntry {
                     session_id: r.try_get("session_id")?,
                     event_id: r.try_get("event_id")?,
                     author: r.try_get("author")?,
                     timestamp: r.try_get("timestamp")?,
                     text: r.try_get("text")?,
-                    content: serde_json::from_str(r.try_get::<&str, _>("content")?)?,
+                    content,
                 })
             })
             .collect()

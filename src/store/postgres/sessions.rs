@@ -1,26 +1,7 @@
-//! PostgreSQL backend: the production store, shared by every replica.
-//!
-//! The hot path is [`PgStore::append_event`]: without artifacts it is ONE statement (data-
-//! modifying CTEs), so one round trip and one commit per complete event. The `UPDATE` of the
-//! session row takes its row lock first, which serializes concurrent appends to one session
-//! (no duplicate `seq`, no lost update); `app:`/`user:` state is merged with `jsonb ||` inside
-//! `ON CONFLICT DO UPDATE`, which is atomic across sessions.
+//! Sessions and events on PostgreSQL: create, read, list, delete, and the append path
+//! (one statement per complete event; see the module docs of [`super`]).
 
 use super::*;
-use crate::event::{now_ts, SplitState};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::types::Json;
-use sqlx::{ConnectOptions, Postgres, Row, Transaction};
-use std::str::FromStr;
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
-
-/// The PostgreSQL store. Cheap to clone (a pool handle).
-#[derive(Clone)]
-pub struct PgStore {
-    pub(crate) pool: PgPool,
-    limits: StoreLimits,
-}
 
 pub const APPEND_SQL: &str = r#"
 WITH s AS (
@@ -84,14 +65,11 @@ pub static APPEND_END_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::ne
       FROM s
      WHERE runs.id = $12 AND runs.status = 'running'
 ), a AS (",
-                now = super::runs::PG_NOW
+                now = PG_NOW
             ),
             1,
         )
 });
-
-/// A pooled connection idle for this long is pinged before use (see [`PgStore::connect`]).
-const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Creating a session with no initial events and no `app:`/`user:` state (the usual case) is
 /// one statement: insert the row, read back the head with the shared state. No conflict
@@ -110,11 +88,6 @@ SELECT s.state, s.update_time, s.last_seq,
   LEFT JOIN app_states a ON a.app_name = $1
   LEFT JOIN user_states u ON u.app_name = $1 AND u.user_id = $2
 "#;
-
-/// How often a write that lost the race for an artifact version is retried. Every conflict
-/// means a concurrent writer committed that version, so a writer retries at most once per
-/// competitor; the bound only stops a bug from looping forever.
-const CONFLICT_RETRIES: u32 = 64;
 
 /// A user's sessions in ADK order, a page after a keyset cursor. It reaches the sessions only
 /// through `sessions_by_owner_update_time`'s expression (see migration 0007), so no
@@ -159,47 +132,7 @@ SELECT s.state, s.update_time, s.last_seq,
 "#;
 
 impl PgStore {
-    pub async fn connect(
-        url: &str,
-        max_connections: u32,
-        limits: StoreLimits,
-    ) -> StoreResult<Self> {
-        let opts = PgConnectOptions::from_str(url)?
-            .application_name("agentd")
-            // Statement logging at INFO would put every append in the log.
-            .log_statements(log::LevelFilter::Trace);
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections.max(1))
-            .acquire_timeout(std::time::Duration::from_secs(10))
-            // sqlx pings every pooled connection before handing it out: a round trip per
-            // statement. Only a connection that sat idle can have been cut (server restart,
-            // idle timeouts along the way), so only those are pinged; a busy pool never is.
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= PING_IDLE_AFTER {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect_with(opts)
-            .await?;
-        Ok(PgStore { pool, limits })
-    }
-
-    /// Applies pending migrations. sqlx holds a PostgreSQL advisory lock while it migrates,
-    /// so replicas starting at the same moment apply each migration exactly once.
-    pub async fn migrate(&self) -> StoreResult<()> {
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
-    }
-
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    async fn insert_initial_events(
+    pub(super) async fn insert_initial_events(
         tx: &mut Transaction<'_, Postgres>,
         key: &SessionKey,
         events: &[Event],
@@ -224,7 +157,7 @@ impl PgStore {
         Ok(())
     }
 
-    async fn merge_shared_state(
+    pub(super) async fn merge_shared_state(
         tx: &mut Transaction<'_, Postgres>,
         app: &str,
         user: &str,
@@ -257,38 +190,7 @@ impl PgStore {
         Ok(())
     }
 
-    /// Inserts the next version of an artifact inside `tx`, returning the version.
-    async fn insert_artifact(
-        conn: &mut sqlx::PgConnection,
-        scope: &ArtifactScope,
-        write: &ArtifactWrite,
-        now: f64,
-    ) -> StoreResult<i64> {
-        let (part_json, data) = split_part(&write.part)?;
-        let row = sqlx::query(
-            r#"INSERT INTO artifacts (app_name, user_id, session_id, filename, version, mime_type, part, data, custom_metadata, create_time)
-               SELECT $1, $2, $3, $4,
-                      COALESCE((SELECT MAX(version) + 1 FROM artifacts
-                                 WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4), 0),
-                      $5, $6::jsonb, $7, $8, $9
-               RETURNING version"#,
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(scope.storage_session(&write.filename))
-        .bind(&write.filename)
-        .bind(artifact_mime_type(&write.part))
-        .bind(part_json)
-        .bind(data)
-        .bind(Json(&write.custom_metadata))
-        .bind(now)
-        .fetch_one(conn)
-        .await
-        .map_err(map_unique_to_conflict)?;
-        Ok(row.get::<i32, _>(0) as i64)
-    }
-
-    async fn append_once(
+    pub(super) async fn append_once(
         &self,
         key: &SessionKey,
         event: &Event,
@@ -327,7 +229,7 @@ impl PgStore {
         Ok((seq, versions))
     }
 
-    fn append_statement<'q>(
+    pub(super) fn append_statement<'q>(
         &self,
         key: &'q SessionKey,
         event: &'q Event,
@@ -348,7 +250,7 @@ impl PgStore {
     }
 
     /// Why a fenced append wrote nothing: the session is gone, or someone else owns it.
-    async fn append_refused(&self, key: &SessionKey) -> StoreError {
+    pub(super) async fn append_refused(&self, key: &SessionKey) -> StoreError {
         let owner =
             sqlx::query("SELECT 1 FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3")
                 .bind(&key.app_name)
@@ -384,34 +286,6 @@ impl PgStore {
     }
 }
 
-/// Binds an event to append, in the order both [`APPEND_SQL`] and admission
-/// ([`super::runs::pg_insert_run_sql`]) number them: its state delta split by prefix
-/// (session, `app:`, `user:`), then time, id, invocation, author and the event's JSON.
-pub(crate) fn bind_event<'q>(
-    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
-    event: &'q Event,
-    split: &'q SplitState,
-) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-    q.bind(Json(&split.session))
-        .bind(Json(&split.app))
-        .bind(Json(&split.user))
-        .bind(event.timestamp)
-        .bind(&event.id)
-        .bind(&event.invocation_id)
-        .bind(&event.author)
-        .bind(Json(event))
-}
-
-fn map_unique_to_conflict(e: sqlx::Error) -> StoreError {
-    match &e {
-        sqlx::Error::Database(db) if db.constraint() == Some("events_by_id") => {
-            StoreError::DuplicateEvent(String::new())
-        }
-        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict,
-        _ => StoreError::Database(e),
-    }
-}
-
 fn head_from_row(key: &SessionKey, row: &sqlx::postgres::PgRow) -> StoreResult<SessionHead> {
     let Json(session): Json<JsonMap> = row.try_get("state")?;
     let Json(app): Json<JsonMap> = row.try_get("app_state")?;
@@ -421,34 +295,6 @@ fn head_from_row(key: &SessionKey, row: &sqlx::postgres::PgRow) -> StoreResult<S
         state: SplitState::merge(session, app, user),
         last_update_time: row.try_get("update_time")?,
         last_seq: row.try_get("last_seq")?,
-    })
-}
-
-/// An event row. Its `timestamp` comes from the column, which holds the exact `f64`: read back
-/// from JSON it can differ in the last bit, and then no longer equal the streamed event or the
-/// session's `lastUpdateTime`.
-fn stored_event(row: &sqlx::postgres::PgRow) -> StoreResult<StoredEvent> {
-    let Json(mut event): Json<Event> = row.try_get("event")?;
-    event.timestamp = row.try_get("timestamp")?;
-    Ok(StoredEvent {
-        seq: row.try_get("seq")?,
-        event,
-    })
-}
-
-fn version_from_row(
-    scope: &ArtifactScope,
-    filename: &str,
-    row: &sqlx::postgres::PgRow,
-) -> StoreResult<ArtifactVersion> {
-    let version = row.try_get::<i32, _>("version")? as i64;
-    let Json(custom_metadata): Json<JsonMap> = row.try_get("custom_metadata")?;
-    Ok(ArtifactVersion {
-        version,
-        canonical_uri: scope.canonical_uri(filename, version),
-        custom_metadata,
-        create_time: row.try_get("create_time")?,
-        mime_type: row.try_get("mime_type")?,
     })
 }
 
@@ -769,143 +615,5 @@ impl SessionStore for PgStore {
             events.reverse();
         }
         Ok(Some(EventPage { events, has_more }))
-    }
-}
-
-#[async_trait]
-impl ArtifactStore for PgStore {
-    async fn save_artifact(
-        &self,
-        scope: &ArtifactScope,
-        write: ArtifactWrite,
-    ) -> StoreResult<ArtifactVersion> {
-        validate_artifact(&write.filename, &write.part, self.limits.max_artifact_bytes)?;
-        let now = now_ts();
-        // Two concurrent saves of one name can pick the same version; the loser retries.
-        let mut attempt = 0;
-        loop {
-            let mut conn = self.pool.acquire().await?;
-            match Self::insert_artifact(&mut conn, scope, &write, now).await {
-                Ok(version) => {
-                    return Ok(ArtifactVersion {
-                        version,
-                        canonical_uri: scope.canonical_uri(&write.filename, version),
-                        custom_metadata: write.custom_metadata,
-                        create_time: now,
-                        mime_type: artifact_mime_type(&write.part),
-                    })
-                }
-                Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    async fn load_artifact(
-        &self,
-        scope: &ArtifactScope,
-        filename: &str,
-        version: Option<i64>,
-    ) -> StoreResult<Option<Part>> {
-        let row = sqlx::query(
-            "SELECT part::text AS part, data FROM artifacts
-              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4
-                AND ($5::integer IS NULL OR version = $5)
-              ORDER BY version DESC LIMIT 1",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(scope.storage_session(filename))
-        .bind(filename)
-        .bind(version.map(|v| v.clamp(-1, i32::MAX as i64) as i32))
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| join_part(r.get::<&str, _>("part"), r.get("data")))
-            .transpose()
-    }
-
-    async fn list_artifact_keys(&self, scope: &ArtifactScope) -> StoreResult<Vec<String>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT filename FROM artifacts
-              WHERE app_name = $1 AND user_id = $2 AND (session_id = $3 OR session_id = '')
-              ORDER BY filename",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(&scope.session_id)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
-    }
-
-    async fn list_artifact_versions(
-        &self,
-        scope: &ArtifactScope,
-        filename: &str,
-    ) -> StoreResult<Vec<ArtifactVersion>> {
-        let rows = sqlx::query(
-            "SELECT version, mime_type, custom_metadata, create_time FROM artifacts
-              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4
-              ORDER BY version",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(scope.storage_session(filename))
-        .bind(filename)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| version_from_row(scope, filename, r))
-            .collect()
-    }
-
-    async fn artifact_version(
-        &self,
-        scope: &ArtifactScope,
-        filename: &str,
-        version: Option<i64>,
-    ) -> StoreResult<Option<ArtifactVersion>> {
-        let row = sqlx::query(
-            "SELECT version, mime_type, custom_metadata, create_time FROM artifacts
-              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4
-                AND ($5::integer IS NULL OR version = $5)
-              ORDER BY version DESC LIMIT 1",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(scope.storage_session(filename))
-        .bind(filename)
-        .bind(version.map(|v| v.clamp(-1, i32::MAX as i64) as i32))
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| version_from_row(scope, filename, &r))
-            .transpose()
-    }
-
-    async fn delete_artifact(&self, scope: &ArtifactScope, filename: &str) -> StoreResult<()> {
-        sqlx::query(
-            "DELETE FROM artifacts WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND filename = $4",
-        )
-        .bind(&scope.app_name)
-        .bind(&scope.user_id)
-        .bind(scope.storage_session(filename))
-        .bind(filename)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-}
-
-impl Store for PgStore {
-    fn pool_stats(&self) -> (u32, usize) {
-        (self.pool.size(), self.pool.num_idle())
-    }
-
-    fn pg_pool(&self) -> Option<sqlx::PgPool> {
-        Some(self.pool.clone())
-    }
-
-    fn backend(&self) -> &'static str {
-        "postgres"
     }
 }

@@ -1,6 +1,6 @@
 //! AG-UI: `POST /apps/{app}/ag-ui` takes a `RunAgentInput` (`threadId` = session id, `runId`
 //! echoed back, `messages`, `state`, `tools`, `forwardedProps`) and answers AG-UI events over
-//! SSE (see [`super::ag_ui_map`]).
+//! SSE (see [`super::map`]).
 //!
 //! The client re-sends the whole history every run; the session is the truth, so only the
 //! new input is taken: the trailing user message, and trailing tool messages that answer
@@ -9,19 +9,18 @@
 //! applied with the run; `tools` are offered to the agent as client-resolved tools. A client
 //! that goes away cancels the run (AG-UI has no resume).
 
-use super::ag_ui_map::{messages, AgUiStream};
-use super::{
-    answer_part, check_app, data_frame, open_calls, recent_events, resolve_user, response_object,
-    run_headers, sse_response, start_run, turn, MAX_CLIENT_TOOLS,
-};
-use crate::agent::context::RunItem;
+use super::map::{messages, AgUiStream};
 use crate::auth::Caller;
 use crate::event::{JsonMap, Part};
-use crate::http::error::{ApiError, ApiResult};
+use crate::http::error::ApiResult;
 use crate::http::extract::{Json, Path};
+use crate::http::frontend::kit::{
+    answer_part, check_app, data_frame, open_calls, recent_events, resolve_user, response_object,
+    run_headers, sse_response, start_run, turn,
+};
 use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
 use crate::http::AppState;
-use crate::model::ToolDeclaration;
+use crate::run::RunItem;
 use crate::runner::{OnDisconnect, RunRequest};
 use crate::store::{RunStatus, SessionKey};
 use axum::extract::State;
@@ -67,54 +66,6 @@ struct ClientTool {
     parameters: Option<Value>,
 }
 
-/// The client tools, checked: bounded in number, with names a model accepts.
-pub fn client_tools(
-    tools: impl IntoIterator<Item = (String, String, Option<Value>)>,
-) -> ApiResult<Vec<ToolDeclaration>> {
-    let mut out: Vec<ToolDeclaration> = vec![];
-    for (name, description, parameters) in tools {
-        if out.len() == MAX_CLIENT_TOOLS {
-            return Err(ApiError::bad_request(
-                "too_many_tools",
-                format!("at most {MAX_CLIENT_TOOLS} client tools per request"),
-            ));
-        }
-        let valid = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !valid {
-            return Err(ApiError::bad_request(
-                "invalid_tool",
-                format!(
-                    "tool name {name:?} must be 1 to 64 characters of a-z, A-Z, 0-9, '_' or '-'"
-                ),
-            ));
-        }
-        if crate::http::sessions::INTERNAL_FUNCTIONS.contains(&name.as_str())
-            || name == crate::tools::builtin::TRANSFER_TO_AGENT
-        {
-            return Err(ApiError::bad_request(
-                "invalid_tool",
-                format!("{name:?} is a name agentd reserves; choose another"),
-            ));
-        }
-        if out.iter().any(|t| t.name == name) {
-            return Err(ApiError::bad_request(
-                "invalid_tool",
-                format!("tool {name:?} is declared twice"),
-            ));
-        }
-        out.push(ToolDeclaration {
-            name,
-            description,
-            parameters: parameters.filter(|p| p.is_object()),
-        });
-    }
-    Ok(out)
-}
-
 /// The text of an AG-UI user message (`content` string, or its text input parts).
 fn user_text(m: &Value) -> String {
     match m.get("content") {
@@ -150,8 +101,8 @@ async fn run(
         .and_then(|p| p.get("userId"))
         .and_then(Value::as_str);
     let user = resolve_user(&caller, &headers, body_user)?;
-    crate::http::sessions::validate_id("threadId", &input.thread_id)?;
-    crate::http::sessions::validate_id("runId", &input.run_id)?;
+    crate::http::extract::validate_id("threadId", &input.thread_id)?;
+    crate::http::extract::validate_id("runId", &input.run_id)?;
     let key = SessionKey::new(app, user, input.thread_id.clone());
     let head = state.store.session_head(&key).await?;
     let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
@@ -219,7 +170,7 @@ async fn run(
         let frames: Vec<_> = mapper.empty().iter().map(data_frame).collect();
         return Ok(sse_response(stream::iter(frames), HeaderMap::new()));
     }
-    let tools = client_tools(
+    let tools = crate::http::frontend::kit::client_tools(
         input
             .tools
             .into_iter()
@@ -237,7 +188,7 @@ async fn run(
     let mut start_state = current;
     start_state.extend(delta);
     let first: Vec<Value> = mapper.start(&start_state);
-    let items = Box::pin(super::handle_items(&state, handle));
+    let items = Box::pin(crate::http::frontend::kit::handle_items(&state, handle));
     let rest = stream::unfold(Some((mapper, items, state.clone(), key)), |st| async move {
         let (mut mapper, mut items, app, key) = st?;
         match items.next().await {
@@ -264,6 +215,6 @@ async fn run(
     })
     .flat_map(|events| stream::iter(events.iter().map(data_frame).collect::<Vec<_>>()));
     let frames = stream::iter(first.iter().map(data_frame).collect::<Vec<_>>())
-        .chain(super::with_keep_alive(rest));
+        .chain(crate::http::frontend::kit::with_keep_alive(rest));
     Ok(sse_response(frames, extra))
 }

@@ -2,11 +2,11 @@
 //! metadata, delete. Names may contain `/`, so everything after `…/artifacts/` is one
 //! wildcard that is matched here in ADK's route order (the `/versions…` forms first).
 
-use super::error::{ApiError, ApiResult};
-use super::extract::{Json, Path, Query};
-use super::openapi::{Errors, SessionPath};
-use super::AppState;
 use crate::event::{JsonMap, Part};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{Json, Path, Query};
+use crate::http::openapi::{Errors, SessionPath};
+use crate::http::AppState;
 use crate::store::{ArtifactScope, ArtifactVersion, ArtifactWrite};
 use axum::routing::get;
 use serde::Deserialize;

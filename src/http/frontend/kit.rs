@@ -1,0 +1,516 @@
+//! What every frontend protocol shares: who the user is, which app, a turn as a run request,
+//! the calls waiting for the client, text bookkeeping between partial and complete events,
+//! and the stream plumbing (keep-alives, a guaranteed end, run headers).
+
+use crate::agent::RunConfig;
+use crate::auth::Caller;
+use crate::event::REQUEST_CONFIRMATION;
+use crate::event::{Event, JsonMap};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::sse::KEEP_ALIVE_EVERY;
+use crate::http::AppState;
+use crate::model::ToolDeclaration;
+use crate::run::RunItem;
+use crate::runner::{OnBusy, OnDisconnect, RunHandle, RunRequest};
+use crate::store::{EventRange, RunStatus, SessionKey};
+use axum::http::{HeaderMap, HeaderValue};
+use bytes::Bytes;
+use futures::Stream;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The header naming the user when authentication is off (or an admin key acts for a user).
+pub const USER_HEADER: &str = "x-agentd-user-id";
+
+/// How many of a session's newest events are read to find the calls waiting for the client.
+pub const OPEN_CALL_WINDOW: u32 = 500;
+
+/// Tools a client may declare with one request.
+pub const MAX_CLIENT_TOOLS: usize = 64;
+
+/// Who a frontend request acts for. With authentication the caller's own user (an admin key
+/// may name another with the header or the body's user field); without it the
+/// `x-agentd-user-id` header, else the body's user field, else a 400 saying so.
+pub fn resolve_user(
+    caller: &Caller,
+    headers: &HeaderMap,
+    body_user: Option<&str>,
+) -> ApiResult<String> {
+    let header = headers
+        .get(USER_HEADER)
+        .map(|v| {
+            v.to_str().map(str::to_string).map_err(|_| {
+                ApiError::bad_request("invalid_id", "x-agentd-user-id must be printable ASCII")
+            })
+        })
+        .transpose()?;
+    // A key that names another user in the header is a backend expecting to act for its end
+    // users: without an admin key that would put them all under one user, so it is refused.
+    // (The protocols' body user fields are advisory, as OpenAI's `user` is: ignored.)
+    if let (Some(own), Some(named)) = (&caller.user_id, &header) {
+        if !caller.admin && named != own {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "user_forbidden",
+                format!(
+                    "this key acts for user {own:?}; only an admin key may act for another user \
+                     (x-agentd-user-id)"
+                ),
+            ));
+        }
+    }
+    let named = header.or_else(|| body_user.map(str::to_string));
+    let user = match (&caller.user_id, named) {
+        (Some(_), Some(named)) if caller.admin && !named.is_empty() => named,
+        (Some(own), _) => own.clone(),
+        (None, Some(named)) => named,
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "user_required",
+                "Say which user this is: send the x-agentd-user-id header (or the protocol's \
+                 user field), or authenticate with an API key or a JWT.",
+            ))
+        }
+    };
+    crate::http::extract::validate_id("user", &user)?;
+    Ok(user)
+}
+
+/// The app a request names, if it exists and the caller may use it (else 404, the same for
+/// both, so a key limited to some apps cannot learn the others' names).
+pub fn check_app(apps: &crate::apps::AppRegistry, caller: &Caller, app: &str) -> ApiResult<()> {
+    crate::http::extract::validate_id("app", app)?;
+    if !caller.may_use_app(app) || apps.get(app).is_none() {
+        return Err(crate::http::auth::app_hidden(app));
+    }
+    Ok(())
+}
+
+/// A frontend's turn as a run request: the new input as the user's message, the session
+/// created on demand, a busy session refused (409).
+pub fn turn(
+    key: SessionKey,
+    parts: Vec<crate::event::Part>,
+    streaming: bool,
+    client_tools: Vec<crate::model::ToolDeclaration>,
+    on_disconnect: OnDisconnect,
+) -> RunRequest {
+    RunRequest {
+        key,
+        new_message: Some(crate::event::Content {
+            parts,
+            role: Some("user".into()),
+            extra: JsonMap::new(),
+        }),
+        state_delta: None,
+        run_config: RunConfig {
+            streaming,
+            client_tools,
+            ..Default::default()
+        },
+        on_busy: OnBusy::Reject,
+        on_disconnect,
+        create_session: true,
+        max_duration: None,
+    }
+}
+
+/// Starts a run, mapping pre-stream failures to the same JSON errors as `/run`.
+pub async fn start_run(state: &AppState, req: RunRequest) -> ApiResult<RunHandle> {
+    state
+        .runner
+        .start_run(req)
+        .await
+        .map_err(|e| crate::http::routes::run::run_error(state, e))
+}
+
+/// Function calls in the session still waiting for an answer from the client (long-running
+/// calls, client tools, confirmation requests): call id → tool name. Only these may be
+/// answered by a frontend request, so a replayed history cannot inject tool results.
+pub async fn open_calls(state: &AppState, key: &SessionKey) -> ApiResult<BTreeMap<String, String>> {
+    Ok(waiting_calls(
+        &recent_events(state, key, OPEN_CALL_WINDOW).await?,
+    ))
+}
+
+/// The session's newest `limit` events, oldest first (none if the session does not exist).
+pub async fn recent_events(
+    state: &AppState,
+    key: &SessionKey,
+    limit: u32,
+) -> ApiResult<Vec<Event>> {
+    let Some(head) = state.store.session_head(key).await? else {
+        return Ok(vec![]);
+    };
+    let page = state
+        .store
+        .list_events(
+            key,
+            EventRange {
+                after: None,
+                before: Some(head.last_seq + 1),
+                limit,
+            },
+        )
+        .await?;
+    Ok(page
+        .map(|p| p.events.into_iter().map(|e| e.event).collect())
+        .unwrap_or_default())
+}
+
+/// The calls in `events` that wait for the client: listed in `longRunningToolIds` and not
+/// answered by a later function response.
+pub fn waiting_calls(events: &[Event]) -> BTreeMap<String, String> {
+    let mut open = BTreeMap::new();
+    for e in events {
+        let long: &[String] = e.long_running_tool_ids.as_deref().unwrap_or(&[]);
+        for c in e.function_calls() {
+            if let Some(id) = &c.id {
+                if long.contains(id) {
+                    open.insert(id.clone(), c.name.clone());
+                }
+            }
+        }
+        for r in e.function_responses() {
+            if let Some(id) = &r.id {
+                open.remove(id);
+            }
+        }
+    }
+    open
+}
+
+/// A tool's output as a function response body: objects as they are, anything else as
+/// `{"result": value}` (ADK's rule).
+pub fn response_object(value: serde_json::Value) -> JsonMap {
+    match value {
+        serde_json::Value::Object(m) => m,
+        other => {
+            let mut m = JsonMap::new();
+            m.insert("result".into(), other);
+            m
+        }
+    }
+}
+
+/// The answer to a confirmation request (`adk_request_confirmation`).
+pub fn confirmation_answer(id: &str, approved: bool) -> crate::event::Part {
+    let mut response = JsonMap::new();
+    response.insert("confirmed".into(), serde_json::Value::Bool(approved));
+    crate::event::Part {
+        function_response: Some(crate::event::FunctionResponse {
+            id: Some(id.to_string()),
+            name: REQUEST_CONFIRMATION.into(),
+            response,
+            extra: JsonMap::new(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A function response part answering call `id`.
+pub fn answer_part(id: &str, name: &str, response: JsonMap) -> crate::event::Part {
+    crate::event::Part {
+        function_response: Some(crate::event::FunctionResponse {
+            id: Some(id.to_string()),
+            name: name.to_string(),
+            response,
+            extra: JsonMap::new(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The non-thought text of an event's parts.
+pub fn answer_text(event: &Event) -> String {
+    event
+        .content
+        .iter()
+        .flat_map(|c| c.parts.iter())
+        .filter(|p| p.thought != Some(true))
+        .filter_map(|p| p.text.as_deref())
+        .collect()
+}
+
+/// The thought text of an event's parts.
+pub fn thought_text(event: &Event) -> String {
+    event
+        .content
+        .iter()
+        .flat_map(|c| c.parts.iter())
+        .filter(|p| p.thought == Some(true))
+        .filter_map(|p| p.text.as_deref())
+        .collect()
+}
+
+/// What a protocol still has to send of an event's text: partial chunks stream as they come;
+/// the complete event then adds only what the chunks did not carry (usually nothing). If the
+/// complete text does not extend what was streamed (an after-model callback rewrote it), no
+/// protocol can take text back: nothing more is sent, and the stored text wins on replay.
+///
+/// Bounded whatever the agent streams: per event only the streamed length and a running
+/// SHA-256 of it are kept, for the newest [`STREAMED_EVENTS`] events.
+#[derive(Default)]
+pub struct Streamed {
+    by_event: std::collections::VecDeque<(String, usize, sha2::Sha256)>,
+}
+
+/// Events whose streamed text a mapping remembers (partial-only events never complete).
+const STREAMED_EVENTS: usize = 32;
+
+impl std::fmt::Debug for Streamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streamed")
+            .field("events", &self.by_event.len())
+            .finish()
+    }
+}
+
+impl Streamed {
+    /// Records a partial chunk of `event_id`.
+    pub fn partial(&mut self, event_id: &str, chunk: &str) {
+        use sha2::Digest;
+        if let Some((_, len, hash)) = self.by_event.iter_mut().find(|(id, ..)| id == event_id) {
+            *len += chunk.len();
+            hash.update(chunk.as_bytes());
+            return;
+        }
+        if self.by_event.len() == STREAMED_EVENTS {
+            self.by_event.pop_front();
+        }
+        let mut hash = sha2::Sha256::new();
+        hash.update(chunk.as_bytes());
+        self.by_event
+            .push_back((event_id.to_string(), chunk.len(), hash));
+    }
+
+    /// The part of `full` not yet sent for `event_id` (forgetting the event).
+    pub fn rest(&mut self, event_id: &str, full: &str) -> String {
+        use sha2::Digest;
+        let Some(i) = self.by_event.iter().position(|(id, ..)| id == event_id) else {
+            return full.to_string();
+        };
+        let Some((_, len, hash)) = self.by_event.remove(i) else {
+            return full.to_string();
+        };
+        let sent_prefix = full
+            .get(..len)
+            .is_some_and(|prefix| sha2::Sha256::digest(prefix.as_bytes()) == hash.finalize());
+        if sent_prefix {
+            full[len..].to_string()
+        } else {
+            tracing::debug!(
+                event = event_id,
+                "complete text differs from the streamed text"
+            );
+            String::new()
+        }
+    }
+}
+
+/// One SSE message of a JSON payload: `data: <compact JSON>` and a blank line, LF only.
+pub fn data_frame(value: &serde_json::Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+pub use crate::http::sse::event_stream as sse_response;
+
+/// The run's items as a stream that keeps the run's disconnect guard alive (dropping the
+/// response, when the client went away, cancels the run if it asked for that), and that
+/// always ends with `Done` (see [`with_end`]).
+pub fn handle_items(
+    state: &AppState,
+    handle: RunHandle,
+) -> impl Stream<Item = RunItem> + Send + 'static {
+    let RunHandle {
+        run_id,
+        items,
+        guard,
+        ..
+    } = handle;
+    let items = futures::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(items),
+        move |i| {
+            let _keep = &guard;
+            i
+        },
+    );
+    with_end(state.clone(), run_id, items)
+}
+
+/// Follows run `run_id` from its start (from the database, then live), ending with `Done`.
+pub async fn follow(
+    state: &AppState,
+    run_id: &str,
+) -> ApiResult<impl Stream<Item = RunItem> + Send + 'static> {
+    let rx = crate::http::sse::follow::follow_run_items(state, run_id, None).await?;
+    Ok(with_end(
+        state.clone(),
+        run_id.to_string(),
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ))
+}
+
+/// How long a stream that lost its source waits for the run's end to be recorded.
+const END_WAIT: Duration = Duration::from_secs(5);
+
+/// `items`, ending with `Done` even when the source stopped first (a reader dropped for not
+/// reading, a follower stopped by shutdown or a failed read): every protocol then still
+/// closes its message. The end is read from the run's row; if the run is still going, the
+/// stream ends with an error saying so (the client can re-attach where its protocol allows).
+pub fn with_end(
+    state: AppState,
+    run_id: String,
+    items: impl Stream<Item = RunItem> + Send + 'static,
+) -> impl Stream<Item = RunItem> + Send + 'static {
+    let source = Box::pin(items);
+    let steps = futures::stream::unfold(Some(source), move |st| {
+        let (state, run_id) = (state.clone(), run_id.clone());
+        async move {
+            let mut source = st?;
+            match futures::StreamExt::next(&mut source).await {
+                Some(item @ RunItem::Done { .. }) => Some((vec![item], None)),
+                Some(item) => Some((vec![item], Some(source))),
+                None => Some((recorded_end(&state, &run_id).await, None)),
+            }
+        }
+    });
+    futures::StreamExt::flat_map(steps, futures::stream::iter)
+}
+
+async fn recorded_end(state: &AppState, run_id: &str) -> Vec<RunItem> {
+    let deadline = tokio::time::Instant::now() + END_WAIT;
+    loop {
+        match state.runner.get_run(run_id).await {
+            Ok(Some(r)) if r.status != RunStatus::Running => {
+                return vec![RunItem::Done {
+                    status: r.status,
+                    last_seq: r.last_seq,
+                }]
+            }
+            _ if tokio::time::Instant::now() >= deadline => break,
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    vec![
+        RunItem::Error {
+            kind: "stream_interrupted".into(),
+            message: "this stream ended before the run did".into(),
+        },
+        RunItem::Done {
+            status: RunStatus::Interrupted,
+            last_seq: None,
+        },
+    ]
+}
+
+/// `frames`, with a comment line after every quiet [`KEEP_ALIVE_EVERY`] so proxies keep the
+/// connection (every client here ignores comments; no protocol here sends `id:` lines, which
+/// would make the OpenAI client misread a comment).
+pub fn with_keep_alive(
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+) -> impl Stream<Item = Bytes> + Send + 'static {
+    futures::stream::unfold(Box::pin(frames), |mut f| async move {
+        match tokio::time::timeout(KEEP_ALIVE_EVERY, futures::StreamExt::next(&mut f)).await {
+            Ok(Some(frame)) => Some((frame, f)),
+            Ok(None) => None,
+            Err(_) => Some((Bytes::from_static(crate::http::sse::KEEP_ALIVE), f)),
+        }
+    })
+}
+
+/// Headers naming the run (as `/run` sends them) and the session.
+pub fn run_headers(run_id: &str, invocation_id: &str, session_id: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (name, value) in [
+        ("x-agentd-run-id", run_id),
+        ("x-agentd-invocation-id", invocation_id),
+        ("x-agentd-session-id", session_id),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    }
+    h
+}
+
+/// The client tools, checked: bounded in number, with names a model accepts.
+pub fn client_tools(
+    tools: impl IntoIterator<Item = (String, String, Option<Value>)>,
+) -> ApiResult<Vec<ToolDeclaration>> {
+    let mut out: Vec<ToolDeclaration> = vec![];
+    for (name, description, parameters) in tools {
+        if out.len() == MAX_CLIENT_TOOLS {
+            return Err(ApiError::bad_request(
+                "too_many_tools",
+                format!("at most {MAX_CLIENT_TOOLS} client tools per request"),
+            ));
+        }
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(ApiError::bad_request(
+                "invalid_tool",
+                format!(
+                    "tool name {name:?} must be 1 to 64 characters of a-z, A-Z, 0-9, '_' or '-'"
+                ),
+            ));
+        }
+        if crate::event::INTERNAL_FUNCTIONS.contains(&name.as_str())
+            || name == crate::tools::builtin::TRANSFER_TO_AGENT
+        {
+            return Err(ApiError::bad_request(
+                "invalid_tool",
+                format!("{name:?} is a name agentd reserves; choose another"),
+            ));
+        }
+        if out.iter().any(|t| t.name == name) {
+            return Err(ApiError::bad_request(
+                "invalid_tool",
+                format!("tool {name:?} is declared twice"),
+            ));
+        }
+        out.push(ToolDeclaration {
+            name,
+            description,
+            parameters: parameters.filter(|p| p.is_object()),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_complete_text_adds_only_what_the_chunks_did_not_carry() {
+        let mut s = Streamed::default();
+        s.partial("e1", "Hel");
+        s.partial("e1", "lo ");
+        assert_eq!(s.rest("e1", "Hello world"), "world");
+        // Forgotten once complete; an event never streamed is sent whole.
+        assert_eq!(s.rest("e1", "Hello world"), "Hello world");
+        // A rewritten text cannot be taken back: nothing more.
+        s.partial("e2", "secret");
+        assert_eq!(s.rest("e2", "[redacted]"), "");
+        // A multi-byte boundary that does not match is a mismatch, not a panic.
+        s.partial("e3", "é");
+        assert_eq!(s.rest("e3", "aé"), "");
+    }
+
+    #[test]
+    fn remembered_events_are_bounded() {
+        let mut s = Streamed::default();
+        for i in 0..1000 {
+            s.partial(&format!("e{i}"), "x");
+        }
+        assert_eq!(s.by_event.len(), STREAMED_EVENTS);
+        assert_eq!(s.rest("e0", "x"), "x", "the oldest was forgotten");
+        assert_eq!(s.rest("e999", "xy"), "y");
+    }
+}

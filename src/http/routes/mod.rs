@@ -1,0 +1,12 @@
+//! The HTTP API's own resources, one module per resource, each with its `router()`.
+//! (Other protocols over the same sessions and runs are in [`super::frontend`].)
+
+pub mod apps;
+pub mod artifacts;
+pub mod memory;
+pub mod run;
+pub mod runs;
+pub mod service;
+pub mod session_body;
+pub mod session_stream;
+pub mod sessions;

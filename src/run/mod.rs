@@ -1,0 +1,9 @@
+//! The run as data: what a run hands its client ([`RunItem`]) and how its events become facts
+//! before the client sees them (the outbox).
+//!
+//! Below `runner`, `agent` and `http` alike: the runner drives a run, an agent emits into it,
+//! the HTTP layer maps its items to frames, and none of them needs the others' internals.
+
+mod item;
+
+pub use item::{RunItem, RunObserver};

@@ -1,0 +1,172 @@
+//! PostgreSQL backend: the production store, shared by every replica.
+//!
+//! The hot path is [`PgStore::append_event`]: without artifacts it is ONE statement (data-
+//! modifying CTEs), so one round trip and one commit per complete event. The `UPDATE` of the
+//! session row takes its row lock first, which serializes concurrent appends to one session
+//! (no duplicate `seq`, no lost update); `app:`/`user:` state is merged with `jsonb ||` inside
+//! `ON CONFLICT DO UPDATE`, which is atomic across sessions.
+//!
+//! One file per resource: [`sessions`] (events, state: the append path), [`artifacts`],
+//! [`runs`] (admission, ownership, liveness), [`prune`], [`memory`]. API keys and
+//! idempotency keys share one implementation with SQLite (`super::keys`, `super::idempotency`).
+
+mod artifacts;
+mod memory;
+mod prune;
+mod runs;
+mod sessions;
+
+pub use runs::pg_insert_run_sql;
+pub use sessions::{
+    APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL,
+    LIST_SESSIONS_SQL,
+};
+
+use super::*;
+use crate::event::{now_ts, SplitState};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::types::Json;
+use sqlx::{ConnectOptions, Postgres, Row, Transaction};
+use std::str::FromStr;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The PostgreSQL store. Cheap to clone (a pool handle).
+#[derive(Clone)]
+pub struct PgStore {
+    pub(crate) pool: PgPool,
+    limits: StoreLimits,
+}
+
+/// A pooled connection idle for this long is pinged before use (see [`PgStore::connect`]).
+const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// PostgreSQL's clock, as epoch seconds.
+pub(crate) const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
+
+/// Makes the statement's own (implicit) transaction commit without waiting for its WAL to
+/// reach disk (`SET LOCAL synchronous_commit = off`, inside the one statement, so it costs no
+/// round trip). Used where losing the write in a database crash is harmless:
+///
+/// - Admission without its user event (a resume; a user event with staged artifacts, which
+///   the runner appends right after): the run id is revealed to no one until the run's user
+///   event, if any, is committed synchronously, and that flush covers the earlier admission
+///   record too (WAL is flushed in order). So no client can act on an admission that a crash
+///   could undo; a crash before that flush simply means the run never started. Admission
+///   that carries the user event is that event's durable commit.
+/// - Heartbeats: losing one only makes the replica look older by one period.
+/// - Finishing a run (`finish_run`) when its outcome did not ride on its last event (a
+///   completed run whose final response was held back commits both in one synchronous
+///   statement, [`super::Fence::RunEnd`]; this is the rest: failures, cancels, agents that
+///   end with something else): every event of the run is already durable (each was
+///   committed synchronously before any client saw it), and `event: done` repeats nothing that
+///   is not. The window is a PostgreSQL crash within the few hundred milliseconds before the
+///   WAL writer (or any later synchronous commit) flushes the record: the run row then reads
+///   `running` and its session stays owned. That is repaired without a client's help: if the
+///   replica lives, its reconciliation (every sweep, 2/3 of the lease) finds a running run of
+///   its own with no task and finishes it (`failed`, "outcome lost"); if it died too, any
+///   replica's sweeper abandons and seals it. No event is lost or duplicated either way; what
+///   can differ is the recorded status of that one run. A synchronous outcome cost 15% of
+///   the runs/s at 8 clients (`agentd-bench runs`, README "Performance").
+const ASYNC_COMMIT: &str = "SELECT set_config('synchronous_commit', 'off', true)";
+
+/// How often a write that lost the race for an artifact version is retried. Every conflict
+/// means a concurrent writer committed that version, so a writer retries at most once per
+/// competitor; the bound only stops a bug from looping forever.
+const CONFLICT_RETRIES: u32 = 64;
+
+impl PgStore {
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        limits: StoreLimits,
+    ) -> StoreResult<Self> {
+        let opts = PgConnectOptions::from_str(url)?
+            .application_name("agentd")
+            // Statement logging at INFO would put every append in the log.
+            .log_statements(log::LevelFilter::Trace);
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            // sqlx pings every pooled connection before handing it out: a round trip per
+            // statement. Only a connection that sat idle can have been cut (server restart,
+            // idle timeouts along the way), so only those are pinged; a busy pool never is.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IDLE_AFTER {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
+            .connect_with(opts)
+            .await?;
+        Ok(PgStore { pool, limits })
+    }
+
+    /// Applies pending migrations. sqlx holds a PostgreSQL advisory lock while it migrates,
+    /// so replicas starting at the same moment apply each migration exactly once.
+    pub async fn migrate(&self) -> StoreResult<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// Binds an event to append, in the order both [`APPEND_SQL`] and admission
+/// ([`super::runs::pg_insert_run_sql`]) number them: its state delta split by prefix
+/// (session, `app:`, `user:`), then time, id, invocation, author and the event's JSON.
+pub(crate) fn bind_event<'q>(
+    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    event: &'q Event,
+    split: &'q SplitState,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    q.bind(Json(&split.session))
+        .bind(Json(&split.app))
+        .bind(Json(&split.user))
+        .bind(event.timestamp)
+        .bind(&event.id)
+        .bind(&event.invocation_id)
+        .bind(&event.author)
+        .bind(Json(event))
+}
+
+fn map_unique_to_conflict(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.constraint() == Some("events_by_id") => {
+            StoreError::DuplicateEvent(String::new())
+        }
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict,
+        _ => StoreError::Database(e),
+    }
+}
+
+/// An event row. Its `timestamp` comes from the column, which holds the exact `f64`: read back
+/// from JSON it can differ in the last bit, and then no longer equal the streamed event or the
+/// session's `lastUpdateTime`.
+fn stored_event(row: &sqlx::postgres::PgRow) -> StoreResult<StoredEvent> {
+    let Json(mut event): Json<Event> = row.try_get("event")?;
+    event.timestamp = row.try_get("timestamp")?;
+    Ok(StoredEvent {
+        seq: row.try_get("seq")?,
+        event,
+    })
+}
+
+impl Store for PgStore {
+    fn pool_stats(&self) -> (u32, usize) {
+        (self.pool.size(), self.pool.num_idle())
+    }
+
+    fn pg_pool(&self) -> Option<sqlx::PgPool> {
+        Some(self.pool.clone())
+    }
+
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+}

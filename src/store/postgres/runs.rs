@@ -1,0 +1,440 @@
+//! Runs on PostgreSQL: admission, ownership, liveness and outcomes (see [`crate::store::runs`]
+//! for the rules). Times come from PostgreSQL's clock, so replicas with skewed clocks agree.
+
+use super::*;
+use std::time::Duration;
+
+use crate::store::runs::{record_pg, Opened, RUN_COLUMNS, RUN_INVOCATIONS};
+
+/// A live ticket: its waiter's replica is heartbeating.
+const PG_LIVE_TICKET: &str = "EXISTS (SELECT 1 FROM replicas r WHERE r.id = q.owner
+                                AND r.heartbeat_at > extract(epoch from clock_timestamp())::double precision - r.lease_secs)";
+
+/// The owner of a `runs` row is dead: no fresh heartbeat. A row written by a replica of an
+/// older version (before per-replica heartbeats) carries a per-run lease that its owner
+/// renews: while that lease runs, the run is alive (a rolling upgrade must not abandon it).
+const PG_OWNER_DEAD: &str = "runs.lease_expires_at < extract(epoch from clock_timestamp())::double precision
+                             AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
+                               AND p.heartbeat_at > extract(epoch from clock_timestamp())::double precision - p.lease_secs)";
+
+/// Admission on PostgreSQL (see [`RunStore::insert_run`]); public for the plan tests.
+///
+/// With a user event (`$10` true) the same statement commits it, fenced by construction (the
+/// statement is what makes the run the owner), and reads back the run's starting state: the
+/// session row's new state from the `UPDATE` (always its newest version: the row lock makes
+/// a concurrent writer's commit visible to it) and the `app:`/`user:` state from the
+/// statement's snapshot. That snapshot can be older than the newest session row in one case:
+/// a write to the free session (an append outside any run, e.g. a sweeper sealing a dead
+/// run's transcript) committed after the snapshot was taken, and this `UPDATE` waited for it.
+/// (A run that is still active when the snapshot is taken makes the `UPDATE` skip the row:
+/// admission then reports the session busy, it never waits for that run.) `snapshot_seq`
+/// then differs from the session's `last_seq` before the event, and the runner reads the
+/// state again rather than trust a stale one. Every write made through this session goes with
+/// an append, which bumps `last_seq`, so the check misses none of those. (Another session's
+/// concurrent write to the shared `app:`/`user:` state can land just before or just after any
+/// read; that race is inherent in shared state and the same for every way of reading it.) The
+/// user event is held back when a dead run awaits sealing (its transcript must come first).
+///
+/// Without a user event (a resume) admission alone commits asynchronously (`ASYNC_COMMIT`);
+/// with one it is the user event's durable commit.
+#[doc(hidden)]
+pub fn pg_insert_run_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+        "WITH async_commit AS (
+                 SELECT set_config('synchronous_commit',
+                                   CASE WHEN $10 THEN current_setting('synchronous_commit') ELSE 'off' END,
+                                   true)
+             ), q AS (
+                 SELECT min(q.ticket) AS first FROM run_queue q
+                  WHERE q.app_name = $2 AND q.user_id = $3 AND q.session_id = $4 AND {PG_LIVE_TICKET}
+                    AND q.created_at > {PG_NOW} - $9
+             ), snap AS (
+                 SELECT last_seq FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4
+             ), dead AS (
+                 SELECT EXISTS (SELECT 1 FROM runs WHERE app_name = $2 AND user_id = $3
+                                   AND session_id = $4 AND NOT sealed) AS unsealed
+             ), s AS (
+                 UPDATE sessions
+                    SET active_run = $1,
+                        state = CASE WHEN o.with_event THEN state || $11::jsonb ELSE state END,
+                        update_time = CASE WHEN o.with_event THEN $14 ELSE update_time END,
+                        last_seq = last_seq + CASE WHEN o.with_event THEN 1 ELSE 0 END
+                   FROM (SELECT $10 AND NOT d.unsealed AS with_event FROM dead d) o
+                  WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run IS NULL
+                    AND ((SELECT first FROM q) IS NULL OR (SELECT first FROM q) = $8)
+                 RETURNING sessions.last_seq, sessions.state, o.with_event
+             ), ins AS (
+                 INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
+                                   lease_expires_at, created_at, started_at, base_seq, user_event)
+                 SELECT $1, $2, $3, $4, $5, 'running', $6, 0, {PG_NOW}, {PG_NOW},
+                        s.last_seq - CASE WHEN s.with_event THEN 1 ELSE 0 END, $7 FROM s
+                 RETURNING base_seq
+             ), a AS (
+                 INSERT INTO app_states AS t (app_name, state, update_time)
+                 SELECT $2, $12::jsonb, $14 FROM s WHERE s.with_event AND $12::jsonb <> '{{}}'::jsonb
+                 ON CONFLICT (app_name) DO UPDATE
+                    SET state = t.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+                 RETURNING t.state
+             ), u AS (
+                 INSERT INTO user_states AS t (app_name, user_id, state, update_time)
+                 SELECT $2, $3, $13::jsonb, $14 FROM s WHERE s.with_event AND $13::jsonb <> '{{}}'::jsonb
+                 ON CONFLICT (app_name, user_id) DO UPDATE
+                    SET state = t.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+                 RETURNING t.state
+             ), e AS (
+                 INSERT INTO events (app_name, user_id, session_id, seq, id, invocation_id, author,
+                                     \"timestamp\", event)
+                 SELECT $2, $3, $4, s.last_seq, $15, $16, $17, $14, $18::jsonb FROM s WHERE s.with_event
+                 RETURNING seq
+             )
+             SELECT EXISTS (SELECT 1 FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4)
+                        AS session,
+                    (SELECT base_seq FROM ins) AS base_seq,
+                    d.unsealed,
+                    (SELECT seq FROM e) AS seq,
+                    (SELECT state FROM s) AS state,
+                    (SELECT last_seq FROM snap) AS snapshot_seq,
+                    COALESCE((SELECT state FROM a),
+                             (SELECT state FROM app_states WHERE app_name = $2),
+                             '{{}}'::jsonb) AS app_state,
+                    COALESCE((SELECT state FROM u),
+                             (SELECT state FROM user_states WHERE app_name = $2 AND user_id = $3),
+                             '{{}}'::jsonb) AS user_state
+               FROM dead d, async_commit"
+        )
+    });
+    &SQL
+}
+
+#[async_trait]
+impl RunStore for PgStore {
+    async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(RUN_INVOCATIONS)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .fetch_all(self.pool())
+            .await?)
+    }
+
+    async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
+        let opening = run.opening.clone().map(|mut e| {
+            crate::store::prepare_event(&mut e);
+            e
+        });
+        let split = opening
+            .as_ref()
+            .map(|e| SplitState::split(&e.actions.state_delta))
+            .unwrap_or_default();
+        let empty = Event::new("", "");
+        let event = opening.as_ref().unwrap_or(&empty);
+        let q = sqlx::query(pg_insert_run_sql())
+            .bind(&run.run_id)
+            .bind(&run.key.app_name)
+            .bind(&run.key.user_id)
+            .bind(&run.key.session_id)
+            .bind(&run.invocation_id)
+            .bind(&run.owner)
+            .bind(run.user_event)
+            .bind(ticket)
+            .bind(run.queue_ttl.as_secs_f64())
+            .bind(opening.is_some());
+        let row = bind_event(q, event, &split).fetch_one(self.pool()).await;
+        let row = match row {
+            // A running row without a session owner (written before migration 0003).
+            Err(sqlx::Error::Database(db))
+                if db.constraint() == Some("runs_one_active_per_session") =>
+            {
+                return Ok(Insert::Occupied)
+            }
+            // The connection broke with the statement sent: it committed whole or not at all.
+            // With a user event, its id tells which (as for an append); without one, the
+            // admission alone is ambiguous as before and reconciliation repairs a stray one.
+            Err(e) => {
+                let e = StoreError::from(e);
+                if let (true, Some(event)) = (e.is_unavailable(), &opening) {
+                    if let Some(stored) = self.resolve_by_id(&run.key, &event.id).await? {
+                        if stored.event.invocation_id == event.invocation_id {
+                            tracing::warn!(run = %run.run_id, error = %e, "admission's outcome was unknown; its user event is stored, so it committed");
+                            return Ok(Insert::Inserted {
+                                base_seq: stored.seq - 1,
+                                unsealed: false,
+                                opened: Some(Box::new(Opened {
+                                    stored,
+                                    state: None,
+                                })),
+                            });
+                        }
+                    }
+                }
+                return Err(e);
+            }
+            Ok(row) => row,
+        };
+        let session: bool = row.try_get("session")?;
+        let base_seq: Option<i64> = row.try_get("base_seq")?;
+        let unsealed: bool = row.try_get("unsealed")?;
+        let Some(base_seq) = base_seq else {
+            return Ok(if session {
+                Insert::Occupied
+            } else {
+                Insert::NoSession
+            });
+        };
+        let seq: Option<i64> = row.try_get("seq")?;
+        let opened = match (opening, seq) {
+            (Some(event), Some(seq)) => {
+                let snapshot_seq: Option<i64> = row.try_get("snapshot_seq")?;
+                let state = if snapshot_seq == Some(seq - 1) {
+                    let Json(session): Json<JsonMap> = row.try_get("state")?;
+                    let Json(app): Json<JsonMap> = row.try_get("app_state")?;
+                    let Json(user): Json<JsonMap> = row.try_get("user_state")?;
+                    Some(SplitState::merge(session, app, user))
+                } else {
+                    None
+                };
+                Some(Box::new(Opened {
+                    stored: StoredEvent { seq, event },
+                    state,
+                }))
+            }
+            _ => None,
+        };
+        Ok(Insert::Inserted {
+            base_seq,
+            unsealed,
+            opened,
+        })
+    }
+
+    async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
+        let run_id = run.run_id.as_str();
+        let n: i64 = sqlx::query_scalar(&format!(
+            "WITH r AS (
+                 UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
+                        error = 'its replica stopped heartbeating'
+                  WHERE id = $1 AND status = 'running' AND {PG_OWNER_DEAD}
+                 RETURNING app_name, user_id, session_id, id
+             ), s AS (
+                 UPDATE sessions SET active_run = NULL FROM r
+                  WHERE sessions.app_name = r.app_name AND sessions.user_id = r.user_id
+                    AND sessions.id = r.session_id AND sessions.active_run = r.id
+             )
+             SELECT count(*) FROM r"
+        ))
+        .bind(run_id)
+        .fetch_one(self.pool())
+        .await?;
+        if n > 0 {
+            return Ok(true);
+        }
+        // A session pointing at a run that is no longer running (cannot happen through these
+        // statements; repaired rather than left busy for ever).
+        let healed = sqlx::query(
+            "UPDATE sessions SET active_run = NULL
+              WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run = $1
+                AND NOT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND status = 'running')",
+        )
+        .bind(run_id)
+        .bind(&run.app_name)
+        .bind(&run.user_id)
+        .bind(&run.session_id)
+        .execute(self.pool())
+        .await?;
+        Ok(healed.rows_affected() > 0)
+    }
+
+    async fn heartbeat(
+        &self,
+        replica: &str,
+        lease: Duration,
+        draining: bool,
+    ) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query(&format!(
+            "WITH async_commit AS ({ASYNC_COMMIT}), h AS (
+                 INSERT INTO replicas (id, heartbeat_at, lease_secs, started_at, draining)
+                 SELECT $1, {PG_NOW}, $2, {PG_NOW}, $3 FROM async_commit
+                 ON CONFLICT (id) DO UPDATE
+                    SET heartbeat_at = EXCLUDED.heartbeat_at, lease_secs = EXCLUDED.lease_secs,
+                        draining = EXCLUDED.draining
+             )
+             SELECT id FROM runs WHERE owner = $1 AND status = 'running' AND cancel_requested"
+        ))
+        .bind(replica)
+        .bind(lease.as_secs_f64())
+        .bind(draining)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>(0).map_err(StoreError::from))
+            .collect()
+    }
+
+    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM runs WHERE owner = $1 AND status = 'running'")
+                .bind(replica)
+                .fetch_all(self.pool())
+                .await?,
+        )
+    }
+
+    async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE replicas SET heartbeat_at = 0 WHERE id = $1")
+            .bind(replica)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn sweep(&self, me: &str) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "WITH dead AS (
+                 UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
+                        error = 'its replica stopped heartbeating'
+                  WHERE status = 'running' AND owner <> $1 AND {PG_OWNER_DEAD}
+                 RETURNING {RUN_COLUMNS}
+             ), s AS (
+                 UPDATE sessions SET active_run = NULL FROM dead
+                  WHERE sessions.app_name = dead.app_name AND sessions.user_id = dead.user_id
+                    AND sessions.id = dead.session_id AND sessions.active_run = dead.id
+             )
+             SELECT {RUN_COLUMNS} FROM dead"
+        ))
+        .bind(me)
+        .fetch_all(self.pool())
+        .await?;
+        // Tickets whose waiters are long gone.
+        sqlx::query(&format!(
+            "DELETE FROM run_queue WHERE created_at < {PG_NOW} - 3600"
+        ))
+        .execute(self.pool())
+        .await?;
+        // Replicas gone for an hour are forgotten (their runs were swept long ago).
+        sqlx::query(&format!(
+            "DELETE FROM replicas WHERE heartbeat_at < {PG_NOW} - 3600 AND id <> $1"
+        ))
+        .bind(me)
+        .execute(self.pool())
+        .await?;
+        rows.iter().map(record_pg).collect()
+    }
+
+    async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND NOT sealed
+              ORDER BY created_at"
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(record_pg).collect()
+    }
+
+    async fn mark_sealed(&self, run_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE runs SET sealed = true WHERE id = $1")
+            .bind(run_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn finish_run(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        last_seq: Option<i64>,
+        error: Option<&str>,
+    ) -> StoreResult<bool> {
+        let n: i64 = sqlx::query_scalar(&format!(
+            "WITH async_commit AS ({ASYNC_COMMIT}), r AS (
+                 UPDATE runs SET status = $2, finished_at = {PG_NOW}, last_seq = $3, error = $4
+                   FROM async_commit
+                  WHERE id = $1 AND status = 'running'
+                 RETURNING app_name, user_id, session_id, id
+             ), s AS (
+                 UPDATE sessions SET active_run = NULL FROM r
+                  WHERE sessions.app_name = r.app_name AND sessions.user_id = r.user_id
+                    AND sessions.id = r.session_id AND sessions.active_run = r.id
+             )
+             SELECT count(*) FROM r"
+        ))
+        .bind(run_id)
+        .bind(status.as_str())
+        .bind(last_seq)
+        .bind(error)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(n > 0)
+    }
+
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        req: &CancelRequest,
+    ) -> StoreResult<Option<RunRecord>> {
+        sqlx::query(
+            "UPDATE runs SET cancel_requested = true,
+                    cancelled_by = COALESCE(cancelled_by, $2),
+                    cancel_reason = COALESCE(cancel_reason, $3)
+              WHERE id = $1 AND status = 'running'",
+        )
+        .bind(run_id)
+        .bind(&req.by)
+        .bind(&req.reason)
+        .execute(self.pool())
+        .await?;
+        self.get_run(run_id).await
+    }
+
+    async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
+        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
+            .bind(run_id)
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(record_pg).transpose()
+    }
+
+    async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
+              WHERE id = (SELECT active_run FROM sessions
+                           WHERE app_name = $1 AND user_id = $2 AND id = $3)
+             UNION ALL
+             SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND status = 'running'
+             LIMIT 1"
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref().map(record_pg).transpose()
+    }
+
+    async fn enqueue(&self, key: &SessionKey, owner: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(&format!(
+            "INSERT INTO run_queue (app_name, user_id, session_id, owner, created_at)
+             VALUES ($1, $2, $3, $4, {PG_NOW}) RETURNING ticket"
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(owner)
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    async fn dequeue(&self, ticket: i64) -> StoreResult<()> {
+        sqlx::query("DELETE FROM run_queue WHERE ticket = $1")
+            .bind(ticket)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+}

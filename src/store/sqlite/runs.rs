@@ -1,0 +1,382 @@
+//! Runs on SQLite: admission, ownership, liveness and outcomes (see [`crate::store::runs`]
+//! for the rules), each a write transaction of the single writer.
+
+use super::*;
+use std::time::Duration;
+
+use crate::store::runs::{record_sqlite, unique_violation, Opened, RUN_COLUMNS, RUN_INVOCATIONS};
+
+/// SQLite's form of [`PG_OWNER_DEAD`]; `?2` is now.
+const SQLITE_OWNER_DEAD: &str = "runs.lease_expires_at < ?2
+                                 AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
+                                   AND p.heartbeat_at > ?2 - p.lease_secs)";
+
+/// SQLite: one writer, so each multi-step change is one `BEGIN IMMEDIATE` transaction.
+#[async_trait]
+impl RunStore for SqliteStore {
+    async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(RUN_INVOCATIONS)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .fetch_all(&self.reader)
+            .await?)
+    }
+
+    async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
+        let now = now_ts();
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "SELECT last_seq, active_run FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(Insert::NoSession);
+        };
+        if row.try_get::<Option<String>, _>("active_run")?.is_some() {
+            return Ok(Insert::Occupied);
+        }
+        let first: Option<i64> = sqlx::query_scalar(
+            "SELECT min(q.ticket) FROM run_queue q
+              WHERE q.app_name = ?1 AND q.user_id = ?2 AND q.session_id = ?3
+                AND q.created_at > ?4 - ?5
+                AND EXISTS (SELECT 1 FROM replicas r WHERE r.id = q.owner
+                             AND r.heartbeat_at > ?4 - r.lease_secs)",
+        )
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .bind(now)
+        .bind(run.queue_ttl.as_secs_f64())
+        .fetch_one(&mut *tx)
+        .await?;
+        if first.is_some() && first != ticket {
+            return Ok(Insert::Occupied);
+        }
+        let base_seq: i64 = row.try_get("last_seq")?;
+        let inserted = sqlx::query(
+            "INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
+                               lease_expires_at, created_at, started_at, base_seq, user_event)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, 0, ?7, ?7, ?8, ?9)",
+        )
+        .bind(&run.run_id)
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .bind(&run.invocation_id)
+        .bind(&run.owner)
+        .bind(now)
+        .bind(base_seq)
+        .bind(run.user_event)
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Err(e) if unique_violation(&e) => return Ok(Insert::Occupied),
+            r => r?,
+        };
+        sqlx::query(
+            "UPDATE sessions SET active_run = ? WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(&run.run_id)
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .execute(&mut *tx)
+        .await?;
+        let unsealed: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE app_name = ? AND user_id = ?
+                               AND session_id = ? AND NOT sealed)",
+        )
+        .bind(&run.key.app_name)
+        .bind(&run.key.user_id)
+        .bind(&run.key.session_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        // The user event in the same transaction (one commit, one fsync, fewer), unless a dead
+        // run's transcript must be sealed first.
+        let opened = match &run.opening {
+            Some(event) if !unsealed => {
+                let fence = Fence::Run(&run.run_id);
+                let stored =
+                    SqliteStore::append_in(&mut tx, &run.key, event.clone(), &[], fence).await?;
+                let head = SqliteStore::head_with(&mut tx, &run.key).await?;
+                Some(Box::new(Opened {
+                    stored,
+                    state: head.map(|h| h.state),
+                }))
+            }
+            _ => None,
+        };
+        tx.commit().await?;
+        Ok(Insert::Inserted {
+            base_seq,
+            unsealed,
+            opened,
+        })
+    }
+
+    async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
+        let run_id = run.run_id.as_str();
+        let now = now_ts();
+        let mut tx = self.begin().await?;
+        let dead = sqlx::query(&format!(
+            "UPDATE runs SET status = 'abandoned', finished_at = ?2, sealed = 0,
+                    error = 'its replica stopped heartbeating'
+              WHERE id = ?1 AND status = 'running' AND {SQLITE_OWNER_DEAD}"
+        ))
+        .bind(run_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        // Frees the session of a dead run, or one pointing at a run that no longer runs.
+        let freed = sqlx::query(
+            "UPDATE sessions SET active_run = NULL
+              WHERE app_name = ?2 AND user_id = ?3 AND id = ?4 AND active_run = ?1
+                AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND status = 'running')",
+        )
+        .bind(run_id)
+        .bind(&run.app_name)
+        .bind(&run.user_id)
+        .bind(&run.session_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        tx.commit().await?;
+        Ok(dead || freed)
+    }
+
+    async fn heartbeat(
+        &self,
+        replica: &str,
+        lease: Duration,
+        draining: bool,
+    ) -> StoreResult<Vec<String>> {
+        let now = now_ts();
+        sqlx::query(
+            "INSERT INTO replicas (id, heartbeat_at, lease_secs, started_at, draining)
+             VALUES (?1, ?2, ?3, ?2, ?4)
+             ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
+                    lease_secs = excluded.lease_secs, draining = excluded.draining",
+        )
+        .bind(replica)
+        .bind(now)
+        .bind(lease.as_secs_f64())
+        .bind(draining)
+        .execute(self.writer())
+        .await?;
+        Ok(sqlx::query_scalar(
+            "SELECT id FROM runs WHERE owner = ? AND status = 'running' AND cancel_requested",
+        )
+        .bind(replica)
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM runs WHERE owner = ? AND status = 'running'")
+                .bind(replica)
+                .fetch_all(self.writer())
+                .await?,
+        )
+    }
+
+    async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE replicas SET heartbeat_at = 0 WHERE id = ?")
+            .bind(replica)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn sweep(&self, me: &str) -> StoreResult<Vec<RunRecord>> {
+        let now = now_ts();
+        let mut tx = self.begin().await?;
+        let rows = sqlx::query(&format!(
+            "UPDATE runs SET status = 'abandoned', finished_at = ?2, sealed = 0,
+                    error = 'its replica stopped heartbeating'
+              WHERE status = 'running' AND owner <> ?1 AND {SQLITE_OWNER_DEAD}
+             RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(me)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        let dead = rows
+            .iter()
+            .map(record_sqlite)
+            .collect::<StoreResult<Vec<_>>>()?;
+        for run in &dead {
+            sqlx::query(
+                "UPDATE sessions SET active_run = NULL
+                  WHERE app_name = ? AND user_id = ? AND id = ? AND active_run = ?",
+            )
+            .bind(&run.app_name)
+            .bind(&run.user_id)
+            .bind(&run.session_id)
+            .bind(&run.run_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("DELETE FROM run_queue WHERE created_at < ? - 3600")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM replicas WHERE heartbeat_at < ?2 - 3600 AND id <> ?1")
+            .bind(me)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(dead)
+    }
+
+    async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = ? AND user_id = ? AND session_id = ? AND NOT sealed
+              ORDER BY created_at"
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_all(self.writer())
+        .await?;
+        rows.iter().map(record_sqlite).collect()
+    }
+
+    async fn mark_sealed(&self, run_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE runs SET sealed = 1 WHERE id = ?")
+            .bind(run_id)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    async fn finish_run(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        last_seq: Option<i64>,
+        error: Option<&str>,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin().await?;
+        let done = Self::finish_in(&mut tx, run_id, status, last_seq, error).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        req: &CancelRequest,
+    ) -> StoreResult<Option<RunRecord>> {
+        sqlx::query(
+            "UPDATE runs SET cancel_requested = 1,
+                    cancelled_by = COALESCE(cancelled_by, ?2),
+                    cancel_reason = COALESCE(cancel_reason, ?3)
+              WHERE id = ?1 AND status = 'running'",
+        )
+        .bind(run_id)
+        .bind(&req.by)
+        .bind(&req.reason)
+        .execute(self.writer())
+        .await?;
+        self.get_run(run_id).await
+    }
+
+    async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
+        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"))
+            .bind(run_id)
+            .fetch_optional(self.writer())
+            .await?;
+        row.as_ref().map(record_sqlite).transpose()
+    }
+
+    async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
+              WHERE id = (SELECT active_run FROM sessions
+                           WHERE app_name = ?1 AND user_id = ?2 AND id = ?3)
+             UNION ALL
+             SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = ?1 AND user_id = ?2 AND session_id = ?3 AND status = 'running'
+             LIMIT 1"
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_optional(self.writer())
+        .await?;
+        row.as_ref().map(record_sqlite).transpose()
+    }
+
+    async fn enqueue(&self, key: &SessionKey, owner: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO run_queue (app_name, user_id, session_id, owner, created_at)
+             VALUES (?, ?, ?, ?, ?) RETURNING ticket",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(owner)
+        .bind(now_ts())
+        .fetch_one(self.writer())
+        .await?)
+    }
+
+    async fn dequeue(&self, ticket: i64) -> StoreResult<()> {
+        sqlx::query("DELETE FROM run_queue WHERE ticket = ?")
+            .bind(ticket)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+}
+
+impl SqliteStore {
+    /// Records a run's outcome and frees its session, inside the writer's transaction `tx`
+    /// (`finish_run`'s, or the append that carries the run's last event). False if the run
+    /// was not running.
+    pub(crate) async fn finish_in(
+        tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        run_id: &str,
+        status: RunStatus,
+        last_seq: Option<i64>,
+        error: Option<&str>,
+    ) -> StoreResult<bool> {
+        let key = sqlx::query(
+            "UPDATE runs SET status = ?2, finished_at = ?3, last_seq = ?4, error = ?5
+              WHERE id = ?1 AND status = 'running'
+             RETURNING app_name, user_id, session_id",
+        )
+        .bind(run_id)
+        .bind(status.as_str())
+        .bind(now_ts())
+        .bind(last_seq)
+        .bind(error)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let done = key.is_some();
+        if let Some(k) = key {
+            sqlx::query(
+                "UPDATE sessions SET active_run = NULL
+                  WHERE app_name = ? AND user_id = ? AND id = ? AND active_run = ?",
+            )
+            .bind(k.try_get::<String, _>(0)?)
+            .bind(k.try_get::<String, _>(1)?)
+            .bind(k.try_get::<String, _>(2)?)
+            .bind(run_id)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(done)
+    }
+}
