@@ -16,21 +16,36 @@ const PARENT: &str = "00f067aa0ba902b7";
 
 #[derive(Default)]
 struct Received {
+    /// Every request the receiver got, whatever its path or encoding.
+    requests: usize,
     batches: Vec<Value>,
     tool_traceparents: Vec<Option<String>>,
 }
 
 /// The OTLP receiver (`POST /v1/traces`) and the HTTP tool's endpoint, on one local port.
 async fn receiver() -> (String, Arc<Mutex<Received>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    receiver_on(vec![listener])
+}
+
+/// [`receiver`] on these listeners. Any request counts in `requests`; one that is not
+/// `POST /v1/traces` with an OTLP/JSON body is answered 404 or 400.
+fn receiver_on(listeners: Vec<tokio::net::TcpListener>) -> (String, Arc<Mutex<Received>>) {
     let got = Arc::new(Mutex::new(Received::default()));
     let app = axum::Router::new()
         .route(
             "/v1/traces",
             axum::routing::post(
                 |State(got): State<Arc<Mutex<Received>>>, body: axum::body::Bytes| async move {
-                    let v: Value = serde_json::from_slice(&body).expect("OTLP/JSON body");
-                    got.lock().unwrap().batches.push(v);
-                    axum::Json(json!({}))
+                    let mut got = got.lock().unwrap();
+                    got.requests += 1;
+                    match serde_json::from_slice::<Value>(&body) {
+                        Ok(v) => {
+                            got.batches.push(v);
+                            (axum::http::StatusCode::OK, axum::Json(json!({})))
+                        }
+                        Err(_) => (axum::http::StatusCode::BAD_REQUEST, axum::Json(json!({}))),
+                    }
                 },
             ),
         )
@@ -48,10 +63,16 @@ async fn receiver() -> (String, Arc<Mutex<Received>>) {
                 },
             ),
         )
+        .fallback(|State(got): State<Arc<Mutex<Received>>>| async move {
+            got.lock().unwrap().requests += 1;
+            axum::http::StatusCode::NOT_FOUND
+        })
         .with_state(got.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = listeners[0].local_addr().unwrap();
+    for listener in listeners {
+        let app = app.clone();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    }
     (format!("http://{addr}"), got)
 }
 

@@ -172,6 +172,87 @@ fn unanswered_calls(events: &[Value]) -> Vec<String> {
     open.into_iter().collect()
 }
 
+/// Waits until replica `from` has announced on the replicas' notification channel that it
+/// follows session `(app, user, session)`: a watch (`"t": "w"`, the session among `"ks"`; see
+/// `runner::bus`), which every other replica hears on the same channel.
+async fn watch_announced(
+    channel: &mut sqlx::postgres::PgListener,
+    from: &str,
+    (app, user, session): (&str, &str, &str),
+) {
+    let want = json!([app, user, session]);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let heard = tokio::time::timeout(left, channel.recv())
+            .await
+            .unwrap_or_else(|_| panic!("replica {from} never announced a watch of {want}"))
+            .expect("notification");
+        // `<sending replica>\n<message or array of messages>`
+        let Some((sender, body)) = heard.payload().split_once('\n') else {
+            continue;
+        };
+        if sender != from {
+            continue;
+        }
+        let messages = match serde_json::from_str::<Value>(body) {
+            Ok(Value::Array(all)) => all,
+            Ok(one) => vec![one],
+            Err(_) => continue,
+        };
+        let watches = messages
+            .iter()
+            .any(|m| m["t"] == "w" && m["ks"].as_array().is_some_and(|keys| keys.contains(&want)));
+        if watches {
+            return;
+        }
+    }
+}
+
+/// Tickets taken in the run queue so far (the sequence behind `run_queue.ticket`; a fresh
+/// database per test).
+async fn tickets_issued(db: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM run_queue_ticket_seq",
+    )
+    .fetch_one(&mut *db)
+    .await
+    .expect("the run queue's ticket sequence")
+}
+
+/// Waits until the request that sent `text` to `slow`/`s1` has its place in line: a ticket
+/// taken after `issued_before` tickets is in the queue, or it was already admitted (its user
+/// event is stored: admission commits it, before the ticket is given back; a request that
+/// finds the session free and nobody queued is admitted without a ticket).
+async fn in_line(db: &mut sqlx::PgConnection, issued_before: i64, text: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (queued, admitted): (bool, bool) = sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM run_queue
+                             WHERE app_name = 'slow' AND user_id = $1 AND session_id = 's1'
+                               AND ticket > $2),
+                    EXISTS (SELECT 1 FROM events
+                             WHERE app_name = 'slow' AND user_id = $1 AND session_id = 's1'
+                               AND author = 'user'
+                               AND event->'content'->'parts'->0->>'text' = $3)",
+        )
+        .bind(USER)
+        .bind(issued_before)
+        .bind(text)
+        .fetch_one(&mut *db)
+        .await
+        .expect("read the run queue");
+        if queued || admitted {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{text:?} never took its place in line"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 // ----------------------------------------------------------------- two replicas (PostgreSQL)
 
 /// Replicas `a` and `b` on one fresh PostgreSQL database, serving the slow tool-calling echo
@@ -396,6 +477,7 @@ async fn cancel_on_b_stops_a_run_on_a_and_seals_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueued_runs_on_two_replicas_are_admitted_first_come_first_served() {
+    use sqlx::Connection;
     let db = TestDb::postgres().await;
     let apps = Apps::new().echo("slow", "chunks: 5\nchunk_delay_ms: 100");
     let a = Arc::new(Replica::spawn(&db, &apps, "a", &[]).await);
@@ -403,19 +485,22 @@ async fn enqueued_runs_on_two_replicas_are_admitted_first_come_first_served() {
     a.create_session("slow", "s1").await;
     let mut first = Sse::open(a.post("/run", run_body("slow", "s1", "holder")).await).await;
     first.next_matching(Msg::is_partial).await;
-    // Waiters arrive alternately on B and A, 150 ms apart.
+    let mut direct = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    // Waiters arrive alternately on B and A, each once the one before has its place in line.
     let mut waiters = vec![];
     for i in 0..4 {
         let replica = if i % 2 == 0 { b.clone() } else { a.clone() };
-        let mut body = run_body("slow", "s1", &format!("waiter {i}"));
+        let text = format!("waiter {i}");
+        let mut body = run_body("slow", "s1", &text);
         body["onBusy"] = json!("enqueue");
+        let issued = tickets_issued(&mut direct).await;
         waiters.push(tokio::spawn(async move {
             Sse::open(replica.post("/run", body).await)
                 .await
                 .rest()
                 .await
         }));
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        in_line(&mut direct, issued, &text).await;
     }
     assert_eq!(done_of(&first.rest().await)["status"], "completed");
     for w in waiters {
@@ -550,10 +635,11 @@ async fn sigterm_drains_a_replica() {
         3,
         "call, response, reply: {resumed:#?}"
     );
-    let start = follower
-        .next_matching(|m| m.event == "run_started")
-        .await;
-    assert_eq!(start.data["runId"], resumed_id, "the follower on B sees the resume");
+    let start = follower.next_matching(|m| m.event == "run_started").await;
+    assert_eq!(
+        start.data["runId"], resumed_id,
+        "the follower on B sees the resume"
+    );
     let end = follower.next_matching(|m| m.event == "run_done").await;
     assert_eq!(end.data["runId"], resumed_id);
     assert_eq!(end.data["status"], "completed");

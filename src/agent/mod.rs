@@ -39,6 +39,12 @@ pub enum AgentError {
     Commit(String),
 }
 
+impl From<crate::run::CommitError> for AgentError {
+    fn from(e: crate::run::CommitError) -> Self {
+        AgentError::Commit(e.0)
+    }
+}
+
 impl AgentError {
     /// A store error as the client may see it: what the request can act on (a missing
     /// session, an oversize artifact) in words, a database failure only as a generic sentence

@@ -5,5 +5,9 @@
 //! the HTTP layer maps its items to frames, and none of them needs the others' internals.
 
 mod item;
+mod outbox;
 
 pub use item::{RunItem, RunObserver};
+pub use outbox::{
+    temp_keys, CommitError, CommitResult, EmitState, Outbox, OutboxParts, HOLD_LIMIT,
+};

@@ -25,12 +25,11 @@ mod selection;
 
 pub use seal::INVOCATION_ABORTED;
 
-use crate::agent::context::temp_keys;
 use crate::agent::context::ContextParts;
 use crate::agent::{run_agent, AgentError, AgentTree, InvocationContext, PluginSet, RunConfig};
 use crate::apps::AppRegistry;
 use crate::event::{new_invocation_id, Content, Event, JsonMap, Part};
-use crate::run::{RunItem, RunObserver};
+use crate::run::{temp_keys, Outbox, OutboxParts, RunItem, RunObserver};
 use crate::store::runs::Opened;
 use crate::store::{
     ArtifactWrite, CancelRequest, Fence, NewRun, RunRecord, RunStatus, SessionKey, Store,
@@ -378,7 +377,7 @@ impl Runner {
                         cancel.clone(),
                     )
                     .await;
-                let (ctx, items) = match begun {
+                let (ctx, outbox, items) = match begun {
                     Ok(begun) => begun,
                     Err(e) => {
                         // Free the session again. Nothing of this run was stored, except its
@@ -411,6 +410,7 @@ impl Runner {
                 let run = ActiveRun {
                     tree,
                     ctx,
+                    outbox,
                     max_duration: req.max_duration,
                     cancel,
                     cause,
@@ -440,7 +440,7 @@ impl Runner {
         opening: Opening,
         tree: &Arc<AgentTree>,
         cancel: CancellationToken,
-    ) -> Result<(InvocationContext, mpsc::Receiver<RunItem>), RunError> {
+    ) -> Result<(InvocationContext, Arc<Outbox>, mpsc::Receiver<RunItem>), RunError> {
         let Opening {
             unsealed,
             opened,
@@ -474,35 +474,38 @@ impl Runner {
             started: std::time::Instant::now(),
             first_event: std::sync::atomic::AtomicBool::new(false),
         });
-        let ctx = InvocationContext::new(ContextParts {
+        let outbox = Outbox::new(OutboxParts {
             invocation_id: invocation_id.to_string(),
             key: req.key.clone(),
             store: self.store.clone(),
-            user_content: user.as_ref().and_then(|(e, _)| e.content.clone()),
-            run_config: req.run_config.clone(),
-            cancel,
-            tree: tree.clone(),
-            plugins: self.plugins.clone(),
+            cancel: cancel.clone(),
             cancel_on_disconnect: req.on_disconnect == OnDisconnect::Cancel,
             run_id: Some(run_id.to_string()),
             observer: Some(observer),
             state,
             out: tx,
         });
+        let ctx = InvocationContext::new(ContextParts {
+            user_content: user.as_ref().and_then(|(e, _)| e.content.clone()),
+            run_config: req.run_config.clone(),
+            cancel,
+            tree: tree.clone(),
+            plugins: self.plugins.clone(),
+            outbox: outbox.clone(),
+        });
         self.bus.run_started(&req.key, run_id, invocation_id);
         // A resume without a message has no user event.
         if let Some((mut user_event, artifacts)) = user {
-            let shared = ctx.shared();
-            let mut st = shared.emit.lock().await;
+            let mut st = outbox.emit().await;
             let stored = match opened {
                 Some(opened) => {
-                    shared.adopt(&mut st, &opened.stored, temp_keys(&user_event));
+                    outbox.adopt(&mut st, &opened.stored, temp_keys(&user_event));
                     Ok(opened.stored)
                 }
                 None => {
                     // Stamped now: after any wait for the session and after the seal.
                     user_event.timestamp = crate::event::now_ts();
-                    shared.record(&mut st, user_event, artifacts).await
+                    outbox.record(&mut st, user_event, artifacts).await
                 }
             };
             match stored {
@@ -513,7 +516,7 @@ impl Runner {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok((ctx, rx))
+        Ok((ctx, outbox, rx))
     }
 
     /// Tells the session's followers that a run's user event is committed (it is not part of
@@ -679,6 +682,7 @@ impl Runner {
         let ActiveRun {
             tree,
             ctx,
+            outbox,
             max_duration,
             cancel,
             cause,
@@ -702,30 +706,29 @@ impl Runner {
             }
         };
         let cause = *lock(&cause);
-        let shared = ctx.shared();
         // How long a slow client may take the run's last event from here: what is left of the
         // run's time, and at least the post-run limit (it waited as long while the agent ran).
         let deliver_within = max.saturating_sub(started.elapsed()).max(POST_RUN_DELIVERY);
         // The agent is done. A hold timer may own the emit lock, handing its event to a client
         // that does not read; past that limit the run's token cuts that client loose.
         let mut st = tokio::select! {
-            st = shared.emit.clone().lock_owned() => st,
+            st = outbox.emit() => st,
             _ = tokio::time::sleep(deliver_within) => {
                 cancel.cancel();
-                shared.emit.clone().lock_owned().await
+                outbox.emit().await
             }
         };
         // A final response held back for the outcome (`emit_final`): a completed run commits
         // the two together; any other end commits it first, before a seal or an error. The
         // client must take it within `deliver_within`: nothing else bounds the wait now.
         let completed = result.is_ok();
-        let settled = shared
+        let settled = outbox
             .settle_held(&mut st, completed, Some(deliver_within))
             .await;
         // A held event that could not be committed fails the run, whatever else ended it.
         let finished = completed && matches!(settled, Ok(true));
         let result = match settled {
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
             Ok(_) => result,
         };
         let mut status = match (&result, cause) {
@@ -751,12 +754,12 @@ impl Runner {
                     .to_string(),
                 _ => "Invocation was aborted by client.".to_string(),
             };
-            seal::seal_live(&ctx, &mut st, tree.root().name(), &reason).await;
+            seal::seal_live(&ctx, &outbox, &mut st, tree.root().name(), &reason).await;
         }
         let error = match &result {
             Err(e @ (AgentError::Failed { .. } | AgentError::Commit(_))) if !lost => {
                 tracing::warn!(error = %e, "run failed");
-                ctx.shared()
+                outbox
                     .deliver_within(
                         &mut st,
                         RunItem::Error {
@@ -789,8 +792,8 @@ impl Runner {
             .increment(1);
         metrics::histogram!("agentd_run_duration_seconds", "app" => app, "status" => status.as_str())
             .record(started.elapsed().as_secs_f64());
-        let mut st = ctx.shared().emit.lock().await;
-        ctx.shared()
+        let mut st = outbox.emit().await;
+        outbox
             .deliver_within(
                 &mut st,
                 RunItem::Done { status, last_seq },
@@ -865,6 +868,7 @@ struct Opening {
 struct ActiveRun {
     tree: Arc<AgentTree>,
     ctx: InvocationContext,
+    outbox: Arc<Outbox>,
     max_duration: Option<Duration>,
     cancel: CancellationToken,
     cause: Arc<Mutex<Option<StopCause>>>,

@@ -7,9 +7,9 @@
 //! admission on its session (fenced by the new run) or a sweeper (fenced by the session being
 //! free). Sealing a dead run twice adds nothing the second time.
 
-use crate::agent::context::EmitState;
 use crate::agent::InvocationContext;
 use crate::event::{Content, Event, FunctionResponse, JsonMap, Part};
+use crate::run::{EmitState, Outbox};
 use crate::store::{Fence, RunRecord, Store, StoreResult};
 use std::collections::BTreeMap;
 
@@ -70,6 +70,7 @@ fn seal_events(
 /// Each event is committed fenced by the run and streamed to its client.
 pub(crate) async fn seal_live(
     ctx: &InvocationContext,
+    outbox: &Outbox,
     st: &mut EmitState,
     root: &str,
     reason: &str,
@@ -84,7 +85,7 @@ pub(crate) async fn seal_live(
         ctx.run_config().custom_metadata.as_ref(),
     );
     for event in events {
-        if let Err(e) = ctx.shared().commit(st, event, vec![]).await {
+        if let Err(e) = outbox.commit(st, event, vec![]).await {
             tracing::error!(error = %e, "could not seal the run");
             return;
         }
