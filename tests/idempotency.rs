@@ -108,17 +108,50 @@ async fn a_key_reused_with_another_body_is_refused(backend: Backend) {
         json_with_status(bad, 422).await["code"],
         "invalid_idempotency_key"
     );
-    // A first request that failed (unknown app) gave its key up: a retry can succeed.
-    let mut wrong = body("s2", "retry me");
-    wrong["appName"] = json!("nope");
-    let failed = post_keyed(&s, "/run", "k-fail", &wrong).await;
-    assert_eq!(failed.status(), 404);
-    let failed = post_keyed(&s, "/run", "k-fail", &wrong).await;
+    // A first request that failed before doing anything (its session does not exist) gave
+    // its key up: a retry is evaluated again, and once the cause is gone, the retry with the
+    // same key and the same body runs.
+    let mut missing = body("s2", "retry me");
+    missing["createSession"] = json!(false);
+    let failed = post_keyed(&s, "/run", "k-fail", &missing).await;
     assert_eq!(
-        failed.status(),
-        404,
+        json_with_status(failed, 404).await["code"],
+        "session_not_found"
+    );
+    let failed = post_keyed(&s, "/run", "k-fail", &missing).await;
+    assert_eq!(
+        json_with_status(failed, 404).await["code"],
+        "session_not_found",
         "still the same answer, not in_progress"
     );
+    let sessions = format!("/apps/echo/users/{USER}/sessions");
+    json_with_status(
+        s.post_json(&sessions, json!({"sessionId": "s2"})).await,
+        200,
+    )
+    .await;
+    let retried = post_keyed(&s, "/run", "k-fail", &missing).await;
+    assert!(
+        retried.headers().get("idempotent-replayed").is_none(),
+        "a run of its own, not a replay"
+    );
+    let retry_run = retried.headers()["x-agentd-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let msgs = read_all(retried).await;
+    assert_eq!(msgs.last().unwrap().data["status"], "completed");
+    assert_eq!(
+        event_count(&s, "s2").await,
+        2,
+        "one user event and one reply"
+    );
+    // The key now stands for that run.
+    let again = post_keyed(&s, "/run", "k-fail", &missing).await;
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.headers()["x-agentd-run-id"], retry_run.as_str());
+    assert_eq!(committed_ids(&read_all(again).await), committed_ids(&msgs));
+    assert_eq!(event_count(&s, "s2").await, 2, "nothing ran twice");
     // Keys are scoped to the caller: another user may use the same key.
     let mut other_user = body("s1", "first");
     other_user["userId"] = json!("u2");

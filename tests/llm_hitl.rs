@@ -1188,41 +1188,83 @@ async fn model_callbacks_short_circuit_and_edit(backend: Backend) {
 
 /// What an after-model callback removes (redaction) never reaches the client, not even in
 /// the streamed chunks: ADK runs `after_model_callback` on every streamed response, partial
-/// ones included.
+/// ones included, in order, and streams what it returns. Here the secret arrives split across
+/// two chunks, so a redactor that looks at one chunk at a time cannot see it: this one holds
+/// back a tail that could begin the secret until the next chunk tells.
 async fn after_model_redaction_covers_streamed_chunks(backend: Backend) {
+    const SECRET: &str = "hunter2";
     let m = ScriptedModel::start().await;
+    let held = Arc::new(std::sync::Mutex::new(String::new()));
     let agent = LlmAgent::new("redactor", m.model("redact-model"))
         .instruction("Answer.")
-        .llm_callbacks(LlmCallbacks::default().after_model(
-            |_ctx, mut r: LlmResponse| async move {
-                if let Some(c) = &mut r.content {
-                    for p in &mut c.parts {
-                        if let Some(t) = &mut p.text {
-                            *t = t.replace("hunter2", "[redacted]");
+        .llm_callbacks(
+            LlmCallbacks::default().after_model(move |_ctx, mut r: LlmResponse| {
+                let held = held.clone();
+                async move {
+                    let partial = r.partial;
+                    if let Some(c) = &mut r.content {
+                        for p in &mut c.parts {
+                            let Some(t) = &mut p.text else { continue };
+                            let mut held = held.lock().unwrap();
+                            if !partial {
+                                // The whole response, aggregated from the raw chunks.
+                                held.clear();
+                                *t = t.replace(SECRET, "[redacted]");
+                                continue;
+                            }
+                            let mut text = std::mem::take(&mut *held) + t.as_str();
+                            text = text.replace(SECRET, "[redacted]");
+                            let keep = (1..SECRET.len())
+                                .rev()
+                                .find(|&n| text.ends_with(&SECRET[..n]))
+                                .unwrap_or(0);
+                            *held = text.split_off(text.len() - keep);
+                            *t = text;
                         }
                     }
+                    Ok(r)
                 }
-                Ok(r)
-            },
-        ));
+            }),
+        );
     let s = TestServer::start_agent(backend, "redact", Arc::new(agent), PluginSet::default()).await;
     m.push(
         "redact-model",
-        Reply::text(&["the password ", "is hunter2", " ok"]),
+        Reply::text(&["the password is hun", "ter2", " ok"]),
     );
     let msgs = s
         .run_stream(text_body("redact", USER, "s1", "what is the password?"))
         .await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     assert_eq!(final_text(&msgs), "the password is [redacted] ok");
+    // Each chunk was streamed, as the callback returned it.
+    let partials: Vec<&Msg> = msgs
+        .iter()
+        .filter(|m| m.is_event() && m.is_partial())
+        .collect();
+    assert!(
+        partials.len() > 1,
+        "the reply was streamed in chunks: {msgs:#?}"
+    );
+    let streamed: String = partials.iter().map(|m| text_of(&m.data)).collect();
+    assert_eq!(
+        streamed, "the password is [redacted] ok",
+        "what the client assembles from the chunks: {partials:#?}"
+    );
     let leaked: Vec<&Msg> = msgs
         .iter()
-        .filter(|m| m.data.to_string().contains("hunter2"))
+        .filter(|m| m.data.to_string().contains(SECRET))
         .collect();
     assert!(
         leaked.is_empty(),
         "the redacted text was streamed to the client: {leaked:#?}"
     );
+    let stored = stored_events(&s, "redact", USER, "s1").await;
+    assert!(stored.len() >= 2, "{stored:#?}");
+    let leaked: Vec<&Value> = stored
+        .iter()
+        .filter(|e| e.to_string().contains(SECRET))
+        .collect();
+    assert!(leaked.is_empty(), "the secret was stored: {leaked:#?}");
 }
 
 /// A before-tool callback answers instead of the tool; the model sees the stub.

@@ -3,12 +3,17 @@
 
 mod common;
 
-use common::sse_client::read_all;
+use common::sse_client::{read_all, Sse};
 use common::{json_with_status, Backend, TestServer};
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 type Samples = BTreeMap<String, f64>;
+
+/// The tests of this file, one at a time: the metrics recorder is one per process, shared by
+/// every server in it, so `agentd_open_streams` counts the streams of every test running.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Parses the text format strictly: `# HELP`/`# TYPE` comments, then
 /// `name{label="value",…} number` samples. Keys are `name{labels}` with labels sorted.
@@ -78,7 +83,26 @@ fn get(samples: &Samples, key: &str) -> f64 {
     samples.get(key).copied().unwrap_or(0.0)
 }
 
+/// Scrapes until `agentd_open_streams` reads `want` (a stream is counted until the server
+/// drops its body, just after the client has read its end); fails after a generous wait.
+async fn open_streams_reach(s: &TestServer, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (samples, text) = scrape(s).await;
+        let got = samples.get("agentd_open_streams{}").copied();
+        if got == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "agentd_open_streams never read {want} (last: {got:?}):\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn counters_move_after_a_run(backend: Backend) {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let s = TestServer::start(backend).await;
     let (before, _) = scrape(&s).await;
     let session = format!("sess-{}", uuid::Uuid::new_v4().simple());
@@ -124,7 +148,8 @@ async fn counters_move_after_a_run(backend: Backend) {
         "{text}"
     );
     assert!(after.contains_key("agentd_open_streams{}"));
-    assert!(get(&after, "agentd_open_streams{}") >= 0.0);
+    // The run's stream has ended: none is open.
+    open_streams_reach(&s, 0.0).await;
     // Bounded labels: route templates, never raw paths or ids.
     assert!(
         !text.contains("user-secret-id") && !text.contains(&session),
@@ -139,6 +164,15 @@ async fn counters_move_after_a_run(backend: Backend) {
         "{text}"
     );
     assert!(!text.contains("user-secret-id"));
+
+    // A session follower is an open stream while it lasts; it ends when its session is
+    // deleted, and the gauge comes back down.
+    let follow = format!("{sessions}/stream");
+    let mut follower = Sse::open(s.get(&follow).await).await;
+    open_streams_reach(&s, 1.0).await;
+    json_with_status(s.delete(&sessions).await, 200).await;
+    follower.rest().await; // returns once the server has ended the stream
+    open_streams_reach(&s, 0.0).await;
 }
 
 both_backends!(counters_move_after_a_run);

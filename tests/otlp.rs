@@ -190,6 +190,11 @@ async fn spans_are_exported_with_the_callers_trace() {
     assert!(status.success(), "{status}");
 
     let got = got.lock().unwrap();
+    assert_eq!(
+        got.requests,
+        got.batches.len(),
+        "every export is OTLP/JSON on /v1/traces"
+    );
     let all = spans(&got.batches);
     let ours: Vec<_> = all.iter().filter(|(_, _, t, _)| t == TRACE_ID).collect();
     let names: Vec<&str> = ours.iter().map(|(n, _, _, _)| n.as_str()).collect();
@@ -263,16 +268,95 @@ async fn spans_are_exported_with_the_callers_trace() {
     );
 }
 
-/// Without `--otlp-endpoint` nothing is exported and a `traceparent` is harmless.
-#[tokio::test]
+/// Without `--otlp-endpoint` (nor `OTEL_EXPORTER_OTLP_ENDPOINT`) nothing is exported, not
+/// even to the OTLP default endpoint, and a `traceparent` is harmless. The collector listens
+/// where an exporter with no endpoint of its own sends (`http://localhost:4318`), and only
+/// after agentd's exit, which flushes whatever an exporter holds (as in the test above), is
+/// the collector asked what it got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_endpoint_no_export() {
-    let s = common::TestServer::start(common::Backend::Sqlite).await;
-    let resp = s
-        .client
-        .get(s.url("/list-apps"))
+    // The OTLP/HTTP default port. IPv4 must be free; `localhost` may also resolve to ::1.
+    let v4 = tokio::net::TcpListener::bind("127.0.0.1:4318")
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "this test listens on 127.0.0.1:4318, the OTLP default endpoint, and cannot \
+                 ({e}): stop the collector (or other process) holding that port"
+            )
+        });
+    let mut listeners = vec![v4];
+    if let Ok(v6) = tokio::net::TcpListener::bind("[::1]:4318").await {
+        listeners.push(v6);
+    }
+    let (_, got) = receiver_on(listeners);
+
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentd"));
+    cmd.arg("serve")
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        .arg("--database-url")
+        .arg(format!("sqlite://{}/a.db", data.path().display()))
+        .arg("--apps-dir")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/config/apps"));
+    // No OpenTelemetry setting from the environment this test runs in reaches agentd; the
+    // only one given shortens the batch delay, as above (it names no endpoint).
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("OTEL_") {
+            cmd.env_remove(&name);
+        }
+    }
+    let mut child = cmd
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("RUST_LOG", "agentd=warn")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("agentd starts");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(client.get(format!("{url}/health")).send().await, Ok(r) if r.status() == 200) {
+        assert!(Instant::now() < deadline, "agentd never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A run (spans: request, run, agent, commits) under the caller's trace.
+    let resp = client
+        .post(format!("{url}/run"))
         .header("traceparent", format!("00-{TRACE_ID}-{PARENT}-01"))
+        .json(
+            &json!({"appName": "echo", "userId": "u1", "sessionId": "s1",
+            "createSession": true,
+            "newMessage": {"role": "user", "parts": [{"text": "trace me"}]}}),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("event: done"), "{body}");
+    assert!(body.contains("\"status\":\"completed\""), "{body}");
+
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("agentd exits")
+        .unwrap();
+    assert!(status.success(), "{status}");
+
+    let got = got.lock().unwrap();
+    assert_eq!(
+        got.requests, 0,
+        "agentd exported without an endpoint: {:#?}",
+        got.batches
+    );
 }
