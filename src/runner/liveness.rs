@@ -13,7 +13,8 @@
 //! fenced anyway, so a run that lost its session cannot write into it.
 
 use super::bus::BusMsg;
-use super::{lock, Runner, StopCause};
+use super::control::StopCause;
+use super::{lock, Runner};
 use crate::store::{Fence, RunStatus, StoreError};
 use std::sync::Arc;
 use std::time::Instant;

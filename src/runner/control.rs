@@ -1,0 +1,115 @@
+//! Stopping runs: cancel from any replica (recorded on the run's row, then the owner is told),
+//! local stops by cause (cancel, timeout, drain, liveness), and the listener for cancels
+//! accepted on other replicas.
+
+use super::*;
+use crate::store::{CancelRequest, RunRecord, RunStatus, SessionKey, StoreError};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Why a local run is being stopped (the first cause wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StopCause {
+    /// A cancel request or the client went away.
+    Cancel,
+    /// `--max-run-secs` / `maxDurationSecs`.
+    Timeout,
+    /// The replica is shutting down and the drain time is over.
+    Drain,
+    /// This replica could not reach the database for most of its lease: its runs may be
+    /// taken over, so they stop before that can happen.
+    Liveness,
+}
+
+impl StopCause {
+    pub(super) fn status(self) -> RunStatus {
+        match self {
+            StopCause::Cancel => RunStatus::Cancelled,
+            StopCause::Timeout => RunStatus::TimedOut,
+            StopCause::Drain | StopCause::Liveness => RunStatus::Interrupted,
+        }
+    }
+}
+
+/// A run executing (or being admitted) in this process.
+pub(super) struct LocalRun {
+    pub(super) cancel: CancellationToken,
+    pub(super) cause: Arc<Mutex<Option<StopCause>>>,
+}
+
+impl Runner {
+    /// Cancels a run on whichever replica executes it: the request is recorded on the run's
+    /// row (who and why; idempotent), the run is stopped at once if it is local, else its
+    /// owner is told through the bus (and sees the flag at its next heartbeat at the latest).
+    pub async fn cancel(
+        &self,
+        run_id: &str,
+        req: &CancelRequest,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let record = self.store.request_cancel(run_id, req).await?;
+        if record
+            .as_ref()
+            .is_some_and(|r| r.status == RunStatus::Running)
+            && !self.stop_local(run_id, StopCause::Cancel)
+        {
+            self.bus.broadcast_cancel(run_id);
+        }
+        Ok(record)
+    }
+
+    /// Cancels the session's active run, if it has one.
+    pub async fn cancel_session(
+        &self,
+        key: &SessionKey,
+        req: &CancelRequest,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        match self.store.active_run(key).await? {
+            Some(active) if active.status == RunStatus::Running => {
+                self.cancel(&active.run_id, req).await
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Stops a local run for `cause`; false if it is not executing here.
+    pub(super) fn stop_local(&self, run_id: &str, cause: StopCause) -> bool {
+        let local = lock(&self.local);
+        let Some(run) = local.get(run_id) else {
+            return false;
+        };
+        lock(&run.cause).get_or_insert(cause);
+        run.cancel.cancel();
+        true
+    }
+
+    pub(super) fn stop_all_local(&self, cause: StopCause) {
+        let ids: Vec<String> = lock(&self.local).keys().cloned().collect();
+        for id in ids {
+            self.stop_local(&id, cause);
+        }
+    }
+
+    /// Cancels local runs named by the bus (a cancel accepted on another replica).
+    pub(super) fn spawn_cancel_listener(
+        self: &Arc<Self>,
+        mut cancels: mpsc::UnboundedReceiver<String>,
+    ) {
+        let runner = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let id = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    id = cancels.recv() => match id { Some(id) => id, None => return },
+                };
+                let Some(runner) = runner.upgrade() else {
+                    return;
+                };
+                if runner.stop_local(&id, StopCause::Cancel) {
+                    tracing::info!(run = %id, "cancelled on another replica's request");
+                }
+            }
+        });
+    }
+}
