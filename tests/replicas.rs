@@ -7,7 +7,8 @@ mod common;
 
 use agentd::agent::{Agent, AgentResult, AgentTree, InvocationContext, PluginSet};
 use agentd::event::Event;
-use agentd::store::{Claim, Fence, NewRun, RunStatus, SessionKey, StoreError};
+use agentd::runner::{claim, Claim};
+use agentd::store::{Fence, NewRun, RunStatus, SessionKey, StoreError};
 use async_trait::async_trait;
 use common::sse_client::{Msg, Sse};
 use common::{json_with_status, Backend, TestDb, TestServer};
@@ -802,7 +803,9 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
     let run = |id: &str, owner: &str| new_run(&key, id, owner, None);
     // `stalled` never heartbeats: to everyone else it is dead.
     assert!(matches!(
-        store.claim_run(&run("old", "stalled"), None).await.unwrap(),
+        claim(store.as_ref(), &run("old", "stalled"), None)
+            .await
+            .unwrap(),
         Claim::Acquired { .. }
     ));
     store
@@ -810,7 +813,9 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
         .await
         .unwrap();
     assert!(matches!(
-        store.claim_run(&run("new", "live"), None).await.unwrap(),
+        claim(store.as_ref(), &run("new", "live"), None)
+            .await
+            .unwrap(),
         Claim::Acquired { .. }
     ));
 
@@ -866,7 +871,9 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
     // The abandoned `old` still awaits sealing; deleting the session takes its runs along, so
     // a session re-created under the same id inherits nothing.
     assert!(matches!(
-        store.claim_run(&run("probe", "live"), None).await.unwrap(),
+        claim(store.as_ref(), &run("probe", "live"), None)
+            .await
+            .unwrap(),
         Claim::Acquired { unsealed: true, .. }
     ));
     assert!(store.delete_session(&key).await.unwrap());
@@ -881,7 +888,9 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
         .await
         .unwrap();
     assert!(matches!(
-        store.claim_run(&run("fresh", "live"), None).await.unwrap(),
+        claim(store.as_ref(), &run("fresh", "live"), None)
+            .await
+            .unwrap(),
         Claim::Acquired {
             unsealed: false,
             ..
@@ -1223,8 +1232,7 @@ async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
         .await
         .unwrap();
     assert!(matches!(
-        store
-            .claim_run(&new_run(&key, "r1", "live", None), None)
+        claim(store.as_ref(), &new_run(&key, "r1", "live", None), None)
             .await
             .unwrap(),
         Claim::Acquired { .. }
@@ -1263,8 +1271,7 @@ async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
     // An event already stored (reported twice) is returned as stored and ends nothing: its
     // seq is not past the run's last one, so the runner records the outcome on its own.
     assert!(matches!(
-        store
-            .claim_run(&new_run(&key, "r2", "live", None), None)
+        claim(store.as_ref(), &new_run(&key, "r2", "live", None), None)
             .await
             .unwrap(),
         Claim::Acquired { .. }
@@ -1317,7 +1324,9 @@ async fn admission_commits_the_user_event(backend: Backend) {
         base_seq,
         unsealed: false,
         opened: Some(opened),
-    } = store.claim_run(&run("r1", "live"), None).await.unwrap()
+    } = claim(store.as_ref(), &run("r1", "live"), None)
+        .await
+        .unwrap()
     else {
         panic!("admitted with the user event");
     };
@@ -1358,7 +1367,7 @@ async fn admission_commits_the_user_event(backend: Backend) {
         let admit = {
             let store = store.clone();
             let r2 = run("r2", "live");
-            tokio::spawn(async move { store.claim_run(&r2, None).await })
+            tokio::spawn(async move { claim(store.as_ref(), &r2, None).await })
         };
         // Wait until r2's statement is blocked on the row lock, then commit.
         let deadline = Instant::now() + PATIENCE;
@@ -1408,13 +1417,18 @@ async fn admission_commits_the_user_event(backend: Backend) {
 
     // A run whose replica died (`stalled` never heartbeats) is abandoned, unsealed: the next
     // admission takes the session but leaves its user event to the runner, after the seal.
-    let Claim::Acquired { .. } = store.claim_run(&run("r3", "stalled"), None).await.unwrap() else {
+    let Claim::Acquired { .. } = claim(store.as_ref(), &run("r3", "stalled"), None)
+        .await
+        .unwrap()
+    else {
         panic!("admitted");
     };
     let dead = store.get_run("r3").await.unwrap().unwrap();
     assert!(store.expire_run(&dead).await.unwrap());
     let last_seq = store.session_head(&key).await.unwrap().unwrap().last_seq;
-    let claim = store.claim_run(&run("r4", "live"), None).await.unwrap();
+    let claim = claim(store.as_ref(), &run("r4", "live"), None)
+        .await
+        .unwrap();
     assert_eq!(
         claim,
         Claim::Acquired {

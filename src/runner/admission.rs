@@ -1,6 +1,7 @@
 //! Admission: taking a session for a run, by its `onBusy` policy.
 //!
-//! The claim itself is one statement (see [`crate::store::RunStore::insert_run`]). A busy
+//! The claim itself is one statement (see [`crate::store::RunStore::insert_run`]); [`claim`]
+//! retries it over a holder whose replica stopped heartbeating (a takeover). A busy
 //! session is waited for by listening on the bus for the end of its run (from any replica),
 //! with a slow poll as the fallback for a lost notification. `enqueue` (and `interrupt`) take
 //! a ticket in the database queue, so waiters on every replica are admitted in arrival order.
@@ -8,13 +9,61 @@
 use super::bus::BusMsg;
 use super::{OnBusy, RunError, RunHandle, RunRequest, Runner};
 use crate::store::runs::Opened;
-use crate::store::{CancelRequest, Claim, NewRun, Store};
+use crate::store::{CancelRequest, Insert, NewRun, RunRecord, Store, StoreError, StoreResult};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// Fallback re-check while waiting for a busy session (a missed notification costs this much).
 const BUSY_POLL: Duration = Duration::from_secs(1);
+
+/// The result of trying to admit a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// The run owns the session; its events come after `base_seq`. `unsealed`: a dead run of
+    /// the session still needs its transcript sealed (the new run does it first).
+    Acquired {
+        base_seq: i64,
+        unsealed: bool,
+        /// The user event, if admission committed it (see [`NewRun::opening`]).
+        opened: Option<Box<Opened>>,
+    },
+    /// Another live run holds the session (`None`: earlier queued requests come first).
+    Busy(Option<Box<RunRecord>>),
+    /// The session does not exist (nothing was written).
+    NoSession,
+}
+
+/// Admits `run`: takes the session unless a live run holds it. A holder whose replica
+/// stopped heartbeating is marked `abandoned` and the claim is retried. One round trip when
+/// the session is free.
+pub async fn claim(store: &dyn Store, run: &NewRun, ticket: Option<i64>) -> StoreResult<Claim> {
+    for _ in 0..5 {
+        match store.insert_run(run, ticket).await? {
+            Insert::Inserted {
+                base_seq,
+                unsealed,
+                opened,
+            } => {
+                return Ok(Claim::Acquired {
+                    base_seq,
+                    unsealed,
+                    opened,
+                })
+            }
+            Insert::NoSession => return Ok(Claim::NoSession),
+            Insert::Occupied => {}
+        }
+        let Some(active) = store.active_run(&run.key).await? else {
+            return Ok(Claim::Busy(None)); // queued requests come first, or it just ended
+        };
+        if !store.expire_run(&active).await? {
+            return Ok(Claim::Busy(Some(Box::new(active))));
+        }
+        tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose replica stopped heartbeating");
+    }
+    Err(StoreError::Conflict)
+}
 
 /// A place in a session's queue; leaving it (admitted, timed out, the client gone) is the
 /// drop.
@@ -61,9 +110,7 @@ impl Runner {
             }
             // This claim is also the user event's commit: its span carries the event's seq then.
             let span = tracing::info_span!("admit", seq = tracing::field::Empty);
-            let claim = self
-                .store
-                .claim_run(run, ticket.as_ref().map(|t| t.id))
+            let claim = claim(self.store.as_ref(), run, ticket.as_ref().map(|t| t.id))
                 .instrument(span.clone())
                 .await?;
             let active = match claim {

@@ -32,6 +32,7 @@ mod seal;
 mod selection;
 mod start;
 
+pub use admission::{claim, Claim};
 pub use request::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig};
 pub use seal::INVOCATION_ABORTED;
 

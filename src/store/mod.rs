@@ -20,7 +20,7 @@ pub use idempotency::{IdempotencyStore, IdempotentRecord, KeyClaim};
 pub use keys::{ApiKeyRecord, KeyStore};
 pub use memory::{MemoryEntry, MemoryStore};
 pub use prune::{PruneReport, PruneRequest, PruneStore};
-pub use runs::{CancelRequest, Claim, Insert, NewRun, RunRecord, RunStatus, RunStore};
+pub use runs::{CancelRequest, Insert, NewRun, RunRecord, RunStatus, RunStore};
 
 use crate::event::{Event, JsonMap, Part, Session};
 use async_trait::async_trait;

@@ -18,7 +18,7 @@
 //! The statements are per database: [`super::postgres`] (times from PostgreSQL's own clock, so
 //! replicas with skewed clocks agree) and [`super::sqlite`].
 
-use super::{SessionKey, StoreError, StoreResult, StoredEvent};
+use super::{SessionKey, StoreResult, StoredEvent};
 use crate::event::{Event, JsonMap};
 use async_trait::async_trait;
 use serde::Serialize;
@@ -137,23 +137,6 @@ impl RunRecord {
     }
 }
 
-/// The result of trying to admit a run.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Claim {
-    /// The run owns the session; its events come after `base_seq`. `unsealed`: a dead run of
-    /// the session still needs its transcript sealed (the new run does it first).
-    Acquired {
-        base_seq: i64,
-        unsealed: bool,
-        /// The user event, if admission committed it (see [`NewRun::opening`]).
-        opened: Option<Box<Opened>>,
-    },
-    /// Another live run holds the session (`None`: earlier queued requests come first).
-    Busy(Option<Box<RunRecord>>),
-    /// The session does not exist (nothing was written).
-    NoSession,
-}
-
 /// What one attempt to take a session did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Insert {
@@ -193,37 +176,6 @@ pub trait RunStore: Send + Sync + 'static {
     /// Marks the run `abandoned` (unsealed) and frees its session, if it is running and its
     /// owner's heartbeat is stale. Returns whether it did.
     async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool>;
-
-    /// Admits `run`: takes the session unless a live run holds it. A holder whose replica
-    /// stopped heartbeating is marked `abandoned` and the claim is retried. One round trip when
-    /// the session is free.
-    async fn claim_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Claim> {
-        for _ in 0..5 {
-            match self.insert_run(run, ticket).await? {
-                Insert::Inserted {
-                    base_seq,
-                    unsealed,
-                    opened,
-                } => {
-                    return Ok(Claim::Acquired {
-                        base_seq,
-                        unsealed,
-                        opened,
-                    })
-                }
-                Insert::NoSession => return Ok(Claim::NoSession),
-                Insert::Occupied => {}
-            }
-            let Some(active) = self.active_run(&run.key).await? else {
-                return Ok(Claim::Busy(None)); // queued requests come first, or it just ended
-            };
-            if !self.expire_run(&active).await? {
-                return Ok(Claim::Busy(Some(Box::new(active))));
-            }
-            tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose replica stopped heartbeating");
-        }
-        Err(StoreError::Conflict)
-    }
 
     /// Records this replica as alive (one row per replica) and returns the ids of its running
     /// runs that someone asked to cancel (the fallback for a missed notification).
