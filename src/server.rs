@@ -122,15 +122,7 @@ impl Server {
         // responses: each run's stream ends with its `done`.
         self.state.runner.shutdown(drain, grace).await;
         // MCP servers started as child processes end with us.
-        for app in self.state.apps.entries() {
-            if let Ok(tree) = &app.tree {
-                for agent in tree.agents() {
-                    for set in agent.toolsets() {
-                        set.close().await;
-                    }
-                }
-            }
-        }
+        self.state.apps.close().await;
         self.shutdown.cancel();
         match tokio::time::timeout(grace, self.task).await {
             Ok(joined) => Ok(joined??),

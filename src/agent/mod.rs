@@ -8,7 +8,6 @@
 //! agent cannot outrun a slow client (back-pressure).
 
 pub mod callbacks;
-pub mod config;
 pub mod context;
 pub mod echo;
 pub mod llm;
@@ -125,11 +124,6 @@ pub trait Agent: Send + Sync + 'static {
     /// The tools shown by `app-info` (LLM agents; toolsets are listed at run time only).
     fn tool_declarations(&self) -> Vec<crate::model::ToolDeclaration> {
         vec![]
-    }
-
-    /// Toolsets holding connections or child processes (MCP), closed on server shutdown.
-    fn toolsets(&self) -> &[Arc<dyn crate::tools::Toolset>] {
-        &[]
     }
 
     /// The ADK class name shown by `app-info` (`LlmAgent`, `SequentialAgent`, …).

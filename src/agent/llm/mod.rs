@@ -147,10 +147,6 @@ impl Agent for LlmAgent {
         &self.instruction
     }
 
-    fn toolsets(&self) -> &[Arc<dyn Toolset>] {
-        &self.toolsets
-    }
-
     fn tool_declarations(&self) -> Vec<crate::model::ToolDeclaration> {
         self.tools.iter().map(|t| t.declaration()).collect()
     }

@@ -11,9 +11,10 @@
 //!
 //! Unknown fields are errors, and every error names the file and the field.
 
-use super::echo::{EchoAgent, EchoSettings};
-use super::workflow::{LoopAgent, ParallelAgent, SequentialAgent, WorkflowParts};
-use super::{Agent, AgentTree};
+use crate::agent::echo::{EchoAgent, EchoSettings};
+use crate::agent::workflow::{LoopAgent, ParallelAgent, SequentialAgent, WorkflowParts};
+use crate::agent::{Agent, AgentTree};
+use crate::tools::Toolset;
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 use std::path::{Path, PathBuf};
@@ -47,13 +48,26 @@ struct Common {
     sub_agents: Vec<Arc<dyn Agent>>,
 }
 
-/// Loads `file` and everything it references, and validates the tree.
-pub fn load_tree(file: &Path) -> Result<AgentTree, ConfigError> {
-    let root = load_agent(file, 0)?;
-    AgentTree::new(root).map_err(|e| err(file, e.to_string()))
+/// An app loaded from YAML: its agent tree, and the toolsets its agents hold (MCP servers:
+/// connections or child processes), which the registry closes at shutdown.
+pub struct Loaded {
+    pub tree: AgentTree,
+    pub toolsets: Vec<Arc<dyn Toolset>>,
 }
 
-fn load_agent(file: &Path, depth: usize) -> Result<Arc<dyn Agent>, ConfigError> {
+/// Loads `file` and everything it references, and validates the tree.
+pub fn load_tree(file: &Path) -> Result<Loaded, ConfigError> {
+    let mut toolsets = vec![];
+    let root = load_agent(file, 0, &mut toolsets)?;
+    let tree = AgentTree::new(root).map_err(|e| err(file, e.to_string()))?;
+    Ok(Loaded { tree, toolsets })
+}
+
+fn load_agent(
+    file: &Path,
+    depth: usize,
+    toolsets: &mut Vec<Arc<dyn Toolset>>,
+) -> Result<Arc<dyn Agent>, ConfigError> {
     if depth > 16 {
         return Err(err(
             file,
@@ -77,14 +91,14 @@ fn load_agent(file: &Path, depth: usize) -> Result<Arc<dyn Agent>, ConfigError> 
     let dir = file.parent().unwrap_or(Path::new("."));
     let sub_agents = refs
         .iter()
-        .map(|r| load_agent(&dir.join(&r.config_path), depth + 1))
+        .map(|r| load_agent(&dir.join(&r.config_path), depth + 1, toolsets))
         .collect::<Result<Vec<_>, _>>()?;
     let common = Common {
         name,
         description,
         sub_agents,
     };
-    build(&class, common, map, file)
+    build(&class, common, map, file, toolsets)
 }
 
 fn take_string(map: &mut Mapping, key: &str, file: &Path) -> Result<Option<String>, ConfigError> {
@@ -122,6 +136,7 @@ fn build(
     c: Common,
     rest: Mapping,
     file: &Path,
+    toolsets: &mut Vec<Arc<dyn Toolset>>,
 ) -> Result<Arc<dyn Agent>, ConfigError> {
     let parts = |c: Common| WorkflowParts {
         name: c.name,
@@ -158,7 +173,7 @@ fn build(
                 max_iterations: s.max_iterations,
             })
         }
-        "LlmAgent" => llm_agent(c, rest, file)?,
+        "LlmAgent" => llm_agent(c, rest, file, toolsets)?,
         other => {
             return Err(err(
                 file,
@@ -209,7 +224,12 @@ struct LlmSettings {
     max_steps: Option<u32>,
 }
 
-fn llm_agent(c: Common, rest: Mapping, file: &Path) -> Result<Arc<dyn Agent>, ConfigError> {
+fn llm_agent(
+    c: Common,
+    rest: Mapping,
+    file: &Path,
+    toolsets: &mut Vec<Arc<dyn Toolset>>,
+) -> Result<Arc<dyn Agent>, ConfigError> {
     for key in [
         "before_agent_callbacks",
         "after_agent_callbacks",
@@ -279,7 +299,9 @@ fn llm_agent(c: Common, rest: Mapping, file: &Path) -> Result<Arc<dyn Agent>, Co
                 let set =
                     crate::tools::mcp::McpToolset::from_config(t.args.clone().unwrap_or_default())
                         .map_err(at)?;
-                agent.toolsets.push(Arc::new(set));
+                let set: Arc<dyn Toolset> = Arc::new(set);
+                toolsets.push(set.clone());
+                agent.toolsets.push(set);
                 continue;
             }
             other => {

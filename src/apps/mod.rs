@@ -3,13 +3,17 @@
 //!
 //! A folder whose config cannot be loaded is kept with its error (logged at start, shown by
 //! `list-apps?detailed=true` and `app-info`, and returned by `/run`) without taking the
-//! other apps down.
+//! other apps down. The registry owns what the apps hold open (MCP toolsets) and closes it
+//! ([`AppRegistry::close`]).
 
-use crate::agent::config::load_tree;
+pub mod yaml;
+
 use crate::agent::AgentTree;
+use crate::tools::Toolset;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use yaml::load_tree;
 
 pub const ROOT_AGENT_FILE: &str = "root_agent.yaml";
 
@@ -18,6 +22,9 @@ pub const ROOT_AGENT_FILE: &str = "root_agent.yaml";
 pub struct AppEntry {
     pub name: String,
     pub tree: Result<Arc<AgentTree>, String>,
+    /// Toolsets holding connections or child processes (MCP), closed by
+    /// [`AppRegistry::close`].
+    toolsets: Vec<Arc<dyn Toolset>>,
 }
 
 /// The apps, by name.
@@ -51,24 +58,48 @@ impl AppRegistry {
             if name.starts_with('.') || name.starts_with("__") || !file.is_file() {
                 continue;
             }
-            let tree = load_tree(&file).map(Arc::new).map_err(|e| e.to_string());
-            match &tree {
-                Ok(t) => tracing::info!(app = %name, root = t.root().name(), "app loaded"),
-                Err(e) => tracing::error!(app = %name, error = %e, "app failed to load"),
-            }
-            registry.apps.insert(name.clone(), AppEntry { name, tree });
+            let (tree, toolsets) = match load_tree(&file) {
+                Ok(loaded) => {
+                    tracing::info!(app = %name, root = loaded.tree.root().name(), "app loaded");
+                    (Ok(Arc::new(loaded.tree)), loaded.toolsets)
+                }
+                Err(e) => {
+                    tracing::error!(app = %name, error = %e, "app failed to load");
+                    (Err(e.to_string()), vec![])
+                }
+            };
+            registry.apps.insert(
+                name.clone(),
+                AppEntry {
+                    name,
+                    tree,
+                    toolsets,
+                },
+            );
         }
         registry
     }
 
     /// Registers (or replaces) an app built in Rust.
     pub fn insert(&mut self, name: impl Into<String>, tree: AgentTree) {
+        self.insert_with_toolsets(name, tree, vec![]);
+    }
+
+    /// Registers (or replaces) an app built in Rust whose agents hold `toolsets` that need
+    /// closing at shutdown (MCP servers started as child processes).
+    pub fn insert_with_toolsets(
+        &mut self,
+        name: impl Into<String>,
+        tree: AgentTree,
+        toolsets: Vec<Arc<dyn Toolset>>,
+    ) {
         let name = name.into();
         self.apps.insert(
             name.clone(),
             AppEntry {
                 name,
                 tree: Ok(Arc::new(tree)),
+                toolsets,
             },
         );
     }
@@ -84,5 +115,14 @@ impl AppRegistry {
 
     pub fn entries(&self) -> impl Iterator<Item = &AppEntry> {
         self.apps.values()
+    }
+
+    /// Closes every app's toolsets (MCP connections and child processes end with agentd).
+    pub async fn close(&self) {
+        for app in self.apps.values() {
+            for set in &app.toolsets {
+                set.close().await;
+            }
+        }
     }
 }
