@@ -29,15 +29,12 @@
 //! - [`config`]: command-line flags and their environment variables.
 //! - [`metrics`]: the Prometheus metrics agentd exports (`GET /metrics`).
 
-pub mod accept;
 pub mod agent;
-pub mod allocator;
 pub mod apps;
 pub mod auth;
 pub mod config;
 pub mod event;
 pub mod http;
-pub mod memory_ingest;
 pub mod metrics;
 pub mod model;
 pub mod run;

@@ -12,7 +12,7 @@ fn init_tracing(format: LogFormat) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    agentd::allocator::tune();
+    agentd::server::allocator::tune();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {

@@ -11,6 +11,7 @@ pub mod callbacks;
 pub mod context;
 pub mod echo;
 pub mod llm;
+pub mod memory_ingest;
 pub mod plugin;
 pub mod workflow;
 

@@ -1,7 +1,9 @@
 //! Starting and stopping the daemon: open the store, load apps, bind, serve, and shut down
 //! gracefully on a signal (in-flight requests get `--shutdown-grace-secs` to finish).
 
-use crate::accept::AcceptConfig;
+pub mod accept;
+pub mod allocator;
+
 use crate::agent::PluginSet;
 use crate::apps::AppRegistry;
 use crate::auth::jwt::{JwtConfig, JwtVerifier};
@@ -10,6 +12,7 @@ use crate::config::ServeArgs;
 use crate::http::{self, AppState};
 use crate::runner::{Runner, RunnerConfig};
 use crate::store::{self, StoreLimits};
+use accept::AcceptConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +51,7 @@ impl Server {
     ) -> anyhow::Result<Server> {
         if args.memory_auto_ingest {
             plugins
-                .push(Arc::new(crate::memory_ingest::MemoryIngestPlugin))
+                .push(Arc::new(crate::agent::memory_ingest::MemoryIngestPlugin))
                 .map_err(|e| anyhow::anyhow!("cannot enable memory auto-ingest: {e}"))?;
         }
         let mut runner_config = RunnerConfig {
@@ -99,12 +102,7 @@ impl Server {
             max_connections: args.security.max_connections,
             header_timeout: Duration::from_secs(args.security.header_timeout_secs.max(1)),
         };
-        let task = tokio::spawn(crate::accept::serve(
-            listener,
-            app,
-            accept,
-            shutdown.clone(),
-        ));
+        let task = tokio::spawn(accept::serve(listener, app, accept, shutdown.clone()));
         tracing::info!(%addr, backend = state.store.backend(), apps = state.apps.names().count(), "agentd listening");
         Ok(Server {
             addr,
