@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 /// Longest a single run may take before it counts as an error.
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The API key every request carries when agentd runs with `--auth api-key` (`--auth`).
-pub static API_KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+use crate::credentials::API_KEY;
 
 pub fn client(max_idle: usize) -> Result<reqwest::Client> {
     let mut headers = reqwest::header::HeaderMap::new();

@@ -7,6 +7,7 @@
 //! parsing, and prints markdown.
 
 mod ceiling;
+mod credentials;
 mod extra;
 mod load;
 mod pg;

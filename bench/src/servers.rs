@@ -272,7 +272,7 @@ async fn spawn_agentd(
     let mut cmd = Command::new(bin);
     if auth {
         // One admin key for the whole bench (the database is the bench's own).
-        if crate::load::API_KEY.get().is_none() {
+        if crate::credentials::API_KEY.get().is_none() {
             let out = std::process::Command::new(bin)
                 .args([
                     "keys",
@@ -291,7 +291,7 @@ async fn spawn_agentd(
                 String::from_utf8_lossy(&out.stderr)
             );
             let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            let _ = crate::load::API_KEY.set(key);
+            let _ = crate::credentials::API_KEY.set(key);
         }
     }
     cmd.arg("serve")

@@ -120,7 +120,7 @@ pub async fn run(args: &BenchArgs, env: &Env) -> Result<SlowResult> {
                  Content-Length: {}\r\n",
                 body.len()
             );
-            if let Some(key) = load::API_KEY.get() {
+            if let Some(key) = crate::credentials::API_KEY.get() {
                 request.push_str(&format!("x-api-key: {key}\r\n"));
             }
             request.push_str("\r\n");
