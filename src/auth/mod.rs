@@ -6,6 +6,9 @@
 
 pub mod jwt;
 pub mod keys;
+pub mod revocation;
+
+pub use revocation::{KeyChanges, KEYS_CHANNEL};
 
 use crate::store::Store;
 use std::sync::Arc;
@@ -109,10 +112,11 @@ pub struct Authenticator {
 }
 
 /// Keys looked up recently (PostgreSQL only). A revocation notifies every replica
-/// (`agentd_keys`), which bumps `generation` and so empties the cache at once; so does a lost
-/// notification connection. An entry is also never older than [`KEY_CACHE_TTL`].
+/// ([`KEYS_CHANNEL`]), which counts a change in `generation` and so empties the cache at once;
+/// so does a lost notification connection. An entry is also never older than
+/// [`KEY_CACHE_TTL`].
 struct KeyCache {
-    generation: Arc<std::sync::atomic::AtomicU64>,
+    generation: KeyChanges,
     entries: std::sync::Mutex<std::collections::HashMap<String, CachedKey>>,
 }
 
@@ -126,19 +130,19 @@ const KEY_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 const KEY_CACHE_MAX: usize = 10_000;
 
 impl Authenticator {
-    /// `key_generation`: the bus's counter of key changes heard from every process (see
-    /// `runner::bus`); without it (SQLite) every request reads its key.
+    /// `key_changes`: the key changes heard from every process (PostgreSQL: see
+    /// [`revocation`]); without it (SQLite) every request reads its key.
     pub fn new(
         store: Arc<dyn Store>,
         api_keys: bool,
         jwt: Option<jwt::JwtVerifier>,
-        key_generation: Option<Arc<std::sync::atomic::AtomicU64>>,
+        key_changes: Option<KeyChanges>,
     ) -> Self {
         Authenticator {
             store,
             api_keys,
             jwt,
-            cache: key_generation.map(|generation| KeyCache {
+            cache: key_changes.map(|generation| KeyCache {
                 generation,
                 entries: Default::default(),
             }),
@@ -147,11 +151,7 @@ impl Authenticator {
 
     /// The stored key `id`, from the cache when it is still current.
     async fn find_key(&self, id: &str) -> Result<Option<crate::store::ApiKeyRecord>, AuthError> {
-        use std::sync::atomic::Ordering;
-        let generation = self
-            .cache
-            .as_ref()
-            .map(|c| c.generation.load(Ordering::SeqCst));
+        let generation = self.cache.as_ref().map(|c| c.generation.generation());
         if let (Some(cache), Some(generation)) = (&self.cache, generation) {
             let entries = cache.entries.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(hit) = entries.get(id) {

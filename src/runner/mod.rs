@@ -73,16 +73,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Runner {
     /// Creates the runner, writes this replica's first heartbeat and starts its background
-    /// tasks (heartbeat and sweeper; on PostgreSQL the notification listener).
+    /// tasks (heartbeat and sweeper; on PostgreSQL the notification listener, which
+    /// `channels` share).
     pub async fn start(
         store: Arc<dyn Store>,
         apps: Arc<AppRegistry>,
         plugins: PluginSet,
         config: RunnerConfig,
+        channels: Vec<bus::ChannelListener>,
     ) -> Result<Arc<Runner>, StoreError> {
         let stop = CancellationToken::new();
         let (bus, cancels) = match store.pg_pool() {
-            Some(pool) => Bus::postgres(&config.owner, pool, stop.clone()).await?,
+            Some(pool) => Bus::postgres(&config.owner, pool, stop.clone(), channels).await?,
             None => Bus::local(&config.owner),
         };
         store.heartbeat(&config.owner, config.lease, false).await?;

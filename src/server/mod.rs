@@ -7,9 +7,10 @@ pub mod allocator;
 use crate::agent::PluginSet;
 use crate::apps::AppRegistry;
 use crate::auth::jwt::{JwtConfig, JwtVerifier};
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, KeyChanges, KEYS_CHANNEL};
 use crate::config::ServeArgs;
 use crate::http::{self, AppState};
+use crate::runner::bus::ChannelListener;
 use crate::runner::{Runner, RunnerConfig};
 use crate::store::{self, StoreLimits};
 use accept::AcceptConfig;
@@ -71,15 +72,31 @@ impl Server {
         runner_config.max_runs_per_user = args.security.max_runs_per_user;
         // Checked before anything starts: a refused configuration leaves nothing running.
         let jwt = jwt_verifier(&args)?;
-        let runner = Runner::start(store.clone(), apps.clone(), plugins, runner_config)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot start the runner: {e}"))?;
-        let authenticator = Authenticator::new(
+        // With PostgreSQL, other replicas revoke keys too: their notifications (and any gap in
+        // them) invalidate this replica's key cache. SQLite has no other process to hear from.
+        let key_changes = store.pg_pool().map(|_| KeyChanges::default());
+        let channels = key_changes
+            .iter()
+            .map(|changes| {
+                let (on_notify, on_gap) = (changes.clone(), changes.clone());
+                ChannelListener {
+                    channel: KEYS_CHANNEL,
+                    on_notify: Box::new(move |_| on_notify.changed()),
+                    on_gap: Box::new(move || on_gap.changed()),
+                }
+            })
+            .collect();
+        let runner = Runner::start(
             store.clone(),
-            args.security.api_keys(),
-            jwt,
-            runner.bus().key_generation(),
-        );
+            apps.clone(),
+            plugins,
+            runner_config,
+            channels,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot start the runner: {e}"))?;
+        let authenticator =
+            Authenticator::new(store.clone(), args.security.api_keys(), jwt, key_changes);
         let gate = Arc::new(http::auth::Gate::new(authenticator, &args));
         let state = AppState {
             store,

@@ -61,7 +61,8 @@ where
     })
 }
 
-/// Revokes and, on PostgreSQL, tells every replica (they drop their cached keys).
+/// Revokes and, on PostgreSQL, tells every replica (they drop their cached keys; the channel
+/// is `auth::KEYS_CHANNEL`).
 const PG_REVOKE: &str = "WITH r AS (UPDATE api_keys SET revoked_at = $2
                      WHERE id = $1 AND revoked_at IS NULL RETURNING id)
      SELECT pg_notify('agentd_keys', id) FROM r";

@@ -45,8 +45,6 @@ use tokio_util::sync::CancellationToken;
 
 /// The one notification channel every replica listens on.
 pub const CHANNEL: &str = "agentd";
-/// API key changes (a revocation): every replica drops its cached keys.
-pub const KEYS_CHANNEL: &str = "agentd_keys";
 /// How often a replica re-announces the sessions its clients follow.
 pub const WATCH_REFRESH: Duration = Duration::from_secs(2);
 /// A remote watch not refreshed for this long is dropped.
@@ -127,9 +125,18 @@ pub struct Bus {
     notify: Option<mpsc::Sender<String>>,
     /// Cancel requests heard for runs (the runner cancels the local ones).
     cancels: mpsc::UnboundedSender<String>,
-    /// Bumped on every API key change heard (and whenever notifications may have been
-    /// missed); `None` without PostgreSQL, where no other process can tell us.
-    key_generation: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// Other listeners sharing this replica's notification connection.
+    channels: Vec<ChannelListener>,
+}
+
+/// Another listener on this replica's one notification connection (PostgreSQL): told of
+/// every notification on its channel, and of a gap (the connection was lost, so some may have
+/// been missed). The bus knows nothing of what it listens for (API key changes: see
+/// [`crate::auth::KeyChanges`]); the server wires the two.
+pub struct ChannelListener {
+    pub channel: &'static str,
+    pub on_notify: Box<dyn Fn(&str) + Send + Sync>,
+    pub on_gap: Box<dyn Fn() + Send + Sync>,
 }
 
 /// A follower's subscription; dropping it stops following.
@@ -163,7 +170,7 @@ impl Bus {
             inner: Mutex::new(Inner::default()),
             notify: None,
             cancels,
-            key_generation: None,
+            channels: vec![],
         });
         (bus, rx)
     }
@@ -284,22 +291,14 @@ impl Bus {
         self.send_wire(&w);
     }
 
-    /// Every local follower re-reads from the database.
+    /// Every local follower re-reads from the database, and every other listener hears of
+    /// the gap.
     fn resync_all(&self) {
-        self.keys_changed();
+        for c in &self.channels {
+            (c.on_gap)();
+        }
         for tx in self.lock().local.values() {
             let _ = tx.send(BusMsg::Resync);
-        }
-    }
-
-    /// The API key generation, when key changes are heard from every process (PostgreSQL).
-    pub fn key_generation(&self) -> Option<Arc<std::sync::atomic::AtomicU64>> {
-        self.key_generation.clone()
-    }
-
-    fn keys_changed(&self) {
-        if let Some(g) = &self.key_generation {
-            g.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     }
 

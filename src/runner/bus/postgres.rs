@@ -4,12 +4,13 @@
 use super::*;
 
 impl Bus {
-    /// A bus that also reaches the other replicas through PostgreSQL. Starts the listener,
-    /// the notifier and the watch refresher; they stop with `stop`.
+    /// A bus that also reaches the other replicas through PostgreSQL. Starts the listener
+    /// (which `channels` share), the notifier and the watch refresher; they stop with `stop`.
     pub async fn postgres(
         replica: &str,
         pool: sqlx::PgPool,
         stop: CancellationToken,
+        channels: Vec<ChannelListener>,
     ) -> Result<(Arc<Bus>, mpsc::UnboundedReceiver<String>), sqlx::Error> {
         let (cancels, cancel_rx) = mpsc::unbounded_channel();
         let (ntx, nrx) = mpsc::channel(NOTIFY_QUEUE);
@@ -18,10 +19,13 @@ impl Bus {
             inner: Mutex::new(Inner::default()),
             notify: Some(ntx),
             cancels,
-            key_generation: Some(Arc::default()),
+            channels,
         });
         let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
-        listener.listen_all([CHANNEL, KEYS_CHANNEL]).await?;
+        let names: Vec<&str> = std::iter::once(CHANNEL)
+            .chain(bus.channels.iter().map(|c| c.channel))
+            .collect();
+        listener.listen_all(names).await?;
         tokio::spawn(listen(Arc::downgrade(&bus), listener, stop.clone()));
         tokio::spawn(notifier(replica.to_string(), pool, nrx, stop.clone()));
         tokio::spawn(refresh_watches(Arc::downgrade(&bus), stop));
@@ -39,16 +43,20 @@ async fn listen(bus: Weak<Bus>, mut listener: sqlx::postgres::PgListener, stop: 
         };
         let Some(bus) = bus_ref.upgrade() else { return };
         match next {
-            Ok(Some(n)) if n.channel() == KEYS_CHANNEL => bus.keys_changed(),
-            Ok(Some(n)) => bus.receive(n.payload()),
+            Ok(Some(n)) if n.channel() == CHANNEL => bus.receive(n.payload()),
+            Ok(Some(n)) => {
+                if let Some(c) = bus.channels.iter().find(|c| c.channel == n.channel()) {
+                    (c.on_notify)(n.payload());
+                }
+            }
             // The connection was lost and sqlx has already reconnected and re-LISTENed.
-            // Whatever was sent meanwhile is gone: followers re-read, cached keys go.
+            // Whatever was sent meanwhile is gone: followers re-read, other listeners hear of the gap.
             Ok(None) => {
                 tracing::warn!("notification connection lost; reconnected");
                 bus.resync_all();
             }
             // The reconnect failed. Re-subscribe first, and only then tell followers and the
-            // key cache to re-read: anything read before the subscription is back could miss
+            // other listeners to re-read: anything read before the subscription is back could miss
             // a notification sent in between.
             Err(e) => {
                 tracing::warn!(error = %e, "notification listener error; reconnecting");
