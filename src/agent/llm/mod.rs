@@ -7,10 +7,13 @@
 //! tool calls, `max_steps` is reached, a tool transfers the conversation or escalates, or a
 //! call waits for the client (long-running tools, confirmations).
 
+mod approvals;
 mod callbacks;
 mod flow;
 pub mod history;
 pub mod instruction;
+mod model_step;
+mod tool_calls;
 
 pub use callbacks::{
     AfterModelCallback, AfterToolCallback, BeforeModel, BeforeModelCallback, BeforeToolCallback,
