@@ -1,0 +1,330 @@
+//! The Responses API: `POST /v1/responses` (streamed, not, or in the background), `GET` and
+//! cancel by id, `previous_response_id` chains.
+
+use super::routes::*;
+
+use super::map::{ResponseMeta, ResponsesStream};
+use crate::auth::Caller;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::Query;
+use crate::http::extract::{Json, Path};
+use crate::http::frontend::kit::{check_app, resolve_user, run_headers, sse_response, turn};
+use crate::http::openapi::{EventStream, OpenAiErrors, UserHeader};
+use crate::http::AppState;
+use crate::run::RunItem;
+use crate::runner::{OnDisconnect, RunHandle};
+use crate::store::{CancelRequest, RunRecord, RunStatus};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::stream::{self, Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+// ------------------------------------------------------------------ Responses
+
+/// OpenAI's create-response request (the fields agentd reads; others are ignored).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(super) struct CreateResponse {
+    /// The app.
+    model: String,
+    /// A string, or a list of messages and `function_call_output` items.
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    previous_response_id: Option<String>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    background: bool,
+    #[serde(default)]
+    tools: Vec<Value>,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// `input` as Chat-style messages: a string is one user message; items are messages
+/// (`role`, `content`) and `function_call_output`s (as `tool` messages).
+fn input_messages(input: Option<&Value>) -> ApiResult<Vec<Value>> {
+    match input {
+        None | Some(Value::Null) => Ok(vec![]),
+        Some(Value::String(s)) => Ok(vec![json!({"role": "user", "content": s})]),
+        Some(Value::Array(items)) => Ok(items
+            .iter()
+            .filter_map(|i| match i.get("type").and_then(Value::as_str) {
+                Some("function_call_output") => {
+                    let output = match i.get("output") {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(other) => other.to_string(),
+                        None => String::new(),
+                    };
+                    Some(json!({"role": "tool", "tool_call_id": i.get("call_id"), "content": output}))
+                }
+                Some("function_call") => Some(json!({"role": "assistant", "tool_calls": [{
+                    "id": i.get("call_id"), "type": "function",
+                    "function": {"name": i.get("name"), "arguments": i.get("arguments")}}]})),
+                Some("message") | None => i.get("role").map(|_| i.clone()),
+                _ => None,
+            })
+            .collect()),
+        Some(_) => Err(ApiError::bad_request(
+            "invalid_input",
+            "input must be a string or an array of input items",
+        )),
+    }
+}
+
+fn response_id(run_id: &str) -> String {
+    format!("resp_{run_id}")
+}
+
+/// The run behind a response id, if the caller may see it: another user's response (the
+/// authenticated user's, or the one `x-agentd-user-id` names) is "not found".
+async fn response_run(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    id: &str,
+) -> ApiResult<RunRecord> {
+    let run_id = id.strip_prefix("resp_").unwrap_or(id);
+    let named = headers
+        .get(crate::http::frontend::kit::USER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| caller.user_id.is_none() || caller.admin);
+    state
+        .runner
+        .get_run(run_id)
+        .await?
+        .filter(|r| caller.may_access(&r.app_name, &r.user_id))
+        .filter(|r| named.is_none_or(|u| u == r.user_id))
+        .ok_or_else(|| {
+            ApiError::not_found("response_not_found", format!("No response with id {id:?}"))
+        })
+}
+
+fn meta_of(run: &RunRecord, background: Option<bool>, previous: Option<String>) -> ResponseMeta {
+    ResponseMeta {
+        id: response_id(&run.run_id),
+        created_at: run.created_at as i64,
+        model: run.app_name.clone(),
+        background,
+        previous_response_id: previous,
+    }
+}
+
+/// The response as the stored events say, through the same mapping a stream uses.
+async fn stored_response(state: &AppState, run: &RunRecord) -> ApiResult<Value> {
+    let mut mapper = ResponsesStream::new(meta_of(run, None, None), false);
+    let mut after = run.base_seq.unwrap_or(0);
+    loop {
+        let page = state
+            .store
+            .invocation_events(&run.key(), &run.invocation_id, after, 500)
+            .await?;
+        for e in &page {
+            after = e.seq;
+            mapper.item(&RunItem::Event {
+                event: Box::new(e.event.clone()),
+                seq: Some(e.seq),
+            });
+        }
+        if page.len() < 500 {
+            break;
+        }
+    }
+    if run.status == RunStatus::Running {
+        return Ok(mapper.response("in_progress"));
+    }
+    let end = mapper.end(run.status);
+    Ok(end
+        .last()
+        .map(|e| e["response"].clone())
+        .unwrap_or(Value::Null))
+}
+
+/// Responses events as SSE (`event:` names the type; no `[DONE]`), after `starting_after`.
+fn response_frames(
+    mut mapper: ResponsesStream,
+    items: impl Stream<Item = RunItem> + Send + 'static,
+    starting_after: Option<u64>,
+) -> impl Stream<Item = Bytes> + Send + 'static {
+    let first = mapper.start();
+    let body = items.flat_map(move |item| {
+        let out = match item {
+            RunItem::Done { status, .. } => mapper.end(status),
+            item => mapper.item(&item),
+        };
+        stream::iter(out)
+    });
+    let events = stream::iter(first).chain(body).filter_map(move |e| {
+        let keep =
+            starting_after.is_none_or(|n| e["sequence_number"].as_u64().is_some_and(|s| s > n));
+        futures::future::ready(keep.then(|| {
+            Bytes::from(format!(
+                "event: {}\ndata: {e}\n\n",
+                e["type"].as_str().unwrap_or("message")
+            ))
+        }))
+    });
+    crate::http::frontend::kit::with_keep_alive(events)
+}
+
+/// OpenAI Responses over an app: streamed or not, `previous_response_id` continues that
+/// response's session, `background: true` runs on after the request.
+#[utoipa::path(post, path = "/v1/responses", tag = "openai",
+    params(UserHeader),
+    request_body = CreateResponse,
+    responses((status = 200, description = "A `response` object, or with `stream: true` Responses events as SSE (`event:` + `data:`).",
+        content((Object = "application/json"), (EventStream = "text/event-stream"))), OpenAiErrors))]
+pub(super) async fn create_response(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Json(req): Json<CreateResponse>,
+) -> ApiResult<Response> {
+    check_app(&state.apps, &caller, &req.model)?;
+    let user = resolve_user(&caller, &headers, req.user.as_deref())?;
+    let tools = client_tools(&req.tools)?;
+    let messages = input_messages(req.input.as_ref())?;
+    let (key, parts) = match &req.previous_response_id {
+        Some(prev) => {
+            let run = response_run(&state, &caller, &headers, prev).await?;
+            if run.app_name != req.model || run.user_id != user {
+                return Err(ApiError::not_found(
+                    "response_not_found",
+                    format!("No response with id {prev:?} for this model and user"),
+                ));
+            }
+            let key = run.key();
+            let open = calls_answered(&state, &key, &messages).await?;
+            (key, input_parts(&messages, &open))
+        }
+        None => new_conversation(&state, &req.model, &user, &messages, &tools).await?,
+    };
+    if parts.is_empty() {
+        return Err(no_input());
+    }
+    let handle: RunHandle = start_or_forget(
+        &state,
+        req.previous_response_id.is_none(),
+        turn(
+            key.clone(),
+            parts,
+            // A background response streams whole events only (see the module doc).
+            req.stream && !req.background,
+            tools,
+            if req.background {
+                OnDisconnect::Continue
+            } else {
+                OnDisconnect::Cancel
+            },
+        ),
+    )
+    .await?;
+    let extra = run_headers(&handle.run_id, &handle.invocation_id, &key.session_id);
+    let run = state
+        .runner
+        .get_run(&handle.run_id)
+        .await?
+        .ok_or_else(|| ApiError::internal("the run started but its row is missing"))?;
+    if req.stream {
+        // What a stream says is what a replay from the stored run can say again, byte for
+        // byte: the request's own fields (background, previous_response_id) are not stored.
+        let mapper = ResponsesStream::new(meta_of(&run, None, None), !req.background);
+        let items = crate::http::frontend::kit::handle_items(&state, handle);
+        return Ok(sse_response(response_frames(mapper, items, None), extra));
+    }
+    let meta = meta_of(&run, Some(req.background), req.previous_response_id.clone());
+    let mapper = ResponsesStream::new(meta, true);
+    if req.background {
+        // The run goes on without this request (it does not cancel on disconnect).
+        drop(handle);
+        return Ok((extra, axum::Json(mapper.response("in_progress"))).into_response());
+    }
+    let mut mapper = mapper;
+    mapper.start();
+    let mut items = Box::pin(crate::http::frontend::kit::handle_items(&state, handle));
+    let mut status = RunStatus::Failed;
+    while let Some(item) = items.next().await {
+        if let RunItem::Done { status: s, .. } = item {
+            status = s;
+            break;
+        }
+        mapper.item(&item);
+    }
+    let end = mapper.end(status);
+    let response = end
+        .last()
+        .map(|e| e["response"].clone())
+        .unwrap_or(Value::Null);
+    Ok((extra, axum::Json(response)).into_response())
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct GetQuery {
+    /// Stream the response's events (replayed, then live).
+    #[serde(default)]
+    stream: bool,
+    /// With `stream`: only events with a larger `sequence_number`.
+    #[serde(default)]
+    starting_after: Option<u64>,
+}
+
+/// A response, or (`?stream=true`) its events from any replica, during or after the run.
+#[utoipa::path(get, path = "/v1/responses/{response_id}", tag = "openai",
+    params(("response_id" = String, Path), GetQuery, UserHeader),
+    responses((status = 200, description = "The `response` object, or its events as SSE.",
+        content((Object = "application/json"), (EventStream = "text/event-stream"))), OpenAiErrors))]
+pub(super) async fn get_response(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Query(q): Query<GetQuery>,
+) -> ApiResult<Response> {
+    let run = response_run(&state, &caller, &headers, &id).await?;
+    if !q.stream {
+        return Ok(axum::Json(stored_response(&state, &run).await?).into_response());
+    }
+    let items = crate::http::frontend::kit::follow(&state, &run.run_id).await?;
+    let mapper = ResponsesStream::new(meta_of(&run, None, None), false);
+    let extra = run_headers(&run.run_id, &run.invocation_id, &run.session_id);
+    Ok(sse_response(
+        response_frames(mapper, items, q.starting_after),
+        extra,
+    ))
+}
+
+/// Cancels a background response; answers it as it ended.
+#[utoipa::path(post, path = "/v1/responses/{response_id}/cancel", tag = "openai",
+    params(("response_id" = String, Path), UserHeader),
+    responses((status = 200, description = "The `response` object.", body = Object), OpenAiErrors))]
+pub(super) async fn cancel_response(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let run = response_run(&state, &caller, &headers, &id).await?;
+    let req: CancelRequest =
+        crate::http::routes::runs::cancel_request(&headers, Default::default())?;
+    if run.status == RunStatus::Running {
+        let mut sub = state.runner.bus().subscribe(&run.key());
+        state.runner.cancel(&run.run_id, &req).await?;
+        let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+        loop {
+            let now = state.runner.get_run(&run.run_id).await?;
+            if now.as_ref().is_none_or(|r| r.status != RunStatus::Running)
+                || tokio::time::Instant::now() >= deadline
+            {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(200), sub.rx.recv()).await;
+        }
+    }
+    let run = response_run(&state, &caller, &headers, &id).await?;
+    Ok(axum::Json(stored_response(&state, &run).await?).into_response())
+}
