@@ -486,6 +486,25 @@ pub fn apply_delta(target: &mut JsonMap, delta: &JsonMap) {
     }
 }
 
+// ---------------------------------------------------------------- reserved function names
+
+/// The function ADK uses to ask the client to approve a tool call.
+pub const REQUEST_CONFIRMATION: &str = "adk_request_confirmation";
+/// ADK's response to a call waiting for the client's approval.
+pub const CONFIRMATION_REQUIRED: &str =
+    "This tool call requires confirmation, please approve or reject.";
+/// ADK's response to a call the client rejected.
+pub const CONFIRMATION_REJECTED: &str = "This tool call is rejected.";
+
+/// ADK function names that drive internal flows (confirmation, credentials, input,
+/// transfer): a client may not restore events carrying them, and they are not memories.
+pub const INTERNAL_FUNCTIONS: &[&str] = &[
+    "adk_request_credential",
+    REQUEST_CONFIRMATION,
+    "adk_request_input",
+    "transfer_to_agent",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,22 +567,3 @@ mod tests {
         assert!(!merged.contains_key("temp:t"));
     }
 }
-
-// ---------------------------------------------------------------- reserved function names
-
-/// The function ADK uses to ask the client to approve a tool call.
-pub const REQUEST_CONFIRMATION: &str = "adk_request_confirmation";
-/// ADK's response to a call waiting for the client's approval.
-pub const CONFIRMATION_REQUIRED: &str =
-    "This tool call requires confirmation, please approve or reject.";
-/// ADK's response to a call the client rejected.
-pub const CONFIRMATION_REJECTED: &str = "This tool call is rejected.";
-
-/// ADK function names that drive internal flows (confirmation, credentials, input,
-/// transfer): a client may not restore events carrying them, and they are not memories.
-pub const INTERNAL_FUNCTIONS: &[&str] = &[
-    "adk_request_credential",
-    REQUEST_CONFIRMATION,
-    "adk_request_input",
-    "transfer_to_agent",
-];
