@@ -1,33 +1,39 @@
 //! agentd: an HTTP/SSE agent-serving daemon, wire-compatible with Google ADK's `api_server`.
 //!
-//! Data flows one way; no module reaches back up:
+//! Data flows one way; no module reaches back up (the picture, with file links:
+//! `docs/architecture.md`):
 //!
 //! ```text
 //! http (axum) ──► runner ──► agent tree ──► models / tools
 //!    │              │
 //!    │              └──► store (sessions, events, state, artifacts, runs)
 //!    └──► store (session and artifact CRUD that runs no agent)
+//!
+//! run: RunItem (what the runner hands http) and the outbox (commit, then deliver), below all
 //! ```
 //!
 //! - [`event`]: the ADK wire model (`Session`, `Event`, `Content`, `Part`, `EventActions`).
-//! - [`store`]: `SessionStore` / `ArtifactStore` with PostgreSQL and SQLite backends.
-//!   **A complete event is committed in [`store::SessionStore::append_event`]** (one
-//!   transaction: event row, state delta, artifact delta, the session's new `seq`).
-//!   Memory (full-text search over past sessions) lives beside it ([`store::MemoryStore`]).
+//! - [`run`]: a run as data: its items ([`run::RunItem`]) and its outbox ([`run::Outbox`]),
+//!   where **a complete event is committed, fenced by the run's ownership, before the client
+//!   sees it**.
+//! - [`store`]: the traits per resource and their PostgreSQL and SQLite backends
+//!   (`store::postgres`, `store::sqlite`, one file per resource).
 //! - [`runner`]: admission (one run per session, enforced by the database; FCFS queueing),
 //!   the user event, agent selection, cancel/timeout/drain and the seal of a stopped run,
 //!   per-replica liveness (heartbeat, sweeper), and the bus that lets followers on any
 //!   replica watch a run and a cancel reach its owner (PostgreSQL LISTEN/NOTIFY).
-//! - [`agent`]: the `Agent` trait, the invocation context whose `emit` hands each complete
-//!   event to `append_event` before the client sees it, callbacks, plugins, the echo and
-//!   workflow agents, the YAML loader, and [`agent::llm::LlmAgent`] (the model↔tools loop).
+//! - [`agent`]: the `Agent` trait, the invocation context (what agents see), callbacks,
+//!   plugins, the echo and workflow agents, and [`agent::llm::LlmAgent`] (the model↔tools
+//!   loop).
 //! - [`model`]: the streaming `Model` trait and its providers (OpenAI-compatible,
 //!   Anthropic, Gemini); [`tools`]: function tools, built-ins, HTTP tools, MCP toolsets.
-//! - [`apps`]: the apps found under `--apps-dir`.
-//! - [`http`]: the axum router, one module per resource (re-attach and follow in
-//!   `http::stream`), the JSON error type.
-//! - [`config`]: command-line flags and their environment variables.
-//! - [`metrics`]: the Prometheus metrics agentd exports (`GET /metrics`).
+//! - [`apps`]: the apps found under `--apps-dir` and their YAML loader.
+//! - [`http`]: the axum router and middleware, one module per resource under `http::routes`,
+//!   SSE framing and followers under `http::sse`, one folder per frontend protocol under
+//!   `http::frontend`, the JSON error type.
+//! - [`auth`]: API keys, JWTs, key revocation; [`server`]: startup, the accept loop, shutdown.
+//! - [`config`]: command-line flags and their environment variables; [`metrics`] and
+//!   [`telemetry`]: what agentd exports (Prometheus, OTLP).
 
 pub mod agent;
 pub mod apps;

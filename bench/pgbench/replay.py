@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Replays agentd's per-run SQL and ceiling (c)'s with pgbench, to see what PostgreSQL spends
-on the statements alone (no HTTP, no sqlx pings): README "Performance", "What stands in the
+on the statements alone (no HTTP, no sqlx pings): docs/performance.md, "What stands in the
 way of (c)".
 
     cargo build --release -p agentd

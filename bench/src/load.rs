@@ -382,7 +382,7 @@ pub async fn run_table(args: &BenchArgs, env: &mut Env) -> Result<Vec<LevelResul
     // Steady state, not a cold start: a few seconds of load fill the tables, then
     // PostgreSQL's statistics are gathered, as autovacuum does within its first minute
     // (autovacuum_naptime). Without statistics PostgreSQL 15 plans agentd's session lookups
-    // on `sessions_by_update_time`, scanning every session of the user (see README).
+    // on `sessions_by_update_time`, scanning every session of the user (see docs/storage.md).
     eprintln!("runs: warming up every server…");
     for server in env.measured() {
         let spec = RunSpec::new(&server.base, APP, args.message_bytes, args.chunks);

@@ -1,5 +1,5 @@
 //! `agentd-bench`: agentd's load generator, its two ceiling servers and the other
-//! measurements of the README's "Performance" section.
+//! measurements in docs/performance.md.
 //!
 //! `agentd-bench all` reproduces everything: it starts `target/release/agentd` and the three
 //! ceilings (`agentd-bench ceiling --mode a|b|c`) as child processes (so each one's RSS and CPU

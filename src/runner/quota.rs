@@ -2,7 +2,7 @@
 //!
 //! A count per process, not a database fact: with several replicas a user may have up to
 //! `replicas × limit` runs at once. It bounds what one user can take of one replica, which is
-//! what it is for; the README says so.
+//! what it is for; docs/security.md says so.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -104,7 +104,7 @@ pub enum RunError {
 
 /// A started run: its ids, and its items in order (ending with [`RunItem::Done`], unless the
 /// client fell so far behind that it was dropped as a reader; the run's end is then in the
-/// database, see [`Runner::get_run`]).
+/// database, see [`Runner::get_run`](super::Runner::get_run)).
 pub struct RunHandle {
     pub run_id: String,
     pub invocation_id: String,

@@ -4,7 +4,7 @@
 //! KiB. glibc serves those from its heaps and, once they are freed, keeps the pages: 201
 //! clients reading a 256 KiB reply slowly left agentd at 216 MiB RSS, and it stayed at 216 MiB
 //! after they hung up, though they held about 100 KiB each while reading (`agentd-bench
-//! slow-readers`; README, "Performance"). With allocations of 64 KiB and more mapped on their
+//! slow-readers`; docs/performance.md). With allocations of 64 KiB and more mapped on their
 //! own (returned to the system when freed) and the heap trimmed above 64 KiB of free space,
 //! the same run peaked at 40 MiB and went back to 39 MiB.
 //!

@@ -40,7 +40,7 @@ pub struct NewRun {
     pub queue_ttl: Duration,
     /// The user event, committed by admission itself (PostgreSQL: admission, the user event
     /// and the run's starting state are one statement and one durable commit, see
-    /// [`pg_insert_run_sql`]; SQLite: one transaction). It is committed there only if the
+    /// [`pg_insert_run_sql`](super::postgres::pg_insert_run_sql); SQLite: one transaction). It is committed there only if the
     /// session has no dead run to seal first; otherwise the runner appends it after admission.
     /// An event with staged artifacts is never passed here.
     pub opening: Option<Event>,
@@ -51,7 +51,7 @@ pub struct NewRun {
 pub struct Opened {
     pub stored: StoredEvent,
     /// `None` when the admission statement's snapshot predates a write to the session that it
-    /// then waited for (see [`pg_insert_run_sql`]): its reading of the shared `app:`/`user:`
+    /// then waited for (see [`pg_insert_run_sql`](super::postgres::pg_insert_run_sql)): its reading of the shared `app:`/`user:`
     /// state may miss that write, so the runner reads the state again.
     pub state: Option<JsonMap>,
 }

@@ -3,7 +3,7 @@
 //!
 //! - only events on the agent's branch (a parallel sibling's events are not seen);
 //! - the user's and this agent's own events as they are;
-//! - other agents' turns as user-role context ("For context: [agent] said: …"), so the
+//! - other agents' turns as user-role context ("For context: \[agent\] said: …"), so the
 //!   model neither impersonates them nor sees tool calls it cannot answer;
 //! - ADK-internal confirmation calls left out;
 //! - each function response placed right after its call, using the latest response for a

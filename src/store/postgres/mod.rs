@@ -46,28 +46,9 @@ pub(crate) const PG_NOW: &str = "extract(epoch from clock_timestamp())::double p
 
 /// Makes the statement's own (implicit) transaction commit without waiting for its WAL to
 /// reach disk (`SET LOCAL synchronous_commit = off`, inside the one statement, so it costs no
-/// round trip). Used where losing the write in a database crash is harmless:
-///
-/// - Admission without its user event (a resume; a user event with staged artifacts, which
-///   the runner appends right after): the run id is revealed to no one until the run's user
-///   event, if any, is committed synchronously, and that flush covers the earlier admission
-///   record too (WAL is flushed in order). So no client can act on an admission that a crash
-///   could undo; a crash before that flush simply means the run never started. Admission
-///   that carries the user event is that event's durable commit.
-/// - Heartbeats: losing one only makes the replica look older by one period.
-/// - Finishing a run (`finish_run`) when its outcome did not ride on its last event (a
-///   completed run whose final response was held back commits both in one synchronous
-///   statement, [`super::Fence::RunEnd`]; this is the rest: failures, cancels, agents that
-///   end with something else): every event of the run is already durable (each was
-///   committed synchronously before any client saw it), and `event: done` repeats nothing that
-///   is not. The window is a PostgreSQL crash within the few hundred milliseconds before the
-///   WAL writer (or any later synchronous commit) flushes the record: the run row then reads
-///   `running` and its session stays owned. That is repaired without a client's help: if the
-///   replica lives, its reconciliation (every sweep, 2/3 of the lease) finds a running run of
-///   its own with no task and finishes it (`failed`, "outcome lost"); if it died too, any
-///   replica's sweeper abandons and seals it. No event is lost or duplicated either way; what
-///   can differ is the recorded status of that one run. A synchronous outcome cost 15% of
-///   the runs/s at 8 clients (`agentd-bench runs`, README "Performance").
+/// round trip). Only for writes whose loss in a database crash is harmless or repaired
+/// without a client: admission without its user event, heartbeats, a run's outcome when it
+/// did not ride on its last event. Why each is safe: docs/storage.md, "Asynchronous commits".
 const ASYNC_COMMIT: &str = "SELECT set_config('synchronous_commit', 'off', true)";
 
 /// How often a write that lost the race for an artifact version is retried. Every conflict
