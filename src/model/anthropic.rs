@@ -14,6 +14,9 @@
 //! `content_block_start` / `_delta` / `_stop` (text, `tool_use` with `input_json_delta`
 //! pieces, `thinking`), `message_delta` (stop reason, output tokens), `message_stop`,
 //! `ping`, and `error` events mid-stream. Unknown events are ignored, as Anthropic asks.
+//!
+//! One cohesive thing, past 600 lines: request mapping and stream parsing of one wire format,
+//! then their unit tests.
 
 use super::http;
 use super::{json_text, Delta, DeltaStream, Endpoint, LlmRequest, Model, ModelError, Usage};

@@ -17,6 +17,9 @@
 //! Every SSE `data:` is a whole `GenerateContentResponse`: `candidates[0].content.parts`
 //! (text, `thought: true` text, whole `functionCall`s), `candidates[0].finishReason` (passed
 //! through), cumulative `usageMetadata`, `modelVersion`, or an `error` object.
+//!
+//! One cohesive thing, past 600 lines: the request mapping and the stream parser are the two
+//! halves of one wire format; the rest of the file is their unit tests.
 
 use super::http;
 use super::{Delta, DeltaStream, Endpoint, LlmRequest, Model, ModelError, Usage};

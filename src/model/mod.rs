@@ -5,6 +5,9 @@
 //! by every provider) turns deltas into the text shown to the client as it streams and into
 //! the one aggregated [`LlmResponse`] the LLM agent commits. That keeps the tricky parts
 //! (tool-call argument accumulation, JSON repair, finish reasons) in one tested place.
+//!
+//! One cohesive thing, past 600 lines: the types every provider shares and the aggregator
+//! that is their single tested path; the last part of the file is its unit tests.
 
 pub mod anthropic;
 pub mod gemini;

@@ -1,5 +1,8 @@
 //! Sessions and events on PostgreSQL: create, read, list, delete, and the append path
 //! (one statement per complete event; see the module docs of [`super`]).
+//!
+//! One cohesive thing, past 600 lines: the session statements and the append path share their
+//! row decoding, fences and conflict handling; a third of the file is the SQL itself.
 
 use super::*;
 
