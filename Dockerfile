@@ -30,6 +30,8 @@ ENV AGENTD_BIND=0.0.0.0:8000 \
     AGENTD_APPS_DIR=/etc/agentd/apps \
     AGENTD_LOG_FORMAT=json \
     AGENTD_AUTH=api-key \
+    AGENTD_RATE_LIMIT_RPS=20 \
+    AGENTD_MAX_RUNS_PER_USER=8 \
     DATABASE_URL=sqlite:///var/lib/agentd/data/agentd.db
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \

@@ -127,6 +127,12 @@ pub struct SecurityArgs {
     #[arg(long, env = "AGENTD_JWT_JWKS_REFRESH_SECS", default_value_t = 30)]
     pub jwt_jwks_refresh_secs: u64,
 
+    /// Longest the last good JWKS is trusted while the identity provider cannot be reached:
+    /// after that, tokens are refused (503) until a fetch succeeds, so keys the provider removed
+    /// do not stay valid for ever behind a blocked fetch.
+    #[arg(long, env = "AGENTD_JWT_JWKS_MAX_STALE_SECS", default_value_t = 86_400)]
+    pub jwt_jwks_max_stale_secs: u64,
+
     /// Clock skew tolerated on `exp` and `nbf`, in seconds.
     #[arg(long, env = "AGENTD_JWT_LEEWAY_SECS", default_value_t = 30)]
     pub jwt_leeway_secs: u64,
@@ -185,6 +191,7 @@ impl SecurityArgs {
             jwt_audience: vec![],
             jwt_user_claim: "sub".into(),
             jwt_jwks_refresh_secs: 30,
+            jwt_jwks_max_stale_secs: 86_400,
             jwt_leeway_secs: 30,
             protect_metrics: false,
             rate_limit_rps: 0,

@@ -1,7 +1,8 @@
 //! Prometheus metrics (`GET /metrics`, text exposition format), through the `metrics` facade.
 //!
-//! Label values stay bounded: route templates (never raw paths), app names from the registry,
-//! run statuses, providers and model and tool names from the apps' configuration; never user,
+//! Label values stay bounded: route templates (never raw paths), the standard HTTP methods
+//! (any other method token a client sends is `other`), app names from the registry, run
+//! statuses, providers and model and tool names from the apps' configuration; never user,
 //! session or run ids.
 //!
 //! | metric | type | labels |
@@ -21,11 +22,27 @@
 //! | `agentd_model_tokens_total` | counter | provider, model, direction = input, output |
 //! | `agentd_tool_calls_total` | counter | tool, outcome = ok, error |
 //! | `agentd_tool_call_duration_seconds` | histogram | tool |
+//!
+//! The recorder keeps every histogram sample until something drains it into its buckets: a
+//! scrape does, and so does the exporter's upkeep. `install_recorder` (agentd serves
+//! `/metrics` itself, so it needs no listener of the exporter's) runs no upkeep, so each
+//! server runs it on a timer ([`spawn_upkeep`]): without a scraper, samples would otherwise
+//! pile up for the life of the process (a few bytes per request, run and commit).
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// How often the recorder's upkeep runs: what `PrometheusBuilder::install` would use. Between
+/// two passes the pending samples are bounded by five seconds of traffic.
+pub const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Upkeep passes run in this process, by every server's task (see [`upkeep_runs`]).
+static UPKEEP_RUNS: AtomicU64 = AtomicU64::new(0);
 
 /// Seconds buckets for latencies from sub-millisecond commits to minutes-long runs.
 const BUCKETS: &[f64] = &[
@@ -52,6 +69,41 @@ pub fn install() -> PrometheusHandle {
             }
         })
         .clone()
+}
+
+/// Runs the recorder's upkeep (draining histogram samples into their buckets) every
+/// [`UPKEEP_EVERY`] until `stop` is cancelled; the server passes its shutdown token, so the
+/// task ends with the server and no server leaves one behind.
+///
+/// One task per server rather than one per process, although the recorder is one per process:
+/// a task lives on the runtime that spawned it, and tests (and embedding programs) start
+/// servers on runtimes that end before the process does, which would silently end a
+/// process-wide task with them. Several servers in one process each run it; a pass with
+/// nothing pending costs a few lock acquisitions.
+pub fn spawn_upkeep(handle: PrometheusHandle, stop: CancellationToken) {
+    tokio::spawn(async move {
+        // The first pass one period after the start: a server just started has recorded little.
+        let mut every =
+            tokio::time::interval_at(tokio::time::Instant::now() + UPKEEP_EVERY, UPKEEP_EVERY);
+        // A stalled runtime gets one pass when it resumes, not a burst of them.
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            handle.run_upkeep();
+            UPKEEP_RUNS.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+}
+
+/// How many upkeep passes have run in this process, by every server's upkeep task. Nothing a
+/// scrape shows changes when upkeep runs (a scrape drains the same samples itself), so this
+/// is how a test sees that the task runs without a scrape, and that it stops with its server.
+pub fn upkeep_runs() -> u64 {
+    UPKEEP_RUNS.load(Ordering::Relaxed)
 }
 
 /// Counts an SSE response as open until dropped.

@@ -1,5 +1,6 @@
 //! `GET /metrics`: the Prometheus text exposition, parsed line by line, and its counters move
-//! after a run. Label values stay bounded: no user or session id appears.
+//! after a run. Label values stay bounded: no user or session id appears, and a client's
+//! method name is never a label of its own. The recorder's upkeep runs with nobody scraping.
 
 mod common;
 
@@ -176,3 +177,129 @@ async fn counters_move_after_a_run(backend: Backend) {
 }
 
 both_backends!(counters_move_after_a_run);
+
+/// The metrics middleware runs before authentication and hyper accepts any method token up
+/// to the size of the request head, so a method name is anyone's input: unusual ones (here
+/// five short ones and one of 30 KB) must all be counted under `method="other"`, never as
+/// series of their own, which would grow the process's memory and every `/metrics` answer
+/// for good.
+async fn unusual_methods_are_counted_as_other(backend: Backend) {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let s = TestServer::start(backend).await;
+    let (before, _) = scrape(&s).await;
+    let long = format!("LONGMETHOD{}", "X".repeat(30_000));
+    let mut names: Vec<String> = (1..=5).map(|i| format!("FOOMETHOD{i}")).collect();
+    names.push(long);
+    for (i, name) in names.iter().enumerate() {
+        let method = reqwest::Method::from_bytes(name.as_bytes()).expect("a valid method token");
+        // A route that exists (405) and one that does not (404): the middleware counts both,
+        // whatever the door then decides.
+        let path = if i % 2 == 0 {
+            "/health"
+        } else {
+            "/no/such/route"
+        };
+        let resp = s
+            .client
+            .request(method, s.url(path))
+            .send()
+            .await
+            .expect("request with an unusual method");
+        assert!(
+            resp.status().is_client_error(),
+            "{:.20} {path}: {}",
+            name,
+            resp.status()
+        );
+    }
+    let (after, text) = scrape(&s).await;
+
+    for name in &names {
+        let head = &name[..name.len().min(12)];
+        assert!(
+            !text.contains(head),
+            "the method {head}… became a label:\n{text:.2000}"
+        );
+    }
+    // Every method label in the whole exposition is one of the bounded set.
+    let allowed = [
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE", "other",
+    ];
+    for key in after.keys() {
+        if let Some((_, rest)) = key.split_once("method=\"") {
+            let value = rest.split('"').next().unwrap_or("");
+            assert!(
+                allowed.contains(&value),
+                "unbounded method label: {key:.200}"
+            );
+        }
+    }
+    let other = |samples: &Samples, metric: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|(k, _)| {
+                k.starts_with(&format!("{metric}{{")) && k.contains(r#"method="other""#)
+            })
+            .map(|(_, v)| *v)
+            .sum()
+    };
+    let counted =
+        other(&after, "agentd_http_requests_total") - other(&before, "agentd_http_requests_total");
+    assert!(
+        counted >= names.len() as f64,
+        "{counted} requests counted as method=\"other\", expected {}:\n{text}",
+        names.len()
+    );
+    let timed = other(&after, "agentd_http_request_duration_seconds_count")
+        - other(&before, "agentd_http_request_duration_seconds_count");
+    assert!(
+        timed >= names.len() as f64,
+        "{timed} timed as other:\n{text}"
+    );
+}
+
+both_backends!(unusual_methods_are_counted_as_other);
+
+/// Histogram samples wait in the recorder until upkeep or a scrape drains them; agentd
+/// installs the recorder without the exporter's own upkeep task, so each server runs one
+/// (`agentd::metrics::spawn_upkeep`). Memory cannot be observed reliably from here, and no
+/// scrape shows whether upkeep ran (a scrape drains the samples itself), so this checks the
+/// process-wide pass counter: it moves within a few periods with nobody scraping, and stops
+/// moving once the server has shut down (the task ends with its server). The counter is
+/// shared by every server in the process; `ONE_AT_A_TIME` keeps this file's other servers
+/// out meanwhile (each test's runtime, and its tasks, end with the test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upkeep_runs_without_a_scrape_and_stops_with_the_server() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let mut s = TestServer::start(Backend::Sqlite).await;
+    let every = agentd::metrics::UPKEEP_EVERY;
+    let started = agentd::metrics::upkeep_runs();
+    // Record a few histogram samples (request durations), and never scrape.
+    for _ in 0..3 {
+        json_with_status(s.get("/health").await, 200).await;
+    }
+    let deadline = Instant::now() + every * 3;
+    while agentd::metrics::upkeep_runs() == started {
+        assert!(
+            Instant::now() < deadline,
+            "no upkeep pass in {:?} without a scrape",
+            every * 3
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let server = s.server.take().expect("the server is running");
+    server
+        .shutdown(Duration::from_secs(5))
+        .await
+        .expect("the server shuts down");
+    // A pass that had already begun when the server stopped may still count itself.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stopped = agentd::metrics::upkeep_runs();
+    tokio::time::sleep(every + Duration::from_secs(1)).await;
+    assert_eq!(
+        agentd::metrics::upkeep_runs(),
+        stopped,
+        "an upkeep task outlived its server"
+    );
+}

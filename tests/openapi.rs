@@ -144,6 +144,49 @@ async fn document_covers_the_api(backend: Backend) {
     assert!(doc["components"]["securitySchemes"]["apiKey"].is_object());
 }
 
+/// The document is valid OpenAPI 3.1 as `openapi-spec-validator` (the validator client
+/// generators and gateways use) reads it, and every operation has an operationId of its own:
+/// generators key methods on them, and a duplicate (`run` was both `POST /run` and
+/// `POST /apps/{app}/ag-ui`) makes the validator reject the whole document.
+async fn document_is_valid_openapi(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let doc = json_with_status(s.get("/openapi.json").await, 200).await;
+    let mut seen = std::collections::BTreeMap::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for m in METHODS {
+            if let Some(id) = item.get(*m).and_then(|op| op["operationId"].as_str()) {
+                if let Some(other) = seen.insert(id.to_string(), format!("{m} {path}")) {
+                    panic!("operationId {id:?} is used by {other} and {m} {path}");
+                }
+            }
+        }
+    }
+    assert!(
+        seen.len() >= operations(&doc).len(),
+        "an operation has no operationId"
+    );
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), serde_json::to_vec(&doc).expect("json")).expect("write");
+    let out = tokio::process::Command::new(clients::schemathesis_python())
+        .args([
+            "-c",
+            "import json, sys\n\
+             from openapi_spec_validator import validate\n\
+             validate(json.load(open(sys.argv[1])))\n\
+             print('valid')",
+        ])
+        .arg(file.path())
+        .output()
+        .await
+        .expect("the validator runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.trim() == "valid",
+        "openapi-spec-validator rejects the document:\n{stdout}\n{stderr}"
+    );
+}
+
 async fn docs_page_works_offline(backend: Backend) {
     // With API keys on: the document and the page are open, the API is not.
     let s = TestServer::start_with(backend, |a| {
@@ -241,6 +284,7 @@ async fn schemathesis_finds_nothing(backend: Backend) {
 
 both_backends!(
     document_covers_the_api,
+    document_is_valid_openapi,
     docs_page_works_offline,
     schemathesis_finds_nothing
 );

@@ -674,6 +674,98 @@ async fn sigterm_drains_a_replica() {
     assert!(unanswered_calls(&after).is_empty(), "{after:#?}");
 }
 
+/// One HTTP/1.1 request on an open connection; the status code and the body of the answer
+/// (read by `Content-Length`). The connection stays open for the next request.
+async fn raw_request(conn: &mut tokio::net::TcpStream, head: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(head.as_bytes()).await.expect("send");
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(PATIENCE, conn.read(&mut chunk))
+            .await
+            .expect("an answer in time")
+            .expect("read");
+        assert!(
+            n > 0,
+            "the connection was closed without an answer: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len: usize = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                let status = text[9..12].parse().expect("a status code");
+                return (status, text[end + 4..end + 4 + len].to_string());
+            }
+        }
+    }
+}
+
+/// SIGTERM with nothing running: for the whole `--drain-secs` the replica still answers, on a
+/// new connection and on one kept alive from before, `/ready` 503 and a new run 503
+/// `shutting_down` with `Retry-After` (a balancer still routing here gets an answer it can
+/// retry, not a refused or reset connection), then it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_replica_answers_until_the_drain_ends() {
+    let db = TestDb::postgres().await;
+    let apps = Apps::new().echo("echo", "chunks: 1");
+    let mut a = Replica::spawn(&db, &apps, "a", &["--drain-secs", "4"]).await;
+    a.create_session("echo", "s1").await;
+    let addr = a.base.trim_start_matches("http://").to_string();
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let mut kept = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    assert_eq!(raw_request(&mut kept, &get("/ready")).await.0, 200);
+
+    a.signal("-TERM");
+    // Not ready soon after the signal, on new connections: never a refused one.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let mut fresh = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("the listener is still open during the drain");
+        let (status, body) = raw_request(&mut fresh, &get("/ready")).await;
+        if status == 503 {
+            assert!(body.contains("shutting_down"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never turned not-ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The connection kept alive from before the signal is answered too.
+    let (status, body) = raw_request(&mut kept, &get("/ready")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("shutting_down"), "{body}");
+    let refused = a.post("/run", run_body("echo", "s1", "too late")).await;
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    assert_eq!(
+        json_with_status(refused, 503).await["code"],
+        "shutting_down"
+    );
+    // Then it goes, on its own.
+    let exited = tokio::time::timeout(PATIENCE, a.child.wait())
+        .await
+        .expect("agentd exits after the drain")
+        .expect("wait");
+    assert!(exited.success(), "{exited:?}");
+}
+
 // --------------------------------------------------------------- one process, both backends
 
 async fn re_attach_in_one_process_and_bad_input(backend: Backend) {

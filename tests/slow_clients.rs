@@ -49,6 +49,66 @@ async fn half_sent_headers_neither_block_health_nor_stay_open() {
 
 /// A body over `--max-body-bytes`, written in full before reading (as Python's `http.client`
 /// and `requests` do), gets a readable 413 instead of a broken pipe.
+/// At the connection bound, a client that sends a whole request is served at once: the
+/// oldest connections still sending their header are closed to make room (and counted),
+/// instead of the new client waiting in the backlog until a stalled one times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_bound_stalled_headers_are_shed_for_a_whole_request() {
+    rlimit::increase_nofile_limit(u64::MAX).expect("raise the open-file limit");
+    // A header timeout far beyond the client's patience: only shedding can serve it in time.
+    let s = TestServer::start_with(Backend::Sqlite, |a| {
+        a.security.max_connections = 50;
+        a.security.header_timeout_secs = 600;
+    })
+    .await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        let mut c = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        held.push(c);
+    }
+    // Every slot is taken by a stalled header now; a fresh client sends a whole request.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let health = client
+            .get(s.url("/health"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .expect("a whole request is served while stalled headers fill every slot");
+        assert_eq!(health.status(), 200);
+    }
+    // The oldest stalled connection was closed: it reads the end of the stream.
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(30), held[0].read(&mut buf))
+        .await
+        .expect("the oldest stalled connection is closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    let metrics = client
+        .get(s.url("/metrics"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let shed: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("agentd_connections_shed_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("agentd_connections_shed_total is exported");
+    assert!(shed >= 3.0, "{shed} connections shed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversize_body_written_in_full_gets_a_readable_413() {
     let s = TestServer::start_with(Backend::Sqlite, |a| a.max_body_bytes = 1024 * 1024).await;

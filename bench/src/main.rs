@@ -17,6 +17,7 @@ mod report;
 mod scale_out;
 mod servers;
 mod slow;
+mod soak;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -52,6 +53,10 @@ enum Command {
     /// Slow readers: many clients reading a long reply a few bytes at a time (agentd's RSS
     /// while they read and after they hang up; other clients' TTFB meanwhile).
     SlowReaders(BenchArgs),
+    /// Soak: many echo runs (80,000 by default) on 8 sessions with nobody scraping /metrics,
+    /// and agentd's RSS before, every 10,000 runs and after (what metrics cost a replica
+    /// nobody scrapes).
+    Soak(BenchArgs),
     /// Serve a ceiling (started by the harness as a child process).
     Ceiling(ceiling::CeilingArgs),
 }
@@ -151,6 +156,18 @@ pub struct BenchArgs {
     /// slow-readers: bytes of the echo reply each slow client reads (its message).
     #[arg(long, default_value_t = 262_144)]
     pub(crate) slow_reply_bytes: usize,
+    /// soak: echo runs to make in all (nobody scrapes /metrics meanwhile).
+    #[arg(long, default_value_t = 80_000)]
+    pub(crate) soak_runs: u64,
+    /// soak: sample agentd's RSS every this many completed runs.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) soak_every: u64,
+    /// soak: sessions, one client each (its runs follow one another on its session).
+    #[arg(long, default_value_t = 8)]
+    pub(crate) soak_sessions: usize,
+    /// soak: the longest the runs may go on, in seconds; the report says how far they got.
+    #[arg(long, default_value_t = 1800.0)]
+    pub(crate) soak_max_secs: f64,
     /// Also write the markdown report to this file.
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -190,6 +207,7 @@ fn main() -> Result<()> {
             },
         )),
         Command::SlowReaders(args) => rt.block_on(slow_readers(args)),
+        Command::Soak(args) => rt.block_on(soak(args)),
         Command::Extra(args) => rt.block_on(bench(
             args,
             Parts {
@@ -288,6 +306,30 @@ async fn slow_readers(args: BenchArgs) -> Result<()> {
     .await;
     admin.drop_created().await;
     let text = slow::report(&result?);
+    println!("{text}");
+    if let Some(path) = &args.out {
+        std::fs::write(path, &text)
+            .with_context(|| format!("cannot write the report to {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The soak alone (on a fresh agentd process).
+async fn soak(args: BenchArgs) -> Result<()> {
+    // Bad flags fail before any server starts.
+    soak::check_args(&args)?;
+    raise_fd_limit(args.soak_sessions)?;
+    let (agentd_bin, self_bin) = binaries(&args)?;
+    let admin = pg::Admin::connect(&args.database_url).await?;
+    let result = async {
+        let env = servers::Env::new(&args, &admin, &agentd_bin, &self_bin).await?;
+        let outcome = soak::run(&args, &env).await;
+        env.stop(outcome.is_err()).await;
+        outcome
+    }
+    .await;
+    admin.drop_created().await;
+    let text = soak::report(&result?);
     println!("{text}");
     if let Some(path) = &args.out {
         std::fs::write(path, &text)

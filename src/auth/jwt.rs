@@ -41,6 +41,8 @@ pub struct JwtConfig {
     pub user_claim: String,
     /// Least time between two JWKS fetches.
     pub jwks_refresh_min: Duration,
+    /// Longest the last good key set is used while refetching fails; then tokens are refused.
+    pub jwks_max_stale: Duration,
     /// Clock skew allowed on `exp`/`nbf`, in seconds.
     pub leeway_secs: u64,
 }
@@ -70,7 +72,10 @@ struct JwksCache {
     keys: HashMap<String, VerifyKey>,
     /// Keys without a `kid` (used when the token names none).
     unnamed: Vec<VerifyKey>,
+    /// The last successful fetch: what the keys' age is counted from.
     fetched_at: Option<Instant>,
+    /// The last fetch tried, successful or not: what bounds the rate of fetches.
+    attempted_at: Option<Instant>,
 }
 
 impl JwtVerifier {
@@ -170,23 +175,34 @@ impl JwtVerifier {
                 .clone()
                 .ok_or(AuthError::InvalidToken("no key"));
         };
-        if let Some(key) = jwks.lookup(kid) {
+        if let Some(key) = jwks.lookup(kid, JWKS_MAX_AGE) {
             return Ok(key);
         }
-        jwks.refresh(self.config.jwks_refresh_min).await?;
-        jwks.lookup(kid)
+        jwks.refresh(self.config.jwks_refresh_min, self.config.jwks_max_stale)
+            .await?;
+        // Fresh keys after a good fetch; after a failed one, the last good keys while they
+        // are younger than the stale limit (`refresh` failed closed past it).
+        jwks.lookup(kid, self.config.jwks_max_stale.max(JWKS_MAX_AGE))
             .or_else(|| self.static_key.clone())
             .ok_or(AuthError::InvalidToken("unknown signing key"))
     }
 }
 
+/// Whether the cached keys may still be used: some were fetched, less than `max_stale` ago.
+fn usable(cache: &JwksCache, max_stale: Duration) -> Result<(), AuthError> {
+    let fresh = cache.fetched_at.is_some_and(|at| at.elapsed() <= max_stale);
+    if fresh && !(cache.keys.is_empty() && cache.unnamed.is_empty()) {
+        Ok(())
+    } else {
+        Err(AuthError::Unavailable)
+    }
+}
+
 impl Jwks {
-    fn lookup(&self, kid: Option<&str>) -> Option<VerifyKey> {
+    /// The key for `kid` from a key set fetched successfully less than `max_age` ago.
+    fn lookup(&self, kid: Option<&str>, max_age: Duration) -> Option<VerifyKey> {
         let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
-        if cache
-            .fetched_at
-            .is_none_or(|at| at.elapsed() > JWKS_MAX_AGE)
-        {
+        if cache.fetched_at.is_none_or(|at| at.elapsed() > max_age) {
             return None;
         }
         match kid {
@@ -198,15 +214,16 @@ impl Jwks {
         }
     }
 
-    /// Fetches the key set unless another fetch happened within `min_gap`.
-    async fn refresh(&self, min_gap: Duration) -> Result<(), AuthError> {
+    /// Fetches the key set unless another fetch was tried within `min_gap`. A failed fetch
+    /// keeps the last good keys, but only while they are younger than `max_stale`: past that
+    /// it fails closed, so a provider that cannot be reached (or is blocked) does not keep the
+    /// keys it removed valid.
+    async fn refresh(&self, min_gap: Duration, max_stale: Duration) -> Result<(), AuthError> {
         let _one = self.fetching.lock().await;
         {
             let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(at) = cache.fetched_at {
-                if at.elapsed() < min_gap && at.elapsed() <= JWKS_MAX_AGE {
-                    return Ok(());
-                }
+            if cache.attempted_at.is_some_and(|at| at.elapsed() < min_gap) {
+                return usable(&cache, max_stale);
             }
         }
         let fetched = self.fetch().await;
@@ -218,13 +235,9 @@ impl Jwks {
             }
             Err(e) => {
                 tracing::warn!(url = %self.url, error = %e, "JWKS fetch failed");
-                // Keep what was known; count this as a fetch so failures are rate-bounded too.
-                cache.fetched_at = Some(Instant::now());
-                if cache.keys.is_empty() && cache.unnamed.is_empty() {
-                    Err(AuthError::Unavailable)
-                } else {
-                    Ok(())
-                }
+                // Counted as a try, so failures are rate-bounded too; the keys keep their age.
+                cache.attempted_at = Some(Instant::now());
+                usable(&cache, max_stale)
             }
         }
     }
@@ -244,8 +257,10 @@ impl Jwks {
             body.extend_from_slice(&chunk);
         }
         let set: JwkSet = serde_json::from_slice(&body)?;
+        let now = Instant::now();
         let mut next = JwksCache {
-            fetched_at: Some(Instant::now()),
+            fetched_at: Some(now),
+            attempted_at: Some(now),
             ..JwksCache::default()
         };
         for jwk in &set.keys {

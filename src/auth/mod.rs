@@ -55,6 +55,13 @@ impl Caller {
         self.admin || self.user_id.as_deref().is_none_or(|u| u == user)
     }
 
+    /// Whether the caller may see how the server is set up: agents' instructions and why an
+    /// app failed to load (file paths, YAML). Admins, and everyone when authentication is off
+    /// (a developer's own machine); other callers see them redacted.
+    pub fn may_see_internals(&self) -> bool {
+        self.admin || self.via == Via::Nobody
+    }
+
     /// Whether the caller may touch (`app`, `user`).
     pub fn may_access(&self, app: &str, user: &str) -> bool {
         self.may_use_app(app) && self.may_act_as(user)

@@ -203,20 +203,57 @@ async fn retry_reads(req: Request<axum::body::Body>, next: axum::middleware::Nex
 }
 
 /// Counts and times every request by route template (never the raw path: bounded labels).
+///
+/// This runs before the door, so every label must stay bounded whatever an unauthenticated
+/// client sends: the recorder never drops a series, and each distinct label set is memory
+/// held for the life of the process and a line in every `/metrics` answer. hyper accepts any
+/// method token up to the size of the request head, so the method is one of the standard
+/// nine or `other` ([`method_label`]); the route is a template or `unmatched`; the status is
+/// one of the codes a response can carry ([`status_label`]).
 async fn track_http(req: Request<axum::body::Body>, next: axum::middleware::Next) -> Response {
-    let method = req.method().as_str().to_string();
+    let method = method_label(req.method());
     let route = req
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let started = std::time::Instant::now();
     let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
-    metrics::histogram!("agentd_http_request_duration_seconds", "method" => method.clone(), "route" => route.clone())
+    let status = status_label(resp.status());
+    metrics::histogram!("agentd_http_request_duration_seconds", "method" => method, "route" => route.clone())
         .record(started.elapsed().as_secs_f64());
     metrics::counter!("agentd_http_requests_total", "method" => method, "route" => route, "status" => status)
         .increment(1);
     resp
+}
+
+/// The method as a metric label: the methods of RFC 9110 and PATCH by name, any other token
+/// (`FOO`, a 30 KB string) as `other`, so clients cannot mint series.
+fn method_label(method: &Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "OPTIONS" => "OPTIONS",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "other",
+    }
+}
+
+/// The status as a metric label: the numeric code (what dashboards group by) when it is in
+/// HTTP's 100-599 range, `other` otherwise. `StatusCode` admits 100-999 and only agentd's own
+/// handlers set it, so this is bounded already; the range check keeps it bounded should a
+/// handler ever pass on a status it was given (a proxied upstream's, say).
+fn status_label(status: StatusCode) -> String {
+    let code = status.as_u16();
+    if (100..=599).contains(&code) {
+        code.to_string()
+    } else {
+        "other".to_string()
+    }
 }
 
 async fn not_found() -> ApiError {
@@ -230,4 +267,39 @@ async fn method_not_allowed() -> Response {
         "Method Not Allowed",
     )
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_labels_are_the_standard_methods_or_other() {
+        for m in [
+            Method::GET,
+            Method::HEAD,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+            Method::CONNECT,
+            Method::TRACE,
+        ] {
+            assert_eq!(method_label(&m), m.as_str());
+        }
+        let long = "X".repeat(30_000);
+        for token in ["FOO", "get", "PROPFIND", long.as_str()] {
+            let m = Method::from_bytes(token.as_bytes()).expect("a valid method token");
+            assert_eq!(method_label(&m), "other", "{token:.20}");
+        }
+    }
+
+    #[test]
+    fn status_labels_are_codes_in_range_or_other() {
+        assert_eq!(status_label(StatusCode::OK), "200");
+        assert_eq!(status_label(StatusCode::METHOD_NOT_ALLOWED), "405");
+        let odd = StatusCode::from_u16(999).expect("StatusCode admits 100-999");
+        assert_eq!(status_label(odd), "other");
+    }
 }

@@ -1,18 +1,23 @@
 //! Accepting connections: a bound on how many are open, header-read and keep-alive timeouts,
-//! and a graceful shutdown.
+//! shedding of stalled connections at the bound, and a graceful shutdown.
 //!
 //! `axum::serve` sets no timer, so a client that sends half a header holds its socket for ever:
 //! a thousand of them made an agentd unreachable. Here hyper gets a timer and a header-read
 //! timeout (which also closes keep-alive connections idle for that long), and a semaphore
-//! bounds open connections; beyond the bound new ones wait in the listen backlog and a line
-//! says so.
+//! bounds open connections. At the bound, the oldest connection that has not yet completed a
+//! request header is closed to make room (as Envoy's overload manager and HAProxy do), so a
+//! client that sends a whole request is served while stalled ones wait out their timeout; a
+//! line per burst says so and `agentd_connections_shed_total` counts them. Only when every
+//! open connection has sent a request do new ones wait in the listen backlog.
 
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -30,6 +35,70 @@ const FULL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// hyper's per-connection buffer bound (see `serve`).
 const MAX_CONNECTION_BUFFER: usize = 64 * 1024;
+
+/// Descriptors kept free of connections: the database pool, the log, files, child processes.
+const RESERVED_FDS: u64 = 128;
+
+/// The connection bound: `--max-connections`, lowered to what the process's open-file limit
+/// leaves after the database pool and [`RESERVED_FDS`] (each connection is a descriptor; past
+/// the limit `accept` fails and nobody is served).
+pub fn effective_max_connections(configured: usize, db_pool: u32) -> usize {
+    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(u64::MAX, |(soft, _)| soft);
+    let room = soft.saturating_sub(RESERVED_FDS + u64::from(db_pool));
+    configured
+        .min(usize::try_from(room).unwrap_or(usize::MAX))
+        .max(1)
+}
+
+/// One open connection, as the accept loop sees it.
+struct Open {
+    /// Closes the connection (it is dropped mid-header).
+    close: CancellationToken,
+    /// Set once a request header was read in full: such a connection is never shed.
+    served: Arc<AtomicBool>,
+}
+
+/// The open connections by age (accept order), for shedding the oldest stalled one.
+#[derive(Default)]
+struct Registry {
+    next: u64,
+    open: BTreeMap<u64, Open>,
+}
+
+impl Registry {
+    /// Closes the oldest connection that has not completed a request header; false if every
+    /// open connection has.
+    fn shed_oldest_stalled(&mut self) -> bool {
+        let Some(id) = self
+            .open
+            .iter()
+            .find(|(_, c)| !c.served.load(Ordering::Relaxed))
+            .map(|(id, _)| *id)
+        else {
+            return false;
+        };
+        if let Some(c) = self.open.remove(&id) {
+            c.close.cancel();
+        }
+        true
+    }
+}
+
+fn lock(r: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
+    r.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Removes a connection from the registry when its task ends, however it ends.
+struct Deregister {
+    registry: Arc<Mutex<Registry>>,
+    id: u64,
+}
+
+impl Drop for Deregister {
+    fn drop(&mut self) {
+        lock(&self.registry).open.remove(&self.id);
+    }
+}
 
 /// Serves `app` on `listener` until `stop` is cancelled, then lets open connections finish
 /// their current request (the caller bounds how long it waits).
@@ -50,12 +119,26 @@ pub async fn serve(
         // before back-pressure reaches the run; 201 slow readers held ~1 MiB each before.
         // Also the largest request head accepted.
         .max_buf_size(MAX_CONNECTION_BUFFER);
+    let registry = Arc::new(Mutex::new(Registry::default()));
     let mut last_full_log: Option<Instant> = None;
+    let mut last_shed_log: Option<Instant> = None;
     loop {
         let permit = match permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
-                if last_full_log.is_none_or(|at| at.elapsed() >= FULL_LOG_EVERY) {
+                // Full. Make room by closing the oldest connection still sending its header
+                // (its permit comes back as its task ends), else wait for one to end.
+                if lock(&registry).shed_oldest_stalled() {
+                    metrics::counter!("agentd_connections_shed_total").increment(1);
+                    if last_shed_log.is_none_or(|at| at.elapsed() >= FULL_LOG_EVERY) {
+                        tracing::warn!(
+                            max_connections = config.max_connections,
+                            "connection limit reached; closing the oldest connections that \
+                             have not sent a request header"
+                        );
+                        last_shed_log = Some(Instant::now());
+                    }
+                } else if last_full_log.is_none_or(|at| at.elapsed() >= FULL_LOG_EVERY) {
                     tracing::warn!(
                         max_connections = config.max_connections,
                         "connection limit reached (--max-connections); new connections wait"
@@ -85,9 +168,29 @@ pub async fn serve(
         };
         // Small SSE frames stall ~40 ms under Nagle's algorithm.
         let _ = tcp.set_nodelay(true);
+        let served = Arc::new(AtomicBool::new(false));
+        let close = CancellationToken::new();
+        let deregister = {
+            let mut r = lock(&registry);
+            let id = r.next;
+            r.next += 1;
+            r.open.insert(
+                id,
+                Open {
+                    close: close.clone(),
+                    served: served.clone(),
+                },
+            );
+            Deregister {
+                registry: registry.clone(),
+                id,
+            }
+        };
         let service =
             app.clone()
                 .map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                    // A whole request header arrived: this connection is no longer stalled.
+                    served.store(true, Ordering::Relaxed);
                     req.extensions_mut().insert(ConnectInfo(peer));
                     req
                 });
@@ -95,8 +198,13 @@ pub async fn serve(
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            let _deregister = deregister;
+            tokio::select! {
+                ended = conn => if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                },
+                // Shed: dropping the connection closes its socket.
+                _ = close.cancelled() => tracing::debug!(%peer, "stalled connection shed"),
             }
         });
     }

@@ -112,11 +112,16 @@ impl Server {
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.bind))?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
+        // Histogram samples wait for upkeep or a scrape; nobody may be scraping.
+        crate::metrics::spawn_upkeep(state.metrics.clone(), shutdown.clone());
         if let Some(ttl) = args.session_ttl {
             spawn_retention(state.store.clone(), ttl, shutdown.clone());
         }
         let accept = AcceptConfig {
-            max_connections: args.security.max_connections,
+            max_connections: accept::effective_max_connections(
+                args.security.max_connections,
+                args.database.db_max_connections,
+            ),
             header_timeout: Duration::from_secs(args.security.header_timeout_secs.max(1)),
         };
         let task = tokio::spawn(accept::serve(listener, app, accept, shutdown.clone()));
@@ -133,9 +138,15 @@ impl Server {
     /// `drain` to finish, the rest are interrupted (sealed, status `interrupted`, their streams
     /// end with `event: done`), then HTTP connections get `grace` before they are dropped.
     pub async fn shutdown_with(self, drain: Duration, grace: Duration) -> anyhow::Result<()> {
+        // The listener stays open for the whole drain, runs or not: a balancer that still
+        // routes here for a moment (deregistration delay, no preStop hook) gets `/ready` 503
+        // and new runs 503 `shutting_down` with `Retry-After`, on new and kept-alive
+        // connections alike, instead of refused connections.
+        let drained = tokio::time::Instant::now() + drain;
         // Runs first, so the HTTP server's graceful shutdown is not held up by open SSE
         // responses: each run's stream ends with its `done`.
         self.state.runner.shutdown(drain, grace).await;
+        tokio::time::sleep_until(drained).await;
         // MCP servers started as child processes end with us.
         self.state.apps.close().await;
         self.shutdown.cancel();
@@ -213,6 +224,7 @@ fn jwt_verifier(args: &ServeArgs) -> anyhow::Result<Option<JwtVerifier>> {
         audience: sec.jwt_audience.clone(),
         user_claim: sec.jwt_user_claim.clone(),
         jwks_refresh_min: Duration::from_secs(sec.jwt_jwks_refresh_secs),
+        jwks_max_stale: Duration::from_secs(sec.jwt_jwks_max_stale_secs.max(1)),
         leeway_secs: sec.jwt_leeway_secs,
     })?))
 }

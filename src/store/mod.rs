@@ -151,6 +151,11 @@ pub trait Store:
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;
 
+    /// A statement failed on a dead connection (see [`StoreError::is_unavailable`]): the
+    /// pool's other connections may be dead too, so check them before use for a while. A
+    /// retried read then gets a live connection rather than the next dead one.
+    fn connection_lost(&self) {}
+
     /// Pooled connections: (open, idle), for metrics.
     fn pool_stats(&self) -> (u32, usize) {
         (0, 0)

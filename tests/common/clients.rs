@@ -26,6 +26,21 @@ pub fn python() -> PathBuf {
     py
 }
 
+/// The Python of the schemathesis venv (schemathesis and `openapi-spec-validator`), or a
+/// failure that says how to install it.
+pub fn schemathesis_python() -> PathBuf {
+    let py = repo().join("target/test-clients/schemathesis/bin/python");
+    assert!(
+        py.exists(),
+        "schemathesis and openapi-spec-validator are not installed at {}: run \
+         ./scripts/test.sh (it creates the venv), or: python3 -m venv \
+         target/test-clients/schemathesis && target/test-clients/schemathesis/bin/pip install \
+         --require-hashes -r tests/clients/schemathesis/requirements.txt",
+        py.display()
+    );
+    py
+}
+
 /// A node project directory under `tests/clients/`, checked for its installed packages.
 pub fn node_project(name: &str) -> PathBuf {
     let dir = repo().join("tests/clients").join(name);

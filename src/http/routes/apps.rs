@@ -83,11 +83,25 @@ async fn list_apps(
             }),
             Err(e) => json!({
                 "name": a.name, "rootAgentName": "", "description": "",
-                "language": "yaml", "isComputerUse": false, "agents": null, "error": e,
+                "language": "yaml", "isComputerUse": false, "agents": null,
+                "error": if caller.may_see_internals() { e.as_str() } else { LOAD_FAILED },
             }),
         })
         .collect();
     axum::Json(json!({ "apps": apps }))
+}
+
+/// What a caller who may not see the server's internals reads instead of a load error (which
+/// names files and quotes YAML).
+pub const LOAD_FAILED: &str = "the app's configuration could not be loaded (see the server log)";
+
+/// ADK's "agent not found", without the apps directory's place on disk (ADK names its full
+/// path; the app's name relative to the apps directory says as much to a client).
+pub fn app_not_found(app: &str) -> ApiError {
+    ApiError::not_found(
+        "app_not_found",
+        format!("Agent not found: '{app}'. No matching directory or module exists in '{app}'."),
+    )
 }
 
 /// An app's agents and their tools (ADK's web UI reads it).
@@ -96,22 +110,19 @@ async fn list_apps(
     responses((status = 200, description = "The app's agent tree.", body = AppInfoBody), Errors))]
 async fn app_info(
     state: axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
     Path(app): Path<String>,
 ) -> ApiResult<axum::Json<Value>> {
-    let entry = state.apps.get(&app).ok_or_else(|| {
-        ApiError::not_found(
-            "app_not_found",
-            format!(
-                "Agent not found: '{app}'. No matching directory or module exists in '{}'.",
-                state.apps.dir.join(&app).display()
-            ),
-        )
-    })?;
+    let entry = state.apps.get(&app).ok_or_else(|| app_not_found(&app))?;
+    let internals = caller.may_see_internals();
     let tree = entry.tree.as_ref().map_err(|e| {
         ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
             "app_load_failed",
-            format!("Failed to load agent: {e}"),
+            format!(
+                "Failed to load agent: {}",
+                if internals { e.as_str() } else { LOAD_FAILED }
+            ),
         )
     })?;
     let root = tree.root();
@@ -145,7 +156,8 @@ async fn app_info(
             agent.name().to_string(),
             json!({
                 "name": agent.name(), "description": agent.description(),
-                "instruction": agent.instruction(), "tools": tools, "sub_agents": subs,
+                "instruction": if internals { agent.instruction() } else { "" },
+                "tools": tools, "sub_agents": subs,
             }),
         );
         stack.extend(agent.sub_agents().iter().cloned());

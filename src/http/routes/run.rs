@@ -37,6 +37,9 @@ pub const MAX_CUSTOM_METADATA_BYTES: usize = 64 * 1024;
 /// partials are left out (committed events are always kept).
 const MAX_JSON_PARTIAL_BYTES: usize = 8 * 1024 * 1024;
 
+/// Events per database read when a JSON-mode `/run` is replayed.
+const REPLAY_PAGE: u32 = 500;
+
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(run_sse))
@@ -169,20 +172,19 @@ impl RunAgentRequest {
     }
 }
 
-pub fn run_error(state: &AppState, e: RunError) -> ApiError {
+pub fn run_error(e: RunError) -> ApiError {
     match e {
-        RunError::AppNotFound(app) => ApiError::not_found(
-            "app_not_found",
-            format!(
-                "Agent not found: '{app}'. No matching directory or module exists in '{}'.",
-                state.apps.dir.join(&app).display()
-            ),
-        ),
-        RunError::AppBroken(m) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "app_load_failed",
-            format!("Failed to load agent: {m}"),
-        ),
+        RunError::AppNotFound(app) => super::apps::app_not_found(&app),
+        // The load error names files and quotes YAML: it is in the log, and in `list-apps`
+        // for callers who may see it.
+        RunError::AppBroken(m) => {
+            tracing::warn!(error = %m, "run refused: the app failed to load");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "app_load_failed",
+                format!("Failed to load agent: {}", super::apps::LOAD_FAILED),
+            )
+        }
         RunError::SessionNotFound(sid) => {
             ApiError::not_found("session_not_found", format!("Session not found: {sid}"))
         }
@@ -313,7 +315,7 @@ async fn run_sse(
             let body = Body::from_stream(stream::once(async move { Ok::<_, Infallible>(frame) }));
             return Ok(sse_response(body, HeaderMap::new()));
         }
-        Err(e) => return Err(run_error(&state, e)),
+        Err(e) => return Err(run_error(e)),
     };
     let headers = run_headers(&handle);
     let RunHandle { items, guard, .. } = handle;
@@ -377,7 +379,7 @@ async fn run(
     }
     let handle = start_keyed(&state, run_req, keyed)
         .await
-        .map_err(|e| run_error(&state, e))?;
+        .map_err(|e| run_error(e))?;
     let mut resp_headers = run_headers(&handle);
     if wants_json(&headers) {
         return collect_json(handle, resp_headers).await;
@@ -484,15 +486,23 @@ async fn replay_json(state: &AppState, run_id: &str) -> ApiResult<Response> {
             .await?
             .ok_or_else(run_not_found)?;
     }
-    let mut events = state
-        .store
-        .invocation_events(
-            &record.key(),
-            &record.invocation_id,
-            record.base_seq.unwrap_or(0),
-            100_000,
-        )
-        .await?;
+    // Page by page: no single read holds more than a page of a long run.
+    let mut events = vec![];
+    let mut after = record.base_seq.unwrap_or(0);
+    loop {
+        let page = state
+            .store
+            .invocation_events(&record.key(), &record.invocation_id, after, REPLAY_PAGE)
+            .await?;
+        let full = page.len() == REPLAY_PAGE as usize;
+        if let Some(last) = page.last() {
+            after = last.seq;
+        }
+        events.extend(page);
+        if !full {
+            break;
+        }
+    }
     if record.user_event && events.first().is_some_and(|e| e.event.author == "user") {
         events.remove(0);
     }

@@ -248,7 +248,9 @@ async fn create(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct GetSessionQuery {
-    /// Only the newest N events (agentd addition; ADK returns them all).
+    /// Only the newest N events (agentd addition; ADK returns them all). At most 1000
+    /// ([`MAX_PAGE`]); a larger value reads 1000. Without it the whole session is streamed page
+    /// by page.
     limit: Option<u32>,
 }
 
@@ -266,9 +268,10 @@ async fn get_session(
     match q.limit {
         // The whole session: streamed page by page (it may hold 100,000 events).
         None => super::session_body::session_response(&state, key, JsonMap::new()).await,
+        // Read in one piece, so bounded: a huge `limit` must not load a huge session at once.
         Some(n) => state
             .store
-            .get_session(&key, Some(n))
+            .get_session(&key, Some(n.min(MAX_PAGE)))
             .await?
             .map(|s| axum::Json(s).into_response())
             .ok_or_else(ApiError::session_not_found),

@@ -36,7 +36,27 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 pub struct PgStore {
     pub(crate) pool: PgPool,
     limits: StoreLimits,
+    /// Until when every connection is pinged before use (see [`Store::connection_lost`]).
+    suspect: Arc<Suspect>,
 }
+
+/// A connection was found dead: others in the pool may be too (a PostgreSQL restart cuts
+/// them all), so for a short while each one is pinged before it is handed out, not only the
+/// ones that sat idle. Milliseconds since `origin`; 0 when nothing is suspect.
+struct Suspect {
+    origin: std::time::Instant,
+    until_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Suspect {
+    fn active(&self) -> bool {
+        let now = self.origin.elapsed().as_millis() as u64;
+        now < self.until_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// How long after a dead connection every connection is pinged before use.
+const SUSPECT_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A pooled connection idle for this long is pinged before use (see [`PgStore::connect`]).
 const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
@@ -66,6 +86,11 @@ impl PgStore {
             .application_name("agentd")
             // Statement logging at INFO would put every append in the log.
             .log_statements(log::LevelFilter::Trace);
+        let suspect = Arc::new(Suspect {
+            origin: std::time::Instant::now(),
+            until_ms: std::sync::atomic::AtomicU64::new(0),
+        });
+        let pinging = suspect.clone();
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(std::time::Duration::from_secs(10))
@@ -73,9 +98,10 @@ impl PgStore {
             // statement. Only a connection that sat idle can have been cut (server restart,
             // idle timeouts along the way), so only those are pinged; a busy pool never is.
             .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
+            .before_acquire(move |conn, meta| {
+                let suspect = pinging.active();
                 Box::pin(async move {
-                    if meta.idle_for >= PING_IDLE_AFTER {
+                    if suspect || meta.idle_for >= PING_IDLE_AFTER {
                         sqlx::Connection::ping(conn).await?;
                     }
                     Ok(true)
@@ -83,7 +109,11 @@ impl PgStore {
             })
             .connect_with(opts)
             .await?;
-        Ok(PgStore { pool, limits })
+        Ok(PgStore {
+            pool,
+            limits,
+            suspect,
+        })
     }
 
     /// Applies pending migrations. sqlx holds a PostgreSQL advisory lock while it migrates,
@@ -139,6 +169,13 @@ fn stored_event(row: &sqlx::postgres::PgRow) -> StoreResult<StoredEvent> {
 }
 
 impl Store for PgStore {
+    fn connection_lost(&self) {
+        let until = (self.suspect.origin.elapsed() + SUSPECT_FOR).as_millis() as u64;
+        self.suspect
+            .until_ms
+            .fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn pool_stats(&self) -> (u32, usize) {
         (self.pool.size(), self.pool.num_idle())
     }

@@ -82,7 +82,7 @@ fn user_text(m: &Value) -> String {
 
 /// Runs the agent on the thread's trailing user message (or tool results) and streams AG-UI
 /// events: `RUN_STARTED` … `RUN_FINISHED` or `RUN_ERROR`.
-#[utoipa::path(post, path = "/apps/{app}/ag-ui", tag = "ag-ui",
+#[utoipa::path(post, path = "/apps/{app}/ag-ui", tag = "ag-ui", operation_id = "ag_ui_run",
     params(AppPath, UserHeader),
     request_body = RunAgentInput,
     responses((status = 200, description = "AG-UI events as SSE `data:` frames.",
