@@ -940,7 +940,7 @@ async fn cross_site_writes_are_refused() {
         .await
         .unwrap();
     assert_eq!(
-        json_with_status(resp, 422).await["code"],
+        json_with_status(resp, 415).await["code"],
         "unsupported_content_type"
     );
 
@@ -958,6 +958,114 @@ async fn cross_site_writes_are_refused() {
         .await
         .unwrap();
     json_with_status(resp, 200).await;
+}
+
+/// A browser attaches the `Basic` or `Digest` credentials it cached (for a proxy in front of
+/// agentd, say) to a cross-site request by itself, and without authentication nothing checks
+/// a bearer token: neither exempts a page's POST from the cross-site check. Refused with
+/// 403 `cross_origin_forbidden` on session create and `/run`, and nothing is stored.
+#[tokio::test]
+async fn cached_browser_credentials_do_not_pass_the_cross_site_check() {
+    let s = TestServer::start(Backend::Sqlite).await;
+    let host = s.base.trim_start_matches("http://").to_string();
+    let sessions = "/apps/echo/users/u/sessions";
+    let run = json!({"appName": "echo", "userId": "u", "sessionId": "forged-run",
+        "createSession": true, "newMessage": {"role": "user", "parts": [{"text": "hi"}]}});
+    let writes = [(sessions, json!({"sessionId": "forged"})), ("/run", run)];
+    let authorizations = [
+        "Basic dXNlcjpwYXNz",
+        r#"Digest username="user", realm="proxy", nonce="n", uri="/run", response="0""#,
+        "Bearer anything",
+    ];
+    // What a browser sends with a cross-site POST (both headers), and each on its own.
+    let cross_site = [
+        (Some("https://evil.example"), Some("cross-site")),
+        (Some("https://evil.example"), None),
+        (None, Some("cross-site")),
+    ];
+    for authorization in authorizations {
+        for (origin, fetch_site) in cross_site {
+            for (path, body) in &writes {
+                let mut req = s
+                    .client
+                    .post(s.url(path))
+                    .header("authorization", authorization)
+                    .json(body);
+                if let Some(o) = origin {
+                    req = req.header("origin", o);
+                }
+                if let Some(v) = fetch_site {
+                    req = req.header("sec-fetch-site", v);
+                }
+                let b = json_with_status(req.send().await.unwrap(), 403).await;
+                assert_eq!(
+                    b["code"], "cross_origin_forbidden",
+                    "{authorization} {path} {origin:?} {fetch_site:?}"
+                );
+            }
+        }
+    }
+    let list = json_with_status(s.get(sessions).await, 200).await;
+    assert_eq!(list, json!([]), "the refused requests created nothing");
+    let resp = s.get(&format!("{sessions}/forged-run")).await;
+    assert_eq!(resp.status(), 404, "no run created its session");
+
+    // The same request from agentd's own origin is fine: the header itself is not refused.
+    let resp = s
+        .client
+        .post(s.url(sessions))
+        .header("authorization", "Basic dXNlcjpwYXNz")
+        .header("origin", format!("http://{host}"))
+        .header("sec-fetch-site", "same-origin")
+        .json(&json!({"sessionId": "same-site"}))
+        .send()
+        .await
+        .unwrap();
+    json_with_status(resp, 200).await;
+}
+
+/// With authentication on, a credential agentd checks (a bearer token, an `x-api-key`; a
+/// browser adds neither by itself) still passes the cross-site check, as before, and is
+/// then authenticated; a `Basic` header does not.
+#[tokio::test]
+async fn checked_credentials_still_pass_the_cross_site_check() {
+    let s = with_keys(Backend::Sqlite).await;
+    let alice = key(&s.db, "alice", None, false, None).await;
+    let path = "/apps/echo/users/alice/sessions";
+    let post = |name: &'static str, value: String, id: &str| {
+        s.client
+            .post(s.url(path))
+            .header(name, value)
+            .header("origin", "https://evil.example")
+            .header("sec-fetch-site", "cross-site")
+            .json(&json!({"sessionId": id}))
+            .send()
+    };
+    let resp = post("authorization", format!("Bearer {alice}"), "by-bearer").await;
+    json_with_status(resp.unwrap(), 200).await;
+    let resp = post("x-api-key", alice.clone(), "by-api-key").await;
+    json_with_status(resp.unwrap(), 200).await;
+    let forged = "agentd_0000000000000000_forged".to_string();
+    let resp = post("authorization", format!("Bearer {forged}"), "by-bad-key").await;
+    let b = json_with_status(resp.unwrap(), 401).await;
+    assert_eq!(
+        b["code"], "invalid_api_key",
+        "a bearer token is checked, not trusted"
+    );
+    let resp = post("authorization", "Basic dXNlcjpwYXNz".into(), "by-basic").await;
+    let b = json_with_status(resp.unwrap(), 403).await;
+    assert_eq!(b["code"], "cross_origin_forbidden");
+
+    let (st, list, _) = call(&s, Method::GET, path, None, Cred::Bearer(&alice)).await;
+    assert_eq!(st, 200, "{list}");
+    let mut ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["by-api-key", "by-bearer"]);
 }
 
 /// `--protect-metrics`: `/metrics` needs an admin key; `--allow-client-app-state` lets any

@@ -1,5 +1,6 @@
 //! Input PostgreSQL cannot store (NUL characters, over-long ids) gets the same clear answer
 //! on both backends, and nothing is stored: never a 500 on one and a silent write on the other.
+//! A body that does not say it is JSON is refused before anything is read from it.
 
 mod common;
 
@@ -77,7 +78,87 @@ async fn oversize_custom_metadata_is_refused(backend: Backend) {
     );
 }
 
+/// A body with content must be labelled JSON: `text/plain`, a form type or no `Content-Type`
+/// at all is what a page on another site may send without a CORS preflight. Each is 415
+/// `unsupported_content_type` on every body route, and nothing is stored; an empty body
+/// still needs no type (create-session with no state, a cancel without a reason).
+async fn bodies_must_be_labelled_json(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let base = format!("/apps/echo/users/{USER}/sessions");
+    json_with_status(s.post_json(&base, json!({"sessionId": "s1"})).await, 200).await;
+    let create = json!({"sessionId": "c1", "state": {"k": "v"}}).to_string();
+    let run = json!({"appName": "echo", "userId": USER, "sessionId": "r1", "createSession": true,
+        "newMessage": {"role": "user", "parts": [{"text": "hi"}]}})
+    .to_string();
+    let patch = json!({"stateDelta": {"k": 1}}).to_string();
+    let s1 = format!("{base}/s1");
+    let requests = [
+        (reqwest::Method::POST, base.as_str(), &create),
+        (reqwest::Method::POST, "/run", &run),
+        (reqwest::Method::POST, "/run_sse", &run),
+        (reqwest::Method::PATCH, s1.as_str(), &patch),
+    ];
+    let types = [
+        None,
+        Some("text/plain"),
+        Some("text/plain;charset=UTF-8"),
+        Some("application/x-www-form-urlencoded"),
+    ];
+    for content_type in types {
+        for (method, path, body) in &requests {
+            let mut req = s.client.request(method.clone(), s.url(path));
+            if let Some(ct) = content_type {
+                req = req.header("content-type", ct);
+            }
+            let resp = req.body((*body).clone()).send().await.unwrap();
+            let b = json_with_status(resp, 415).await;
+            assert_eq!(
+                b["code"], "unsupported_content_type",
+                "{method} {path} with {content_type:?}"
+            );
+        }
+    }
+    for id in ["c1", "r1"] {
+        assert_eq!(
+            s.get(&format!("{base}/{id}")).await.status(),
+            404,
+            "{id} was not created"
+        );
+    }
+    let s1_now = json_with_status(s.get(&s1).await, 200).await;
+    assert_eq!(s1_now["events"], json!([]), "no PATCH reached s1");
+    assert_eq!(s1_now["state"], json!({}), "no PATCH reached s1");
+
+    // An empty body carries nothing to label.
+    let resp = s.client.post(s.url(&format!("{base}/e1"))).send().await;
+    json_with_status(resp.unwrap(), 200).await;
+    let resp = s
+        .client
+        .post(s.url("/runs/no-such-run/cancel"))
+        .send()
+        .await;
+    let b = json_with_status(resp.unwrap(), 404).await;
+    assert_eq!(
+        b["code"], "run_not_found",
+        "the empty body was read, not refused"
+    );
+    // A JSON type with parameters, or a `+json` type, is JSON.
+    let resp = s
+        .client
+        .patch(s.url(&s1))
+        .header(
+            "content-type",
+            "application/merge-patch+json; charset=utf-8",
+        )
+        .body(patch.clone())
+        .send()
+        .await
+        .unwrap();
+    json_with_status(resp, 200).await;
+}
+
 both_backends!(
     nul_characters_and_oversize_ids_are_refused_alike,
     oversize_custom_metadata_is_refused,
+    bodies_must_be_labelled_json,
 );

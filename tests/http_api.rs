@@ -938,12 +938,14 @@ impl BadRequest {
         }
     }
 
-    /// Sends it; asserts a JSON error body with the expected status and code.
+    /// Sends it (with no `Content-Type` when that is empty); asserts a JSON error body with
+    /// the expected status and code.
     async fn check(&self, s: &TestServer) {
-        let req = s.client.request(self.method.clone(), s.url(&self.path));
-        let req = req
-            .header(CONTENT_TYPE, self.content_type)
-            .body(self.body.clone());
+        let mut req = s.client.request(self.method.clone(), s.url(&self.path));
+        if !self.content_type.is_empty() {
+            req = req.header(CONTENT_TYPE, self.content_type);
+        }
+        let req = req.body(self.body.clone());
         let resp = req.send().await.expect("send");
         let content_type = header(resp.headers(), "content-type")
             .unwrap_or("")
@@ -992,7 +994,23 @@ fn bad_requests() -> Vec<BadRequest> {
             r#"{"stateDelta":{"k":1}}"#,
         )
         .content_type("text/plain")
-        .expect(422, "unsupported_content_type"),
+        .expect(415, "unsupported_content_type"),
+        bad(
+            "body without a content type",
+            patch.clone(),
+            s1,
+            r#"{"stateDelta":{"k":1}}"#,
+        )
+        .content_type("")
+        .expect(415, "unsupported_content_type"),
+        bad(
+            "artifact without a content type",
+            post.clone(),
+            art,
+            r#"{"filename":"x.txt","artifact":{"text":"t"}}"#,
+        )
+        .content_type("")
+        .expect(415, "unsupported_content_type"),
         bad("oversize body", patch.clone(), s1, huge_delta).expect(413, "payload_too_large"),
         bad("oversize artifact", post.clone(), art, huge_artifact).expect(413, "payload_too_large"),
         bad("malformed artifact", post.clone(), art, r#"{"filename":"#).expect(422, "json_invalid"),

@@ -459,8 +459,12 @@ async fn model_errors_become_clear_error_events(backend: Backend) {
     assert_eq!(events[0]["errorCode"], "UNAUTHENTICATED");
     let msg = events[0]["errorMessage"].as_str().unwrap();
     assert!(
-        msg.contains("API key") && msg.contains("401") && msg.contains("Incorrect API key"),
+        msg.contains("refused the credentials") && msg.contains("HTTP 401"),
         "{msg}"
+    );
+    assert!(
+        !msg.contains("Incorrect API key"),
+        "the provider's own words stay in the log: {msg}"
     );
 
     m.push(
@@ -510,6 +514,70 @@ async fn model_errors_become_clear_error_events(backend: Backend) {
     // Every session's stored events are whole: no partial, ids unique.
     let stored = session(&s, "flaky", "s3").await;
     assert_eq!(stored["events"].as_array().unwrap().len(), 2);
+}
+
+/// A provider that refuses the key may quote it back (OpenAI names its last characters):
+/// the run's error event says the provider refused the credentials and quotes none of it, on
+/// agentd's stream and ADK's, in the stored session and in the run's record.
+async fn a_refused_key_is_not_quoted_to_clients(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let agent = LlmAgent::new("a", m.model("keyed"));
+    let s = TestServer::start_agent(backend, "keyed", Arc::new(agent), PluginSet::default()).await;
+    let refusal = json!({"error": {
+        "message": "Incorrect API key provided: sk-abc...WXYZ. You can find your API key at \
+                    https://platform.openai.com/account/api-keys.",
+        "type": "invalid_request_error", "code": "invalid_api_key"}});
+
+    m.push("keyed", Reply::Status(401, refusal.clone()));
+    let resp = s.post_json("/run", body("keyed", "s1", "hi")).await;
+    assert_eq!(resp.status(), 200);
+    let run_id = resp.headers()["x-agentd-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let stream = resp.text().await.unwrap();
+    assert!(stream.contains("refused the credentials"), "{stream}");
+    assert!(stream.contains("UNAUTHENTICATED"), "{stream}");
+    assert!(
+        !stream.contains("WXYZ") && !stream.contains("sk-abc"),
+        "{stream}"
+    );
+    let stored = session(&s, "keyed", "s1").await;
+    let error = stored["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["errorCode"].is_string())
+        .cloned()
+        .unwrap_or_else(|| panic!("an error event is stored: {stored:#}"));
+    assert_eq!(error["errorCode"], "UNAUTHENTICATED");
+    let msg = error["errorMessage"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("refused the credentials") && msg.contains("HTTP 401"),
+        "{msg}"
+    );
+    assert!(!stored.to_string().contains("WXYZ"), "{stored:#}");
+    let record = json_with_status(s.get(&format!("/runs/{run_id}")).await, 200).await;
+    assert!(!record.to_string().contains("WXYZ"), "{record:#}");
+
+    // 403 alike, on ADK's stream.
+    m.push("keyed", Reply::Status(403, refusal));
+    let resp = s.post_json("/run_sse", body("keyed", "s2", "hi")).await;
+    assert_eq!(resp.status(), 200);
+    let stream = resp.text().await.unwrap();
+    assert!(
+        stream.contains("refused the credentials") && stream.contains("HTTP 403"),
+        "{stream}"
+    );
+    assert!(!stream.contains("WXYZ"), "{stream}");
+    let stored = session(&s, "keyed", "s2").await;
+    assert!(!stored.to_string().contains("WXYZ"), "{stored:#}");
+    assert_eq!(m.unused(), 0);
+    assert_eq!(
+        m.requests_for("keyed").len(),
+        2,
+        "a refused key is not retried"
+    );
 }
 
 /// A tool's artifact is committed with its response event (`artifactDelta`), and the
@@ -779,4 +847,5 @@ both_backends!(
     transfer_to_a_sub_agent_keeps_the_next_turn,
     sequential_and_loop_workflows_of_llm_agents,
     model_errors_become_clear_error_events,
+    a_refused_key_is_not_quoted_to_clients,
 );

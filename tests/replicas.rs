@@ -1094,6 +1094,46 @@ async fn a_cut_database_connection_is_never_a_500() {
     eprintln!("statuses after cuts: {statuses:?}; connections cut per round: {cuts:?}");
 }
 
+/// Right after PostgreSQL restarts (every pooled connection cut at once, none of them idle
+/// long enough to be pinged), idempotent reads answer 200, not 503: the first read that hits
+/// a dead connection makes the pool check every connection before use, so its retry (and
+/// every read after it) gets a live one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_right_after_a_database_restart_answer_200() {
+    let db = TestDb::postgres().await;
+    let (proxy, url) = common::pg_proxy::PgProxy::in_front_of(&db.url).await;
+    let s = TestServer::start_with(Backend::Postgres, |args| {
+        args.database.database_url = url;
+    })
+    .await;
+    let path = format!("/apps/echo/users/{USER}/sessions");
+    for i in 0..8 {
+        json_with_status(
+            s.post_json(&path, json!({"sessionId": format!("s{i}")}))
+                .await,
+            200,
+        )
+        .await;
+    }
+    // Several pooled connections, as a busy replica has: eight reads at once.
+    let paths: Vec<String> = (0..8).map(|i| format!("{path}/s{i}")).collect();
+    let reads = paths.iter().map(|p| s.get(p));
+    for resp in futures::future::join_all(reads).await {
+        assert_eq!(resp.status(), 200);
+    }
+    let cut = proxy.cut_all();
+    assert!(cut >= 2, "only {cut} pooled connections to cut");
+    let mut statuses = vec![];
+    for round in 0..30 {
+        let resp = s.get(&format!("{path}/s{}", round % 8)).await;
+        statuses.push(resp.status().as_u16());
+    }
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "reads after the restart: {statuses:?} ({cut} connections cut)"
+    );
+}
+
 /// `--max-run-secs` is a hard limit even when the client does not read: the run is timed out,
 /// sealed and recorded on time, and a re-attach reads its end.
 async fn a_client_that_never_reads_does_not_hold_the_run_past_its_limit(backend: Backend) {

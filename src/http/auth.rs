@@ -159,11 +159,17 @@ impl Gate {
 
     /// A state-changing request a browser sent from another site without credentials of its
     /// own (it could only ride on the user's network position): refused, as ADK's server does.
+    ///
+    /// Only a credential this server checks exempts a request: a `Bearer` token or an
+    /// `x-api-key`, and only with authentication on. A browser attaches cached `Basic` or
+    /// `Digest` credentials (say, for a proxy in front of agentd) to a cross-site request by
+    /// itself, and with `--auth none` nothing checks a bearer token either, so neither tells
+    /// a page's forged request from the user's own.
     fn cross_site(&self, method: &Method, headers: &HeaderMap) -> bool {
         if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return false;
         }
-        if headers.contains_key(header::AUTHORIZATION) || headers.contains_key("x-api-key") {
+        if !self.auth.is_off() && credentials(headers).is_some_and(|t| !t.trim().is_empty()) {
             return false;
         }
         let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else {
@@ -183,7 +189,9 @@ impl Gate {
     }
 }
 
-/// The bearer token or API key a request presents.
+/// The bearer token or API key a request presents. Any other `Authorization` scheme
+/// (`Basic`, `Digest`: what a browser may send on its own) presents none, even next to an
+/// `x-api-key`.
 fn credentials(headers: &HeaderMap) -> Option<&str> {
     if let Some(auth) = headers
         .get(header::AUTHORIZATION)
@@ -245,8 +253,8 @@ pub async fn guard(
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "cross_origin_forbidden",
-            "A state-changing request from another origin needs credentials or an allowed \
-             origin (--allow-origin).",
+            "A state-changing request from another origin needs an allowed origin \
+             (--allow-origin), or, with --auth on, a bearer token or API key.",
         )
         .into_response();
     }

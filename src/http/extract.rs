@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 /// A JSON body. Accepts camelCase or snake_case (the models carry both names).
-/// An empty body deserializes from `{}` when `T` allows it (ADK: "no body = all defaults").
+/// An empty body deserializes from `{}` when `T` allows it (ADK: "no body = all defaults"),
+/// whatever its content type; a body with content must be labelled JSON (415 otherwise).
 pub struct Json<T>(pub T);
 
 /// A JSON body together with its bytes as received (what an `Idempotency-Key` is checked
@@ -33,6 +34,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// Reads and parses a JSON body.
+///
+/// A body with content must be labelled `application/json` (or a `+json` type); otherwise
+/// 415 `unsupported_content_type`, before anything is parsed or stored. A page on another
+/// site may send `text/plain`, or no content type at all (a `Blob` or `ArrayBuffer` body),
+/// without a CORS preflight, so only a JSON type shows that a script the browser let through
+/// CORS, or a client that is no browser, sent the body. The clients ADK users have label
+/// their JSON (`requests`/`httpx` with `json=`; ADK's web UI through Angular's `HttpClient`
+/// and, for `/run_sse`, `fetch` with an explicit type; curl with `-H 'content-type:
+/// application/json'`). ADK itself answers `text/plain` with 422 and parses a body without
+/// a type; agentd refuses both, with 415. An empty body (a cancel without a reason,
+/// create-session with no state) needs no type: it is ADK's "all defaults", and one sent
+/// from another site is refused at the door (`http::auth`).
 async fn read_json<S: Send + Sync, T: DeserializeOwned>(
     req: Request,
     state: &S,
@@ -54,23 +68,25 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
     let bytes: &[u8] = if raw.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
-        if let Some(ct) = &content_type {
-            if !is_json_type(ct) {
-                return Err(ApiError {
-                    code: "unsupported_content_type",
-                    ..ApiError::validation(vec![problem(
-                        "model_attributes_type",
-                        vec![json!("body")],
-                        format!("Expected a JSON body (content-type: application/json), got {ct}"),
-                    )])
-                });
-            }
+        match content_type.as_deref() {
+            Some(ct) if is_json_type(ct) => {}
+            Some(ct) => return Err(unsupported_content_type(&format!("got {ct}"))),
+            None => return Err(unsupported_content_type("the request has no Content-Type")),
         }
         &raw
     };
     let value = parse_json(bytes)?;
     refuse_nul(bytes)?;
     Ok((value, raw))
+}
+
+/// 415 for a body that is not labelled JSON; `what` says what the request sent instead.
+fn unsupported_content_type(what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_content_type",
+        format!("Expected a JSON body (Content-Type: application/json); {what}."),
+    )
 }
 
 /// Parses JSON bytes into `T`, reporting the first problem with its location.

@@ -57,7 +57,10 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .merge(openapi::router(&doc))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn(retry_reads))
+        .layer(axum::middleware::from_fn_with_state(
+            state.store.clone(),
+            retry_reads,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::guard,
@@ -167,10 +170,16 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
 }
 
 /// A read that failed on a broken database connection (a PostgreSQL restart, a cut network)
-/// is repeated once: the pool hands out another connection, pinged first if it sat idle. What
-/// still fails is a 503 `database_unavailable` with `Retry-After`, never a 500. Writes are not
-/// repeated here (the client decides; appends resolve their own outcome by event id).
-async fn retry_reads(req: Request<axum::body::Body>, next: axum::middleware::Next) -> Response {
+/// is repeated once, on a connection checked first: the store is told a connection died
+/// ([`Store::connection_lost`]), so for a few seconds every pooled connection is pinged before
+/// use (after a restart they are all dead, not only the idle ones). What still fails is a 503
+/// `database_unavailable` with `Retry-After`, never a 500. Writes are not repeated here (the
+/// client decides; appends resolve their own outcome by event id).
+async fn retry_reads(
+    store: axum::extract::State<Arc<dyn Store>>,
+    req: Request<axum::body::Body>,
+    next: axum::middleware::Next,
+) -> Response {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return next.run(req).await;
     }
@@ -193,6 +202,7 @@ async fn retry_reads(req: Request<axum::body::Body>, next: axum::middleware::Nex
     {
         return resp;
     }
+    store.connection_lost();
     match again.body(axum::body::Body::empty()) {
         Ok(again) => {
             tracing::info!("read failed on a broken database connection; retrying once");

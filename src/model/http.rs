@@ -20,10 +20,16 @@ pub struct RetryPolicy {
 }
 
 /// The process-wide client: pooled keep-alive connections to each provider.
+///
+/// Redirects are not followed: providers' APIs do not redirect, and reqwest strips only the
+/// standard credential headers on a cross-origin redirect, not `x-api-key` or
+/// `x-goog-api-key`, so following one could hand the key to another host. A redirect is an
+/// error the run reports.
 pub fn client() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
         reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true)
             .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
@@ -127,7 +133,15 @@ async fn bounded_text(mut resp: reqwest::Response, max: usize) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-/// Maps an error status to a clear error, quoting the provider's own message.
+/// Maps an error status to a clear error, quoting the provider's own message, except where
+/// that message may describe the credentials.
+///
+/// The error's message becomes the run's error event, which every client of the session
+/// reads: on 401 and 403 a provider talks about the key it was sent (OpenAI names its last
+/// characters: "Incorrect API key provided: sk-abc...WXYZ"), so the message there is
+/// agentd's own sentence and the provider's goes to the server log only. Other statuses
+/// keep the provider's message, with anything shaped like a key masked
+/// ([`redact_credentials`]).
 pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError {
     let status = resp.status();
     let retry_after = resp
@@ -138,14 +152,28 @@ pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
     let body = bounded_text(resp, MAX_ERROR_BODY_BYTES).await;
-    let detail = provider_message(&body);
+    let detail = redact_credentials(&provider_message(&body));
+    if matches!(status.as_u16(), 401 | 403) {
+        tracing::warn!(
+            provider,
+            status = status.as_u16(),
+            detail = %detail,
+            "the model provider refused the credentials"
+        );
+        return ModelError {
+            code: "UNAUTHENTICATED",
+            message: format!(
+                "{provider} refused the credentials (HTTP {}): it rejected the API key or what \
+                 the key may do (check the key in the environment variable named by \
+                 model_options.api_key_env, or the provider's default variable); the \
+                 provider's own message is in agentd's log",
+                status.as_u16()
+            ),
+            retryable: false,
+            retry_after,
+        };
+    }
     let (code, retryable, what) = match status.as_u16() {
-        401 | 403 => (
-            "UNAUTHENTICATED",
-            false,
-            "rejected the API key (check the key in the environment variable named by \
-             model_options.api_key_env, or the provider's default variable)",
-        ),
         404 => (
             "MODEL_NOT_FOUND",
             false,
@@ -182,6 +210,47 @@ pub fn provider_message(body: &str) -> String {
     } else {
         msg
     }
+}
+
+/// Prefixes of API keys and tokens (OpenAI and most OpenAI-compatible servers, Anthropic,
+/// Google, Groq, xAI, Hugging Face, agentd's own keys, JWTs), which also start the masked
+/// form some providers quote (`sk-abc...WXYZ`).
+const KEY_PREFIXES: &[&str] = &[
+    "sk-", "sk_", "AIza", "gsk_", "xai-", "hf_", "agentd_", "eyJ",
+];
+
+/// `text` with every word that looks like a credential (one that starts with a key prefix,
+/// or follows `Bearer`) replaced by `[redacted]`: what a provider quotes back must reach no
+/// event, error or log line, masked or not. A word is a run of letters, digits and
+/// `-_.*~+/` (the characters of keys, of their masked forms and of JWTs), so a key inside
+/// `key=sk-…` or `"sk-…"` is found too.
+pub fn redact_credentials(text: &str) -> String {
+    let in_word = |c: char| c.is_alphanumeric() || "-_.*~+/".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut after_bearer = false;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let gap = rest.find(in_word).unwrap_or(rest.len());
+        out.push_str(&rest[..gap]);
+        rest = &rest[gap..];
+        let len = rest.find(|c: char| !in_word(c)).unwrap_or(rest.len());
+        let (token, tail) = rest.split_at(len);
+        rest = tail;
+        // A sentence's full stop is not part of the key.
+        let word = token.trim_end_matches('.');
+        let secret = (after_bearer && !word.is_empty())
+            || KEY_PREFIXES
+                .iter()
+                .any(|p| word.len() > p.len() && word.starts_with(p));
+        after_bearer = word.eq_ignore_ascii_case("bearer");
+        if secret {
+            out.push_str("[redacted]");
+            out.push_str(&token[word.len()..]);
+        } else {
+            out.push_str(token);
+        }
+    }
+    out
 }
 
 /// One SSE message of a response body.
@@ -387,4 +456,27 @@ pub async fn post_stream(
         sse_messages(provider, resp, ep.idle_timeout).boxed(),
         decoder,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_credentials;
+
+    #[test]
+    fn key_shaped_words_are_redacted() {
+        assert_eq!(
+            redact_credentials("Incorrect API key provided: sk-abc...WXYZ. You can find it."),
+            "Incorrect API key provided: [redacted]. You can find it."
+        );
+        assert_eq!(
+            redact_credentials(r#"bad key="AIzaSyExample", header Bearer abc.def-ghi"#),
+            r#"bad key="[redacted]", header Bearer [redacted]"#
+        );
+        assert_eq!(redact_credentials("sk-*** and sk-"), "[redacted] and sk-");
+        // Ordinary messages, model names and URLs are left alone.
+        let plain = "API key not valid. Please pass a valid API key. Model \
+                     claude-3-5-sonnet-20241022 at https://api.example/v1/tasks-1: over 8192 tokens";
+        assert_eq!(redact_credentials(plain), plain);
+        assert_eq!(redact_credentials(""), "");
+    }
 }

@@ -1,12 +1,18 @@
 //! Tool confirmations and long-running calls in an LLM agent's turn: asking the client to
 //! approve a call (`adk_request_confirmation`), and taking up the work a client's answer
 //! leaves (an approved call to run, a long-running call's result to send to the model).
+//!
+//! A client writes into the session too (its new message, events it imports), so a client can
+//! write anything a confirmation round trip is made of: the request, the original call, the
+//! placeholder response. Only its answer is taken from it; everything that decides which tool
+//! runs with which arguments is taken from events this agent wrote in a run of this session
+//! ([`history::written_by`]).
 
 use super::flow::{CallsOutcome, Turn};
 use super::history::{self};
 use crate::agent::{AgentError, AgentResult};
+use crate::event::REQUEST_CONFIRMATION;
 use crate::event::{Content, FunctionCall, FunctionResponse, JsonMap, Part};
-use crate::event::{CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION};
 use crate::tools::{Tool, ToolConfirmation};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -60,6 +66,13 @@ impl<'a> Turn<'a> {
 
     /// Work left from an earlier run: confirmations the client just answered, or (with
     /// `resume`) this agent's calls that never got a response.
+    ///
+    /// Both run tools without asking the model, so both act only on what this server wrote:
+    /// a confirmation request, the call it asks about and the "requires confirmation"
+    /// placeholder must be events this agent wrote in a run of this session
+    /// ([`history::written_by`]). The client writes the answer and nothing else: a forged
+    /// request in its new message (or beside events it imported) would otherwise name any
+    /// server tool with arguments of its choosing and skip `require_confirmation`.
     pub(super) async fn pending_work(&mut self) -> AgentResult<Option<CallsOutcome>> {
         let answers: Vec<FunctionResponse> = self
             .ctx
@@ -72,7 +85,8 @@ impl<'a> Turn<'a> {
                     .collect()
             })
             .unwrap_or_default();
-        // The common case: a plain new message, nothing left over. No tool listing.
+        // The common case: a plain new message, nothing left over. No tool listing, no
+        // reading of the session's runs.
         if answers.is_empty() && !self.ctx.run_config().resume {
             return Ok(None);
         }
@@ -84,26 +98,31 @@ impl<'a> Turn<'a> {
             .iter()
             .map(|t| (t.name().to_string(), t.clone()))
             .collect();
-        let latest = self.history.latest_responses();
-        let awaiting_approval = |id: &str| {
-            latest.get(id).is_some_and(|r| {
-                r.response.get("error").and_then(Value::as_str) == Some(CONFIRMATION_REQUIRED)
-            })
-        };
+        let ours = self.server_runs().await?;
+        let awaiting = self.history.awaiting_approval(&self.agent.name, &ours);
 
         // Confirmations in the new message. A call already resolved (a replayed approval,
         // a double click) is not run again: one approval, one execution.
         let mut confirmed_calls = vec![];
         let mut confirmations = HashMap::new();
         for answer in answers {
-            let Some(original) = answer.id.as_deref().and_then(|id| self.original_call(id)) else {
+            let Some(original) = answer
+                .id
+                .as_deref()
+                .and_then(|id| self.original_call(id, &ours))
+            else {
+                tracing::info!(
+                    agent = %self.agent.name,
+                    request = answer.id.as_deref().unwrap_or_default(),
+                    "confirmation answer for a request this agent did not make in a run of this session; ignored"
+                );
                 continue;
             };
             let Some(call_id) = original.id.clone() else {
                 continue;
             };
-            if !awaiting_approval(&call_id) || confirmations.contains_key(&call_id) {
-                tracing::info!(call = %call_id, "confirmation for a call that is already resolved; ignored");
+            if !awaiting.contains(&call_id) || confirmations.contains_key(&call_id) {
+                tracing::info!(call = %call_id, "confirmation for a call that is not waiting for approval; ignored");
                 continue;
             }
             confirmations.insert(call_id, parse_confirmation(&answer.response));
@@ -130,18 +149,11 @@ impl<'a> Turn<'a> {
         // Only calls the model made in a run of this server: events a client imported with
         // create-session may carry calls of any shape, and running them would let a client
         // execute tools with arguments of its choosing.
-        let ours: HashSet<String> = self
-            .ctx
-            .store()
-            .run_invocations(self.ctx.session_key())
-            .await
-            .map_err(AgentError::store)?
-            .into_iter()
-            .collect();
+        let latest = self.history.latest_responses();
         let sealed = self.history.sealed_calls();
         let open: Vec<FunctionCall> = self.history.events[since..]
             .iter()
-            .filter(|e| e.author == self.agent.name && ours.contains(&e.invocation_id))
+            .filter(|e| history::written_by(e, &self.agent.name, &ours))
             .flat_map(|e| e.function_calls())
             .filter(|c| c.name != REQUEST_CONFIRMATION)
             .filter(|c| !by_name.get(&c.name).is_some_and(|t| t.is_long_running()))
@@ -154,8 +166,9 @@ impl<'a> Turn<'a> {
         if open.is_empty() {
             return Ok(None);
         }
-        // Calls the client approved before the interruption keep their approval.
-        let approvals = self.approvals();
+        // Calls the client approved before the interruption keep their approval (only
+        // approvals of requests this agent made here: see `original_call`).
+        let approvals = self.approvals(&ours);
         tracing::info!(agent = %self.agent.name, calls = open.len(), "resuming unanswered tool calls");
         let outcome = self
             .run_calls(open, &by_name, &HashMap::new(), &approvals)
@@ -163,25 +176,77 @@ impl<'a> Turn<'a> {
         Ok(Some(outcome))
     }
 
-    /// The call an `adk_request_confirmation` call (by id) asked about.
-    pub(super) fn original_call(&self, request_id: &str) -> Option<FunctionCall> {
-        self.history
-            .find_call(request_id)?
-            .function_calls()
-            .find(|c| c.id.as_deref() == Some(request_id))
-            .and_then(|c| c.args.get("originalFunctionCall"))
-            .and_then(|v| serde_json::from_value::<FunctionCall>(v.clone()).ok())
+    /// The invocation ids of this session's runs on this server: what tells an event the
+    /// server wrote from one a client imported (see [`history::written_by`]).
+    async fn server_runs(&self) -> AgentResult<HashSet<String>> {
+        Ok(self
+            .ctx
+            .store()
+            .run_invocations(self.ctx.session_key())
+            .await
+            .map_err(AgentError::store)?
+            .into_iter()
+            .collect())
     }
 
-    /// Every confirmation answer in the history, by original call id.
-    pub(super) fn approvals(&self) -> HashMap<String, ToolConfirmation> {
+    /// The call the confirmation request `request_id` asked about, if that request is one this
+    /// agent wrote in a run of this session (`ours`: the runs' invocation ids).
+    ///
+    /// The request must be an `adk_request_confirmation` call in an event this agent wrote here
+    /// ([`history::written_by`]: not the client's new message, not imported events) and listed
+    /// in that event's `longRunningToolIds`, as [`Turn::request_confirmations`] writes it; a call
+    /// of that name that the model itself made (its events list only long-running tools) is not
+    /// a request. The original call, with its arguments, is taken from that request only, and
+    /// must be the newest call of that id this agent made here, with the same tool and
+    /// arguments: a provider that reuses call ids across turns cannot make an old approval
+    /// (of other arguments) count for a newer call.
+    pub(super) fn original_call(
+        &self,
+        request_id: &str,
+        ours: &HashSet<String>,
+    ) -> Option<FunctionCall> {
+        let agent = self.agent.name.as_str();
+        let request = self
+            .history
+            .events
+            .iter()
+            .rev()
+            .filter(|e| history::written_by(e, agent, ours))
+            .filter(|e| {
+                e.long_running_tool_ids
+                    .as_ref()
+                    .is_some_and(|ids| ids.iter().any(|id| id == request_id))
+            })
+            .flat_map(|e| e.function_calls())
+            .find(|c| c.name == REQUEST_CONFIRMATION && c.id.as_deref() == Some(request_id))?;
+        let original = request
+            .args
+            .get("originalFunctionCall")
+            .and_then(|v| serde_json::from_value::<FunctionCall>(v.clone()).ok())?;
+        let call_id = original.id.as_deref()?;
+        let made = self
+            .history
+            .events
+            .iter()
+            .rev()
+            .filter(|e| history::written_by(e, agent, ours))
+            .flat_map(|e| e.function_calls())
+            .find(|c| c.name != REQUEST_CONFIRMATION && c.id.as_deref() == Some(call_id))?;
+        let same = made.name == original.name && made.args == original.args;
+        same.then_some(original)
+    }
+
+    /// Every confirmation answer in the history, by original call id: the client's answers
+    /// (events authored `user`) to requests this agent made here (see `original_call`).
+    pub(super) fn approvals(&self, ours: &HashSet<String>) -> HashMap<String, ToolConfirmation> {
         let mut out = HashMap::new();
         for e in self.history.events.iter().filter(|e| e.author == "user") {
             for r in e
                 .function_responses()
                 .filter(|r| r.name == REQUEST_CONFIRMATION)
             {
-                if let Some(original) = r.id.as_deref().and_then(|id| self.original_call(id)) {
+                if let Some(original) = r.id.as_deref().and_then(|id| self.original_call(id, ours))
+                {
                     if let Some(id) = original.id {
                         out.insert(id, parse_confirmation(&r.response));
                     }

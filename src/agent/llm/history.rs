@@ -17,7 +17,9 @@
 //! the turn, not by the session's length.
 
 use crate::agent::{AgentError, AgentResult, InvocationContext};
-use crate::event::{Content, Event, FunctionResponse, JsonMap, Part, REQUEST_CONFIRMATION};
+use crate::event::{
+    Content, Event, FunctionResponse, JsonMap, Part, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION,
+};
 use crate::store::{EventRange, SessionKey, Store, StoredEvent};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -45,6 +47,18 @@ pub struct History {
 const PAGE: u32 = 500;
 /// The first page [`History::load`] reads of the current turn.
 const FIRST_TURN_PAGE: u32 = 50;
+
+/// Whether agent `agent` wrote `event` in one of this session's runs on this server (`runs`:
+/// their invocation ids, [`crate::store::RunStore::run_invocations`]).
+///
+/// A session holds events a client wrote as well as the server's: a run's new message (authored
+/// `user`, but with the run's invocation id) and events imported with create-session or seeded
+/// by a frontend (authored as the client likes, but with invocation ids no run of this server
+/// had). Anything that makes the server act (run a tool, honour an approval) must come from an
+/// event that passes this test, never from one a client could have written.
+pub fn written_by(event: &Event, agent: &str, runs: &HashSet<String>) -> bool {
+    event.author != "user" && event.author == agent && runs.contains(&event.invocation_id)
+}
 
 /// A message the user typed: the start of a turn. A user event that only answers function
 /// calls (a tool result, a confirmation) continues the turn it answers.
@@ -173,6 +187,29 @@ impl History {
             }
         }
         sealed
+    }
+
+    /// Calls of agent `agent` waiting for the client's approval: their latest response is the
+    /// "requires confirmation" placeholder that agent wrote in a run of this session (`runs`,
+    /// see [`written_by`]). A placeholder-shaped response written by a client (in a new message,
+    /// in imported events) cannot re-open a call that already ran, nor make up one that never
+    /// asked; any later response, whoever wrote it, closes the wait.
+    pub fn awaiting_approval(&self, agent: &str, runs: &HashSet<String>) -> HashSet<String> {
+        let mut waiting = HashSet::new();
+        for e in &self.events {
+            let ours = written_by(e, agent, runs);
+            for r in e.function_responses() {
+                let Some(id) = &r.id else { continue };
+                let placeholder =
+                    r.response.get("error").and_then(Value::as_str) == Some(CONFIRMATION_REQUIRED);
+                if ours && placeholder {
+                    waiting.insert(id.clone());
+                } else {
+                    waiting.remove(id);
+                }
+            }
+        }
+        waiting
     }
 
     /// The event holding the function call `id`, newest first.
@@ -471,6 +508,40 @@ mod tests {
             .unwrap()
             .response
             .contains_key("error"));
+    }
+
+    /// Only a placeholder this agent wrote in a run of this session makes a call wait for
+    /// approval: not one in the client's message (authored `user`, with a run's invocation id),
+    /// not one in imported events (the agent's name, an invocation no run had), and a later
+    /// response of anyone closes the wait.
+    #[test]
+    fn only_the_servers_placeholder_awaits_approval() {
+        let runs: HashSet<String> = ["e-run".to_string()].into();
+        let at = |invocation: &str, mut e: Event| {
+            e.invocation_id = invocation.into();
+            e
+        };
+        let waiting = || serde_json::json!({ "error": CONFIRMATION_REQUIRED });
+        let h = History {
+            events: vec![
+                at("e-run", response_event("a", "c1", "delete", waiting())),
+                at("e-run", response_event("user", "c2", "delete", waiting())),
+                at("e-imported", response_event("a", "c3", "delete", waiting())),
+                at("e-run", response_event("a", "c4", "delete", waiting())),
+                at("e-run", response_event("user", "c4", "delete", waiting())),
+                at("e-run", response_event("b", "c5", "delete", waiting())),
+            ],
+            last_seq: None,
+            read: 0,
+        };
+        assert_eq!(
+            h.awaiting_approval("a", &runs),
+            HashSet::from(["c1".to_string()])
+        );
+        assert!(written_by(&h.events[0], "a", &runs));
+        assert!(!written_by(&h.events[1], "user", &runs), "the client's");
+        assert!(!written_by(&h.events[2], "a", &runs), "imported");
+        assert!(!written_by(&h.events[5], "a", &runs), "another agent's");
     }
 
     /// `include_contents: none` reads the current turn, not the session: a turn at the end of
