@@ -557,20 +557,27 @@ struct Jwks {
     url: String,
     keys: Arc<Mutex<Vec<Value>>>,
     fetches: Arc<AtomicUsize>,
+    /// While set, the endpoint answers 503 (an identity provider that is down or blocked).
+    down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 async fn jwks_server(initial: &[&str]) -> Jwks {
     let keys: Vec<Value> = initial.iter().map(|k| jwk(k)).collect();
     let keys = Arc::new(Mutex::new(keys));
     let fetches = Arc::new(AtomicUsize::new(0));
-    let (k, f) = (keys.clone(), fetches.clone());
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (k, f, d) = (keys.clone(), fetches.clone(), down.clone());
     let app = axum::Router::new().route(
         "/.well-known/jwks.json",
         axum::routing::get(move || {
-            let (k, f) = (k.clone(), f.clone());
+            let (k, f, d) = (k.clone(), f.clone(), d.clone());
             async move {
+                use axum::response::IntoResponse;
                 f.fetch_add(1, Ordering::SeqCst);
-                axum::Json(json!({"keys": *k.lock().unwrap()}))
+                if d.load(Ordering::SeqCst) {
+                    return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+                }
+                axum::Json(json!({"keys": *k.lock().unwrap()})).into_response()
             }
         }),
     );
@@ -581,6 +588,7 @@ async fn jwks_server(initial: &[&str]) -> Jwks {
         url: format!("http://127.0.0.1:{port}/.well-known/jwks.json"),
         keys,
         fetches,
+        down,
     }
 }
 
@@ -773,6 +781,176 @@ async fn jwks_refetches_are_rate_bounded() {
         1,
         "one fetch, at first use"
     );
+}
+
+/// An identity provider that cannot be reached does not keep its old keys valid for ever: they
+/// serve while younger than `--jwt-jwks-max-stale-secs`, then tokens are refused (503, the
+/// provider's keys cannot be checked) until a fetch succeeds again. Before, every failed
+/// refetch counted as a fresh fetch, so a blocked provider kept a removed key valid.
+#[tokio::test]
+async fn a_key_set_that_cannot_be_refetched_expires() {
+    let idp = jwks_server(&["k1"]).await;
+    let url = idp.url.clone();
+    let s = TestServer::start_with(Backend::Sqlite, |a| {
+        a.security.auth = vec![AuthMode::Jwt];
+        a.security.jwt_jwks_url = Some(url);
+        a.security.jwt_audience = vec!["agentd".into()];
+        a.security.jwt_jwks_refresh_secs = 0;
+        a.security.jwt_jwks_max_stale_secs = 2;
+    })
+    .await;
+    let good = token("k1", "k1", claims("alice"));
+    let list = |t: String| {
+        let s = &s;
+        async move { call(s, Method::GET, "/list-apps", None, Cred::Bearer(&t)).await }
+    };
+    assert_eq!(list(good.clone()).await.0, 200);
+    idp.down.store(true, Ordering::SeqCst);
+    // Past the stale limit, with every refetch failing: refused, never served on old keys.
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    let fetches = idp.fetches.load(Ordering::SeqCst);
+    let (st, b, _) = list(good.clone()).await;
+    assert_eq!(
+        (st, b["code"].as_str()),
+        (503, Some("auth_unavailable")),
+        "{b}"
+    );
+    let (st, _, _) = list(good.clone()).await;
+    assert_eq!(
+        st, 503,
+        "still refused: a failed fetch does not make the keys fresh"
+    );
+    assert!(
+        idp.fetches.load(Ordering::SeqCst) > fetches,
+        "agentd tried the provider again"
+    );
+    // The provider is back: the next token fetches the key set and passes.
+    idp.down.store(false, Ordering::SeqCst);
+    assert_eq!(list(good).await.0, 200);
+}
+
+/// Agents' instructions and why an app failed to load (file paths, YAML) are for admins:
+/// other callers see them redacted in `app-info` and `list-apps?detailed=true`, and an unknown
+/// app's 404 names no place on the server's disk.
+async fn internals_are_shown_to_admins_only(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let apps = dir.path().join("apps");
+    std::fs::create_dir_all(apps.join("broken")).unwrap();
+    std::fs::write(
+        apps.join("broken/root_agent.yaml"),
+        "agent_class: NoSuchClass\nname: b\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(apps.join("helper")).unwrap();
+    std::fs::write(
+        apps.join("helper/root_agent.yaml"),
+        "name: helper\nmodel: openai/gpt-4o-mini\ninstruction: the secret playbook\n",
+    )
+    .unwrap();
+    let apps_dir = apps.clone();
+    let s = TestServer::start_with(backend, |a| {
+        a.security.auth = vec![AuthMode::ApiKey];
+        a.apps_dir = apps_dir;
+    })
+    .await;
+    let user = key(&s.db, "alice", None, false, None).await;
+    let admin = key(&s.db, "ops", None, true, None).await;
+    let path_text = apps.display().to_string();
+
+    let (st, info, _) = call(
+        &s,
+        Method::GET,
+        "/apps/helper/app-info",
+        None,
+        Cred::Bearer(&user),
+    )
+    .await;
+    assert_eq!(st, 200, "{info}");
+    assert_eq!(info["agents"]["helper"]["instruction"], "", "{info}");
+    let (st, info, _) = call(
+        &s,
+        Method::GET,
+        "/apps/helper/app-info",
+        None,
+        Cred::Bearer(&admin),
+    )
+    .await;
+    assert_eq!(st, 200, "{info}");
+    assert_eq!(
+        info["agents"]["helper"]["instruction"],
+        "the secret playbook"
+    );
+
+    let broken = |v: &Value| {
+        v["apps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == "broken")
+            .unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (_, listed, _) = call(
+        &s,
+        Method::GET,
+        "/list-apps?detailed=true",
+        None,
+        Cred::Bearer(&user),
+    )
+    .await;
+    let redacted = broken(&listed);
+    assert!(
+        !redacted.contains("NoSuchClass") && !redacted.contains(&path_text),
+        "{redacted}"
+    );
+    let (_, listed, _) = call(
+        &s,
+        Method::GET,
+        "/list-apps?detailed=true",
+        None,
+        Cred::Bearer(&admin),
+    )
+    .await;
+    assert!(broken(&listed).contains("NoSuchClass"), "{listed}");
+    for cred in [Cred::Bearer(&user), Cred::Bearer(&admin)] {
+        let (st, b, _) = call(&s, Method::GET, "/apps/broken/app-info", None, cred).await;
+        assert_eq!(st, 500);
+        let _ = b;
+    }
+    let (_, b, _) = call(
+        &s,
+        Method::GET,
+        "/apps/broken/app-info",
+        None,
+        Cred::Bearer(&user),
+    )
+    .await;
+    assert!(!b.to_string().contains("NoSuchClass"), "{b}");
+    let (st, b, _) = call(
+        &s,
+        Method::GET,
+        "/apps/nope/app-info",
+        None,
+        Cred::Bearer(&admin),
+    )
+    .await;
+    assert_eq!(st, 404);
+    assert!(!b.to_string().contains(&path_text), "{b}");
+    let (st, b, _) = call(
+        &s,
+        Method::POST,
+        "/run",
+        Some(
+            &json!({"appName": "broken", "userId": "alice", "sessionId": "s1",
+            "newMessage": {"role": "user", "parts": [{"text": "hi"}]}}),
+        ),
+        Cred::Bearer(&user),
+    )
+    .await;
+    assert_eq!(st, 500, "{b}");
+    assert!(!b.to_string().contains("NoSuchClass"), "{b}");
 }
 
 /// A static HMAC secret (`--jwt-secret`), together with API keys.
@@ -1293,4 +1471,5 @@ both_backends!(
     revocation_takes_effect_at_once,
     app_state_needs_an_admin,
     jwt_tokens_are_verified,
+    internals_are_shown_to_admins_only,
 );

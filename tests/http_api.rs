@@ -503,6 +503,29 @@ async fn get_session_limit_returns_newest_events(backend: Backend) {
     assert_eq!(deltas, [&json!(3), &json!(4)]);
     assert_eq!(recent["state"], json!({"n": 4}));
     assert_eq!(recent["events"][1], full["events"][4]);
+
+    // A huge limit is read as the page maximum (1000), not as "load the whole session at
+    // once": a session of 1,005 events answers its newest 1,000.
+    let events: Vec<Value> = (0..1_005)
+        .map(|i| {
+            json!({"author": "user", "invocationId": "e-imported",
+                   "content": {"role": "user", "parts": [{"text": format!("m{i}")}]}})
+        })
+        .collect();
+    json_with_status(
+        s.post_json(SESSIONS, json!({"sessionId": "big", "events": events}))
+            .await,
+        200,
+    )
+    .await;
+    let resp = s
+        .get(&format!("{}?limit=4294967295", session_path("big")))
+        .await;
+    let capped = json_with_status(resp, 200).await;
+    let got = capped["events"].as_array().unwrap();
+    assert_eq!(got.len(), 1_000);
+    assert_eq!(got[0]["content"]["parts"][0]["text"], "m5");
+    assert_eq!(got[999]["content"]["parts"][0]["text"], "m1004");
 }
 
 async fn list_sessions_merges_shared_state_in_adk_order(backend: Backend) {

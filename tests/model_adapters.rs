@@ -477,6 +477,34 @@ async fn anthropic_body_cut_short_is_an_error_not_a_short_answer() {
     assert!(e.message.contains("ended before"), "{}", e.message);
 }
 
+/// A provider's redirect is not followed: reqwest strips only the standard credential headers
+/// on a cross-origin redirect, so `x-api-key` (Anthropic) or `x-goog-api-key` (Gemini) would
+/// travel to whatever host the redirect names. The call fails instead, and the other host
+/// hears nothing.
+#[tokio::test]
+async fn a_provider_redirect_is_not_followed() {
+    let (elsewhere, other) = provider(vec![Reply::sse(ANTHROPIC_TEXT_AND_TOOL)]).await;
+    let location: &'static str = Box::leak(format!("{elsewhere}/v1/messages").into_boxed_str());
+    let (origin, server) = provider(vec![Reply {
+        status: 307,
+        content_type: "text/plain",
+        headers: vec![("location", location)],
+        body: String::new(),
+    }])
+    .await;
+    let mut opts = options(format!("{origin}/v1"));
+    opts.headers
+        .insert("x-api-key".into(), "sk-ant-the-real-key".into());
+    let m = model::resolve("anthropic/claude-x", &opts).unwrap();
+    let e = call(m.as_ref(), &conversation()).await.err();
+    assert!(e.is_some(), "a redirect is an error, not an answer");
+    assert_eq!(server.seen().len(), 1);
+    assert!(
+        other.seen().is_empty(),
+        "the redirect's target got a request (and the key)"
+    );
+}
+
 #[tokio::test]
 async fn anthropic_401_is_unauthenticated_without_retries() {
     let (origin, server) = provider(vec![Reply::json(

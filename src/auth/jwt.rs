@@ -175,14 +175,15 @@ impl JwtVerifier {
                 .clone()
                 .ok_or(AuthError::InvalidToken("no key"));
         };
-        if let Some(key) = jwks.lookup(kid, JWKS_MAX_AGE) {
+        let max_stale = self.config.jwks_max_stale;
+        if let Some(key) = jwks.lookup(kid, JWKS_MAX_AGE.min(max_stale)) {
             return Ok(key);
         }
-        jwks.refresh(self.config.jwks_refresh_min, self.config.jwks_max_stale)
+        jwks.refresh(self.config.jwks_refresh_min, max_stale)
             .await?;
         // Fresh keys after a good fetch; after a failed one, the last good keys while they
         // are younger than the stale limit (`refresh` failed closed past it).
-        jwks.lookup(kid, self.config.jwks_max_stale.max(JWKS_MAX_AGE))
+        jwks.lookup(kid, max_stale)
             .or_else(|| self.static_key.clone())
             .ok_or(AuthError::InvalidToken("unknown signing key"))
     }

@@ -182,6 +182,12 @@ pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError
         408 => ("MODEL_TIMEOUT", true, "timed out"),
         429 => ("RATE_LIMITED", true, "is rate limiting requests"),
         400..=499 => ("MODEL_BAD_REQUEST", false, "rejected the request"),
+        // Not followed (see `client`), and asking again gets the same redirect.
+        300..=399 => (
+            "MODEL_REDIRECTED",
+            false,
+            "answered with a redirect, not followed",
+        ),
         _ => ("MODEL_UNAVAILABLE", true, "failed"),
     };
     ModelError {
