@@ -297,15 +297,18 @@ async fn list_apps_and_app_info_match_adk(backend: Backend) {
     let body = replay(&s, "005").await;
     assert_eq!(body["code"], "not_llm_agent");
     // Fixture 006 (app-info of an LlmAgent) waits for agentd's LlmAgent.
+    // ADK names the apps directory's full path; agentd names the app relative to it, so a
+    // client learns nothing of the server's disk.
     let body = replay_adjusted(&s, "007", |v| {
-        let detail = v["detail"]
-            .as_str()
-            .unwrap()
-            .replace("<AGENTS_DIR>", &dir.display().to_string());
+        let detail = v["detail"].as_str().unwrap().replace("<AGENTS_DIR>/", "");
         v["detail"] = json!(detail);
     })
     .await;
     assert_eq!(body["code"], "app_not_found");
+    assert!(
+        !body.to_string().contains(&dir.display().to_string()),
+        "{body}"
+    );
 
     let plain = json_with_status(
         s.get("/list-apps?detailed=false&relative_path=./").await,

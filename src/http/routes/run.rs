@@ -379,7 +379,7 @@ async fn run(
     }
     let handle = start_keyed(&state, run_req, keyed)
         .await
-        .map_err(|e| run_error(e))?;
+        .map_err(run_error)?;
     let mut resp_headers = run_headers(&handle);
     if wants_json(&headers) {
         return collect_json(handle, resp_headers).await;
