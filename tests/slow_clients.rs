@@ -47,8 +47,6 @@ async fn half_sent_headers_neither_block_health_nor_stay_open() {
     }
 }
 
-/// A body over `--max-body-bytes`, written in full before reading (as Python's `http.client`
-/// and `requests` do), gets a readable 413 instead of a broken pipe.
 /// At the connection bound, a client that sends a whole request is served at once: the
 /// oldest connections still sending their header are closed to make room (and counted),
 /// instead of the new client waiting in the backlog until a stalled one times out.
@@ -109,6 +107,86 @@ async fn at_the_connection_bound_stalled_headers_are_shed_for_a_whole_request() 
     assert!(shed >= 3.0, "{shed} connections shed");
 }
 
+/// The finding as it was reported: agentd under a container's usual open-file limit (1,024,
+/// soft and hard) and 1,100 connections that send half a header and stall. The connection
+/// bound is derived from the limit, so the stalled connections fill it without exhausting the
+/// process's descriptors, and a client that sends a whole request is served at once (a
+/// stalled one is shed for it) rather than after the header timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_1024_file_limit_stalled_connections_do_not_lock_out_a_client() {
+    // This process holds 1,100 client sockets.
+    rlimit::increase_nofile_limit(u64::MAX).expect("raise the open-file limit");
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let agentd = env!("CARGO_BIN_EXE_agentd");
+    let script = format!(
+        "ulimit -n 1024 && exec {agentd} serve --bind {addr} --header-timeout-secs 600 \
+         --database-url sqlite://{}/a.db --apps-dir {}/config/apps",
+        data.path().display(),
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut child = tokio::process::Command::new("bash")
+        .args(["-c", &script])
+        .env("RUST_LOG", "agentd=warn")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("agentd starts");
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = format!("http://{addr}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !matches!(client.get(format!("{url}/health")).send().await, Ok(r) if r.status() == 200) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "agentd never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut held = Vec::new();
+    for _ in 0..1_100 {
+        let mut c = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        held.push(c);
+    }
+    for _ in 0..3 {
+        let health = client
+            .get(format!("{url}/health"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .expect("/health answers while 1,100 stalled connections press on a 1,024 limit");
+        assert_eq!(health.status(), 200);
+    }
+    let metrics = client
+        .get(format!("{url}/metrics"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agentd_connections_shed_total"),
+        "stalled connections were shed"
+    );
+    drop(held);
+    let _ = child.kill().await;
+}
+
+/// A body over `--max-body-bytes`, written in full before reading (as Python's `http.client`
+/// and `requests` do), gets a readable 413 instead of a broken pipe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversize_body_written_in_full_gets_a_readable_413() {
     let s = TestServer::start_with(Backend::Sqlite, |a| a.max_body_bytes = 1024 * 1024).await;
