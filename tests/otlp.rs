@@ -139,6 +139,8 @@ async fn spans_are_exported_with_the_callers_trace() {
     let url = format!("http://127.0.0.1:{port}");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
         .arg("serve")
+        // Nothing routes here: no need to keep answering through a drain after SIGTERM.
+        .args(["--drain-secs", "0"])
         .args(["--bind", &format!("127.0.0.1:{port}")])
         .arg("--database-url")
         .arg(format!("sqlite://{}/a.db", data.path().display()))
@@ -299,6 +301,7 @@ async fn no_endpoint_no_export() {
     let url = format!("http://127.0.0.1:{port}");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentd"));
     cmd.arg("serve")
+        .args(["--drain-secs", "0"])
         .args(["--bind", &format!("127.0.0.1:{port}")])
         .arg("--database-url")
         .arg(format!("sqlite://{}/a.db", data.path().display()))

@@ -1216,6 +1216,168 @@ async fn with_on_disconnect_continue_the_run_completes_without_its_client(backen
 }
 
 // ---------------------------------------------------------------------------------------
+// Background runs
+// ---------------------------------------------------------------------------------------
+
+/// A run started without a client: 202 with the run and its links once admitted, it completes
+/// alone, `wait` returns it ended, and its stream replays the whole run to `done`.
+async fn a_background_run_completes_alone_and_replays(backend: Backend) {
+    let apps = Apps::new().echo("slow", SLOW);
+    let s = apps.serve(backend).await;
+    create_session(&s, "slow", "s1").await;
+    let path = format!("{}/runs", session_path("slow", "s1"));
+    let resp = s
+        .post_json(
+            &path,
+            json!({"newMessage": {"role": "user", "parts": [{"text": "later"}]}}),
+        )
+        .await;
+    assert_eq!(
+        resp.headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        resp.headers()
+            .get("x-agentd-run-id")
+            .and_then(|v| v.to_str().ok())
+            .map(|id| format!("/runs/{id}"))
+    );
+    let started = json_with_status(resp, 202).await;
+    let run_id = started["runId"].as_str().expect("runId").to_string();
+    assert!(started["invocationId"].as_str().is_some(), "{started}");
+    assert_eq!(started["links"]["wait"], format!("/runs/{run_id}/wait"));
+    assert_eq!(started["links"]["stream"], format!("/runs/{run_id}/stream"));
+
+    // Nobody reads it; it ends on its own, and the long poll answers when it does.
+    let waited = json_with_status(
+        s.post_json(&format!("/runs/{run_id}/wait?wait=30"), json!({}))
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(waited["status"], "completed", "{waited}");
+    let polled = json_with_status(s.get(&format!("/runs/{run_id}?wait=5")).await, 200).await;
+    assert_eq!(polled["status"], "completed");
+    let msgs = Sse::open(s.get(&format!("/runs/{run_id}/stream")).await)
+        .await
+        .rest()
+        .await;
+    assert_eq!(done(&msgs)["status"], "completed");
+    let replayed: Vec<String> = complete(&msgs).into_iter().map(text).collect();
+    assert_eq!(replayed, ["later"], "the reply, replayed from the database");
+    let stored: Vec<String> = transcript(&s, "slow", "s1")
+        .await
+        .iter()
+        .map(text)
+        .collect();
+    assert_eq!(stored, ["later", "later"]);
+
+    // `"background": true` on /run does the same.
+    let resp = s
+        .post_json(
+            "/run",
+            with(
+                run_body("slow", "s1", "also later"),
+                json!({"background": true}),
+            ),
+        )
+        .await;
+    let started = json_with_status(resp, 202).await;
+    let second = started["runId"].as_str().unwrap().to_string();
+    let waited = json_with_status(
+        s.post_json(&format!("/runs/{second}/wait"), json!({}))
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(waited["status"], "completed");
+}
+
+/// A background request is refused exactly as `/run` refuses it, before anything starts:
+/// a busy session (409), a missing session (404), a body naming another session (422).
+async fn a_background_run_is_refused_like_run(backend: Backend) {
+    let apps = Apps::new().echo("slow", SLOW);
+    let s = apps.serve(backend).await;
+    create_session(&s, "slow", "s1").await;
+    let path = format!("{}/runs", session_path("slow", "s1"));
+    let msg = json!({"newMessage": {"role": "user", "parts": [{"text": "one"}]}});
+    let first = json_with_status(s.post_json(&path, msg.clone()).await, 202).await;
+    let busy = json_with_status(s.post_json(&path, msg.clone()).await, 409).await;
+    assert_eq!(busy["code"], "session_busy", "{busy}");
+    let ghost = format!("{}/runs", session_path("slow", "ghost"));
+    let missing = json_with_status(s.post_json(&ghost, msg.clone()).await, 404).await;
+    assert_eq!(missing["code"], "session_not_found");
+    let other = with(msg.clone(), json!({"sessionId": "s2"}));
+    let bad = json_with_status(s.post_json(&path, other).await, 422).await;
+    assert_eq!(bad["code"], "validation_error");
+    let run_id = first["runId"].as_str().unwrap();
+    assert_eq!(finished_run(&s, run_id).await["status"], "completed");
+    let stored: Vec<String> = transcript(&s, "slow", "s1")
+        .await
+        .iter()
+        .map(text)
+        .collect();
+    assert_eq!(
+        stored,
+        ["one", "one"],
+        "only the admitted run wrote anything"
+    );
+    let unknown = json_with_status(s.post_json("/runs/run-nope/wait", json!({})).await, 404).await;
+    assert_eq!(unknown["code"], "run_not_found");
+}
+
+/// A user's runs, newest first, a page at a time with a cursor, filtered by status.
+async fn a_users_runs_are_listed_newest_first(backend: Backend) {
+    let apps = Apps::new().echo("e", "chunks: 1");
+    let s = apps.serve(backend).await;
+    create_session(&s, "e", "s1").await;
+    let mut ids = vec![];
+    for i in 0..3 {
+        let msgs = run(&s, run_body("e", "s1", &format!("m{i}")))
+            .await
+            .rest()
+            .await;
+        ids.push(done(&msgs)["runId"].as_str().unwrap().to_string());
+    }
+    ids.reverse();
+    let listing = format!("/apps/e/users/{USER}/runs");
+    let page = json_with_status(s.get(&format!("{listing}?limit=2")).await, 200).await;
+    let got: Vec<&str> = page["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, [ids[0].as_str(), ids[1].as_str()]);
+    let next = page["next"].as_str().expect("a next cursor").to_string();
+    let page = json_with_status(s.get(&format!("{listing}?limit=2&after={next}")).await, 200).await;
+    let got: Vec<&str> = page["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, [ids[2].as_str()]);
+    assert!(page.get("next").is_none(), "{page}");
+    let done_runs =
+        json_with_status(s.get(&format!("{listing}?status=completed")).await, 200).await;
+    assert_eq!(done_runs["runs"].as_array().unwrap().len(), 3);
+    let running = json_with_status(s.get(&format!("{listing}?status=running")).await, 200).await;
+    assert!(running["runs"].as_array().unwrap().is_empty());
+    let other_user = json_with_status(s.get("/apps/e/users/someone-else/runs").await, 200).await;
+    assert!(other_user["runs"].as_array().unwrap().is_empty());
+    for bad in [
+        "?status=finished",
+        "?after=not-a-cursor",
+        "?limit=0",
+        "?limit=201",
+    ] {
+        let b = json_with_status(s.get(&format!("{listing}{bad}")).await, 422).await;
+        assert_eq!(b["code"], "validation_error", "{bad}: {b}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // A crashed replica
 // ---------------------------------------------------------------------------------------
 
@@ -1321,5 +1483,8 @@ both_backends!(
     cancel_seals_the_transcript_and_frees_the_session,
     a_client_disconnect_cancels_the_run_and_seals_the_transcript,
     with_on_disconnect_continue_the_run_completes_without_its_client,
+    a_background_run_completes_alone_and_replays,
+    a_background_run_is_refused_like_run,
+    a_users_runs_are_listed_newest_first,
     a_killed_replica_leaves_only_complete_events_and_its_lease_expires,
 );

@@ -295,6 +295,9 @@ async fn spawn_agentd(
         }
     }
     cmd.arg("serve")
+        // Stopped with SIGTERM when a measurement ends; nothing routes here to drain for.
+        .arg("--drain-secs")
+        .arg("0")
         .arg("--bind")
         .arg(free_addr()?.to_string())
         .arg("--database-url")

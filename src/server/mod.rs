@@ -136,17 +136,24 @@ impl Server {
 
     /// Drains and stops: new runs are refused at once (`/ready` turns 503), in-flight runs get
     /// `drain` to finish, the rest are interrupted (sealed, status `interrupted`, their streams
-    /// end with `event: done`), then HTTP connections get `grace` before they are dropped.
+    /// end with `event: done`); the listener stays open (answering 503) until `drain` is over;
+    /// then HTTP connections get `grace` before they are dropped.
     pub async fn shutdown_with(self, drain: Duration, grace: Duration) -> anyhow::Result<()> {
-        // The listener stays open for the whole drain, runs or not: a balancer that still
-        // routes here for a moment (deregistration delay, no preStop hook) gets `/ready` 503
-        // and new runs 503 `shutting_down` with `Retry-After`, on new and kept-alive
-        // connections alike, instead of refused connections.
+        self.stop(drain, grace, true).await
+    }
+
+    /// [`Server::shutdown_with`]; `linger`: keep the listener open for the whole drain even
+    /// when no run is left, so a balancer that still routes here for a moment (deregistration
+    /// delay, no preStop hook) gets `/ready` 503 and new runs 503 `shutting_down` with
+    /// `Retry-After`, on new and kept-alive connections alike, instead of refused connections.
+    async fn stop(self, drain: Duration, grace: Duration, linger: bool) -> anyhow::Result<()> {
         let drained = tokio::time::Instant::now() + drain;
         // Runs first, so the HTTP server's graceful shutdown is not held up by open SSE
         // responses: each run's stream ends with its `done`.
         self.state.runner.shutdown(drain, grace).await;
-        tokio::time::sleep_until(drained).await;
+        if linger {
+            tokio::time::sleep_until(drained).await;
+        }
         // MCP servers started as child processes end with us.
         self.state.apps.close().await;
         self.shutdown.cancel();
@@ -164,15 +171,22 @@ impl Server {
         self.shutdown_with(Duration::ZERO, grace).await
     }
 
-    /// Serves until SIGTERM or Ctrl-C, then drains and shuts down.
+    /// Serves until SIGTERM or Ctrl-C, then drains and shuts down. SIGTERM keeps the listener
+    /// open for the whole drain (a balancer may still route here); Ctrl-C, at a terminal where
+    /// nothing routes traffic, lets in-flight runs finish within the drain and stops as soon
+    /// as they have.
     pub async fn run_until_signal(self, drain: Duration, grace: Duration) -> anyhow::Result<()> {
-        shutdown_signal().await;
+        let signal = shutdown_signal().await;
         tracing::info!(
             drain_secs = drain.as_secs(),
+            ?signal,
             "shutdown signal received; draining (not ready, new runs refused)"
         );
-        // `shutdown_with` turns the replica not-ready first thing.
-        self.shutdown_with(drain, grace).await
+        // Both turn the replica not-ready first thing.
+        match signal {
+            Signal::Terminate => self.shutdown_with(drain, grace).await,
+            Signal::Interrupt => self.stop(drain, grace, false).await,
+        }
     }
 }
 
@@ -268,7 +282,16 @@ fn spawn_retention(store: Arc<dyn crate::store::Store>, ttl: Duration, stop: Can
     });
 }
 
-async fn shutdown_signal() {
+/// Which signal asked agentd to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    /// Ctrl-C at a terminal: nobody routes traffic here.
+    Interrupt,
+    /// SIGTERM: an orchestrator or a balancer's deploy.
+    Terminate,
+}
+
+async fn shutdown_signal() -> Signal {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -283,5 +306,5 @@ async fn shutdown_signal() {
     };
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tokio::select! { _ = ctrl_c => Signal::Interrupt, _ = term => Signal::Terminate }
 }

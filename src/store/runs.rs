@@ -221,6 +221,18 @@ pub trait RunStore: Send + Sync + 'static {
 
     async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>>;
 
+    /// A user's runs in an app, newest first: at most `limit`, only `status` if given, and
+    /// only those before `before` (`(created_at, run id)` of the last run of the previous
+    /// page: keyset pagination, stable while runs are added).
+    async fn list_runs(
+        &self,
+        app: &str,
+        user: &str,
+        status: Option<RunStatus>,
+        before: Option<(f64, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>>;
+
     /// The run that owns the session, if any.
     async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>>;
 

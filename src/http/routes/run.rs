@@ -10,20 +10,20 @@ use crate::auth::Caller;
 use crate::event::{Content, Event, JsonMap};
 use crate::http::auth::Gate;
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::extract::JsonBody;
+use crate::http::extract::{JsonBody, Path};
 use crate::http::idempotency::{self, Prior};
-use crate::http::openapi::{Errors, EventStream};
+use crate::http::openapi::{Errors, EventStream, SessionPath};
 use crate::http::sse::{self, Framing, KEEP_ALIVE_EVERY};
 use crate::http::AppState;
 use crate::run::RunItem;
 use crate::runner::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest};
-use crate::store::{RunStatus, SessionKey};
+use crate::store::{RunRecord, RunStatus, SessionKey};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 use std::time::Duration;
 use utoipa::ToSchema;
@@ -44,6 +44,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(run_sse))
         .routes(routes!(run))
+        .routes(routes!(start_background_run))
 }
 
 /// ADK's `RunAgentRequest` plus agentd's additive fields.
@@ -109,6 +110,11 @@ pub struct RunAgentRequest {
     /// agentd: a shorter limit than the server's `--max-run-secs`.
     #[serde(default, alias = "max_duration_secs")]
     max_duration_secs: Option<u64>,
+    /// agentd: run without a client: answered 202 with the run once it is admitted; the run
+    /// goes on (bounded by `--max-run-secs`), and `GET /runs/{id}?wait=`,
+    /// `POST /runs/{id}/wait` and `GET /runs/{id}/stream` follow it from any replica.
+    #[serde(default)]
+    background: bool,
 }
 
 impl RunAgentRequest {
@@ -288,6 +294,9 @@ async fn run_sse(
     headers: HeaderMap,
     JsonBody(req, raw): JsonBody<RunAgentRequest>,
 ) -> ApiResult<Response> {
+    if req.background {
+        return background(&state, &caller, &headers, req, "/run_sse", &raw).await;
+    }
     let split_artifacts = req.function_call_event_id.is_none();
     let run_req = req.into_run_request(&caller, &state.gate)?;
     let key = run_req.key.clone();
@@ -369,6 +378,9 @@ async fn run(
     headers: HeaderMap,
     JsonBody(req, raw): JsonBody<RunAgentRequest>,
 ) -> ApiResult<Response> {
+    if req.background {
+        return background(&state, &caller, &headers, req, "/run", &raw).await;
+    }
     let run_req = req.into_run_request(&caller, &state.gate)?;
     let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run", &raw).await?;
     if let Some(run_id) = prior {
@@ -430,6 +442,135 @@ async fn run(
     )
     .map(Ok::<_, Infallible>);
     Ok(sse_response(Body::from_stream(frames.fuse()), resp_headers))
+}
+
+/// A run started without a client, as `POST …/sessions/{id}/runs` and `"background": true`
+/// answer it (202).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BackgroundRun {
+    #[serde(flatten)]
+    run: RunRecord,
+    links: RunLinks,
+}
+
+/// Where to follow a background run (any replica).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunLinks {
+    /// `GET`: the run (`?wait=N` long-polls for its end).
+    #[serde(rename = "self")]
+    this: String,
+    /// `POST`: wait for its end.
+    wait: String,
+    /// `GET`: its events, replayed then live (`/run`'s frames).
+    stream: String,
+    /// `POST`: cancel it.
+    cancel: String,
+}
+
+/// Admits the run exactly as `/run` does (same body, same errors before anything starts,
+/// `onBusy`, `Idempotency-Key`), then answers 202 with the run and lets it go on alone.
+async fn background(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    req: RunAgentRequest,
+    route: &str,
+    raw: &[u8],
+) -> ApiResult<Response> {
+    let mut run_req = req.into_run_request(caller, &state.gate)?;
+    // Nobody reads this run's stream: a client that "goes away" must not cancel it.
+    run_req.on_disconnect = OnDisconnect::Continue;
+    let (keyed, prior) = idempotent_prior(state, headers, &run_req, route, raw).await?;
+    let (run_id, replayed) = match prior {
+        Some(run_id) => (run_id, true),
+        None => {
+            let handle = start_keyed(state, run_req, keyed)
+                .await
+                .map_err(run_error)?;
+            // Dropping the items leaves the run without a reader; it goes on by itself.
+            (handle.run_id, false)
+        }
+    };
+    let run = state
+        .runner
+        .get_run(&run_id)
+        .await?
+        .ok_or_else(super::runs::run_not_found)?;
+    let links = RunLinks {
+        this: format!("/runs/{run_id}"),
+        wait: format!("/runs/{run_id}/wait"),
+        stream: format!("/runs/{run_id}/stream"),
+        cancel: format!("/runs/{run_id}/cancel"),
+    };
+    let mut resp_headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&links.this) {
+        resp_headers.insert(header::LOCATION, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&run.run_id) {
+        resp_headers.insert("x-agentd-run-id", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&run.invocation_id) {
+        resp_headers.insert("x-agentd-invocation-id", v);
+    }
+    if replayed {
+        resp_headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        resp_headers,
+        axum::Json(BackgroundRun { run, links }),
+    )
+        .into_response())
+}
+
+/// Starts a run on the session without a client (a background run): admitted exactly as
+/// `POST /run` (same body; `appName`, `userId` and `sessionId` come from the path and, if the
+/// body names them too, must match), answered 202 with the run and where to follow it.
+#[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/runs", tag = "runs",
+    params(SessionPath,
+        ("Idempotency-Key" = Option<String>, Header,
+        description = "A repeat with this key and the same body answers the first run")),
+    request_body = RunAgentRequest,
+    responses((status = 202, description = "Admitted; the run goes on without a client.",
+        body = BackgroundRun), Errors))]
+async fn start_background_run(
+    state: axum::extract::State<AppState>,
+    caller: Caller,
+    Path((app, user, session)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    JsonBody(body, raw): JsonBody<serde_json::Value>,
+) -> ApiResult<Response> {
+    let serde_json::Value::Object(mut body) = body else {
+        return Err(ApiError::validation(vec![crate::http::error::problem(
+            "model_attributes_type",
+            vec!["body".into()],
+            "the body must be a JSON object (a run request)",
+        )]));
+    };
+    for (field, alias, value) in [
+        ("appName", "app_name", &app),
+        ("userId", "user_id", &user),
+        ("sessionId", "session_id", &session),
+    ] {
+        for name in [field, alias] {
+            match body.get(name) {
+                Some(serde_json::Value::String(v)) if v == value => {}
+                None => {}
+                Some(_) => {
+                    return Err(ApiError::validation(vec![crate::http::error::problem(
+                        "value_error",
+                        vec!["body".into(), name.into()],
+                        format!("{name} must be absent or {value:?} (the path names the session)"),
+                    )]))
+                }
+            }
+            body.remove(name);
+        }
+        body.insert(field.into(), serde_json::Value::String(value.clone()));
+    }
+    let req: RunAgentRequest =
+        crate::http::extract::parse_json(&serde_json::to_vec(&body).unwrap_or_default())?;
+    background(&state, &caller, &headers, req, "/sessions/runs", &raw).await
 }
 
 /// ADK `/run` semantics: wait for the end, answer every event (partials included) as JSON.

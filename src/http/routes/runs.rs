@@ -1,30 +1,43 @@
-//! A run by its id, from any replica: `GET /runs/{id}`, `POST /runs/{id}/cancel`, and
-//! `GET /runs/{id}/stream` (re-attach: the committed events after `Last-Event-ID` or
-//! `?after=` replayed from the database, then live with exactly the frames `POST /run` sends;
-//! a finished run: replay, then `done`).
+//! A run by its id, from any replica: `GET /runs/{id}` (with `?wait=` a long poll for its end,
+//! as `POST /runs/{id}/wait`), `POST /runs/{id}/cancel`, and `GET /runs/{id}/stream`
+//! (re-attach: the committed events after `Last-Event-ID` or `?after=` replayed from the
+//! database, then live with exactly the frames `POST /run` sends; a finished run: replay, then
+//! `done`); and a user's runs, newest first (`GET /apps/{app}/users/{user}/runs`).
 
 use crate::auth::Caller;
 use crate::http::error::{problem, ApiError, ApiResult};
 use crate::http::extract::Path;
+use crate::http::extract::Query;
+use crate::http::openapi::UserPath;
 use crate::http::openapi::{Errors, EventStream};
 use crate::http::sse::follow::RunFollower;
 use crate::http::sse::resume::{beyond_end, resume_point, run_headers, sse_body, AfterQuery};
 use crate::http::AppState;
 use crate::store::{CancelRequest, RunRecord, RunStatus};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
-use utoipa::ToSchema;
+use std::time::Duration;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(get_run))
+        .routes(routes!(wait_run))
         .routes(routes!(cancel_run))
         .routes(routes!(run_stream))
+        .routes(routes!(list_runs))
 }
+
+/// Longest a long poll for a run's end waits (`?wait=`, `POST …/wait`); the default.
+pub const MAX_WAIT_SECS: u64 = 60;
+pub const DEFAULT_WAIT_SECS: u64 = 30;
+/// Runs per page of a user's runs (default and largest).
+pub const DEFAULT_RUNS_PAGE: u32 = 50;
+pub const MAX_RUNS_PAGE: u32 = 200;
 
 /// Re-attaches to a run from any replica: the committed events after `Last-Event-ID` (or
 /// `?after=`), then live, in `POST /run`'s frames, ending with `event: done`.
@@ -76,16 +89,181 @@ pub async fn visible_run(state: &AppState, caller: &Caller, run_id: &str) -> Api
         .ok_or_else(run_not_found)
 }
 
-/// A run: its status, owner, timing, seq range and cancel record.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WaitQuery {
+    /// Wait up to this many seconds for the run to end (at most 60); answered at once when it
+    /// has ended, else with the run as it is when the time is up.
+    wait: Option<u64>,
+}
+
+/// A run: its status, owner, timing, seq range and cancel record. With `?wait=N`, a long poll:
+/// the answer comes when the run ends or after N seconds (at most 60), whichever is first.
 #[utoipa::path(get, path = "/runs/{run_id}", tag = "runs",
-    params(("run_id" = String, Path, description = "From `x-agentd-run-id`")),
+    params(("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
     responses((status = 200, description = "The run.", body = RunRecord), Errors))]
 async fn get_run(
     state: axum::extract::State<AppState>,
     caller: Caller,
     Path(run_id): Path<String>,
+    Query(q): Query<WaitQuery>,
 ) -> ApiResult<axum::Json<RunRecord>> {
-    visible_run(&state, &caller, &run_id).await.map(axum::Json)
+    let run = visible_run(&state, &caller, &run_id).await?;
+    match q.wait {
+        None | Some(0) => Ok(axum::Json(run)),
+        Some(secs) => wait_for_end(&state, run, secs).await.map(axum::Json),
+    }
+}
+
+/// Waits for a run to end (a long poll, for clients of background runs): the run when it has
+/// ended, or as it is after `?wait=` seconds (default 30, at most 60).
+#[utoipa::path(post, path = "/runs/{run_id}/wait", tag = "runs",
+    params(("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
+    responses((status = 200, description = "The run, ended or as it is when the wait is over.",
+        body = RunRecord), Errors))]
+async fn wait_run(
+    state: axum::extract::State<AppState>,
+    caller: Caller,
+    Path(run_id): Path<String>,
+    Query(q): Query<WaitQuery>,
+) -> ApiResult<axum::Json<RunRecord>> {
+    let run = visible_run(&state, &caller, &run_id).await?;
+    let secs = q.wait.unwrap_or(DEFAULT_WAIT_SECS);
+    wait_for_end(&state, run, secs).await.map(axum::Json)
+}
+
+/// `run` once it has ended (read from the database, so it works for a run on any replica), or
+/// as it is after `secs` (bounded by [`MAX_WAIT_SECS`]). The bus says when the session's run
+/// ends; a one-second re-read covers a lost notification.
+async fn wait_for_end(state: &AppState, run: RunRecord, secs: u64) -> ApiResult<RunRecord> {
+    if run.status != RunStatus::Running {
+        return Ok(run);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs.min(MAX_WAIT_SECS));
+    let mut sub = state.runner.bus().subscribe(&run.key());
+    let run_id = run.run_id;
+    loop {
+        // Subscribed first, then read: an end in between is not missed.
+        let current = state
+            .runner
+            .get_run(&run_id)
+            .await?
+            .ok_or_else(run_not_found)?;
+        if current.status != RunStatus::Running {
+            return Ok(current);
+        }
+        let poll = tokio::time::Instant::now() + Duration::from_secs(1);
+        tokio::select! {
+            _ = sub.rx.recv() => {}
+            _ = tokio::time::sleep_until(poll.min(deadline)) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(state.runner.get_run(&run_id).await?.unwrap_or(current));
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListRunsQuery {
+    /// Only runs with this status (`running`, `completed`, `failed`, `cancelled`,
+    /// `timed_out`, `interrupted`, `abandoned`).
+    status: Option<String>,
+    /// The `next` cursor of the previous page.
+    after: Option<String>,
+    /// Runs per page (default 50, at most 200).
+    limit: Option<u32>,
+}
+
+/// A page of a user's runs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunPage {
+    runs: Vec<RunRecord>,
+    /// Pass as `?after=` for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+/// A user's runs in an app, newest first (background runs included), a page at a time.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/runs", tag = "runs",
+    params(UserPath, ListRunsQuery),
+    responses((status = 200, description = "Runs, newest first.", body = RunPage), Errors))]
+async fn list_runs(
+    state: axum::extract::State<AppState>,
+    Path((app, user)): Path<(String, String)>,
+    Query(q): Query<ListRunsQuery>,
+) -> ApiResult<Response> {
+    let status = match q.status.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(parse_status(s)?),
+    };
+    let limit = match q.limit {
+        None => DEFAULT_RUNS_PAGE,
+        Some(n) if (1..=MAX_RUNS_PAGE).contains(&n) => n,
+        Some(n) => {
+            return Err(ApiError::validation(vec![problem(
+                "less_than_equal",
+                vec![json!("query"), json!("limit")],
+                format!("limit must be 1 to {MAX_RUNS_PAGE}, got {n}"),
+            )]))
+        }
+    };
+    let before = q.after.as_deref().map(decode_cursor).transpose()?;
+    // One more than the page: whether a next page exists, without a second query.
+    let mut runs = state
+        .store
+        .list_runs(&app, &user, status, before, limit + 1)
+        .await?;
+    let next = if runs.len() > limit as usize {
+        runs.truncate(limit as usize);
+        runs.last().map(|r| encode_cursor(r.created_at, &r.run_id))
+    } else {
+        None
+    };
+    let mut headers = HeaderMap::new();
+    if let Some(v) = next.as_deref().and_then(|n| HeaderValue::from_str(n).ok()) {
+        headers.insert("x-next-cursor", v);
+    }
+    Ok((headers, axum::Json(RunPage { runs, next })).into_response())
+}
+
+fn parse_status(s: &str) -> ApiResult<RunStatus> {
+    let parsed = RunStatus::parse(s);
+    if parsed.as_str() == s {
+        Ok(parsed)
+    } else {
+        Err(ApiError::validation(vec![problem(
+            "enum",
+            vec![json!("query"), json!("status")],
+            format!(
+                "status must be one of running, completed, failed, cancelled, timed_out, \
+                 interrupted, abandoned; got {s:?}"
+            ),
+        )]))
+    }
+}
+
+/// The position after a run in the listing: its creation time and id, opaque to clients.
+fn encode_cursor(created_at: f64, run_id: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(&json!([created_at, run_id])).unwrap_or_default())
+}
+
+fn decode_cursor(s: &str) -> ApiResult<(f64, String)> {
+    use base64::Engine;
+    let bad = || {
+        ApiError::validation(vec![problem(
+            "value_error",
+            vec![json!("query"), json!("after")],
+            "after must be the `next` cursor of a previous page",
+        )])
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|_| bad())?;
+    let (at, id): (f64, String) = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    Ok((at, id))
 }
 
 /// Cancels a running run on whichever replica executes it: 202 with the run, 404 if unknown,

@@ -107,6 +107,14 @@ pub fn pg_insert_run_sql() -> &'static str {
     &SQL
 }
 
+/// A user's runs, newest first (`RunStore::list_runs`); public for the plan tests.
+pub const LIST_RUNS_WHERE: &str = "WHERE (app_name || E'\\x1f' || user_id) = ($1 || E'\\x1f' || $2)
+   AND char_length(app_name) = char_length($1)
+   AND ($3::text IS NULL OR status = $3)
+   AND ($4::double precision IS NULL OR (created_at, id) < ($4, $5))
+ ORDER BY created_at DESC, id DESC
+ LIMIT $6";
+
 #[async_trait]
 impl RunStore for PgStore {
     async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>> {
@@ -397,6 +405,27 @@ impl RunStore for PgStore {
             .fetch_optional(self.pool())
             .await?;
         row.as_ref().map(record_pg).transpose()
+    }
+
+    async fn list_runs(
+        &self,
+        app: &str,
+        user: &str,
+        status: Option<RunStatus>,
+        before: Option<(f64, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>> {
+        let (at, id) = before.unzip();
+        let rows = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs {LIST_RUNS_WHERE}"))
+            .bind(app)
+            .bind(user)
+            .bind(status.map(RunStatus::as_str))
+            .bind(at)
+            .bind(id)
+            .bind(i64::from(limit))
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(record_pg).collect()
     }
 
     async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>> {

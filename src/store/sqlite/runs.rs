@@ -300,6 +300,34 @@ impl RunStore for SqliteStore {
         row.as_ref().map(record_sqlite).transpose()
     }
 
+    async fn list_runs(
+        &self,
+        app: &str,
+        user: &str,
+        status: Option<RunStatus>,
+        before: Option<(f64, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>> {
+        let (at, id) = before.unzip();
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = ?1 AND user_id = ?2
+                AND (?3 IS NULL OR status = ?3)
+                AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
+              ORDER BY created_at DESC, id DESC
+              LIMIT ?6"
+        ))
+        .bind(app)
+        .bind(user)
+        .bind(status.map(RunStatus::as_str))
+        .bind(at)
+        .bind(id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(record_sqlite).collect()
+    }
+
     async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>> {
         let row = sqlx::query(&format!(
             "SELECT {RUN_COLUMNS} FROM runs
