@@ -14,8 +14,8 @@
 mod common;
 
 use agentd::store::postgres::{
-    pg_insert_run_sql, APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL,
-    HEAD_SQL, LIST_RUNS_WHERE, LIST_SESSIONS_SQL,
+    list_runs_sql, pg_insert_run_sql, APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL,
+    EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
 };
 use agentd::store::runs::RUN_INVOCATIONS;
 use common::TestDb;
@@ -93,7 +93,8 @@ async fn hot_statements_use_their_indexes_without_statistics() {
     );
 
     let insert_run = pg_insert_run_sql();
-    let list_runs = format!("SELECT id FROM runs {LIST_RUNS_WHERE}");
+    let first_page = list_runs_sql(false, false);
+    let later_page = list_runs_sql(true, true);
     let cases: Vec<Case> = vec![
         (
             "session head",
@@ -180,13 +181,13 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         ),
         (
             "a user's runs, newest first (first page)",
-            &list_runs,
-            "'echo', 'u1', NULL, NULL, NULL, 51",
+            &first_page,
+            "'echo', 'u1', 51",
             vec![("runs", &["runs_by_owner_created"])],
         ),
         (
             "a user's runs, a later page filtered by status",
-            &list_runs,
+            &later_page,
             "'echo', 'u1', 'completed', 1000.0, 'run-1000', 51",
             vec![("runs", &["runs_by_owner_created"])],
         ),

@@ -104,7 +104,64 @@ async fn at_the_connection_bound_stalled_headers_are_shed_for_a_whole_request() 
         .find_map(|l| l.strip_prefix("agentd_connections_shed_total "))
         .and_then(|v| v.trim().parse().ok())
         .expect("agentd_connections_shed_total is exported");
-    assert!(shed >= 3.0, "{shed} connections shed");
+    // One slot was made for the first request; the client's own connections, closed after
+    // each answer, gave theirs back, so no more than that was needed.
+    assert!(shed >= 1.0, "{shed} connections shed");
+}
+
+/// A connection answering a request is never shed, and a new client is not shed for the slot
+/// it just took: with one of two slots held by a session follower, every fresh request is
+/// served; with both held, a newcomer waits (no reset) and is served when one frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_connections_and_newcomers_are_never_shed() {
+    let s = TestServer::start_with(Backend::Sqlite, |a| a.security.max_connections = 2).await;
+    let create = s
+        .post_json(
+            "/apps/echo/users/u1/sessions",
+            serde_json::json!({"sessionId": "s1"}),
+        )
+        .await;
+    assert_eq!(create.status(), 200);
+    let fresh = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let follow = s.url("/apps/echo/users/u1/sessions/s1/stream");
+    let first = fresh().get(&follow).send().await.expect("a follower");
+    assert_eq!(first.status(), 200);
+    for i in 0..20 {
+        let r = fresh()
+            .get(s.url("/health"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("request {i} on the last free slot was cut: {e}"));
+        assert_eq!(r.status(), 200);
+    }
+    let second = fresh()
+        .get(&follow)
+        .send()
+        .await
+        .expect("a second follower");
+    assert_eq!(second.status(), 200);
+    // Both slots answer a stream: the newcomer waits rather than being reset...
+    let waiting = tokio::spawn({
+        let url = s.url("/health");
+        let client = fresh();
+        async move { client.get(url).send().await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "served or refused while both slots were busy"
+    );
+    // ...and is served once a follower goes.
+    drop(first);
+    let r = waiting.await.unwrap().expect("served once a slot freed");
+    assert_eq!(r.status(), 200);
+    drop(second);
 }
 
 /// The finding as it was reported: agentd under a container's usual open-file limit (1,024,

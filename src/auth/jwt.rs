@@ -10,7 +10,7 @@ use super::AuthError;
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 const RSA_ALGS: &[Algorithm] = &[
@@ -56,7 +56,7 @@ struct VerifyKey {
 pub struct JwtVerifier {
     config: JwtConfig,
     static_key: Option<VerifyKey>,
-    jwks: Option<Jwks>,
+    jwks: Option<Arc<Jwks>>,
 }
 
 struct Jwks {
@@ -97,14 +97,14 @@ impl JwtVerifier {
             (None, None) => None,
         };
         let jwks = match &config.jwks_url {
-            Some(url) => Some(Jwks {
+            Some(url) => Some(Arc::new(Jwks {
                 url: url.clone(),
                 client: reqwest::Client::builder()
                     .timeout(Duration::from_secs(10))
                     .build()?,
                 cache: RwLock::new(JwksCache::default()),
                 fetching: tokio::sync::Mutex::new(()),
-            }),
+            })),
             None => None,
         };
         if static_key.is_none() && jwks.is_none() {
@@ -175,8 +175,21 @@ impl JwtVerifier {
                 .clone()
                 .ok_or(AuthError::InvalidToken("no key"));
         };
-        let max_stale = self.config.jwks_max_stale;
+        // A stale limit below the refetch gap would refuse good tokens between fetches.
+        let max_stale = self.config.jwks_max_stale.max(self.config.jwks_refresh_min);
         if let Some(key) = jwks.lookup(kid, JWKS_MAX_AGE.min(max_stale)) {
+            return Ok(key);
+        }
+        // A key it knows from a set older than an hour but within the stale limit: answer at
+        // once and refetch in the background (at most once per gap), so a provider that is
+        // slow or down does not hold every login up behind the fetch.
+        if let Some(key) = jwks.lookup(kid, max_stale) {
+            let (jwks, min_gap) = (jwks.clone(), self.config.jwks_refresh_min);
+            if jwks.fetch_due(min_gap) {
+                tokio::spawn(async move {
+                    let _ = jwks.refresh(min_gap, max_stale).await;
+                });
+            }
             return Ok(key);
         }
         jwks.refresh(self.config.jwks_refresh_min, max_stale)
@@ -200,6 +213,15 @@ fn usable(cache: &JwksCache, max_stale: Duration) -> Result<(), AuthError> {
 }
 
 impl Jwks {
+    /// Whether no fetch was tried within `min_gap` (and none is running now).
+    fn fetch_due(&self, min_gap: Duration) -> bool {
+        if self.fetching.try_lock().is_err() {
+            return false;
+        }
+        let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
+        cache.attempted_at.is_none_or(|at| at.elapsed() >= min_gap)
+    }
+
     /// The key for `kid` from a key set fetched successfully less than `max_age` ago.
     fn lookup(&self, kid: Option<&str>, max_age: Duration) -> Option<VerifyKey> {
         let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());

@@ -34,7 +34,13 @@ pub fn client() -> &'static reqwest::Client {
             .tcp_nodelay(true)
             .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
             .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
+            .unwrap_or_else(|_| {
+                // Still never following a redirect (see above).
+                reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .unwrap_or_default()
+            })
     })
 }
 

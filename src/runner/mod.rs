@@ -149,6 +149,14 @@ impl Runner {
     /// `drain`, then stops the rest (sealed, status `interrupted`) and waits up to `grace` for
     /// them to record it. Finally tells the other replicas this one is gone.
     pub async fn shutdown(&self, drain: Duration, grace: Duration) {
+        self.drain_runs(drain, grace).await;
+        self.stop_background().await;
+    }
+
+    /// The first half of [`Runner::shutdown`]: refuses new runs and ends the ones in flight
+    /// (finished within `drain`, else interrupted and given `grace`). The bus, heartbeats and
+    /// followers keep working, so a replica can go on answering while a balancer forgets it.
+    pub async fn drain_runs(&self, drain: Duration, grace: Duration) {
         self.begin_drain();
         self.tracker.close();
         if tokio::time::timeout(drain, self.tracker.wait())
@@ -165,6 +173,11 @@ impl Runner {
                 tracing::warn!("runs still finishing after the shutdown grace period");
             }
         }
+    }
+
+    /// The second half of [`Runner::shutdown`]: tells the other replicas this one is gone and
+    /// stops the background tasks (heartbeat, sweeper, bus); open followers end.
+    pub async fn stop_background(&self) {
         if let Err(e) = self.store.retire_replica(&self.config.owner).await {
             tracing::warn!(error = %e, "could not record this replica's exit");
         }

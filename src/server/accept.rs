@@ -4,19 +4,23 @@
 //! `axum::serve` sets no timer, so a client that sends half a header holds its socket for ever:
 //! a thousand of them made an agentd unreachable. Here hyper gets a timer and a header-read
 //! timeout (which also closes keep-alive connections idle for that long), and a semaphore
-//! bounds open connections. At the bound, the oldest connection that has not yet completed a
-//! request header is closed to make room (as Envoy's overload manager and HAProxy do), so a
-//! client that sends a whole request is served while stalled ones wait out their timeout; a
+//! bounds open connections. When a new client arrives at the bound, the oldest connection that
+//! is answering no request (still sending its header, or idle between requests) is closed to
+//! make room (as Envoy's overload manager and HAProxy do), so a client that sends a whole
+//! request is served while stalled ones would otherwise hold every slot until their timeout; a
 //! line per burst says so and `agentd_connections_shed_total` counts them. Only when every
-//! open connection has sent a request do new ones wait in the listen backlog.
+//! open connection is answering a request does the new one wait.
 
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -39,12 +43,19 @@ const MAX_CONNECTION_BUFFER: usize = 64 * 1024;
 /// Descriptors kept free of connections: the database pool, the log, files, child processes.
 const RESERVED_FDS: u64 = 128;
 
+/// A connection younger than this is never shed: it may not have been read from yet.
+const MIN_SHED_AGE: Duration = Duration::from_millis(250);
+
+/// How often a client waiting for a free slot looks again for a connection to shed.
+const SHED_RETRY: Duration = Duration::from_millis(100);
+
 /// The connection bound: `--max-connections`, lowered to what the process's open-file limit
-/// leaves after the database pool and [`RESERVED_FDS`] (each connection is a descriptor; past
-/// the limit `accept` fails and nobody is served).
+/// leaves after the database pool and [`RESERVED_FDS`], at two descriptors a connection (a
+/// run's client connection and its outbound one to the model provider or a tool); past the
+/// limit `accept` and every outbound connect fail with EMFILE and nobody is served.
 pub fn effective_max_connections(configured: usize, db_pool: u32) -> usize {
     let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(u64::MAX, |(soft, _)| soft);
-    let room = soft.saturating_sub(RESERVED_FDS + u64::from(db_pool));
+    let room = soft.saturating_sub(RESERVED_FDS + u64::from(db_pool)) / 2;
     configured
         .min(usize::try_from(room).unwrap_or(usize::MAX))
         .max(1)
@@ -52,13 +63,15 @@ pub fn effective_max_connections(configured: usize, db_pool: u32) -> usize {
 
 /// One open connection, as the accept loop sees it.
 struct Open {
-    /// Closes the connection (it is dropped mid-header).
+    /// Closes the connection (it is dropped where it is: mid-header or idle).
     close: CancellationToken,
-    /// Set once a request header was read in full: such a connection is never shed.
-    served: Arc<AtomicBool>,
+    /// Requests being answered on it (a response body still being written counts): a
+    /// connection with one is never shed.
+    busy: Arc<AtomicUsize>,
+    accepted: Instant,
 }
 
-/// The open connections by age (accept order), for shedding the oldest stalled one.
+/// The open connections by age (accept order), for shedding the oldest idle one.
 #[derive(Default)]
 struct Registry {
     next: u64,
@@ -66,13 +79,15 @@ struct Registry {
 }
 
 impl Registry {
-    /// Closes the oldest connection that has not completed a request header; false if every
-    /// open connection has.
-    fn shed_oldest_stalled(&mut self) -> bool {
+    /// Closes the oldest connection that is answering no request (still sending a header, or
+    /// idle between requests) and is older than [`MIN_SHED_AGE`]; false if there is none.
+    fn shed_oldest_idle(&mut self) -> bool {
         let Some(id) = self
             .open
             .iter()
-            .find(|(_, c)| !c.served.load(Ordering::Relaxed))
+            .find(|(_, c)| {
+                c.busy.load(Ordering::SeqCst) == 0 && c.accepted.elapsed() >= MIN_SHED_AGE
+            })
             .map(|(id, _)| *id)
         else {
             return false;
@@ -100,6 +115,48 @@ impl Drop for Deregister {
     }
 }
 
+/// One request in flight on a connection, until its response body is written or dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(busy: &Arc<AtomicUsize>) -> Self {
+        busy.fetch_add(1, Ordering::SeqCst);
+        InFlight(busy.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its request counted as in flight while it is written.
+struct Tracked {
+    inner: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Serves `app` on `listener` until `stop` is cancelled, then lets open connections finish
 /// their current request (the caller bounds how long it waits).
 pub async fn serve(
@@ -122,38 +179,8 @@ pub async fn serve(
     let registry = Arc::new(Mutex::new(Registry::default()));
     let mut last_full_log: Option<Instant> = None;
     let mut last_shed_log: Option<Instant> = None;
-    loop {
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                // Full. Make room by closing the oldest connection still sending its header
-                // (its permit comes back as its task ends), else wait for one to end.
-                if lock(&registry).shed_oldest_stalled() {
-                    metrics::counter!("agentd_connections_shed_total").increment(1);
-                    if last_shed_log.is_none_or(|at| at.elapsed() >= FULL_LOG_EVERY) {
-                        tracing::warn!(
-                            max_connections = config.max_connections,
-                            "connection limit reached; closing the oldest connections that \
-                             have not sent a request header"
-                        );
-                        last_shed_log = Some(Instant::now());
-                    }
-                } else if last_full_log.is_none_or(|at| at.elapsed() >= FULL_LOG_EVERY) {
-                    tracing::warn!(
-                        max_connections = config.max_connections,
-                        "connection limit reached (--max-connections); new connections wait"
-                    );
-                    last_full_log = Some(Instant::now());
-                }
-                tokio::select! {
-                    permit = permits.clone().acquire_owned() => match permit {
-                        Ok(permit) => permit,
-                        Err(_) => break,
-                    },
-                    _ = stop.cancelled() => break,
-                }
-            }
-        };
+    'accept: loop {
+        // Accept first: a slot is made (by shedding) only for a client that is really here.
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -166,9 +193,41 @@ pub async fn serve(
             },
             _ = stop.cancelled() => break,
         };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            // Full. Make room by closing the oldest idle connection (its permit comes back
+            // as its task ends); with none, wait for a slot, looking again now and then.
+            Err(_) => loop {
+                if lock(&registry).shed_oldest_idle() {
+                    metrics::counter!("agentd_connections_shed_total").increment(1);
+                    if last_shed_log.is_none_or(|at| at.elapsed() >= FULL_LOG_EVERY) {
+                        tracing::warn!(
+                            max_connections = config.max_connections,
+                            "connection limit reached; closing the oldest connections that \
+                             are answering no request"
+                        );
+                        last_shed_log = Some(Instant::now());
+                    }
+                } else if last_full_log.is_none_or(|at| at.elapsed() >= FULL_LOG_EVERY) {
+                    tracing::warn!(
+                        max_connections = config.max_connections,
+                        "connection limit reached (--max-connections); new connections wait"
+                    );
+                    last_full_log = Some(Instant::now());
+                }
+                tokio::select! {
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => break permit,
+                        Err(_) => break 'accept,
+                    },
+                    _ = tokio::time::sleep(SHED_RETRY) => {}
+                    _ = stop.cancelled() => break 'accept,
+                }
+            },
+        };
         // Small SSE frames stall ~40 ms under Nagle's algorithm.
         let _ = tcp.set_nodelay(true);
-        let served = Arc::new(AtomicBool::new(false));
+        let busy = Arc::new(AtomicUsize::new(0));
         let close = CancellationToken::new();
         let deregister = {
             let mut r = lock(&registry);
@@ -178,7 +237,8 @@ pub async fn serve(
                 id,
                 Open {
                     close: close.clone(),
-                    served: served.clone(),
+                    busy: busy.clone(),
+                    accepted: Instant::now(),
                 },
             );
             Deregister {
@@ -186,14 +246,22 @@ pub async fn serve(
                 id,
             }
         };
-        let service =
-            app.clone()
-                .map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
-                    // A whole request header arrived: this connection is no longer stalled.
-                    served.store(true, Ordering::Relaxed);
-                    req.extensions_mut().insert(ConnectInfo(peer));
-                    req
-                });
+        let app = app.clone();
+        let service = tower::service_fn(move |mut req: axum::http::Request<Incoming>| {
+            // A whole request header arrived: busy until its response is written.
+            let in_flight = InFlight::new(&busy);
+            req.extensions_mut().insert(ConnectInfo(peer));
+            let answered = app.clone().oneshot(req);
+            async move {
+                let resp = answered.await?;
+                Ok::<_, Infallible>(resp.map(|inner| {
+                    Body::new(Tracked {
+                        inner,
+                        _in_flight: in_flight,
+                    })
+                }))
+            }
+        });
         let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -204,7 +272,7 @@ pub async fn serve(
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 },
                 // Shed: dropping the connection closes its socket.
-                _ = close.cancelled() => tracing::debug!(%peer, "stalled connection shed"),
+                _ = close.cancelled() => tracing::debug!(%peer, "idle connection shed"),
             }
         });
     }

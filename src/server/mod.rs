@@ -150,10 +150,12 @@ impl Server {
         let drained = tokio::time::Instant::now() + drain;
         // Runs first, so the HTTP server's graceful shutdown is not held up by open SSE
         // responses: each run's stream ends with its `done`.
-        self.state.runner.shutdown(drain, grace).await;
+        self.state.runner.drain_runs(drain, grace).await;
         if linger {
+            // Streams and waits on other replicas' runs still work meanwhile: the bus runs.
             tokio::time::sleep_until(drained).await;
         }
+        self.state.runner.stop_background().await;
         // MCP servers started as child processes end with us.
         self.state.apps.close().await;
         self.shutdown.cancel();

@@ -570,7 +570,9 @@ async fn start_background_run(
     }
     let req: RunAgentRequest =
         crate::http::extract::parse_json(&serde_json::to_vec(&body).unwrap_or_default())?;
-    background(&state, &caller, &headers, req, "/sessions/runs", &raw).await
+    // The session is in the path, not the body: it is part of what a key's request was.
+    let route = format!("/sessions/{session}/runs");
+    background(&state, &caller, &headers, req, &route, &raw).await
 }
 
 /// ADK `/run` semantics: wait for the end, answer every event (partials included) as JSON.

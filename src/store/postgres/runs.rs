@@ -107,13 +107,38 @@ pub fn pg_insert_run_sql() -> &'static str {
     &SQL
 }
 
-/// A user's runs, newest first (`RunStore::list_runs`); public for the plan tests.
-pub const LIST_RUNS_WHERE: &str = "WHERE (app_name || E'\\x1f' || user_id) = ($1 || E'\\x1f' || $2)
-   AND char_length(app_name) = char_length($1)
-   AND ($3::text IS NULL OR status = $3)
-   AND ($4::double precision IS NULL OR (created_at, id) < ($4, $5))
- ORDER BY created_at DESC, id DESC
- LIMIT $6";
+/// A user's runs, newest first (`RunStore::list_runs`), with a status filter and a cursor
+/// only where asked: a generic plan keeps `$n IS NULL OR …` as a filter, so a deep page would
+/// scan every newer run of the user instead of starting at the cursor. Parameters: $1 app,
+/// $2 user, then the status, the cursor's time and id when present, then the limit. Public
+/// for the plan tests.
+pub fn list_runs_sql(status: bool, cursor: bool) -> String {
+    let mut n = 2;
+    let mut next = || {
+        n += 1;
+        n
+    };
+    let status = if status {
+        format!("AND status = ${}", next())
+    } else {
+        String::new()
+    };
+    let cursor = if cursor {
+        let (at, id) = (next(), next());
+        format!("AND (created_at, id) < (${at}, ${id})")
+    } else {
+        String::new()
+    };
+    let limit = next();
+    format!(
+        "SELECT {RUN_COLUMNS} FROM runs
+          WHERE (app_name || E'\\x1f' || user_id) = ($1 || E'\\x1f' || $2)
+            AND char_length(app_name) = char_length($1)
+            {status} {cursor}
+          ORDER BY created_at DESC, id DESC
+          LIMIT ${limit}"
+    )
+}
 
 #[async_trait]
 impl RunStore for PgStore {
@@ -415,16 +440,15 @@ impl RunStore for PgStore {
         before: Option<(f64, String)>,
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>> {
-        let (at, id) = before.unzip();
-        let rows = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs {LIST_RUNS_WHERE}"))
-            .bind(app)
-            .bind(user)
-            .bind(status.map(RunStatus::as_str))
-            .bind(at)
-            .bind(id)
-            .bind(i64::from(limit))
-            .fetch_all(self.pool())
-            .await?;
+        let sql = list_runs_sql(status.is_some(), before.is_some());
+        let mut q = sqlx::query(&sql).bind(app).bind(user);
+        if let Some(status) = status {
+            q = q.bind(status.as_str());
+        }
+        if let Some((at, id)) = before {
+            q = q.bind(at).bind(id);
+        }
+        let rows = q.bind(i64::from(limit)).fetch_all(self.pool()).await?;
         rows.iter().map(record_pg).collect()
     }
 
