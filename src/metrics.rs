@@ -13,7 +13,7 @@
 //! | `agentd_runs_finished_total` | counter | app, status |
 //! | `agentd_run_duration_seconds` | histogram | app, status |
 //! | `agentd_run_time_to_first_event_seconds` | histogram | app (admission to the first partial or complete event) |
-//! | `agentd_connections_shed_total` | counter | (stalled connections closed at the bound) |
+//! | `agentd_connections_shed_total` | counter | (idle or half-sent connections closed at the bound for a new client) |
 //! | `agentd_open_streams` | gauge | (SSE responses open on this replica) |
 //! | `agentd_events_committed_total` | counter | |
 //! | `agentd_commit_duration_seconds` | histogram | |
