@@ -130,6 +130,7 @@ pub fn api_routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::session_stream::router())
         .merge(routes::artifacts::router())
         .merge(routes::run::router())
+        .merge(routes::background::router())
         .merge(routes::runs::router())
         .merge(frontend::router())
 }

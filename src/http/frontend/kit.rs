@@ -122,7 +122,7 @@ pub async fn start_run(state: &AppState, req: RunRequest) -> ApiResult<RunHandle
         .runner
         .start_run(req)
         .await
-        .map_err(crate::http::routes::run::run_error)
+        .map_err(crate::http::routes::run_request::run_error)
 }
 
 /// Function calls in the session still waiting for an answer from the client (long-running

@@ -3,8 +3,10 @@
 
 pub mod apps;
 pub mod artifacts;
+pub mod background;
 pub mod memory;
 pub mod run;
+pub mod run_request;
 pub mod runs;
 pub mod service;
 pub mod session_body;
