@@ -1038,10 +1038,12 @@ async fn a_panicking_agent_fails_its_run_and_frees_the_session(backend: Backend)
     );
 }
 
-/// A PostgreSQL restart (every pooled connection cut) is a retried read or a 503 with
-/// `Retry-After`, never a 500; the next requests work.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cut_database_connection_is_never_a_500() {
+/// A server on PostgreSQL through a proxy that can cut its connections, with `n` sessions
+/// `s0…` of the echo app; and the sessions' path. The database lives as long as the returned
+/// `TestDb`.
+async fn behind_a_proxy_with_sessions(
+    n: usize,
+) -> (TestDb, common::pg_proxy::PgProxy, TestServer, String) {
     let db = TestDb::postgres().await;
     let (proxy, url) = common::pg_proxy::PgProxy::in_front_of(&db.url).await;
     let s = TestServer::start_with(Backend::Postgres, |args| {
@@ -1049,7 +1051,7 @@ async fn a_cut_database_connection_is_never_a_500() {
     })
     .await;
     let path = format!("/apps/echo/users/{USER}/sessions");
-    for i in 0..4 {
+    for i in 0..n {
         json_with_status(
             s.post_json(&path, json!({"sessionId": format!("s{i}")}))
                 .await,
@@ -1057,6 +1059,14 @@ async fn a_cut_database_connection_is_never_a_500() {
         )
         .await;
     }
+    (db, proxy, s, path)
+}
+
+/// A PostgreSQL restart (every pooled connection cut) is a retried read or a 503 with
+/// `Retry-After`, never a 500; the next requests work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_database_connection_is_never_a_500() {
+    let (_db, proxy, s, path) = behind_a_proxy_with_sessions(4).await;
     let mut statuses: Vec<u16> = vec![];
     let mut cuts = vec![];
     for round in 0..3 {
@@ -1100,21 +1110,7 @@ async fn a_cut_database_connection_is_never_a_500() {
 /// every read after it) gets a live one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_right_after_a_database_restart_answer_200() {
-    let db = TestDb::postgres().await;
-    let (proxy, url) = common::pg_proxy::PgProxy::in_front_of(&db.url).await;
-    let s = TestServer::start_with(Backend::Postgres, |args| {
-        args.database.database_url = url;
-    })
-    .await;
-    let path = format!("/apps/echo/users/{USER}/sessions");
-    for i in 0..8 {
-        json_with_status(
-            s.post_json(&path, json!({"sessionId": format!("s{i}")}))
-                .await,
-            200,
-        )
-        .await;
-    }
+    let (_db, proxy, s, path) = behind_a_proxy_with_sessions(8).await;
     // Several pooled connections, as a busy replica has: eight reads at once.
     let paths: Vec<String> = (0..8).map(|i| format!("{path}/s{i}")).collect();
     let reads = paths.iter().map(|p| s.get(p));

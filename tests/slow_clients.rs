@@ -8,6 +8,19 @@ use std::io::{Read, Write};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// `n` connections that send half a request header and stall there (a slowloris).
+async fn stall(addr: &str, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        held.push(c);
+    }
+    held
+}
+
 /// 1,100 connections that never finish their header do not make agentd unreachable, and each
 /// is closed once the header-read timeout passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -16,16 +29,7 @@ async fn half_sent_headers_neither_block_health_nor_stay_open() {
     rlimit::increase_nofile_limit(u64::MAX).expect("raise the open-file limit");
     let s = TestServer::start_with(Backend::Sqlite, |a| a.security.header_timeout_secs = 2).await;
     let addr = s.base.trim_start_matches("http://").to_string();
-    let mut held = Vec::new();
-    for _ in 0..1_100 {
-        let mut c = tokio::net::TcpStream::connect(&addr)
-            .await
-            .expect("connect");
-        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-            .await
-            .unwrap();
-        held.push(c);
-    }
+    let mut held = stall(&addr, 1_100).await;
     let health = s
         .client
         .get(s.url("/health"))
@@ -60,16 +64,7 @@ async fn at_the_connection_bound_stalled_headers_are_shed_for_a_whole_request() 
     })
     .await;
     let addr = s.base.trim_start_matches("http://").to_string();
-    let mut held = Vec::new();
-    for _ in 0..50 {
-        let mut c = tokio::net::TcpStream::connect(&addr)
-            .await
-            .expect("connect");
-        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-            .await
-            .unwrap();
-        held.push(c);
-    }
+    let mut held = stall(&addr, 50).await;
     // Every slot is taken by a stalled header now; a fresh client sends a whole request.
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
@@ -206,16 +201,7 @@ async fn under_a_1024_file_limit_stalled_connections_do_not_lock_out_a_client() 
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let mut held = Vec::new();
-    for _ in 0..1_100 {
-        let mut c = tokio::net::TcpStream::connect(&addr)
-            .await
-            .expect("connect");
-        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-            .await
-            .unwrap();
-        held.push(c);
-    }
+    let held = stall(&addr, 1_100).await;
     for _ in 0..3 {
         let health = client
             .get(format!("{url}/health"))
