@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: a conversation resent whole (or continued by session id),
 //! answered streamed or not.
 
-use super::routes::*;
+use super::conversation::*;
 
 use super::map::{chat_completion, ChatStream};
 use crate::auth::Caller;

@@ -3,6 +3,7 @@
 //! protocol's frames ([`map`]).
 
 mod chat;
+mod conversation;
 pub mod map;
 mod responses;
 pub mod routes;

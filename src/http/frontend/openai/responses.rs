@@ -1,7 +1,7 @@
 //! The Responses API: `POST /v1/responses` (streamed, not, or in the background), `GET` and
 //! cancel by id, `previous_response_id` chains.
 
-use super::routes::*;
+use super::conversation::*;
 
 use super::map::{ResponseMeta, ResponsesStream};
 use crate::auth::Caller;
