@@ -264,8 +264,8 @@ async fn replay_json(state: &AppState, run_id: &str) -> ApiResult<Response> {
         .get_run(run_id)
         .await?
         .ok_or_else(run_not_found)?;
-    let sub = state.runner.bus().subscribe(&record.key());
-    let mut sub = sub;
+    // Ends only: every partial event of a followed run would wake this loop for a read.
+    let mut sub = state.runner.bus().subscribe_ends(&record.key());
     while record.status == RunStatus::Running {
         let _ = tokio::time::timeout(Duration::from_secs(1), sub.rx.recv()).await;
         record = state

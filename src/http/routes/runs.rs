@@ -13,7 +13,6 @@ use crate::http::openapi::{Errors, EventStream};
 use crate::http::sse::follow::RunFollower;
 use crate::http::sse::resume::{beyond_end, resume_point, run_headers, sse_body, AfterQuery};
 use crate::http::AppState;
-use crate::runner::bus::BusMsg;
 use crate::store::{CancelRequest, RunRecord, RunStatus};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -141,7 +140,8 @@ async fn wait_for_end(state: &AppState, run: RunRecord, secs: u64) -> ApiResult<
         return Ok(run);
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs.min(MAX_WAIT_SECS));
-    let mut sub = state.runner.bus().subscribe(&run.key());
+    // Ends only: a waiter must not make the run publish its partial events.
+    let mut sub = state.runner.bus().subscribe_ends(&run.key());
     let run_id = run.run_id;
     loop {
         // Subscribed first, then read: an end in between is not missed.
@@ -154,18 +154,8 @@ async fn wait_for_end(state: &AppState, run: RunRecord, secs: u64) -> ApiResult<
             return Ok(current);
         }
         let poll = tokio::time::Instant::now() + Duration::from_secs(1);
-        // Only an end (or a possibly missed one) is a reason to read again: the run's partial
-        // events arrive here too, and must not each cost a database read.
-        let woke = async {
-            loop {
-                match sub.rx.recv().await {
-                    Ok(BusMsg::Done { .. } | BusMsg::Resync) | Err(_) => return,
-                    Ok(_) => continue,
-                }
-            }
-        };
         tokio::select! {
-            _ = woke => {}
+            _ = sub.rx.recv() => {}
             _ = tokio::time::sleep_until(poll.min(deadline)) => {}
             // Shutting down: answer with the run as it is, rather than hold the shutdown.
             _ = state.runner.stopped() => return Ok(current),

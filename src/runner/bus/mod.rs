@@ -111,6 +111,9 @@ struct LocalRun {
 struct Inner {
     /// Sessions followed in this process.
     local: HashMap<SessionKey, broadcast::Sender<BusMsg>>,
+    /// Sessions whose runs' ends (only) someone here waits for: not "followed", so their
+    /// runs publish no partial events and no watch goes to other replicas for them.
+    ends: HashMap<SessionKey, broadcast::Sender<BusMsg>>,
     /// Sessions followed on other replicas, until when.
     remote: HashMap<SessionKey, Instant>,
     /// Runs executing here, by session.
@@ -144,21 +147,32 @@ pub struct Subscription {
     pub rx: broadcast::Receiver<BusMsg>,
     key: SessionKey,
     bus: Weak<Bus>,
+    /// Made by [`Bus::subscribe_ends`].
+    ends_only: bool,
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         if let Some(bus) = self.bus.upgrade() {
             let mut inner = bus.lock();
-            if inner
-                .local
+            let map = if self.ends_only {
+                &mut inner.ends
+            } else {
+                &mut inner.local
+            };
+            if map
                 .get(&self.key)
                 .is_some_and(|tx| tx.receiver_count() <= 1)
             {
-                inner.local.remove(&self.key);
+                map.remove(&self.key);
             }
         }
     }
+}
+
+/// What an ends-only subscription hears: a run's end, or that one may have been missed.
+fn is_end(msg: &BusMsg) -> bool {
+    matches!(msg, BusMsg::Done { .. } | BusMsg::Resync)
 }
 
 impl Bus {
@@ -201,6 +215,42 @@ impl Bus {
             rx,
             key: key.clone(),
             bus: Arc::downgrade(self),
+            ends_only: false,
+        }
+    }
+
+    /// Hears only the ends of the session's runs (`Done`, and `Resync` when one may have been
+    /// missed), for a waiter that reads the run from the database anyway. Unlike
+    /// [`Bus::subscribe`] it makes no one publish partial events or announce a watch: an end on
+    /// this replica is heard at once, one on another replica only by the waiter's own re-read.
+    pub fn subscribe_ends(self: &Arc<Self>, key: &SessionKey) -> Subscription {
+        let mut inner = self.lock();
+        let rx = match inner.ends.get(key) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = broadcast::channel(16);
+                inner.ends.insert(key.clone(), tx);
+                rx
+            }
+        };
+        Subscription {
+            rx,
+            key: key.clone(),
+            bus: Arc::downgrade(self),
+            ends_only: true,
+        }
+    }
+
+    /// Hands `msg` to this process's followers of `key`, and to its waiters if it is an end.
+    pub(super) fn deliver_here(&self, key: &SessionKey, msg: BusMsg) {
+        let inner = self.lock();
+        if is_end(&msg) {
+            if let Some(tx) = inner.ends.get(key) {
+                let _ = tx.send(msg.clone());
+            }
+        }
+        if let Some(tx) = inner.local.get(key) {
+            let _ = tx.send(msg);
         }
     }
 
@@ -275,13 +325,10 @@ impl Bus {
                 inner.runs.remove(key);
             }
         }
-        let (local, remote) = self.followed(key);
-        if remote {
+        if self.followed(key).1 {
             self.send_remote(key, &msg);
         }
-        if let Some(tx) = local {
-            let _ = tx.send(msg);
-        }
+        self.deliver_here(key, msg);
     }
 
     /// Tells every replica to cancel `run_id` (its owner acts on it).
@@ -297,12 +344,53 @@ impl Bus {
         for c in &self.channels {
             (c.on_gap)();
         }
-        for tx in self.lock().local.values() {
+        let inner = self.lock();
+        for tx in inner.local.values().chain(inner.ends.values()) {
             let _ = tx.send(BusMsg::Resync);
         }
     }
 
     fn watched_keys(&self) -> Vec<SessionKey> {
         self.lock().local.keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A waiter for a run's end does not make the session followed (its runs would then put
+    /// every partial event on the bus, and on PostgreSQL into NOTIFYs), and hears the end.
+    #[tokio::test]
+    async fn an_ends_only_waiter_hears_the_end_and_follows_nothing() {
+        let (bus, _cancels) = Bus::local("r1");
+        let key = SessionKey::new("app", "u1", "s1");
+        let mut waiter = bus.subscribe_ends(&key);
+        assert!(!bus.is_followed(&key), "a waiter is not a follower");
+        let done = BusMsg::Done {
+            run_id: "run-1".into(),
+            status: RunStatus::Completed,
+            last_seq: Some(3),
+        };
+        bus.publish(
+            &key,
+            BusMsg::Committed {
+                run_id: Some("run-1".into()),
+                seq: 3,
+                event: None,
+                in_run_stream: true,
+            },
+        );
+        bus.publish(&key, done);
+        assert!(matches!(waiter.rx.recv().await, Ok(BusMsg::Done { .. })));
+        let mut follower = bus.subscribe(&key);
+        assert!(bus.is_followed(&key));
+        drop(waiter);
+        assert!(
+            bus.is_followed(&key),
+            "dropping the waiter leaves the follower"
+        );
+        bus.resync_all();
+        assert!(matches!(follower.rx.recv().await, Ok(BusMsg::Resync)));
     }
 }

@@ -259,9 +259,7 @@ impl Bus {
                     },
                     _ => return,
                 };
-                if let Some(tx) = self.lock().local.get(&key) {
-                    let _ = tx.send(msg);
-                }
+                self.deliver_here(&key, msg);
             }
         }
     }
