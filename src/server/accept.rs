@@ -195,10 +195,11 @@ pub async fn serve(
         };
         let permit = match permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
-            // Full. Make room by closing the oldest idle connection (its permit comes back
-            // as its task ends); with none, wait for a slot, looking again now and then.
+            // Full. Make room by closing the oldest idle connection and take its permit as its
+            // task ends; with none, wait for a slot, looking again now and then.
             Err(_) => loop {
-                if lock(&registry).shed_oldest_idle() {
+                let shed = lock(&registry).shed_oldest_idle();
+                if shed {
                     metrics::counter!("agentd_connections_shed_total").increment(1);
                     if last_shed_log.is_none_or(|at| at.elapsed() >= FULL_LOG_EVERY) {
                         tracing::warn!(
@@ -220,7 +221,9 @@ pub async fn serve(
                         Ok(permit) => break permit,
                         Err(_) => break 'accept,
                     },
-                    _ = tokio::time::sleep(SHED_RETRY) => {}
+                    // Looked again only when nothing was shed: a shed connection's permit is
+                    // on its way, and shedding another would close one more than needed.
+                    _ = tokio::time::sleep(SHED_RETRY), if !shed => {}
                     _ = stop.cancelled() => break 'accept,
                 }
             },

@@ -7,6 +7,7 @@ use crate::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{JsonBody, Path};
 use crate::http::openapi::{Errors, SessionPath};
+use crate::http::sse::resume::run_headers;
 use crate::http::AppState;
 use crate::runner::OnDisconnect;
 use crate::store::RunRecord;
@@ -79,15 +80,10 @@ pub(crate) async fn background(
         stream: format!("/runs/{run_id}/stream"),
         cancel: format!("/runs/{run_id}/cancel"),
     };
-    let mut resp_headers = HeaderMap::new();
+    // The run's ids as `/run` sends them, and where it is.
+    let mut resp_headers = run_headers(&run);
     if let Ok(v) = HeaderValue::from_str(&links.this) {
         resp_headers.insert(header::LOCATION, v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&run.run_id) {
-        resp_headers.insert("x-agentd-run-id", v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&run.invocation_id) {
-        resp_headers.insert("x-agentd-invocation-id", v);
     }
     if replayed {
         resp_headers.insert("idempotent-replayed", HeaderValue::from_static("true"));

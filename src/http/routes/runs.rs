@@ -57,9 +57,11 @@ async fn run_stream(
     let run = visible_run(&state, &caller, &run_id).await?;
     // Follow before reading anything else: whatever happens from here on is heard.
     let sub = state.runner.bus().subscribe(&run.key());
-    let Some(run) = state.runner.get_run(&run_id).await? else {
-        return Err(ApiError::not_found("run_not_found", "Run not found"));
-    };
+    let run = state
+        .runner
+        .get_run(&run_id)
+        .await?
+        .ok_or_else(run_not_found)?;
     let head = state
         .store
         .session_head(&run.key())
