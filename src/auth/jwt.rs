@@ -79,7 +79,9 @@ struct JwksCache {
 }
 
 impl JwtVerifier {
-    pub fn new(config: JwtConfig) -> anyhow::Result<Self> {
+    pub fn new(mut config: JwtConfig) -> anyhow::Result<Self> {
+        // A stale limit below the refetch gap would refuse good tokens between fetches.
+        config.jwks_max_stale = config.jwks_max_stale.max(config.jwks_refresh_min);
         let static_key = match (&config.secret, &config.public_key_pem) {
             (Some(_), Some(_)) => {
                 anyhow::bail!("give --jwt-secret or --jwt-public-key, not both")
@@ -175,8 +177,7 @@ impl JwtVerifier {
                 .clone()
                 .ok_or(AuthError::InvalidToken("no key"));
         };
-        // A stale limit below the refetch gap would refuse good tokens between fetches.
-        let max_stale = self.config.jwks_max_stale.max(self.config.jwks_refresh_min);
+        let max_stale = self.config.jwks_max_stale;
         if let Some(key) = jwks.lookup(kid, JWKS_MAX_AGE.min(max_stale)) {
             return Ok(key);
         }

@@ -158,7 +158,7 @@ pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
     let body = bounded_text(resp, MAX_ERROR_BODY_BYTES).await;
-    let detail = redact_credentials(&provider_message(&body));
+    let mut detail = redact_credentials(&provider_message(&body));
     if matches!(status.as_u16(), 401 | 403) {
         tracing::warn!(
             provider,
@@ -166,20 +166,16 @@ pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError
             detail = %detail,
             "the model provider refused the credentials"
         );
-        return ModelError {
-            code: "UNAUTHENTICATED",
-            message: format!(
-                "{provider} refused the credentials (HTTP {}): it rejected the API key or what \
-                 the key may do (check the key in the environment variable named by \
-                 model_options.api_key_env, or the provider's default variable); the \
-                 provider's own message is in agentd's log",
-                status.as_u16()
-            ),
-            retryable: false,
-            retry_after,
-        };
+        detail = "the provider's own message is in agentd's log".into();
     }
     let (code, retryable, what) = match status.as_u16() {
+        401 | 403 => (
+            "UNAUTHENTICATED",
+            false,
+            "refused the credentials: it rejected the API key or what the key may do (check \
+             the key in the environment variable named by model_options.api_key_env, or the \
+             provider's default variable)",
+        ),
         404 => (
             "MODEL_NOT_FOUND",
             false,
