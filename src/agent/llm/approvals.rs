@@ -9,7 +9,7 @@
 //! ([`history::written_by`]).
 
 use super::flow::{CallsOutcome, Turn};
-use super::history::{self};
+use super::history;
 use crate::agent::{AgentError, AgentResult};
 use crate::event::REQUEST_CONFIRMATION;
 use crate::event::{Content, FunctionCall, FunctionResponse, JsonMap, Part};
