@@ -82,10 +82,12 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
             let span = tracing::info_span!(
                 "http",
                 // The route is not known yet (this runs before routing); semantic conventions
-                // then name the span by the method alone.
-                otel.name = %req.method(),
+                // then name the span by the method alone. The method as the metrics label it
+                // (an invented one is `other`): a 30 KB method must not become a 30 KB span
+                // name in every log line and trace.
+                otel.name = method_label(req.method()),
                 otel.kind = "server",
-                method = %req.method(),
+                method = method_label(req.method()),
                 path = %req.uri().path(),
                 request_id
             );
