@@ -321,6 +321,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub security: SecurityArgs,
 
+    #[command(flatten)]
+    pub background: BackgroundArgs,
+
     /// Directory with one folder per app (ADK's convention).
     #[arg(long, env = "AGENTD_APPS_DIR", default_value = "config/apps")]
     pub apps_dir: PathBuf,
@@ -411,6 +414,90 @@ pub struct ServeArgs {
     pub memory_auto_ingest: bool,
 }
 
+/// Webhooks and schedules (`docs/background.md`).
+#[derive(Clone, Args)]
+pub struct BackgroundArgs {
+    /// The secret (`whsec_<base64>`, 24 to 64 bytes) of webhooks that name none. Without it,
+    /// every webhook must bring its own.
+    #[arg(long, env = "AGENTD_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+
+    /// What webhooks may reach besides public addresses: IP addresses, CIDR blocks, host
+    /// names or `*` (as HTTP tools' `allow_private`). Repeat or comma-separate.
+    #[arg(
+        long = "webhook-allow-private",
+        env = "AGENTD_WEBHOOK_ALLOW_PRIVATE",
+        value_delimiter = ','
+    )]
+    pub webhook_allow_private: Vec<String>,
+
+    /// One delivery attempt's limit, in seconds (connect, send, answer).
+    #[arg(long, env = "AGENTD_WEBHOOK_TIMEOUT_SECS", default_value_t = 10)]
+    pub webhook_timeout_secs: u64,
+
+    /// How long a failing delivery is retried (exponential backoff) before it is `failed`.
+    #[arg(long, env = "AGENTD_WEBHOOK_RETRY_HOURS", default_value_t = 24.0)]
+    pub webhook_retry_hours: f64,
+
+    /// Fire schedules from this replica (any number of replicas may; each tick fires once).
+    #[arg(
+        long,
+        env = "AGENTD_SCHEDULER",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub scheduler: bool,
+
+    /// How often the scheduler looks for due ticks, in milliseconds.
+    #[arg(long, env = "AGENTD_SCHEDULE_POLL_MS", default_value_t = 500)]
+    pub schedule_poll_ms: u64,
+}
+
+// Not derived: the webhook secret stays out of logs.
+impl std::fmt::Debug for BackgroundArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundArgs")
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| "<set>"),
+            )
+            .field("webhook_allow_private", &self.webhook_allow_private)
+            .field("webhook_timeout_secs", &self.webhook_timeout_secs)
+            .field("webhook_retry_hours", &self.webhook_retry_hours)
+            .field("scheduler", &self.scheduler)
+            .field("schedule_poll_ms", &self.schedule_poll_ms)
+            .finish()
+    }
+}
+
+impl BackgroundArgs {
+    pub fn defaults() -> Self {
+        BackgroundArgs {
+            webhook_secret: None,
+            webhook_allow_private: vec![],
+            webhook_timeout_secs: 10,
+            webhook_retry_hours: 24.0,
+            scheduler: true,
+            schedule_poll_ms: 500,
+        }
+    }
+
+    /// The webhook policy, or why the flags are wrong.
+    pub fn webhook_policy(&self) -> anyhow::Result<crate::webhook::WebhookPolicy> {
+        if let Some(secret) = &self.webhook_secret {
+            crate::webhook::sign::decode_secret(secret)
+                .map_err(|e| anyhow::anyhow!("--webhook-secret: {e}"))?;
+        }
+        crate::tools::egress::EgressPolicy::parse(&self.webhook_allow_private)
+            .map_err(|e| anyhow::anyhow!("--webhook-allow-private: {e}"))?;
+        Ok(crate::webhook::WebhookPolicy {
+            allow_private: self.webhook_allow_private.clone(),
+            default_secret: self.webhook_secret.clone(),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -427,6 +514,7 @@ impl ServeArgs {
                 db_max_connections: 16,
             },
             security: SecurityArgs::defaults(),
+            background: BackgroundArgs::defaults(),
             apps_dir: PathBuf::from("config/apps"),
             log_format: LogFormat::Text,
             web_ui_dir: None,

@@ -45,10 +45,12 @@ pub mod metrics;
 pub mod model;
 pub mod run;
 pub mod runner;
+pub mod schedule;
 pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod webhook;
 
 /// Lower-case hex of `bytes` (key ids, SHA-256 digests of key secrets and request bodies).
 pub(crate) fn hex(bytes: &[u8]) -> String {

@@ -143,7 +143,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             "admission with the user event",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', true, NULL, 90.0, \
-             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}'",
+             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL",
             vec![
                 ("sessions", &["sessions_pkey"]),
                 ("run_queue", &["run_queue_by_session"]),
@@ -154,7 +154,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             "admission of a resume (no user event)",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', false, NULL, 90.0, \
-             false, '{}', '{}', '{}', 0.0, '', '', '', '{}'",
+             false, '{}', '{}', '{}', 0.0, '', '', '', '{}', NULL",
             vec![
                 ("sessions", &["sessions_pkey"]),
                 ("run_queue", &["run_queue_by_session"]),

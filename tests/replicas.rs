@@ -10,118 +10,17 @@ use agentd::event::Event;
 use agentd::runner::{claim, Claim};
 use agentd::store::{Fence, NewRun, RunStatus, SessionKey, StoreError};
 use async_trait::async_trait;
+use common::procs::{Apps, Replica, PATIENCE, USER};
 use common::sse_client::{Msg, Sse};
 use common::{json_with_status, Backend, TestDb, TestServer};
 use serde_json::{json, Value};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const PATIENCE: Duration = Duration::from_secs(30);
-const USER: &str = "u1";
-
 // ------------------------------------------------------------------------------- harness
-
-/// App folders written for one test.
-struct Apps(tempfile::TempDir);
-
-impl Apps {
-    fn new() -> Self {
-        Apps(tempfile::tempdir().expect("temp dir"))
-    }
-
-    fn echo(self, app: &str, fields: &str) -> Self {
-        let dir = self.0.path().join(app);
-        std::fs::create_dir_all(&dir).expect("app dir");
-        let yaml = format!("agent_class: EchoAgent\nname: {app}\n{fields}\n");
-        std::fs::write(dir.join("root_agent.yaml"), yaml).expect("agent file");
-        self
-    }
-
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
 
 /// A slow echo with a tool call: events `functionCall`, partials, `functionResponse`, reply.
 const SLOW_TOOL: &str = "chunks: 20\nchunk_delay_ms: 100\ncall_tool: lookup";
-
-/// One `agentd serve` child process.
-struct Replica {
-    child: tokio::process::Child,
-    base: String,
-    client: reqwest::Client,
-}
-
-impl Replica {
-    async fn spawn(db: &TestDb, apps: &Apps, name: &str, extra: &[&str]) -> Replica {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let bind = format!("127.0.0.1:{port}");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
-            .arg("serve")
-            .args(["--bind", &bind, "--database-url", &db.url])
-            .arg("--apps-dir")
-            .arg(apps.path())
-            .args(["--replica-id", name])
-            .args(extra)
-            .env("RUST_LOG", "agentd=warn")
-            .stdout(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn agentd");
-        let r = Replica {
-            child,
-            base: format!("http://{bind}"),
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(120))
-                .build()
-                .expect("client"),
-        };
-        let deadline = Instant::now() + PATIENCE;
-        while !matches!(r.client.get(r.url("/health")).send().await, Ok(x) if x.status() == 200) {
-            assert!(Instant::now() < deadline, "replica {name} never answered");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        r
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    async fn get(&self, path: &str) -> reqwest::Response {
-        self.client.get(self.url(path)).send().await.expect("GET")
-    }
-
-    async fn post(&self, path: &str, body: Value) -> reqwest::Response {
-        self.client
-            .post(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .expect("POST")
-    }
-
-    async fn create_session(&self, app: &str, id: &str) {
-        let path = format!("/apps/{app}/users/{USER}/sessions");
-        json_with_status(self.post(&path, json!({ "sessionId": id })).await, 200).await;
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id().expect("running child")
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &self.pid().to_string()])
-            .status()
-            .expect("kill");
-        assert!(ok.success(), "kill {sig} failed");
-    }
-}
 
 fn run_body(app: &str, session: &str, text: &str) -> Value {
     json!({
@@ -885,6 +784,7 @@ fn new_run(key: &SessionKey, id: &str, owner: &str, opening: Option<Event>) -> N
         user_event: true,
         queue_ttl: Duration::from_secs(60),
         opening,
+        webhooks: None,
     }
 }
 

@@ -6,10 +6,12 @@
 //! other apps down. The registry owns what the apps hold open (MCP toolsets) and closes it
 //! ([`AppRegistry::close`]).
 
+pub mod settings;
 pub mod yaml;
 
 use crate::agent::AgentTree;
 use crate::tools::Toolset;
+use crate::webhook::{AppWebhook, WebhookPolicy, WebhookTarget};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,6 +27,11 @@ pub struct AppEntry {
     /// Toolsets holding connections or child processes (MCP), closed by
     /// [`AppRegistry::close`].
     toolsets: Vec<Arc<dyn Toolset>>,
+    /// `webhooks:` of the app's `agentd.yaml`, as written; checked into [`Self::webhooks`]
+    /// by [`AppRegistry::apply_webhook_policy`].
+    app_webhooks: Vec<AppWebhook>,
+    /// Sent at the end of every run of the app.
+    pub webhooks: Vec<WebhookTarget>,
 }
 
 /// The apps, by name.
@@ -58,14 +65,19 @@ impl AppRegistry {
             if name.starts_with('.') || name.starts_with("__") || !file.is_file() {
                 continue;
             }
-            let (tree, toolsets) = match load_tree(&file) {
+            let settings = settings::load_settings(&path);
+            let (tree, toolsets) = match settings
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|_| load_tree(&file).map_err(|e| e.to_string()))
+            {
                 Ok(loaded) => {
                     tracing::info!(app = %name, root = loaded.tree.root().name(), "app loaded");
                     (Ok(Arc::new(loaded.tree)), loaded.toolsets)
                 }
                 Err(e) => {
                     tracing::error!(app = %name, error = %e, "app failed to load");
-                    (Err(e.to_string()), vec![])
+                    (Err(e), vec![])
                 }
             };
             registry.apps.insert(
@@ -74,10 +86,40 @@ impl AppRegistry {
                     name,
                     tree,
                     toolsets,
+                    app_webhooks: settings.map(|s| s.webhooks).unwrap_or_default(),
+                    webhooks: vec![],
                 },
             );
         }
         registry
+    }
+
+    /// Checks the apps' webhooks against the server's policy (URL, secret, events); an app
+    /// with a bad one fails to load, with the reason, like a bad agent config.
+    pub fn apply_webhook_policy(&mut self, policy: &WebhookPolicy) {
+        for app in self.apps.values_mut() {
+            let checked: Result<Vec<WebhookTarget>, String> = app
+                .app_webhooks
+                .iter()
+                .map(|h| {
+                    policy.app_target(h).map_err(|e| {
+                        format!(
+                            "{}: webhook {}: {}",
+                            settings::SETTINGS_FILE,
+                            h.url,
+                            e.message
+                        )
+                    })
+                })
+                .collect();
+            match checked {
+                Ok(targets) => app.webhooks = targets,
+                Err(e) => {
+                    tracing::error!(app = %app.name, error = %e, "app failed to load");
+                    app.tree = Err(e);
+                }
+            }
+        }
     }
 
     /// Registers (or replaces) an app built in Rust.
@@ -100,6 +142,8 @@ impl AppRegistry {
                 name,
                 tree: Ok(Arc::new(tree)),
                 toolsets,
+                app_webhooks: vec![],
+                webhooks: vec![],
             },
         );
     }

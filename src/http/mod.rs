@@ -46,6 +46,8 @@ pub struct AppState {
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// Authentication, rate limits and what callers may touch.
     pub gate: Arc<auth::Gate>,
+    /// What a webhook may reach, and the default secret.
+    pub webhooks: Arc<crate::webhook::WebhookPolicy>,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -134,6 +136,7 @@ pub fn api_routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::run::router())
         .merge(routes::background::router())
         .merge(routes::runs::router())
+        .merge(routes::schedules::router())
         .merge(frontend::router())
 }
 

@@ -348,3 +348,16 @@ pub struct UserHeader {
     )]
     user: Option<String>,
 }
+
+/// The path of one schedule.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub struct SchedulePath {
+    /// The app's name.
+    app: String,
+    /// The user's id.
+    user: String,
+    /// The schedule's id (`sch-…`).
+    schedule: String,
+}

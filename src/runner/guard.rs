@@ -39,6 +39,7 @@ impl RunGuard {
     pub(crate) fn finished(mut self) {
         self.armed = false;
         lock(&self.runner.local).remove(&self.run_id);
+        self.runner.config.run_ended.notify_one();
     }
 
     /// Records the outcome (synchronously committed) and frees the session. A database that
@@ -53,6 +54,7 @@ impl RunGuard {
         self.armed = false;
         let owned = finish(&self.runner, &self.run_id, status, last_seq, error).await;
         lock(&self.runner.local).remove(&self.run_id);
+        self.runner.config.run_ended.notify_one();
         owned
     }
 }
@@ -99,6 +101,7 @@ impl Drop for RunGuard {
             let error = "the run's task ended unexpectedly";
             finish(&runner, &run_id, RunStatus::Failed, None, Some(error)).await;
             lock(&runner.local).remove(&run_id);
+            runner.config.run_ended.notify_one();
             runner.bus.publish(
                 &key,
                 BusMsg::Done {

@@ -4,9 +4,11 @@ use crate::agent::RunConfig;
 use crate::event::{Content, JsonMap};
 use crate::run::RunItem;
 use crate::store::{SessionKey, StoreError};
+use crate::webhook::WebhookTarget;
 use serde::Deserialize;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 /// Runner settings (from flags).
 #[derive(Debug, Clone)]
@@ -24,6 +26,9 @@ pub struct RunnerConfig {
     pub idempotency_ttl: Duration,
     /// Concurrent runs per user on this replica; 0: no limit.
     pub max_runs_per_user: usize,
+    /// Notified whenever a run of this replica ends (the webhook sender looks for the
+    /// deliveries its end wrote at once instead of at its next poll).
+    pub run_ended: Arc<Notify>,
 }
 
 impl Default for RunnerConfig {
@@ -35,6 +40,7 @@ impl Default for RunnerConfig {
             enqueue_timeout: Duration::from_secs(60),
             idempotency_ttl: Duration::from_secs(86_400),
             max_runs_per_user: 0,
+            run_ended: Arc::new(Notify::new()),
         }
     }
 }
@@ -75,6 +81,11 @@ pub struct RunRequest {
     pub create_session: bool,
     /// Shorter than the server's maximum, if given.
     pub max_duration: Option<Duration>,
+    /// The request's own webhook (the app's are added by the runner).
+    pub webhook: Option<WebhookTarget>,
+    /// The run's id, when the caller must know it before admission (a schedule's tick
+    /// re-fired after a crash uses the id its first try recorded); else a new one.
+    pub run_id: Option<String>,
 }
 
 /// Why a run did not start. All of these happen before any byte is streamed.

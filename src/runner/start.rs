@@ -50,7 +50,16 @@ impl Runner {
             );
         }
 
-        let run_id = format!("run-{}", uuid::Uuid::new_v4());
+        let run_id = req
+            .run_id
+            .clone()
+            .unwrap_or_else(|| format!("run-{}", uuid::Uuid::new_v4()));
+        // The request's webhook, then the app's: the run's end writes their deliveries.
+        let webhooks: Vec<&crate::webhook::WebhookTarget> =
+            req.webhook.iter().chain(entry.webhooks.iter()).collect();
+        let webhooks = (!webhooks.is_empty())
+            .then(|| serde_json::to_value(&webhooks).ok())
+            .flatten();
         let invocation_id = new_invocation_id();
         let user = req
             .new_message
@@ -69,6 +78,7 @@ impl Runner {
                 .as_ref()
                 .filter(|(_, artifacts)| artifacts.is_empty())
                 .map(|(event, _)| event.clone()),
+            webhooks,
         };
         // Registered before admission, so reconciliation never mistakes it for a leak.
         let cancel = CancellationToken::new();

@@ -13,6 +13,7 @@ use crate::http::{self, AppState};
 use crate::runner::bus::ChannelListener;
 use crate::runner::{Runner, RunnerConfig};
 use crate::store::{self, StoreLimits};
+use crate::webhook::SenderConfig;
 use accept::AcceptConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,6 +51,13 @@ impl Server {
         apps: Arc<AppRegistry>,
         mut plugins: PluginSet,
     ) -> anyhow::Result<Server> {
+        let webhook_policy = args.background.webhook_policy()?;
+        // The apps' own webhooks are checked against the server's policy before serving.
+        let apps = {
+            let mut registry = (*apps).clone();
+            registry.apply_webhook_policy(&webhook_policy);
+            Arc::new(registry)
+        };
         if args.memory_auto_ingest {
             plugins
                 .push(Arc::new(crate::agent::memory_ingest::MemoryIngestPlugin))
@@ -70,6 +78,7 @@ impl Server {
             runner_config.owner = id.clone();
         }
         runner_config.max_runs_per_user = args.security.max_runs_per_user;
+        let run_ended = runner_config.run_ended.clone();
         // Checked before anything starts: a refused configuration leaves nothing running.
         let jwt = jwt_verifier(&args)?;
         // With PostgreSQL, other replicas revoke keys too: their notifications (and any gap in
@@ -104,6 +113,7 @@ impl Server {
             runner,
             metrics: crate::metrics::install(),
             gate,
+            webhooks: Arc::new(webhook_policy.clone()),
         };
         let app = http::router(state.clone(), &args);
 
@@ -116,6 +126,27 @@ impl Server {
         crate::metrics::spawn_upkeep(state.metrics.clone(), shutdown.clone());
         if let Some(ttl) = args.session_ttl {
             spawn_retention(state.store.clone(), ttl, shutdown.clone());
+        }
+        // Webhooks of runs that ended (here or on a dead replica), and schedules' ticks.
+        let bg = &args.background;
+        crate::webhook::Sender::new(
+            state.store.clone(),
+            SenderConfig {
+                owner: state.runner.replica_id().to_string(),
+                policy: webhook_policy,
+                timeout: Duration::from_secs(bg.webhook_timeout_secs.max(1)),
+                retry_for: Duration::from_secs_f64((bg.webhook_retry_hours * 3600.0).max(0.0)),
+                poll: Duration::from_secs(1),
+            },
+            run_ended,
+        )
+        .spawn(shutdown.clone());
+        if bg.scheduler {
+            crate::schedule::Ticker::new(
+                state.runner.clone(),
+                Duration::from_millis(bg.schedule_poll_ms.max(50)),
+            )
+            .spawn(shutdown.clone());
         }
         let accept = AcceptConfig {
             max_connections: accept::effective_max_connections(

@@ -15,8 +15,10 @@ pub mod memory;
 pub mod postgres;
 pub mod prune;
 pub mod runs;
+pub mod schedules;
 pub mod sessions;
 pub mod sqlite;
+pub mod webhooks;
 
 pub use artifacts::{
     artifact_mime_type, is_user_scoped, validate_artifact, ArtifactScope, ArtifactStore,
@@ -28,11 +30,13 @@ pub use keys::{ApiKeyRecord, KeyStore};
 pub use memory::{MemoryEntry, MemoryStore};
 pub use prune::{PruneReport, PruneRequest, PruneStore};
 pub use runs::{CancelRequest, Insert, NewRun, RunRecord, RunStatus, RunStore};
+pub use schedules::{ScheduleRecord, ScheduleStore, TickPlan, TickRecord};
 pub(crate) use sessions::{initial_update_time, prepare_event, prepare_initial_events};
 pub use sessions::{
     EventPage, EventRange, NewSession, SessionCursor, SessionHead, SessionPage, SessionStore,
     StoredEvent,
 };
+pub use webhooks::{Delivery, DeliveryRecord, Settle, WebhookStore};
 
 use crate::event::{Event, JsonMap, Part, Session};
 use async_trait::async_trait;
@@ -146,7 +150,15 @@ impl From<serde_json::Error> for StoreError {
 
 /// Everything the daemon persists, behind one handle.
 pub trait Store:
-    SessionStore + ArtifactStore + RunStore + MemoryStore + IdempotencyStore + PruneStore + KeyStore
+    SessionStore
+    + ArtifactStore
+    + RunStore
+    + MemoryStore
+    + IdempotencyStore
+    + PruneStore
+    + KeyStore
+    + WebhookStore
+    + ScheduleStore
 {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;

@@ -9,6 +9,7 @@
 pub mod clients;
 pub mod model_server;
 pub mod pg_proxy;
+pub mod procs;
 pub mod sse_client;
 
 use agentd::config::ServeArgs;

@@ -113,6 +113,8 @@ pub fn turn(
         on_disconnect,
         create_session: true,
         max_duration: None,
+        webhook: None,
+        run_id: None,
     }
 }
 

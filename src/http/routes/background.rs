@@ -55,7 +55,7 @@ pub(crate) async fn background(
     route: &str,
     raw: &[u8],
 ) -> ApiResult<Response> {
-    let mut run_req = req.into_run_request(caller, &state.gate)?;
+    let mut run_req = req.into_run_request(caller, state).await?;
     // Nobody reads this run's stream: a client that "goes away" must not cancel it.
     run_req.on_disconnect = OnDisconnect::Continue;
     let (keyed, prior) = idempotent_prior(state, headers, &run_req, route, raw).await?;

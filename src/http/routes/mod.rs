@@ -8,6 +8,7 @@ pub mod memory;
 pub mod run;
 pub mod run_request;
 pub mod runs;
+pub mod schedules;
 pub mod service;
 pub mod session_body;
 pub mod session_stream;

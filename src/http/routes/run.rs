@@ -74,7 +74,7 @@ async fn run_sse(
         return background(&state, &caller, &headers, req, "/run_sse", &raw).await;
     }
     let split_artifacts = req.function_call_event_id.is_none();
-    let run_req = req.into_run_request(&caller, &state.gate)?;
+    let run_req = req.into_run_request(&caller, &state).await?;
     let key = run_req.key.clone();
     let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run_sse", &raw).await?;
     if let Some(run_id) = prior {
@@ -157,7 +157,7 @@ async fn run(
     if req.background {
         return background(&state, &caller, &headers, req, "/run", &raw).await;
     }
-    let run_req = req.into_run_request(&caller, &state.gate)?;
+    let run_req = req.into_run_request(&caller, &state).await?;
     let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run", &raw).await?;
     if let Some(run_id) = prior {
         if wants_json(&headers) {

@@ -11,6 +11,7 @@ use crate::http::idempotency::{self, Prior};
 use crate::http::AppState;
 use crate::runner::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest};
 use crate::store::SessionKey;
+use crate::webhook::WebhookSpec;
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use std::time::Duration;
@@ -87,12 +88,21 @@ pub struct RunAgentRequest {
     /// `POST /runs/{id}/wait` and `GET /runs/{id}/stream` follow it from any replica.
     #[serde(default)]
     pub(crate) background: bool,
+    /// agentd: tell this URL when the run ends (signed the Standard Webhooks way; the app's
+    /// own webhooks apply too). See `docs/background.md`.
+    #[serde(default)]
+    webhook: Option<WebhookSpec>,
 }
 
 impl RunAgentRequest {
     /// Validates the body and binds it to the caller: another user's session, or an app the
     /// caller may not use, answers as if it did not exist.
-    pub(crate) fn into_run_request(self, caller: &Caller, gate: &Gate) -> ApiResult<RunRequest> {
+    pub(crate) async fn into_run_request(
+        self,
+        caller: &Caller,
+        state: &AppState,
+    ) -> ApiResult<RunRequest> {
+        let gate: &Gate = &state.gate;
         let app = self.app_name.ok_or_else(|| {
             ApiError::bad_request(
                 "app_name_required",
@@ -131,6 +141,20 @@ impl RunAgentRequest {
             m
         });
         let resume = self.resume || (self.invocation_id.is_some() && self.new_message.is_none());
+        // Checked (URL, events, secret, and where its host resolves) before anything starts.
+        let webhook = match &self.webhook {
+            Some(spec) => {
+                let target = state
+                    .webhooks
+                    .target(spec)
+                    .map_err(|e| webhook_error(e, "webhook"))?;
+                crate::webhook::check_resolves(&state.webhooks, &target)
+                    .await
+                    .map_err(|e| webhook_error(e, "webhook"))?;
+                Some(target)
+            }
+            None => None,
+        };
         Ok(RunRequest {
             key: SessionKey::new(app, self.user_id, self.session_id),
             new_message: self.new_message,
@@ -146,7 +170,21 @@ impl RunAgentRequest {
             on_disconnect: self.on_disconnect,
             create_session: self.create_session,
             max_duration: self.max_duration_secs.map(Duration::from_secs),
+            webhook,
+            run_id: None,
         })
+    }
+}
+
+/// A refused webhook: 422 with its stable code, nothing stored.
+pub(crate) fn webhook_error(e: crate::webhook::TargetError, field: &str) -> ApiError {
+    ApiError {
+        detail: serde_json::Value::Array(vec![crate::http::error::problem(
+            e.code,
+            vec!["body".into(), field.into()],
+            e.message,
+        )]),
+        ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.code, "")
     }
 }
 

@@ -13,7 +13,7 @@ use crate::http::openapi::{Errors, EventStream};
 use crate::http::sse::follow::RunFollower;
 use crate::http::sse::resume::{beyond_end, resume_point, run_headers, sse_body, AfterQuery};
 use crate::http::AppState;
-use crate::store::{CancelRequest, RunRecord, RunStatus};
+use crate::store::{CancelRequest, DeliveryRecord, RunRecord, RunStatus};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -91,6 +91,25 @@ pub async fn visible_run(state: &AppState, caller: &Caller, run_id: &str) -> Api
         .ok_or_else(run_not_found)
 }
 
+/// A run with its webhook deliveries (`GET /runs/{id}`, the waits).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunView {
+    #[serde(flatten)]
+    run: RunRecord,
+    /// Its webhooks' deliveries (written when the run ended): status, attempts, last error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    webhooks: Vec<DeliveryRecord>,
+}
+
+async fn with_deliveries(state: &AppState, run: RunRecord) -> ApiResult<axum::Json<RunView>> {
+    let webhooks = if run.status == RunStatus::Running {
+        vec![]
+    } else {
+        state.store.run_deliveries(&run.run_id).await?
+    };
+    Ok(axum::Json(RunView { run, webhooks }))
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct WaitQuery {
@@ -103,18 +122,19 @@ pub struct WaitQuery {
 /// the answer comes when the run ends or after N seconds (at most 60), whichever is first.
 #[utoipa::path(get, path = "/runs/{run_id}", tag = "runs",
     params(("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
-    responses((status = 200, description = "The run.", body = RunRecord), Errors))]
+    responses((status = 200, description = "The run.", body = RunView), Errors))]
 async fn get_run(
     state: axum::extract::State<AppState>,
     caller: Caller,
     Path(run_id): Path<String>,
     Query(q): Query<WaitQuery>,
-) -> ApiResult<axum::Json<RunRecord>> {
+) -> ApiResult<axum::Json<RunView>> {
     let run = visible_run(&state, &caller, &run_id).await?;
-    match q.wait {
-        None | Some(0) => Ok(axum::Json(run)),
-        Some(secs) => wait_for_end(&state, run, secs).await.map(axum::Json),
-    }
+    let run = match q.wait {
+        None | Some(0) => run,
+        Some(secs) => wait_for_end(&state, run, secs).await?,
+    };
+    with_deliveries(&state, run).await
 }
 
 /// Waits for a run to end (a long poll, for clients of background runs): the run when it has
@@ -122,16 +142,17 @@ async fn get_run(
 #[utoipa::path(post, path = "/runs/{run_id}/wait", tag = "runs",
     params(("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
     responses((status = 200, description = "The run, ended or as it is when the wait is over.",
-        body = RunRecord), Errors))]
+        body = RunView), Errors))]
 async fn wait_run(
     state: axum::extract::State<AppState>,
     caller: Caller,
     Path(run_id): Path<String>,
     Query(q): Query<WaitQuery>,
-) -> ApiResult<axum::Json<RunRecord>> {
+) -> ApiResult<axum::Json<RunView>> {
     let run = visible_run(&state, &caller, &run_id).await?;
     let secs = q.wait.unwrap_or(DEFAULT_WAIT_SECS);
-    wait_for_end(&state, run, secs).await.map(axum::Json)
+    let run = wait_for_end(&state, run, secs).await?;
+    with_deliveries(&state, run).await
 }
 
 /// `run` once it has ended (read from the database, so it works for a run on any replica), or

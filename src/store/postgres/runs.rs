@@ -66,9 +66,10 @@ pub fn pg_insert_run_sql() -> &'static str {
                  RETURNING sessions.last_seq, sessions.state, o.with_event
              ), ins AS (
                  INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
-                                   lease_expires_at, created_at, started_at, base_seq, user_event)
+                                   lease_expires_at, created_at, started_at, base_seq, user_event,
+                                   webhooks)
                  SELECT $1, $2, $3, $4, $5, 'running', $6, 0, {PG_NOW}, {PG_NOW},
-                        s.last_seq - CASE WHEN s.with_event THEN 1 ELSE 0 END, $7 FROM s
+                        s.last_seq - CASE WHEN s.with_event THEN 1 ELSE 0 END, $7, $19::jsonb FROM s
                  RETURNING base_seq
              ), a AS (
                  INSERT INTO app_states AS t (app_name, state, update_time)
@@ -173,7 +174,10 @@ impl RunStore for PgStore {
             .bind(ticket)
             .bind(run.queue_ttl.as_secs_f64())
             .bind(opening.is_some());
-        let row = bind_event(q, event, &split).fetch_one(self.pool()).await;
+        let row = bind_event(q, event, &split)
+            .bind(&run.webhooks)
+            .fetch_one(self.pool())
+            .await;
         let row = match row {
             // A running row without a session owner (written before migration 0003).
             Err(sqlx::Error::Database(db))

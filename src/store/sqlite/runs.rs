@@ -60,8 +60,9 @@ impl RunStore for SqliteStore {
         let base_seq: i64 = row.try_get("last_seq")?;
         let inserted = sqlx::query(
             "INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
-                               lease_expires_at, created_at, started_at, base_seq, user_event)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, 0, ?7, ?7, ?8, ?9)",
+                               lease_expires_at, created_at, started_at, base_seq, user_event,
+                               webhooks)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, 0, ?7, ?7, ?8, ?9, ?10)",
         )
         .bind(&run.run_id)
         .bind(&run.key.app_name)
@@ -72,6 +73,7 @@ impl RunStore for SqliteStore {
         .bind(now)
         .bind(base_seq)
         .bind(run.user_event)
+        .bind(&run.webhooks)
         .execute(&mut *tx)
         .await;
         match inserted {

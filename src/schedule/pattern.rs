@@ -1,0 +1,203 @@
+//! A schedule's pattern: standard 5-field cron, or 6 with seconds first, evaluated in an IANA
+//! time zone (DST as croner defines it: a local time that does not exist is skipped, one that
+//! exists twice fires once). And the tick plan: which tick a due schedule fires now.
+
+use crate::store::{ScheduleRecord, TickPlan};
+use chrono::{DateTime, Utc};
+use croner::parser::{CronParser, Seconds, Year};
+use std::str::FromStr;
+
+/// With `catchUp: "none"`, a tick later than this is skipped as missed.
+pub const MISSED_AFTER_SECS: f64 = 60.0;
+
+/// What a schedule does with ticks missed while no replica ran it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CatchUp {
+    /// Fire the latest missed tick once (never a burst).
+    One,
+    /// Skip them.
+    None,
+}
+
+impl CatchUp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CatchUp::One => "one",
+            CatchUp::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    cron: croner::Cron,
+    tz: chrono_tz::Tz,
+}
+
+/// Why a pattern or zone was refused: a stable code and a sentence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatternError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Pattern {
+    pub fn parse(cron: &str, timezone: &str) -> Result<Pattern, PatternError> {
+        let fields = cron.split_whitespace().count();
+        if !(fields == 5 || fields == 6) || cron.len() > 256 {
+            return Err(PatternError {
+                code: "invalid_cron",
+                message: format!(
+                    "a cron pattern has 5 fields (minute hour day-of-month month day-of-week), \
+                     or 6 with seconds first; {cron:?} has {fields}"
+                ),
+            });
+        }
+        let cron = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .year(Year::Disallowed)
+            .build()
+            .parse(cron)
+            .map_err(|e| PatternError {
+                code: "invalid_cron",
+                message: format!("{cron:?} is not a cron pattern: {e}"),
+            })?;
+        let tz = chrono_tz::Tz::from_str(timezone).map_err(|_| PatternError {
+            code: "invalid_timezone",
+            message: format!(
+                "{timezone:?} is not an IANA time zone (e.g. \"Europe/Paris\", \"UTC\")"
+            ),
+        })?;
+        let p = Pattern { cron, tz };
+        // A pattern that never matches (e.g. February 30th) is refused rather than stored idle.
+        if p.next_after(crate::event::now_ts()).is_none() {
+            return Err(PatternError {
+                code: "invalid_cron",
+                message: "the pattern never matches".into(),
+            });
+        }
+        Ok(p)
+    }
+
+    /// `t` in the zone, in whole seconds (cron's unit: croner keeps a fraction it is given).
+    fn at(&self, t: f64) -> Option<DateTime<chrono_tz::Tz>> {
+        DateTime::<Utc>::from_timestamp(t.floor() as i64, 0).map(|d| d.with_timezone(&self.tz))
+    }
+
+    /// The first tick strictly after `t` (seconds since the epoch).
+    pub fn next_after(&self, t: f64) -> Option<f64> {
+        let start = self.at(t)?;
+        let next = self.cron.find_next_occurrence(&start, false).ok()?;
+        Some(next.timestamp_millis() as f64 / 1000.0)
+    }
+
+    /// The last tick at or before `t`.
+    pub fn last_at_or_before(&self, t: f64) -> Option<f64> {
+        let start = self.at(t)?;
+        let prev = self.cron.find_previous_occurrence(&start, true).ok()?;
+        Some(prev.timestamp_millis() as f64 / 1000.0)
+    }
+}
+
+/// The tick a due schedule fires at `now`, and its next one. Only the latest due tick can
+/// fire (a schedule never bursts); with `catchUp: "none"` only if it is less than
+/// [`MISSED_AFTER_SECS`] late.
+pub fn plan(s: &ScheduleRecord, now: f64) -> TickPlan {
+    let (Ok(p), Some(due)) = (Pattern::parse(&s.cron, &s.timezone), s.next_tick) else {
+        return TickPlan {
+            fire: None,
+            next: None,
+        };
+    };
+    let latest = p.last_at_or_before(now).map_or(due, |l| l.max(due));
+    let fire = match s.catch_up.as_str() {
+        "none" if now - latest > MISSED_AFTER_SECS => None,
+        _ => Some(latest),
+    };
+    TickPlan {
+        fire,
+        next: p.next_after(now.max(latest)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched(cron: &str, catch_up: &str, next_tick: f64) -> ScheduleRecord {
+        ScheduleRecord {
+            id: "s".into(),
+            app_name: "a".into(),
+            user_id: "u".into(),
+            cron: cron.into(),
+            timezone: "UTC".into(),
+            message: serde_json::json!({}),
+            session_id: None,
+            on_busy: "reject".into(),
+            catch_up: catch_up.into(),
+            webhook: None,
+            enabled: true,
+            next_tick: Some(next_tick),
+            created_at: 0.0,
+            updated_at: 0.0,
+        }
+    }
+
+    #[test]
+    fn parses_five_and_six_fields_and_zones() {
+        assert!(Pattern::parse("*/5 * * * *", "Europe/Paris").is_ok());
+        assert!(Pattern::parse("*/2 * * * * *", "UTC").is_ok());
+        assert_eq!(
+            Pattern::parse("* * *", "UTC").unwrap_err().code,
+            "invalid_cron"
+        );
+        assert_eq!(
+            Pattern::parse("61 * * * *", "UTC").unwrap_err().code,
+            "invalid_cron"
+        );
+        assert_eq!(
+            Pattern::parse("0 0 30 2 *", "UTC").unwrap_err().code,
+            "invalid_cron"
+        );
+        assert_eq!(
+            Pattern::parse("* * * * *", "Mars/Olympus")
+                .unwrap_err()
+                .code,
+            "invalid_timezone"
+        );
+    }
+
+    #[test]
+    fn next_and_last() {
+        let p = Pattern::parse("*/2 * * * * *", "UTC").unwrap();
+        assert_eq!(p.next_after(100.0), Some(102.0));
+        assert_eq!(p.next_after(101.5), Some(102.0));
+        assert_eq!(p.last_at_or_before(101.5), Some(100.0));
+        assert_eq!(p.last_at_or_before(102.0), Some(102.0));
+        // 09:00 in Paris is 08:00 UTC in winter (2026-01-15) and 07:00 UTC in summer.
+        let paris = Pattern::parse("0 9 * * *", "Europe/Paris").unwrap();
+        let jan = 1_768_435_200.0; // 2026-01-15T00:00:00Z
+        assert_eq!(paris.next_after(jan), Some(jan + 8.0 * 3600.0));
+        let jul = 1_784_073_600.0; // 2026-07-15T00:00:00Z
+        assert_eq!(paris.next_after(jul), Some(jul + 7.0 * 3600.0));
+    }
+
+    #[test]
+    fn a_missed_tick_fires_once_or_not_at_all() {
+        // Due at 100; the replicas were down until 1000.5.
+        let one = plan(&sched("*/2 * * * * *", "one", 100.0), 1000.5);
+        assert_eq!(one.fire, Some(1000.0));
+        assert_eq!(one.next, Some(1002.0));
+        let none = plan(&sched("*/2 * * * * *", "none", 100.0), 1000.5);
+        assert_eq!(none.fire, Some(1000.0), "the latest tick is on time");
+        // Hourly, due at 0, looked at 100 s after the 7200 tick: too late with "none".
+        let none = plan(&sched("0 0 * * * *", "none", 0.0), 7300.0);
+        assert_eq!(none.fire, None);
+        assert_eq!(none.next, Some(10800.0));
+        let one = plan(&sched("0 0 * * * *", "one", 0.0), 7300.0);
+        assert_eq!(one.fire, Some(7200.0));
+    }
+}

@@ -1,0 +1,157 @@
+//! The ticker: on every replica, a loop that claims due ticks in the database (each once, see
+//! [`crate::store::schedules`]) and starts their runs as background runs. It also takes over
+//! the ticks of a replica that died between claiming one and starting its run.
+
+use super::pattern::plan;
+use crate::event::Content;
+use crate::runner::{OnBusy, OnDisconnect, RunError, RunRequest, Runner};
+use crate::store::schedules::Planner;
+use crate::store::{ScheduleRecord, SessionKey, TickRecord};
+use crate::webhook::WebhookTarget;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// Due schedules claimed per poll.
+const BATCH: u32 = 16;
+
+pub struct Ticker {
+    runner: Arc<Runner>,
+    poll: Duration,
+    /// A tick still `claimed` this long after it was fired lost its firing task (a run start
+    /// is bounded by the enqueue timeout): it is fired again, with the same run id.
+    stale_after: Duration,
+}
+
+impl Ticker {
+    pub fn new(runner: Arc<Runner>, poll: Duration) -> Ticker {
+        let stale_after = runner.enqueue_timeout() + Duration::from_secs(120);
+        Ticker {
+            runner,
+            poll,
+            stale_after,
+        }
+    }
+
+    /// Runs the loop until `stop` (or the replica starts draining: it claims nothing more,
+    /// and what it claimed but could not start is taken over by a live replica).
+    pub fn spawn(self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move { self.run(stop).await })
+    }
+
+    async fn run(self, stop: CancellationToken) {
+        let planner: &Planner = &plan;
+        loop {
+            if self.runner.is_draining() {
+                return;
+            }
+            let owner = self.runner.replica_id().to_string();
+            let store = self.runner.store().clone();
+            match store
+                .take_over_ticks(&owner, self.stale_after.as_secs_f64())
+                .await
+            {
+                Ok(ticks) => self.fire_all(ticks, true),
+                Err(e) => tracing::warn!(error = %e, "could not look for orphaned ticks"),
+            }
+            loop {
+                match store.claim_ticks(&owner, planner, BATCH).await {
+                    Ok(ticks) => {
+                        let n = ticks.len();
+                        self.fire_all(ticks, false);
+                        if n < BATCH as usize {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not claim schedule ticks");
+                        break;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(self.poll) => {}
+            }
+        }
+    }
+
+    fn fire_all(&self, ticks: Vec<(ScheduleRecord, TickRecord)>, taken_over: bool) {
+        for (schedule, tick) in ticks {
+            let runner = self.runner.clone();
+            let span = tracing::info_span!("tick", app = %schedule.app_name,
+                user = %schedule.user_id, session = %tick.session_id, run = %tick.run_id,
+                schedule = %schedule.id, tick = tick.tick_time);
+            // Each on its own task: an `enqueue` schedule may wait for its session.
+            tokio::spawn(fire(runner, schedule, tick, taken_over).instrument(span));
+        }
+    }
+}
+
+/// Starts a tick's run (with the run id the tick recorded) and records what came of it.
+async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_over: bool) {
+    let owner = runner.replica_id().to_string();
+    // A tick taken over may have started its run before its claimer died.
+    if taken_over {
+        if let Ok(Some(_)) = runner.get_run(&tick.run_id).await {
+            settle(&runner, &tick, &owner, "started", None).await;
+            return;
+        }
+    }
+    let message: Option<Content> = serde_json::from_value(s.message.clone()).ok();
+    let webhook: Option<WebhookTarget> = s
+        .webhook
+        .clone()
+        .and_then(|w| serde_json::from_value(w).ok());
+    let on_busy = match s.on_busy.as_str() {
+        "enqueue" => OnBusy::Enqueue,
+        "interrupt" => OnBusy::Interrupt,
+        _ => OnBusy::Reject,
+    };
+    let req = RunRequest {
+        key: SessionKey::new(&s.app_name, &s.user_id, &tick.session_id),
+        new_message: message,
+        state_delta: None,
+        run_config: Default::default(),
+        on_busy,
+        on_disconnect: OnDisconnect::Continue,
+        create_session: true,
+        max_duration: None,
+        webhook,
+        run_id: Some(tick.run_id.clone()),
+    };
+    let (status, error) = match runner.start_run(req).await {
+        Ok(handle) => {
+            metrics::counter!("agentd_schedule_ticks_total", "outcome" => "started").increment(1);
+            tracing::info!("schedule tick started its run");
+            // Nobody reads the run: it goes on alone, like a background run.
+            drop(handle);
+            ("started", None)
+        }
+        // The replica is stopping: leave the tick claimed; a live replica takes it over.
+        Err(RunError::ShuttingDown) => return,
+        Err(e @ (RunError::Busy(_) | RunError::QueueTimeout(_))) => {
+            metrics::counter!("agentd_schedule_ticks_total", "outcome" => "skipped").increment(1);
+            ("skipped", Some(e.to_string()))
+        }
+        Err(e) => {
+            metrics::counter!("agentd_schedule_ticks_total", "outcome" => "failed").increment(1);
+            tracing::warn!(error = %e, "schedule tick could not start its run");
+            ("failed", Some(e.to_string()))
+        }
+    };
+    settle(&runner, &tick, &owner, status, error.as_deref()).await;
+}
+
+async fn settle(
+    runner: &Runner,
+    tick: &TickRecord,
+    owner: &str,
+    status: &str,
+    error: Option<&str>,
+) {
+    if let Err(e) = runner.store().settle_tick(tick, owner, status, error).await {
+        tracing::warn!(error = %e, "could not record a tick's outcome");
+    }
+}

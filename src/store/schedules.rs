@@ -1,0 +1,468 @@
+//! Schedules and their ticks. A tick is a row unique on `(schedule_id, tick_time)`, inserted
+//! in the transaction that moves the schedule's `next_tick` on, with the run id it starts:
+//! however many replicas poll, each tick is claimed once, and re-firing a tick whose claimer
+//! died reuses that run id (a primary key), so it never runs twice.
+//! See `migrations/postgres/0010_schedules.sql`.
+
+use super::postgres::PgStore;
+use super::sqlite::SqliteStore;
+use super::StoreResult;
+use async_trait::async_trait;
+use serde::Serialize;
+use sqlx::Row;
+
+/// A schedule as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleRecord {
+    pub id: String,
+    pub app_name: String,
+    pub user_id: String,
+    pub cron: String,
+    pub timezone: String,
+    /// The user message each run sends (ADK `Content`).
+    #[schema(value_type = Object)]
+    pub message: serde_json::Value,
+    /// `None`: a new session per tick.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    pub on_busy: String,
+    pub catch_up: String,
+    /// The webhook target of its runs (shown without its secret by the HTTP layer).
+    #[serde(skip)]
+    pub webhook: Option<serde_json::Value>,
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_tick: Option<f64>,
+    pub created_at: f64,
+    pub updated_at: f64,
+}
+
+/// One tick of a schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TickRecord {
+    pub schedule_id: String,
+    /// The tick's time (seconds since the epoch), as the pattern defines it.
+    pub tick_time: f64,
+    pub run_id: String,
+    pub session_id: String,
+    /// `claimed` (the run is being started), `started`, `skipped` (the session was busy) or
+    /// `failed` (the run could not start; `error` says why).
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub fired_at: f64,
+}
+
+/// What the ticker decided for a due schedule at `now`: the tick to fire (if any) and the
+/// schedule's next tick after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TickPlan {
+    pub fire: Option<f64>,
+    pub next: Option<f64>,
+}
+
+/// The planner the ticker passes in (cron lives above the store).
+pub type Planner = dyn Fn(&ScheduleRecord, f64) -> TickPlan + Send + Sync;
+
+#[async_trait]
+pub trait ScheduleStore: Send + Sync + 'static {
+    async fn create_schedule(&self, s: &ScheduleRecord) -> StoreResult<()>;
+
+    async fn get_schedule(
+        &self,
+        app: &str,
+        user: &str,
+        id: &str,
+    ) -> StoreResult<Option<ScheduleRecord>>;
+
+    /// A user's schedules, oldest first, after `after` (`(created_at, id)` of the previous
+    /// page's last one).
+    async fn list_schedules(
+        &self,
+        app: &str,
+        user: &str,
+        after: Option<(f64, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<ScheduleRecord>>;
+
+    /// Writes every field but the ids and `created_at`; false if there is no such schedule.
+    async fn update_schedule(&self, s: &ScheduleRecord) -> StoreResult<bool>;
+
+    /// Deletes the schedule and its ticks (its runs stay); false if there was none.
+    async fn delete_schedule(&self, app: &str, user: &str, id: &str) -> StoreResult<bool>;
+
+    /// A schedule's ticks, newest first, before `before` (a tick time).
+    async fn schedule_ticks(
+        &self,
+        id: &str,
+        before: Option<f64>,
+        limit: u32,
+    ) -> StoreResult<Vec<TickRecord>>;
+
+    /// Claims due schedules for `owner` (up to `limit`): for each, `plan` decides the tick to
+    /// fire and the next one; the tick row and the new `next_tick` commit together. Returns
+    /// the ticks to fire, with their schedules.
+    async fn claim_ticks(
+        &self,
+        owner: &str,
+        plan: &Planner,
+        limit: u32,
+    ) -> StoreResult<Vec<(ScheduleRecord, TickRecord)>>;
+
+    /// Takes over the `claimed` ticks of replicas whose heartbeat is stale (they died between
+    /// claiming a tick and starting its run), and those fired more than `stale_secs` ago (their
+    /// firing task was lost), for `owner` to fire with the same run ids.
+    async fn take_over_ticks(
+        &self,
+        owner: &str,
+        stale_secs: f64,
+    ) -> StoreResult<Vec<(ScheduleRecord, TickRecord)>>;
+
+    /// Records what firing a tick came to, if `owner` still holds it.
+    async fn settle_tick(
+        &self,
+        tick: &TickRecord,
+        owner: &str,
+        status: &str,
+        error: Option<&str>,
+    ) -> StoreResult<bool>;
+}
+
+const SCHEDULE_COLUMNS: &str = "id, app_name, user_id, cron, timezone, message, session_id, \
+     on_busy, catch_up, webhook, enabled, next_tick, created_at, updated_at";
+const TICK_COLUMNS: &str =
+    "t.schedule_id, t.tick_time, t.run_id, t.session_id, t.status, t.error, t.fired_at";
+
+macro_rules! readers {
+    ($row:ty, $sched:ident, $tick:ident) => {
+        fn $sched(r: &$row) -> StoreResult<ScheduleRecord> {
+            Ok(ScheduleRecord {
+                id: r.try_get("id")?,
+                app_name: r.try_get("app_name")?,
+                user_id: r.try_get("user_id")?,
+                cron: r.try_get("cron")?,
+                timezone: r.try_get("timezone")?,
+                message: r.try_get("message")?,
+                session_id: r.try_get("session_id")?,
+                on_busy: r.try_get("on_busy")?,
+                catch_up: r.try_get("catch_up")?,
+                webhook: r.try_get("webhook")?,
+                enabled: r.try_get("enabled")?,
+                next_tick: r.try_get("next_tick")?,
+                created_at: r.try_get("created_at")?,
+                updated_at: r.try_get("updated_at")?,
+            })
+        }
+
+        fn $tick(r: &$row) -> StoreResult<TickRecord> {
+            Ok(TickRecord {
+                schedule_id: r.try_get("schedule_id")?,
+                tick_time: r.try_get("tick_time")?,
+                run_id: r.try_get("run_id")?,
+                session_id: r.try_get("session_id")?,
+                status: r.try_get("status")?,
+                error: r.try_get("error")?,
+                fired_at: r.try_get("fired_at")?,
+            })
+        }
+    };
+}
+
+readers!(sqlx::postgres::PgRow, pg_schedule, pg_tick);
+readers!(sqlx::sqlite::SqliteRow, sqlite_schedule, sqlite_tick);
+
+/// The session a tick's run uses: the schedule's, or a new one named after the tick (the same
+/// name when a tick is re-fired, so a re-fire finds the session its first try created).
+pub fn tick_session(s: &ScheduleRecord, tick_time: f64) -> String {
+    s.session_id
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", s.id, (tick_time * 1000.0).round() as i64))
+}
+
+/// Both backends run the same statements; the clock, the row locking, the transaction start
+/// and the row readers differ.
+macro_rules! schedule_store {
+    ($store:ty, $pool:ident, $now:expr, $skip_locked:expr, $begin:literal, $sched:ident, $tick:ident) => {
+        #[async_trait]
+        impl ScheduleStore for $store {
+            async fn create_schedule(&self, s: &ScheduleRecord) -> StoreResult<()> {
+                sqlx::query(&format!(
+                    "INSERT INTO schedules ({SCHEDULE_COLUMNS})
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+                ))
+                .bind(&s.id)
+                .bind(&s.app_name)
+                .bind(&s.user_id)
+                .bind(&s.cron)
+                .bind(&s.timezone)
+                .bind(&s.message)
+                .bind(&s.session_id)
+                .bind(&s.on_busy)
+                .bind(&s.catch_up)
+                .bind(&s.webhook)
+                .bind(s.enabled)
+                .bind(s.next_tick)
+                .bind(s.created_at)
+                .bind(s.updated_at)
+                .execute(&self.$pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn get_schedule(
+                &self,
+                app: &str,
+                user: &str,
+                id: &str,
+            ) -> StoreResult<Option<ScheduleRecord>> {
+                let row = sqlx::query(&format!(
+                    "SELECT {SCHEDULE_COLUMNS} FROM schedules
+                      WHERE id = $1 AND app_name = $2 AND user_id = $3"
+                ))
+                .bind(id)
+                .bind(app)
+                .bind(user)
+                .fetch_optional(&self.$pool)
+                .await?;
+                row.as_ref().map($sched).transpose()
+            }
+
+            async fn list_schedules(
+                &self,
+                app: &str,
+                user: &str,
+                after: Option<(f64, String)>,
+                limit: u32,
+            ) -> StoreResult<Vec<ScheduleRecord>> {
+                let (at, id) = after.unzip();
+                let rows = sqlx::query(&format!(
+                    "SELECT {SCHEDULE_COLUMNS} FROM schedules
+                      WHERE app_name = $1 AND user_id = $2
+                        AND ($3 IS NULL OR created_at > $3 OR (created_at = $3 AND id > $4))
+                      ORDER BY created_at, id LIMIT $5"
+                ))
+                .bind(app)
+                .bind(user)
+                .bind(at)
+                .bind(id)
+                .bind(i64::from(limit))
+                .fetch_all(&self.$pool)
+                .await?;
+                rows.iter().map($sched).collect()
+            }
+
+            async fn update_schedule(&self, s: &ScheduleRecord) -> StoreResult<bool> {
+                let n = sqlx::query(
+                    "UPDATE schedules
+                        SET cron = $4, timezone = $5, message = $6, session_id = $7,
+                            on_busy = $8, catch_up = $9, webhook = $10, enabled = $11,
+                            next_tick = $12, updated_at = $13
+                      WHERE id = $1 AND app_name = $2 AND user_id = $3",
+                )
+                .bind(&s.id)
+                .bind(&s.app_name)
+                .bind(&s.user_id)
+                .bind(&s.cron)
+                .bind(&s.timezone)
+                .bind(&s.message)
+                .bind(&s.session_id)
+                .bind(&s.on_busy)
+                .bind(&s.catch_up)
+                .bind(&s.webhook)
+                .bind(s.enabled)
+                .bind(s.next_tick)
+                .bind(s.updated_at)
+                .execute(&self.$pool)
+                .await?
+                .rows_affected();
+                Ok(n > 0)
+            }
+
+            async fn delete_schedule(&self, app: &str, user: &str, id: &str) -> StoreResult<bool> {
+                let mut tx = self.$pool.begin_with($begin).await?;
+                let n = sqlx::query(
+                    "DELETE FROM schedules WHERE id = $1 AND app_name = $2 AND user_id = $3",
+                )
+                .bind(id)
+                .bind(app)
+                .bind(user)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if n > 0 {
+                    sqlx::query("DELETE FROM schedule_ticks WHERE schedule_id = $1")
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(n > 0)
+            }
+
+            async fn schedule_ticks(
+                &self,
+                id: &str,
+                before: Option<f64>,
+                limit: u32,
+            ) -> StoreResult<Vec<TickRecord>> {
+                let rows = sqlx::query(&format!(
+                    "SELECT {TICK_COLUMNS} FROM schedule_ticks t
+                      WHERE t.schedule_id = $1 AND ($2 IS NULL OR t.tick_time < $2)
+                      ORDER BY t.tick_time DESC LIMIT $3"
+                ))
+                .bind(id)
+                .bind(before)
+                .bind(i64::from(limit))
+                .fetch_all(&self.$pool)
+                .await?;
+                rows.iter().map($tick).collect()
+            }
+
+            async fn claim_ticks(
+                &self,
+                owner: &str,
+                plan: &Planner,
+                limit: u32,
+            ) -> StoreResult<Vec<(ScheduleRecord, TickRecord)>> {
+                let mut tx = self.$pool.begin_with($begin).await?;
+                let now: f64 = sqlx::query_scalar(&format!("SELECT {}", $now))
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let rows = sqlx::query(&format!(
+                    "SELECT {SCHEDULE_COLUMNS} FROM schedules
+                      WHERE enabled AND next_tick <= $1
+                      ORDER BY next_tick LIMIT $2 {}",
+                    $skip_locked
+                ))
+                .bind(now)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut fired = Vec::new();
+                for row in &rows {
+                    let s = $sched(row)?;
+                    let p = plan(&s, now);
+                    if let Some(at) = p.fire {
+                        let tick = TickRecord {
+                            schedule_id: s.id.clone(),
+                            tick_time: at,
+                            run_id: format!("run-{}", uuid::Uuid::new_v4()),
+                            session_id: tick_session(&s, at),
+                            status: "claimed".into(),
+                            error: None,
+                            fired_at: now,
+                        };
+                        let n = sqlx::query(
+                            "INSERT INTO schedule_ticks (schedule_id, tick_time, run_id, session_id,
+                                                         status, claimed_by, fired_at)
+                             VALUES ($1, $2, $3, $4, 'claimed', $5, $6)
+                             ON CONFLICT (schedule_id, tick_time) DO NOTHING",
+                        )
+                        .bind(&tick.schedule_id)
+                        .bind(tick.tick_time)
+                        .bind(&tick.run_id)
+                        .bind(&tick.session_id)
+                        .bind(owner)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                        if n > 0 {
+                            fired.push((s.clone(), tick));
+                        }
+                    }
+                    sqlx::query("UPDATE schedules SET next_tick = $2 WHERE id = $1")
+                        .bind(&s.id)
+                        .bind(p.next)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(fired)
+            }
+
+            async fn take_over_ticks(
+                &self,
+                owner: &str,
+                stale_secs: f64,
+            ) -> StoreResult<Vec<(ScheduleRecord, TickRecord)>> {
+                let mut tx = self.$pool.begin_with($begin).await?;
+                let now: f64 = sqlx::query_scalar(&format!("SELECT {}", $now))
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let taken = sqlx::query(
+                    "UPDATE schedule_ticks SET claimed_by = $1, fired_at = $2
+                      WHERE status = 'claimed'
+                        AND (fired_at < $2 - $3
+                             OR NOT EXISTS (SELECT 1 FROM replicas r
+                                             WHERE r.id = schedule_ticks.claimed_by
+                                               AND r.heartbeat_at > $2 - r.lease_secs))
+                  RETURNING schedule_id, tick_time, run_id, session_id, status, error, fired_at",
+                )
+                .bind(owner)
+                .bind(now)
+                .bind(stale_secs)
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut out = Vec::new();
+                for row in &taken {
+                    let tick = $tick(row)?;
+                    let row = sqlx::query(&format!(
+                        "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = $1"
+                    ))
+                    .bind(&tick.schedule_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some(row) = row {
+                        out.push(($sched(&row)?, tick));
+                    }
+                }
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn settle_tick(
+                &self,
+                tick: &TickRecord,
+                owner: &str,
+                status: &str,
+                error: Option<&str>,
+            ) -> StoreResult<bool> {
+                let n = sqlx::query(
+                    "UPDATE schedule_ticks SET status = $4, error = $5
+                      WHERE schedule_id = $1 AND tick_time = $2 AND claimed_by = $3",
+                )
+                .bind(&tick.schedule_id)
+                .bind(tick.tick_time)
+                .bind(owner)
+                .bind(status)
+                .bind(error)
+                .execute(&self.$pool)
+                .await?
+                .rows_affected();
+                Ok(n > 0)
+            }
+        }
+    };
+}
+
+schedule_store!(
+    PgStore,
+    pool,
+    "extract(epoch from clock_timestamp())::double precision",
+    "FOR UPDATE SKIP LOCKED",
+    "BEGIN",
+    pg_schedule,
+    pg_tick
+);
+schedule_store!(
+    SqliteStore,
+    writer,
+    "((julianday('now') - 2440587.5) * 86400.0)",
+    "",
+    "BEGIN IMMEDIATE",
+    sqlite_schedule,
+    sqlite_tick
+);

@@ -1,0 +1,223 @@
+//! Webhook deliveries: the outbox the run's end writes (a trigger, see
+//! `migrations/postgres/0009_webhooks.sql`), claimed by any replica's sender.
+//!
+//! A claim moves the row's due time one lease ahead and counts the attempt; the attempt's
+//! outcome is written only by the claimer of that attempt (`claimed_by` and `attempts` in the
+//! `WHERE`). A sender that dies mid-attempt therefore loses nothing: the row is due again when
+//! the lease ends, and its id — the `webhook-id` — is the same for every attempt.
+
+use super::postgres::PgStore;
+use super::sqlite::SqliteStore;
+use super::StoreResult;
+use async_trait::async_trait;
+use serde::Serialize;
+use sqlx::Row;
+
+/// A claimed delivery: one attempt to make.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    pub id: String,
+    pub run_id: String,
+    pub event_type: String,
+    /// The target as stored on the run (`WebhookTarget` JSON).
+    pub target: serde_json::Value,
+    /// This attempt's number (1 for the first).
+    pub attempt: i32,
+    pub created_at: f64,
+}
+
+/// What an attempt came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settle {
+    Delivered {
+        status: u16,
+    },
+    /// Try again at `retry_at` (seconds since the epoch).
+    Retry {
+        status: Option<u16>,
+        error: String,
+        retry_at: f64,
+    },
+    /// No more attempts.
+    Failed {
+        status: Option<u16>,
+        error: String,
+    },
+    /// Not sent: the target does not want this event after all (`run.input_required` vs
+    /// `run.completed`).
+    Skipped,
+}
+
+/// A delivery as `GET /runs/{id}` shows it (never its secret).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryRecord {
+    /// The `webhook-id` header.
+    pub id: String,
+    pub url: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// `pending`, `delivered`, `failed` or `skipped`.
+    pub status: String,
+    pub attempts: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    pub created_at: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<f64>,
+}
+
+#[async_trait]
+pub trait WebhookStore: Send + Sync + 'static {
+    /// Claims up to `limit` due deliveries for `owner`, each for `lease_secs`.
+    async fn claim_deliveries(
+        &self,
+        owner: &str,
+        lease_secs: f64,
+        limit: u32,
+    ) -> StoreResult<Vec<Delivery>>;
+
+    /// Records an attempt's outcome, if `owner` still holds that attempt's claim.
+    async fn settle_delivery(
+        &self,
+        delivery: &Delivery,
+        owner: &str,
+        outcome: &Settle,
+    ) -> StoreResult<bool>;
+
+    /// A run's deliveries, oldest first.
+    async fn run_deliveries(&self, run_id: &str) -> StoreResult<Vec<DeliveryRecord>>;
+}
+
+/// Both backends run the same statements; only the clock and the row locking differ.
+macro_rules! webhook_store {
+    ($store:ty, $pool:ident, $now:expr, $skip_locked:expr) => {
+        #[async_trait]
+        impl WebhookStore for $store {
+            async fn claim_deliveries(
+                &self,
+                owner: &str,
+                lease_secs: f64,
+                limit: u32,
+            ) -> StoreResult<Vec<Delivery>> {
+                let rows = sqlx::query(&format!(
+                    "UPDATE webhook_deliveries
+                        SET claimed_by = $1, attempts = attempts + 1,
+                            next_attempt_at = {now} + $2
+                      WHERE id IN (SELECT id FROM webhook_deliveries
+                                    WHERE status = 'pending' AND next_attempt_at <= {now}
+                                    ORDER BY next_attempt_at LIMIT $3 {skip})
+                  RETURNING id, run_id, event_type, target, attempts, created_at",
+                    now = $now,
+                    skip = $skip_locked,
+                ))
+                .bind(owner)
+                .bind(lease_secs)
+                .bind(i64::from(limit))
+                .fetch_all(&self.$pool)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(Delivery {
+                            id: r.try_get("id")?,
+                            run_id: r.try_get("run_id")?,
+                            event_type: r.try_get("event_type")?,
+                            target: r.try_get("target")?,
+                            attempt: r.try_get("attempts")?,
+                            created_at: r.try_get("created_at")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn settle_delivery(
+                &self,
+                d: &Delivery,
+                owner: &str,
+                outcome: &Settle,
+            ) -> StoreResult<bool> {
+                let (status, code, error, retry_at) = match outcome {
+                    Settle::Delivered { status } => ("delivered", Some(*status), None, None),
+                    Settle::Retry {
+                        status,
+                        error,
+                        retry_at,
+                    } => ("pending", *status, Some(error.as_str()), Some(*retry_at)),
+                    Settle::Failed { status, error } => {
+                        ("failed", *status, Some(error.as_str()), None)
+                    }
+                    Settle::Skipped => ("skipped", None, None, None),
+                };
+                let n = sqlx::query(&format!(
+                    "UPDATE webhook_deliveries
+                        SET status = $4, last_status = $5, last_error = $6,
+                            next_attempt_at = COALESCE($7, next_attempt_at), claimed_by = NULL,
+                            delivered_at = CASE WHEN $4 = 'delivered' THEN {now} END
+                      WHERE id = $1 AND claimed_by = $2 AND attempts = $3",
+                    now = $now
+                ))
+                .bind(&d.id)
+                .bind(owner)
+                .bind(d.attempt)
+                .bind(status)
+                .bind(code.map(i32::from))
+                .bind(error)
+                .bind(retry_at)
+                .execute(&self.$pool)
+                .await?
+                .rows_affected();
+                Ok(n > 0)
+            }
+
+            async fn run_deliveries(&self, run_id: &str) -> StoreResult<Vec<DeliveryRecord>> {
+                let rows = sqlx::query(
+                    "SELECT id, url, event_type, status, attempts, next_attempt_at, last_status,
+                            last_error, created_at, delivered_at
+                       FROM webhook_deliveries WHERE run_id = $1 ORDER BY id",
+                )
+                .bind(run_id)
+                .fetch_all(&self.$pool)
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        let status: String = r.try_get("status")?;
+                        Ok(DeliveryRecord {
+                            id: r.try_get("id")?,
+                            url: r.try_get("url")?,
+                            event_type: r.try_get("event_type")?,
+                            next_attempt_at: if status == "pending" {
+                                r.try_get("next_attempt_at")?
+                            } else {
+                                None
+                            },
+                            status,
+                            attempts: r.try_get("attempts")?,
+                            last_status: r.try_get("last_status")?,
+                            last_error: r.try_get("last_error")?,
+                            created_at: r.try_get("created_at")?,
+                            delivered_at: r.try_get("delivered_at")?,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    };
+}
+
+webhook_store!(
+    PgStore,
+    pool,
+    "extract(epoch from clock_timestamp())::double precision",
+    "FOR UPDATE SKIP LOCKED"
+);
+// One writer at a time: nothing to skip.
+webhook_store!(
+    SqliteStore,
+    writer,
+    "((julianday('now') - 2440587.5) * 86400.0)",
+    ""
+);

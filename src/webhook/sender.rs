@@ -1,0 +1,262 @@
+//! The sender: on every replica, a loop that claims due deliveries, signs and posts them,
+//! and records each attempt's outcome. Claims are leases in the database (see
+//! [`crate::store::webhooks`]): a replica that dies mid-attempt leaves the delivery due again
+//! for any other one, under the same `webhook-id`.
+
+use super::payload;
+use super::sign::{decode_secret, signature};
+use super::target::{WebhookPolicy, WebhookTarget};
+use crate::store::{Delivery, Settle, Store};
+use crate::tools::egress::Resolver;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// Deliveries claimed (and sent concurrently) at a time.
+const BATCH: u32 = 16;
+/// The first retry's delay; each next one doubles, up to [`MAX_BACKOFF`], with ±25% jitter.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// HTTP clients kept (one per set of extra `allow_private` rules).
+const MAX_CLIENTS: usize = 64;
+
+/// The sender's settings (flags).
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// This replica's id: the claimer recorded on deliveries.
+    pub owner: String,
+    pub policy: WebhookPolicy,
+    /// One attempt's limit (connect, send, answer).
+    pub timeout: Duration,
+    /// After this long since the run's end, a delivery that keeps failing is `failed`.
+    pub retry_for: Duration,
+    /// How often to look for due deliveries when nothing wakes the sender.
+    pub poll: Duration,
+}
+
+pub struct Sender {
+    store: Arc<dyn Store>,
+    config: SenderConfig,
+    nudge: Arc<Notify>,
+    clients: Mutex<HashMap<Vec<String>, reqwest::Client>>,
+}
+
+fn now() -> f64 {
+    crate::event::now_ts()
+}
+
+impl Sender {
+    /// `nudge`: notified when a run of this replica ends (its deliveries are due at once).
+    pub fn new(store: Arc<dyn Store>, config: SenderConfig, nudge: Arc<Notify>) -> Arc<Sender> {
+        Arc::new(Sender {
+            store,
+            config,
+            nudge,
+            clients: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Runs the loop until `stop`; the task ends with it.
+    pub fn spawn(self: &Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let sender = self.clone();
+        tokio::spawn(async move { sender.run(stop).await })
+    }
+
+    fn lease(&self) -> Duration {
+        // Longer than any attempt can take, so a live sender never loses its claim mid-way.
+        self.config.timeout * 2 + Duration::from_secs(10)
+    }
+
+    async fn run(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            loop {
+                let batch = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    b = self.store.claim_deliveries(
+                        &self.config.owner, self.lease().as_secs_f64(), BATCH) => b,
+                };
+                let batch = match batch {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not claim webhook deliveries");
+                        break;
+                    }
+                };
+                let n = batch.len();
+                futures::future::join_all(batch.into_iter().map(|d| self.attempt(d))).await;
+                if n < BATCH as usize {
+                    break;
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.nudge.notified() => {}
+                _ = tokio::time::sleep(self.config.poll) => {}
+            }
+        }
+    }
+
+    async fn attempt(&self, d: Delivery) {
+        let span =
+            tracing::info_span!("webhook", run = %d.run_id, webhook = %d.id, attempt = d.attempt);
+        let outcome = self.send(&d).instrument(span).await;
+        let label = match &outcome {
+            Settle::Delivered { .. } => {
+                metrics::histogram!("agentd_webhook_delivery_seconds")
+                    .record((now() - d.created_at).max(0.0));
+                "delivered"
+            }
+            Settle::Retry { .. } => "retry",
+            Settle::Failed { .. } => {
+                metrics::counter!("agentd_webhook_deliveries_failed_total").increment(1);
+                "failed"
+            }
+            Settle::Skipped => "skipped",
+        };
+        metrics::counter!("agentd_webhook_attempts_total", "outcome" => label).increment(1);
+        match &outcome {
+            Settle::Retry { error, .. } | Settle::Failed { error, .. } => {
+                tracing::warn!(run = %d.run_id, webhook = %d.id, attempt = d.attempt, outcome = label, %error, "webhook not delivered");
+            }
+            _ => tracing::debug!(run = %d.run_id, webhook = %d.id, outcome = label, "webhook"),
+        }
+        match self
+            .store
+            .settle_delivery(&d, &self.config.owner, &outcome)
+            .await
+        {
+            Ok(true) => {}
+            // Our lease ran out and another replica took the delivery over: its outcome counts.
+            Ok(false) => tracing::warn!(webhook = %d.id, "webhook attempt outlived its claim"),
+            // The claim's lease makes the delivery due again: it is retried (same id).
+            Err(e) => {
+                tracing::warn!(webhook = %d.id, error = %e, "could not record a webhook attempt")
+            }
+        }
+    }
+
+    async fn send(&self, d: &Delivery) -> Settle {
+        let target: WebhookTarget = match serde_json::from_value(d.target.clone()) {
+            Ok(t) => t,
+            Err(e) => return failed(None, format!("unreadable target: {e}")),
+        };
+        let key = match decode_secret(&target.secret) {
+            Ok(k) => k,
+            Err(e) => return failed(None, e),
+        };
+        let (event_type, body) =
+            match payload::build(self.store.as_ref(), d, target.include_text).await {
+                Ok(b) => b,
+                Err(e) => return self.retry(d, None, format!("could not read the run: {e}")),
+            };
+        if !target.events.contains(&event_type) {
+            return Settle::Skipped;
+        }
+        let Ok(url) = reqwest::Url::parse(&target.url) else {
+            return failed(None, "unreadable URL".into());
+        };
+        let client = match self.client(&target.allow_private) {
+            Ok(c) => c,
+            Err(e) => return failed(None, e),
+        };
+        if let Ok(egress) = self.config.policy.egress(&target.allow_private) {
+            if let Err(r) = egress.check_url(&url) {
+                return failed(None, r.to_string());
+            }
+        }
+        let ts = now() as i64;
+        let sent = client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("user-agent", concat!("agentd/", env!("CARGO_PKG_VERSION")))
+            .header("webhook-id", &d.id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", signature(&key, &d.id, ts, &body))
+            .body(body)
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => Settle::Delivered {
+                status: r.status().as_u16(),
+            },
+            // Standard Webhooks: 410 Gone means "stop sending".
+            Ok(r) if r.status() == reqwest::StatusCode::GONE => {
+                failed(Some(410), "the receiver answered 410 Gone".into())
+            }
+            Ok(r) if r.status().is_redirection() => self.retry(
+                d,
+                Some(r.status().as_u16()),
+                format!(
+                    "the receiver answered {} (redirects are not followed)",
+                    r.status()
+                ),
+            ),
+            Ok(r) => self.retry(
+                d,
+                Some(r.status().as_u16()),
+                format!("the receiver answered {}", r.status()),
+            ),
+            Err(e) => {
+                let why = if e.is_timeout() {
+                    format!("no answer within {} s", self.config.timeout.as_secs())
+                } else {
+                    // The chain's innermost cause says what happened (refused address, DNS).
+                    let mut source: &dyn std::error::Error = &e;
+                    while let Some(s) = source.source() {
+                        source = s;
+                    }
+                    format!("could not send: {source}")
+                };
+                self.retry(d, None, why)
+            }
+        }
+    }
+
+    /// A retry after exponential backoff with jitter, or `failed` once the retry window is
+    /// over.
+    fn retry(&self, d: &Delivery, status: Option<u16>, error: String) -> Settle {
+        let exp = FIRST_BACKOFF
+            .saturating_mul(1u32 << d.attempt.clamp(1, 20).saturating_sub(1))
+            .min(MAX_BACKOFF);
+        let jitter = 0.75 + 0.5 * (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 1000.0;
+        let retry_at = now() + exp.as_secs_f64() * jitter;
+        if retry_at > d.created_at + self.config.retry_for.as_secs_f64() {
+            return failed(
+                status,
+                format!("{error}; gave up after {} attempts", d.attempt),
+            );
+        }
+        Settle::Retry {
+            status,
+            error,
+            retry_at,
+        }
+    }
+
+    fn client(&self, extra: &[String]) -> Result<reqwest::Client, String> {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = clients.get(extra) {
+            return Ok(c.clone());
+        }
+        let egress = self.config.policy.egress(extra)?;
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(self.config.timeout)
+            .connect_timeout(self.config.timeout.min(Duration::from_secs(10)))
+            .dns_resolver(Arc::new(Resolver(egress)))
+            .build()
+            .map_err(|e| e.to_string())?;
+        if clients.len() >= MAX_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(extra.to_vec(), client.clone());
+        Ok(client)
+    }
+}
+
+fn failed(status: Option<u16>, error: String) -> Settle {
+    Settle::Failed { status, error }
+}

@@ -1,0 +1,282 @@
+//! Where a run's end is sent: a run request's `webhook`, an app's `webhooks:`, and the checks
+//! both pass before anything is stored (URL, SSRF, events, secret).
+
+use super::sign::decode_secret;
+use crate::tools::egress::EgressPolicy;
+use serde::{Deserialize, Serialize};
+
+/// The events a target may ask for. `run.input_required`: the run completed waiting for the
+/// user (a confirmation or a long-running tool call is open).
+pub const EVENTS: [&str; 4] = [
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+    "run.input_required",
+];
+
+/// The longest URL a webhook may have.
+const MAX_URL: usize = 2048;
+
+/// A webhook as a run request names it (`"webhook": {…}`).
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookSpec {
+    /// An `http(s)` URL on a public address (private ones only where the server allows them).
+    pub url: String,
+    /// `whsec_<base64>` (24 to 64 bytes); default: the server's `--webhook-secret`.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Default: all four events.
+    #[serde(default)]
+    pub events: Option<Vec<String>>,
+    /// Send the final response's text in the body (default true).
+    #[serde(default, alias = "include_text")]
+    pub include_text: Option<bool>,
+}
+
+/// A webhook of an app (`webhooks:` in the app's `agentd.yaml`): every run of the app sends
+/// it. It may reach private addresses the server does not allow in general.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppWebhook {
+    pub url: String,
+    /// `${VAR}` is expanded from the environment (by the app loader).
+    #[serde(default)]
+    pub secret: Option<String>,
+    #[serde(default)]
+    pub events: Option<Vec<String>>,
+    #[serde(default)]
+    pub include_text: Option<bool>,
+    /// As for HTTP tools: addresses, CIDR blocks, host names or `"*"`.
+    #[serde(default)]
+    pub allow_private: Vec<String>,
+}
+
+/// A checked target, as stored on the run (`runs.webhooks`) and its deliveries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookTarget {
+    pub url: String,
+    pub secret: String,
+    pub events: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_private: Vec<String>,
+    #[serde(default = "yes")]
+    pub include_text: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The server's webhook settings (flags).
+#[derive(Debug, Clone, Default)]
+pub struct WebhookPolicy {
+    /// `--webhook-allow-private`: what every webhook may reach besides public addresses.
+    pub allow_private: Vec<String>,
+    /// `--webhook-secret`: the secret of webhooks that name none.
+    pub default_secret: Option<String>,
+}
+
+/// Why a webhook was refused: a stable code and a sentence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+fn refuse(code: &'static str, message: impl Into<String>) -> TargetError {
+    TargetError {
+        code,
+        message: message.into(),
+    }
+}
+
+impl WebhookPolicy {
+    /// The egress rules for a target: the server's plus the target's own.
+    pub fn egress(&self, extra: &[String]) -> Result<EgressPolicy, String> {
+        let all: Vec<String> = self.allow_private.iter().chain(extra).cloned().collect();
+        EgressPolicy::parse(&all)
+    }
+
+    /// Checks a run request's webhook (no DNS: see [`check_resolves`]).
+    pub fn target(&self, spec: &WebhookSpec) -> Result<WebhookTarget, TargetError> {
+        self.build(
+            &spec.url,
+            spec.secret.as_deref(),
+            spec.events.as_deref(),
+            spec.include_text,
+            vec![],
+        )
+    }
+
+    /// Checks an app's webhook (at start).
+    pub fn app_target(&self, hook: &AppWebhook) -> Result<WebhookTarget, TargetError> {
+        self.build(
+            &hook.url,
+            hook.secret.as_deref(),
+            hook.events.as_deref(),
+            hook.include_text,
+            hook.allow_private.clone(),
+        )
+    }
+
+    fn build(
+        &self,
+        url: &str,
+        secret: Option<&str>,
+        events: Option<&[String]>,
+        include_text: Option<bool>,
+        allow_private: Vec<String>,
+    ) -> Result<WebhookTarget, TargetError> {
+        if url.len() > MAX_URL {
+            return Err(refuse(
+                "webhook_url_invalid",
+                format!("a webhook URL has at most {MAX_URL} characters"),
+            ));
+        }
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| refuse("webhook_url_invalid", format!("not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(refuse(
+                "webhook_url_invalid",
+                "a webhook URL is http:// or https:// with a host",
+            ));
+        }
+        let egress = self
+            .egress(&allow_private)
+            .map_err(|e| refuse("webhook_url_invalid", e))?;
+        egress.check_url(&parsed).map_err(refused)?;
+        let events = match events {
+            None => EVENTS.iter().map(|e| e.to_string()).collect(),
+            Some([]) => {
+                return Err(refuse(
+                    "webhook_event_unknown",
+                    "events must name at least one event",
+                ))
+            }
+            Some(list) => {
+                if let Some(bad) = list.iter().find(|e| !EVENTS.contains(&e.as_str())) {
+                    return Err(refuse(
+                        "webhook_event_unknown",
+                        format!(
+                            "unknown event {bad:?}; the events are {}",
+                            EVENTS.join(", ")
+                        ),
+                    ));
+                }
+                let mut list = list.to_vec();
+                list.dedup();
+                list
+            }
+        };
+        let secret = secret.or(self.default_secret.as_deref()).ok_or_else(|| {
+            refuse(
+                "webhook_secret_required",
+                "a webhook needs a `secret` (whsec_…): this server has no --webhook-secret",
+            )
+        })?;
+        decode_secret(secret).map_err(|e| refuse("webhook_secret_invalid", e))?;
+        Ok(WebhookTarget {
+            url: parsed.to_string(),
+            secret: secret.to_string(),
+            events,
+            allow_private,
+            include_text: include_text.unwrap_or(true),
+        })
+    }
+}
+
+fn refused(r: crate::tools::egress::Refused) -> TargetError {
+    refuse(
+        "webhook_url_refused",
+        format!(
+            "the webhook's host {} is a {} address ({}); allow it with --webhook-allow-private",
+            r.host, r.class, r.addr
+        ),
+    )
+}
+
+/// Resolves the target's host now and refuses one that only reaches addresses the policy
+/// forbids (the sender checks again at connect time, so a name that changes later cannot
+/// slip through).
+pub async fn check_resolves(
+    policy: &WebhookPolicy,
+    target: &WebhookTarget,
+) -> Result<(), TargetError> {
+    let Ok(url) = reqwest::Url::parse(&target.url) else {
+        return Err(refuse("webhook_url_invalid", "not a URL"));
+    };
+    let host = url.host_str().unwrap_or("").trim_matches(['[', ']']);
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(()); // checked without DNS
+    }
+    let egress = policy
+        .egress(&target.allow_private)
+        .map_err(|e| refuse("webhook_url_invalid", e))?;
+    match egress.resolve(host).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            match e
+                .into_inner()
+                .and_then(|inner| inner.downcast::<crate::tools::egress::Refused>().ok())
+            {
+                Some(r) => Err(refused(*r)),
+                None => Err(refuse(
+                    "webhook_url_refused",
+                    "the webhook's host resolves to a private address",
+                )),
+            }
+        }
+        Err(e) => Err(refuse(
+            "webhook_url_invalid",
+            format!("the webhook's host {host:?} does not resolve: {e}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn spec(url: &str) -> WebhookSpec {
+        WebhookSpec {
+            url: url.into(),
+            secret: Some(SECRET.into()),
+            events: None,
+            include_text: None,
+        }
+    }
+
+    #[test]
+    fn checks() {
+        let p = WebhookPolicy::default();
+        let t = p.target(&spec("https://example.com/hook")).unwrap();
+        assert_eq!(t.events.len(), 4);
+        assert!(t.include_text);
+        let code = |s: WebhookSpec| p.target(&s).unwrap_err().code;
+        assert_eq!(code(spec("ftp://example.com/")), "webhook_url_invalid");
+        assert_eq!(code(spec("not a url")), "webhook_url_invalid");
+        assert_eq!(code(spec("http://127.0.0.1:9/x")), "webhook_url_refused");
+        assert_eq!(code(spec("http://[::1]/x")), "webhook_url_refused");
+        assert_eq!(code(spec("http://169.254.169.254/")), "webhook_url_refused");
+        let mut s = spec("https://example.com/");
+        s.secret = Some("hunter2".into());
+        assert_eq!(code(s), "webhook_secret_invalid");
+        let mut s = spec("https://example.com/");
+        s.secret = None;
+        assert_eq!(code(s), "webhook_secret_required");
+        let mut s = spec("https://example.com/");
+        s.events = Some(vec!["run.exploded".into()]);
+        assert_eq!(code(s), "webhook_event_unknown");
+        let allowed = WebhookPolicy {
+            allow_private: vec!["127.0.0.1".into()],
+            default_secret: Some(SECRET.into()),
+        };
+        let mut s = spec("http://127.0.0.1:9/x");
+        s.secret = None;
+        assert_eq!(allowed.target(&s).unwrap().secret, SECRET);
+    }
+}
