@@ -23,6 +23,10 @@
 //! | `agentd_model_tokens_total` | counter | provider, model, direction = input, output |
 //! | `agentd_tool_calls_total` | counter | tool, outcome = ok, error |
 //! | `agentd_tool_call_duration_seconds` | histogram | tool |
+//! | `agentd_webhook_attempts_total` | counter | outcome = delivered, retry, failed, skipped |
+//! | `agentd_webhook_deliveries_failed_total` | counter | (deliveries given up) |
+//! | `agentd_webhook_delivery_seconds` | histogram | (the run's end to its webhook's 2xx, retries included) |
+//! | `agentd_schedule_ticks_total` | counter | outcome = started, skipped, failed |
 //!
 //! The recorder keeps every histogram sample until something drains it into its buckets: a
 //! scrape does, and so does the exporter's upkeep. `install_recorder` (agentd serves
@@ -51,13 +55,26 @@ const BUCKETS: &[f64] = &[
     60.0, 300.0,
 ];
 
+/// Webhook deliveries: from milliseconds to a day of retries.
+const DELIVERY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    3600.0, 14400.0, 86400.0,
+];
+
 /// Installs the process-wide recorder once (later calls, e.g. several servers in one test
 /// process, share it) and returns the handle that renders it.
 pub fn install() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
+            // A full name's buckets win over a suffix's (the exporter checks them first).
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("agentd_webhook_delivery_seconds".into()),
+                        DELIVERY_BUCKETS,
+                    )
+                })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             match builder.install_recorder() {
                 Ok(handle) => handle,

@@ -631,7 +631,7 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         .clone();
     assert_eq!(d.attempt, 1);
     assert!(!store
-        .settle_delivery(&d, "s-b", &Settle::Delivered { status: 200 })
+        .settle_delivery(&d, "s-b", &Settle::Delivered { status: 200 }, None)
         .await
         .expect("settle"));
     // s-a's lease runs out: s-b takes both over (attempt 2, same ids); s-a's late word is void.
@@ -648,7 +648,7 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         .clone();
     assert_eq!(d2.attempt, 2);
     assert!(!store
-        .settle_delivery(&d, "s-a", &Settle::Delivered { status: 200 })
+        .settle_delivery(&d, "s-a", &Settle::Delivered { status: 200 }, None)
         .await
         .expect("settle"));
     let retry_at = agentd::event::now_ts() - 1.0;
@@ -658,7 +658,7 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         retry_at,
     };
     assert!(store
-        .settle_delivery(&d2, "s-b", &retry)
+        .settle_delivery(&d2, "s-b", &retry, None)
         .await
         .expect("settle"));
     let again = store
@@ -668,7 +668,12 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
     assert_eq!(again.len(), 1);
     assert_eq!((again[0].id.as_str(), again[0].attempt), (d.id.as_str(), 3));
     assert!(store
-        .settle_delivery(&again[0], "s-c", &Settle::Delivered { status: 204 })
+        .settle_delivery(
+            &again[0],
+            "s-c",
+            &Settle::Delivered { status: 204 },
+            Some("run.input_required"),
+        )
         .await
         .expect("settle"));
     let shown = store.run_deliveries("run-1").await.expect("read");
@@ -676,6 +681,10 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
     assert_eq!(
         (a.status.as_str(), a.attempts, a.last_status),
         ("delivered", 3, Some(204))
+    );
+    assert_eq!(
+        a.event_type, "run.input_required",
+        "recorded as it was sent"
     );
     assert!(a.delivered_at.is_some());
 
@@ -739,15 +748,151 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         .expect("ticks");
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].status, "started");
+    // Pruning old runs takes their deliveries and old ticks with them.
+    let prune = agentd::store::PruneRequest {
+        sessions_before: 0.0,
+        runs_before: agentd::event::now_ts() + 10.0,
+        app: None,
+        batch: 100,
+        dry_run: false,
+    };
+    assert_eq!(store.delete_old_runs(&prune).await.expect("prune"), 1);
     assert!(store
-        .delete_schedule("echo", USER, "sch-1")
+        .run_deliveries("run-1")
+        .await
+        .expect("read")
+        .is_empty());
+    assert!(store
+        .schedule_ticks("sch-1", None, 10)
+        .await
+        .expect("ticks")
+        .is_empty());
+    // Deleting a schedule deletes its ticks.
+    let again = ScheduleRecord {
+        id: "sch-2".into(),
+        ..schedule.clone()
+    };
+    store.create_schedule(&again).await.expect("create");
+    assert_eq!(
+        store
+            .claim_ticks("live", &plan, 10)
+            .await
+            .expect("claim")
+            .len(),
+        1
+    );
+    assert!(store
+        .delete_schedule("echo", USER, "sch-2")
         .await
         .expect("delete"));
     assert!(store
-        .schedule_ticks("sch-1", None, 10)
+        .schedule_ticks("sch-2", None, 10)
         .await
         .expect("ticks")
         .is_empty());
 }
 
 both_backends!(the_outboxes_are_database_facts);
+
+/// An app's own webhooks (`agentd.yaml`), with the events it asked for: a run that waits for
+/// its user is `run.input_required`, a failed run `run.failed`, and a plain completed run is
+/// not sent (`skipped`). The app's `allow_private` lets it reach the receiver without any
+/// server flag. An app whose webhook is refused does not load.
+async fn an_apps_webhooks_send_the_events_it_asked_for(backend: Backend) {
+    let mut receiver = Receiver::start(&[]).await;
+    let apps = Apps::new()
+        .echo("hooked", "chunks: 1\nfail_prefix: fail\nask_prefix: ask")
+        .echo("broken", "chunks: 1");
+    let hooked = format!(
+        "webhooks:\n  - url: {}\n    secret: ${{AGENTD_TEST_HOOK_SECRET:-{SECRET}}}\n    \
+         events: [run.failed, run.input_required]\n    allow_private: [127.0.0.1]\n",
+        receiver.url()
+    );
+    std::fs::write(apps.path().join("hooked/agentd.yaml"), hooked).expect("settings");
+    std::fs::write(
+        apps.path().join("broken/agentd.yaml"),
+        format!("webhooks:\n  - url: ftp://example.com/\n    secret: {SECRET}\n"),
+    )
+    .expect("settings");
+    let dir = apps.path().to_path_buf();
+    let s = TestServer::start_with(backend, move |a| a.apps_dir = dir).await;
+    let run = |app: &'static str, session: &'static str, text: &'static str| {
+        let s = &s;
+        async move {
+            let body = json!({"appName": app, "userId": USER, "sessionId": session,
+                              "createSession": true,
+                              "newMessage": {"role": "user", "parts": [{"text": text}]}});
+            let resp = s.post_json("/run", body).await;
+            let status = resp.status().as_u16();
+            let run_id = resp
+                .headers()
+                .get("x-agentd-run-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            (status, run_id, resp.text().await.unwrap_or_default())
+        }
+    };
+    let (status, plain, _) = run("hooked", "s1", "hello").await;
+    assert_eq!(status, 200);
+    let (_, asking, _) = run("hooked", "s2", "ask for a date").await;
+    let d = receiver.next(Duration::from_secs(30)).await;
+    assert_eq!(d["verified"], true);
+    assert_eq!(d["payload"]["type"], "run.input_required", "{d}");
+    assert_eq!(
+        d["payload"]["data"]["runId"],
+        asking.as_deref().unwrap_or("")
+    );
+    let path = format!("/runs/{}", asking.as_deref().unwrap_or(""));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = json_with_status(s.get(&path).await, 200).await;
+        if shown["webhooks"][0]["status"] == "delivered" {
+            assert_eq!(
+                shown["webhooks"][0]["type"], "run.input_required",
+                "{shown}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{shown}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, failing, _) = run("hooked", "s3", "fail please").await;
+    let d = receiver.next(Duration::from_secs(30)).await;
+    assert_eq!(d["payload"]["type"], "run.failed", "{d}");
+    assert_eq!(
+        d["payload"]["data"]["runId"],
+        failing.as_deref().unwrap_or("")
+    );
+    assert_eq!(d["payload"]["data"]["status"], "failed");
+    assert!(d["payload"]["data"]["error"]
+        .as_str()
+        .unwrap_or("")
+        .contains("deliberate failure"));
+    // The completed run's delivery was written (the target wants `run.input_required`, which
+    // only the sender can tell apart) and then skipped, not sent.
+    let plain = plain.expect("run id");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = json_with_status(s.get(&format!("/runs/{plain}")).await, 200).await;
+        if shown["webhooks"][0]["status"] == "skipped" {
+            assert_eq!(
+                shown["webhooks"][0]["attempts"], 0,
+                "nothing was sent: {shown}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{shown}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), receiver.lines.recv())
+            .await
+            .is_err(),
+        "nothing else was sent"
+    );
+    let (status, _, body) = run("broken", "s1", "hello").await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("app_load_failed"), "{body}");
+}
+
+both_backends!(an_apps_webhooks_send_the_events_it_asked_for);

@@ -18,6 +18,7 @@ mod scale_out;
 mod servers;
 mod slow;
 mod soak;
+mod webhooks;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -57,6 +58,9 @@ enum Command {
     /// and agentd's RSS before, every 10,000 runs and after (what metrics cost a replica
     /// nobody scrapes).
     Soak(BenchArgs),
+    /// Webhook delivery latency: from a run's end (as the database recorded it) to its
+    /// webhook's arrival at a receiver on loopback, p50/p90/p99 over `--webhook-runs` runs.
+    Webhooks(BenchArgs),
     /// Serve a ceiling (started by the harness as a child process).
     Ceiling(ceiling::CeilingArgs),
 }
@@ -168,6 +172,9 @@ pub struct BenchArgs {
     /// soak: the longest the runs may go on, in seconds; the report says how far they got.
     #[arg(long, default_value_t = 1800.0)]
     pub(crate) soak_max_secs: f64,
+    /// webhooks: runs (each with its own webhook) whose delivery latency is measured.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) webhook_runs: usize,
     /// Also write the markdown report to this file.
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -208,6 +215,19 @@ fn main() -> Result<()> {
         )),
         Command::SlowReaders(args) => rt.block_on(slow_readers(args)),
         Command::Soak(args) => rt.block_on(soak(args)),
+        Command::Webhooks(args) => rt.block_on(async {
+            let (agentd_bin, _) = binaries(&args)?;
+            let admin = pg::Admin::connect(&args.database_url).await?;
+            let result = webhooks::run(&args, &admin, &agentd_bin).await;
+            admin.drop_created().await;
+            let text = result?;
+            println!("{text}");
+            if let Some(path) = &args.out {
+                std::fs::write(path, &text)
+                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
+            }
+            Ok(())
+        }),
         Command::Extra(args) => rt.block_on(bench(
             args,
             Parts {

@@ -261,7 +261,7 @@ pub fn write_app(apps_dir: &Path, name: &str, yaml: &str) -> Result<()> {
         .with_context(|| format!("cannot write {}/root_agent.yaml", dir.display()))
 }
 
-async fn spawn_agentd(
+pub(crate) async fn spawn_agentd(
     bin: &Path,
     database_url: &str,
     apps_dir: &Path,

@@ -57,3 +57,13 @@ CREATE TRIGGER runs_webhooks AFTER UPDATE OF status ON runs
     FOR EACH ROW
     WHEN (OLD.status = 'running' AND NEW.status <> 'running' AND NEW.webhooks IS NOT NULL)
     EXECUTE FUNCTION agentd_run_webhooks();
+
+-- A deleted run (pruned, or its session deleted) takes its deliveries with it.
+CREATE FUNCTION agentd_run_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM webhook_deliveries WHERE run_id = OLD.id;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER runs_deleted AFTER DELETE ON runs
+    FOR EACH ROW EXECUTE FUNCTION agentd_run_deleted();

@@ -40,3 +40,5 @@ CREATE TABLE schedule_ticks (
     PRIMARY KEY (schedule_id, tick_time)
 );
 CREATE INDEX schedule_ticks_claimed ON schedule_ticks (claimed_by) WHERE status = 'claimed';
+-- Pruning old ticks (`agentd prune`, `--session-ttl`).
+CREATE INDEX schedule_ticks_by_time ON schedule_ticks (fired_at);

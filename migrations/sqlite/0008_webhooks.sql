@@ -38,3 +38,8 @@ BEGIN
                     WHERE e.value = k.kind
                        OR (k.kind = 'run.completed' AND e.value = 'run.input_required'));
 END;
+
+CREATE TRIGGER runs_deleted AFTER DELETE ON runs
+BEGIN
+    DELETE FROM webhook_deliveries WHERE run_id = OLD.id;
+END;

@@ -4,7 +4,8 @@
 //! One turn: N partial chunks of the text (optionally `chunk_delay_ms` apart), then one
 //! complete event with the whole text and `stateDelta {"turns": n}`. Test hooks, all off by
 //! default: `call_tool` wraps the reply in a function call/response pair, `fail_prefix`
-//! makes a message starting with it fail after the first chunk, and a message starting with
+//! makes a message starting with it fail after the first chunk, `ask_prefix` makes one end
+//! with a long-running `ask_user` call (a run waiting for its user), and a message starting with
 //! `@<sub_agent> ` transfers the turn to that sub-agent (as an LLM agent's
 //! `transfer_to_agent` would).
 
@@ -33,6 +34,10 @@ pub struct EchoSettings {
     /// Emit a call of this function before the reply and its response after it.
     #[serde(default)]
     pub call_tool: Option<String>,
+    /// Messages starting with this end the turn with a long-running `ask_user` call and no
+    /// reply: the run waits for the user, as a human-in-the-loop tool leaves it.
+    #[serde(default)]
+    pub ask_prefix: Option<String>,
 }
 
 fn default_chunks() -> usize {
@@ -47,6 +52,7 @@ impl Default for EchoSettings {
             disallow_transfer_to_parent: false,
             fail_prefix: None,
             call_tool: None,
+            ask_prefix: None,
         }
     }
 }
@@ -131,6 +137,27 @@ impl Agent for EchoAgent {
         }
 
         let call_id = format!("adk-{}", uuid::Uuid::new_v4());
+        if let Some(prefix) = &self.settings.ask_prefix {
+            if text.starts_with(prefix.as_str()) {
+                let call = Part {
+                    function_call: Some(FunctionCall {
+                        id: Some(call_id.clone()),
+                        name: "ask_user".into(),
+                        args: serde_json::from_value(json!({ "question": text }))
+                            .unwrap_or_default(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                let mut ev = ctx.new_event().with_content(Content {
+                    parts: vec![call],
+                    role: Some("model".into()),
+                    ..Default::default()
+                });
+                ev.long_running_tool_ids = Some(vec![call_id]);
+                return ctx.emit_final(ev).await;
+            }
+        }
         if let Some(tool) = &self.settings.call_tool {
             let call = Part {
                 function_call: Some(FunctionCall {

@@ -1,6 +1,7 @@
 //! A schedule's pattern: standard 5-field cron, or 6 with seconds first, evaluated in an IANA
-//! time zone (DST as croner defines it: a local time that does not exist is skipped, one that
-//! exists twice fires once). And the tick plan: which tick a due schedule fires now.
+//! time zone, with DST as croner defines it (a fixed local time in the spring-forward gap fires
+//! at the first valid time after it, a wildcard or stepped time there is skipped; a local time
+//! that exists twice fires once). And the tick plan: which tick a due schedule fires now.
 
 use crate::store::{ScheduleRecord, TickPlan};
 use chrono::{DateTime, Utc};

@@ -95,6 +95,7 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
     // A tick taken over may have started its run before its claimer died.
     if taken_over {
         if let Ok(Some(_)) = runner.get_run(&tick.run_id).await {
+            metrics::counter!("agentd_schedule_ticks_total", "outcome" => "started").increment(1);
             settle(&runner, &tick, &owner, "started", None).await;
             return;
         }
@@ -135,6 +136,8 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
             metrics::counter!("agentd_schedule_ticks_total", "outcome" => "skipped").increment(1);
             ("skipped", Some(e.to_string()))
         }
+        // Its first claimer (slow, not dead) started the run after all: the tick did fire.
+        Err(_) if matches!(runner.get_run(&tick.run_id).await, Ok(Some(_))) => ("started", None),
         Err(e) => {
             metrics::counter!("agentd_schedule_ticks_total", "outcome" => "failed").increment(1);
             tracing::warn!(error = %e, "schedule tick could not start its run");

@@ -54,7 +54,8 @@ pub trait PruneStore: Send + Sync + 'static {
         req: &PruneRequest,
     ) -> StoreResult<PruneReport>;
 
-    /// Deletes up to `batch` finished runs that ended before the cutoff; returns how many.
+    /// Deletes up to `batch` finished runs that ended before the cutoff (their webhook
+    /// deliveries with them) and as many schedule ticks fired before it; returns how many runs.
     async fn delete_old_runs(&self, req: &PruneRequest) -> StoreResult<u64>;
 
     /// Runs a whole prune in batches.

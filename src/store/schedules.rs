@@ -23,8 +23,8 @@ pub struct ScheduleRecord {
     /// The user message each run sends (ADK `Content`).
     #[schema(value_type = Object)]
     pub message: serde_json::Value,
-    /// `None`: a new session per tick.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// `None`: a new session per tick (the API shows it as `session`).
+    #[serde(skip)]
     pub session_id: Option<String>,
     pub on_busy: String,
     pub catch_up: String,

@@ -81,12 +81,15 @@ pub trait WebhookStore: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<Delivery>>;
 
-    /// Records an attempt's outcome, if `owner` still holds that attempt's claim.
+    /// Records an attempt's outcome, if `owner` still holds that attempt's claim;
+    /// `event_type`: the event it was sent as, when the sender told it apart
+    /// (`run.input_required`).
     async fn settle_delivery(
         &self,
         delivery: &Delivery,
         owner: &str,
         outcome: &Settle,
+        event_type: Option<&str>,
     ) -> StoreResult<bool>;
 
     /// A run's deliveries, oldest first.
@@ -139,6 +142,7 @@ macro_rules! webhook_store {
                 d: &Delivery,
                 owner: &str,
                 outcome: &Settle,
+                event_type: Option<&str>,
             ) -> StoreResult<bool> {
                 let (status, code, error, retry_at) = match outcome {
                     Settle::Delivered { status } => ("delivered", Some(*status), None, None),
@@ -156,7 +160,11 @@ macro_rules! webhook_store {
                     "UPDATE webhook_deliveries
                         SET status = $4, last_status = $5, last_error = $6,
                             next_attempt_at = COALESCE($7, next_attempt_at), claimed_by = NULL,
-                            delivered_at = CASE WHEN $4 = 'delivered' THEN {now} END
+                            delivered_at = CASE WHEN $4 = 'delivered' THEN {now} END,
+                            event_type = COALESCE($8, event_type),
+                            -- Skipped: nothing was sent.
+                            attempts = CASE WHEN $4 = 'skipped' THEN attempts - 1
+                                            ELSE attempts END
                       WHERE id = $1 AND claimed_by = $2 AND attempts = $3",
                     now = $now
                 ))
@@ -167,6 +175,7 @@ macro_rules! webhook_store {
                 .bind(code.map(i32::from))
                 .bind(error)
                 .bind(retry_at)
+                .bind(event_type)
                 .execute(&self.$pool)
                 .await?
                 .rows_affected();

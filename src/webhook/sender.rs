@@ -15,8 +15,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-/// Deliveries claimed (and sent concurrently) at a time.
-const BATCH: u32 = 16;
+/// Deliveries in flight at a time on one replica (each claimed as a slot frees up, so one
+/// slow receiver holds one slot, not the others' deliveries).
+const IN_FLIGHT: usize = 16;
 /// The first retry's delay; each next one doubles, up to [`MAX_BACKOFF`], with ±25% jitter.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
@@ -71,12 +72,22 @@ impl Sender {
     }
 
     async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         loop {
             loop {
+                // At least one free slot, then claim as many deliveries as there are.
+                let first = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    p = slots.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => return,
+                    },
+                };
+                let free = slots.available_permits() + 1;
                 let batch = tokio::select! {
                     _ = stop.cancelled() => return,
                     b = self.store.claim_deliveries(
-                        &self.config.owner, self.lease().as_secs_f64(), BATCH) => b,
+                        &self.config.owner, self.lease().as_secs_f64(), free as u32) => b,
                 };
                 let batch = match batch {
                     Ok(b) => b,
@@ -86,8 +97,23 @@ impl Sender {
                     }
                 };
                 let n = batch.len();
-                futures::future::join_all(batch.into_iter().map(|d| self.attempt(d))).await;
-                if n < BATCH as usize {
+                let mut first = Some(first);
+                for d in batch {
+                    let permit = match first.take() {
+                        Some(p) => p,
+                        None => match slots.clone().try_acquire_owned() {
+                            Ok(p) => p,
+                            // Cannot happen (`free` counted them); the lease brings it back.
+                            Err(_) => break,
+                        },
+                    };
+                    let sender = self.clone();
+                    tokio::spawn(async move {
+                        sender.attempt(d).await;
+                        drop(permit);
+                    });
+                }
+                if n < free {
                     break;
                 }
             }
@@ -102,7 +128,7 @@ impl Sender {
     async fn attempt(&self, d: Delivery) {
         let span =
             tracing::info_span!("webhook", run = %d.run_id, webhook = %d.id, attempt = d.attempt);
-        let outcome = self.send(&d).instrument(span).await;
+        let (outcome, sent_as) = self.send(&d).instrument(span).await;
         let label = match &outcome {
             Settle::Delivered { .. } => {
                 metrics::histogram!("agentd_webhook_delivery_seconds")
@@ -123,9 +149,10 @@ impl Sender {
             }
             _ => tracing::debug!(run = %d.run_id, webhook = %d.id, outcome = label, "webhook"),
         }
+        let sent_as = sent_as.filter(|t| *t != d.event_type);
         match self
             .store
-            .settle_delivery(&d, &self.config.owner, &outcome)
+            .settle_delivery(&d, &self.config.owner, &outcome, sent_as.as_deref())
             .await
         {
             Ok(true) => {}
@@ -138,23 +165,40 @@ impl Sender {
         }
     }
 
-    async fn send(&self, d: &Delivery) -> Settle {
+    /// One attempt: its outcome, and the event it was sent as.
+    async fn send(&self, d: &Delivery) -> (Settle, Option<String>) {
         let target: WebhookTarget = match serde_json::from_value(d.target.clone()) {
             Ok(t) => t,
-            Err(e) => return failed(None, format!("unreadable target: {e}")),
+            Err(e) => return (failed(None, format!("unreadable target: {e}")), None),
         };
         let key = match decode_secret(&target.secret) {
             Ok(k) => k,
-            Err(e) => return failed(None, e),
+            Err(e) => return (failed(None, e), None),
         };
         let (event_type, body) =
             match payload::build(self.store.as_ref(), d, target.include_text).await {
                 Ok(b) => b,
-                Err(e) => return self.retry(d, None, format!("could not read the run: {e}")),
+                Err(e) => {
+                    return (
+                        self.retry(d, None, format!("could not read the run: {e}")),
+                        None,
+                    )
+                }
             };
         if !target.events.contains(&event_type) {
-            return Settle::Skipped;
+            return (Settle::Skipped, Some(event_type));
         }
+        let outcome = self.post(d, &target, &key, body).await;
+        (outcome, Some(event_type))
+    }
+
+    async fn post(
+        &self,
+        d: &Delivery,
+        target: &WebhookTarget,
+        key: &[u8],
+        body: Vec<u8>,
+    ) -> Settle {
         let Ok(url) = reqwest::Url::parse(&target.url) else {
             return failed(None, "unreadable URL".into());
         };
@@ -164,7 +208,7 @@ impl Sender {
         };
         if let Ok(egress) = self.config.policy.egress(&target.allow_private) {
             if let Err(r) = egress.check_url(&url) {
-                return failed(None, r.to_string());
+                return failed(None, super::target::refusal(&r));
             }
         }
         let ts = now() as i64;
@@ -174,7 +218,7 @@ impl Sender {
             .header("user-agent", concat!("agentd/", env!("CARGO_PKG_VERSION")))
             .header("webhook-id", &d.id)
             .header("webhook-timestamp", ts.to_string())
-            .header("webhook-signature", signature(&key, &d.id, ts, &body))
+            .header("webhook-signature", signature(key, &d.id, ts, &body))
             .body(body)
             .send()
             .await;
@@ -208,7 +252,17 @@ impl Sender {
                     while let Some(s) = source.source() {
                         source = s;
                     }
-                    format!("could not send: {source}")
+                    use crate::tools::egress::Refused;
+                    let refused = source.downcast_ref::<Refused>().or_else(|| {
+                        source
+                            .downcast_ref::<std::io::Error>()
+                            .and_then(|io| io.get_ref())
+                            .and_then(|e| e.downcast_ref::<Refused>())
+                    });
+                    match refused {
+                        Some(r) => super::target::refusal(r),
+                        None => format!("could not send: {source}"),
+                    }
                 };
                 self.retry(d, None, why)
             }
@@ -243,6 +297,8 @@ impl Sender {
         }
         let egress = self.config.policy.egress(extra)?;
         let client = reqwest::Client::builder()
+            // A proxy would be the address checked, and would then reach any target.
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(self.config.timeout)
             .connect_timeout(self.config.timeout.min(Duration::from_secs(10)))

@@ -188,12 +188,15 @@ impl WebhookPolicy {
 }
 
 fn refused(r: crate::tools::egress::Refused) -> TargetError {
-    refuse(
-        "webhook_url_refused",
-        format!(
-            "the webhook's host {} is a {} address ({}); allow it with --webhook-allow-private",
-            r.host, r.class, r.addr
-        ),
+    refuse("webhook_url_refused", refusal(&r))
+}
+
+/// Why a webhook may not reach an address, and what allows it.
+pub(super) fn refusal(r: &crate::tools::egress::Refused) -> String {
+    format!(
+        "the webhook's host {} is a {} address ({}); allow it with --webhook-allow-private \
+         (or an app webhook's allow_private)",
+        r.host, r.class, r.addr
     )
 }
 

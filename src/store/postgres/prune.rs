@@ -131,7 +131,7 @@ impl PruneStore for PgStore {
     }
 
     async fn delete_old_runs(&self, req: &PruneRequest) -> StoreResult<u64> {
-        Ok(sqlx::query(
+        let runs = sqlx::query(
             "DELETE FROM runs WHERE id IN (
                  SELECT id FROM runs WHERE status <> 'running' AND finished_at < $1
                     AND ($2::text IS NULL OR app_name = $2)
@@ -142,6 +142,21 @@ impl PruneStore for PgStore {
         .bind(i64::from(req.batch.max(1)))
         .execute(self.pool())
         .await?
-        .rows_affected())
+        .rows_affected();
+        // Schedule ticks as old (their runs' webhook deliveries go with the runs: a trigger).
+        sqlx::query(
+            "DELETE FROM schedule_ticks WHERE (schedule_id, tick_time) IN (
+                 SELECT schedule_id, tick_time FROM schedule_ticks
+                  WHERE fired_at < $1 AND status <> 'claimed'
+                    AND ($2::text IS NULL
+                         OR schedule_id IN (SELECT id FROM schedules WHERE app_name = $2))
+                  LIMIT $3)",
+        )
+        .bind(req.runs_before)
+        .bind(&req.app)
+        .bind(i64::from(req.batch.max(1)))
+        .execute(self.pool())
+        .await?;
+        Ok(runs)
     }
 }
