@@ -1473,3 +1473,62 @@ both_backends!(
     jwt_tokens_are_verified,
     internals_are_shown_to_admins_only,
 );
+
+/// Schedules belong to their user: another user's is 404 for a user key, and only an admin
+/// key lists every user's schedules of an app.
+async fn schedules_are_bound_to_their_user(backend: Backend) {
+    let s = TestServer::start_with(backend, |a| {
+        a.security.auth = vec![AuthMode::ApiKey];
+        a.background.scheduler = false;
+    })
+    .await;
+    let alice = key(&s.db, "alice", None, false, None).await;
+    let bob = key(&s.db, "bob", None, false, None).await;
+    let admin = key(&s.db, "ops", None, true, None).await;
+    let body = json!({"cron": "0 9 * * *", "message": "report"});
+    let (st, created, _) = call(
+        &s,
+        Method::POST,
+        "/apps/echo/users/alice/schedules",
+        Some(&body),
+        Cred::Bearer(&alice),
+    )
+    .await;
+    assert_eq!(st, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let theirs = format!("/apps/echo/users/alice/schedules/{id}");
+    for (method, path) in [
+        (Method::GET, theirs.clone()),
+        (Method::DELETE, theirs.clone()),
+        (Method::GET, "/apps/echo/users/alice/schedules".to_string()),
+        (Method::POST, "/apps/echo/users/alice/schedules".to_string()),
+    ] {
+        let send = (method == Method::POST).then_some(&body);
+        let (st, got, _) = call(&s, method.clone(), &path, send, Cred::Bearer(&bob)).await;
+        assert_eq!(st, 404, "{method} {path} as bob: {got}");
+    }
+    let (st, _, _) = call(
+        &s,
+        Method::GET,
+        "/apps/echo/schedules",
+        None,
+        Cred::Bearer(&alice),
+    )
+    .await;
+    assert_eq!(st, 403, "a user key may not list everyone's");
+    let (st, all, _) = call(
+        &s,
+        Method::GET,
+        "/apps/echo/schedules",
+        None,
+        Cred::Bearer(&admin),
+    )
+    .await;
+    assert_eq!(st, 200, "{all}");
+    assert_eq!(all["schedules"][0]["id"], id.as_str());
+    assert_eq!(all["schedules"][0]["userId"], "alice");
+    let (st, _, _) = call(&s, Method::GET, &theirs, None, Cred::Bearer(&alice)).await;
+    assert_eq!(st, 200);
+}
+
+both_backends!(schedules_are_bound_to_their_user);

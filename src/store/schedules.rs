@@ -77,12 +77,12 @@ pub trait ScheduleStore: Send + Sync + 'static {
         id: &str,
     ) -> StoreResult<Option<ScheduleRecord>>;
 
-    /// A user's schedules, oldest first, after `after` (`(created_at, id)` of the previous
-    /// page's last one).
+    /// A user's schedules (every user's with `None`: admins), oldest first, after `after`
+    /// (`(created_at, id)` of the previous page's last one).
     async fn list_schedules(
         &self,
         app: &str,
-        user: &str,
+        user: Option<&str>,
         after: Option<(f64, String)>,
         limit: u32,
     ) -> StoreResult<Vec<ScheduleRecord>>;
@@ -232,14 +232,18 @@ macro_rules! schedule_store {
             async fn list_schedules(
                 &self,
                 app: &str,
-                user: &str,
+                user: Option<&str>,
                 after: Option<(f64, String)>,
                 limit: u32,
             ) -> StoreResult<Vec<ScheduleRecord>> {
                 let (at, id) = after.unzip();
+                // One user's, or (admins) the app's: two statements, so neither plan carries
+                // the other's filter.
+                let by = if user.is_some() { "AND user_id = $2" } else { "AND $2::text IS NULL" };
+                let by = if $skip_locked.is_empty() { by.replace("::text", "") } else { by.to_string() };
                 let rows = sqlx::query(&format!(
                     "SELECT {SCHEDULE_COLUMNS} FROM schedules
-                      WHERE app_name = $1 AND user_id = $2
+                      WHERE app_name = $1 {by}
                         AND ($3 IS NULL OR created_at > $3 OR (created_at = $3 AND id > $4))
                       ORDER BY created_at, id LIMIT $5"
                 ))

@@ -26,6 +26,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(create_schedule, list_schedules))
         .routes(routes!(get_schedule, update_schedule, delete_schedule))
         .routes(routes!(schedule_runs))
+        .routes(routes!(list_app_schedules))
 }
 
 /// The largest message a schedule may store, as JSON bytes.
@@ -295,6 +296,35 @@ async fn list_schedules(
     Path((app, user)): Path<(String, String)>,
     Query(q): Query<PageQuery>,
 ) -> ApiResult<axum::Json<SchedulePage>> {
+    page(&state, &app, Some(&user), q).await
+}
+
+/// Every user's schedules in an app, oldest first (admin keys only).
+#[utoipa::path(get, path = "/apps/{app}/schedules", tag = "schedules",
+    params(crate::http::openapi::AppPath, PageQuery),
+    responses((status = 200, description = "Schedules, oldest first.", body = SchedulePage), Errors))]
+async fn list_app_schedules(
+    state: axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
+    Path(app): Path<String>,
+    Query(q): Query<PageQuery>,
+) -> ApiResult<axum::Json<SchedulePage>> {
+    if !caller.admin {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_required",
+            "Listing every user's schedules needs an admin key.",
+        ));
+    }
+    page(&state, &app, None, q).await
+}
+
+async fn page(
+    state: &AppState,
+    app: &str,
+    user: Option<&str>,
+    q: PageQuery,
+) -> ApiResult<axum::Json<SchedulePage>> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
     let after = match q.after.as_deref() {
         None => None,
@@ -306,10 +336,7 @@ async fn list_schedules(
                 })?,
         ),
     };
-    let rows = state
-        .store
-        .list_schedules(&app, &user, after, limit)
-        .await?;
+    let rows = state.store.list_schedules(app, user, after, limit).await?;
     let next = (rows.len() == limit as usize)
         .then(|| rows.last().map(|s| format!("{}~{}", s.created_at, s.id)))
         .flatten();
