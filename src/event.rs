@@ -365,6 +365,14 @@ pub struct EventActions {
         alias = "agent_state"
     )]
     pub agent_state: Option<Value>,
+    /// Only on a rewind event: the invocation whose first event the session went back to
+    /// before (ADK's `rewind_before_invocation_id`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        alias = "rewind_before_invocation_id"
+    )]
+    pub rewind_before_invocation_id: Option<String>,
     #[serde(flatten)]
     #[schema(ignore)]
     pub extra: JsonMap,

@@ -28,12 +28,14 @@ mod guard;
 mod liveness;
 mod quota;
 mod request;
+mod rewind;
 mod seal;
 mod selection;
 mod start;
 
 pub use admission::{claim, Claim};
 pub use request::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig};
+pub use rewind::RewindError;
 pub use seal::INVOCATION_ABORTED;
 
 use crate::agent::PluginSet;

@@ -63,7 +63,20 @@ pub fn written_by(event: &Event, agent: &str, runs: &HashSet<String>) -> bool {
 /// A message the user typed: the start of a turn. A user event that only answers function
 /// calls (a tool result, a confirmation) continues the turn it answers.
 pub fn is_user_message(event: &Event) -> bool {
-    event.author == "user" && event.function_responses().next().is_none()
+    event.author == "user"
+        && event.function_responses().next().is_none()
+        && event.actions.rewind_before_invocation_id.is_none()
+}
+
+/// Drops the events a rewind annulled, and the rewind events ([`crate::run::rewind::live`]).
+fn drop_rewound(events: &mut Vec<Event>) {
+    if events
+        .iter()
+        .any(|e| e.actions.rewind_before_invocation_id.is_some())
+    {
+        let mut keep = crate::run::rewind::live(events).into_iter();
+        events.retain(|_| keep.next().unwrap_or(true));
+    }
 }
 
 impl History {
@@ -107,6 +120,7 @@ impl History {
                 self.events.push(stored.event);
             }
             if !page.has_more {
+                drop_rewound(&mut self.events);
                 return Ok(());
             }
         }
@@ -149,6 +163,7 @@ impl History {
             self.last_seq = Some(stored.seq);
             self.events.push(stored.event);
         }
+        drop_rewound(&mut self.events);
         Ok(())
     }
 

@@ -5,6 +5,7 @@ pub mod apps;
 pub mod artifacts;
 pub mod background;
 pub mod memory;
+pub mod rewind;
 pub mod run;
 pub mod run_request;
 pub mod runs;

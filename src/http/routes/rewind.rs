@@ -1,0 +1,66 @@
+//! `POST /apps/{app}/users/{user}/sessions/{session}/rewind`: ADK's rewind as a route. The
+//! session keeps every event; one more event annuls the turns from the named invocation on
+//! and restores state and artifacts (see `docs/editing.md`).
+
+use super::run_request::run_error;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::extract::{JsonBody, Path};
+use crate::http::openapi::{Errors, SessionPath};
+use crate::http::AppState;
+use crate::runner::RewindError;
+use crate::store::SessionKey;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(rewind_session))
+}
+
+/// Where to rewind to.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RewindBody {
+    /// The invocation whose first event the session goes back to before (`e-…`).
+    #[serde(
+        alias = "rewind_before_invocation_id",
+        alias = "rewindBeforeInvocationId"
+    )]
+    before_invocation_id: String,
+}
+
+/// The rewind event, as stored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Rewound {
+    /// Its seq in the session.
+    seq: i64,
+    #[schema(value_type = Object)]
+    event: crate::event::Event,
+}
+
+/// Rewinds the session to before an invocation (ADK's `Runner.rewind_async`): appends one
+/// event with `actions.rewindBeforeInvocationId`, the state delta that restores the session's
+/// plain state, and new artifact versions that restore each session artifact as of that point.
+/// Refused while a run holds the session (409 `session_busy`).
+#[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/rewind", tag = "sessions",
+    params(SessionPath), request_body = RewindBody,
+    responses((status = 200, description = "The rewind event.", body = Rewound), Errors))]
+async fn rewind_session(
+    state: axum::extract::State<AppState>,
+    Path((app, user, session)): Path<(String, String, String)>,
+    JsonBody(body, _): JsonBody<RewindBody>,
+) -> ApiResult<axum::Json<Rewound>> {
+    let key = SessionKey::new(app, user, session);
+    match state.runner.rewind(&key, &body.before_invocation_id).await {
+        Ok(stored) => Ok(axum::Json(Rewound {
+            seq: stored.seq,
+            event: stored.event,
+        })),
+        Err(RewindError::InvocationNotFound(inv)) => Err(ApiError::not_found(
+            "invocation_not_found",
+            format!("Invocation not found in the session: {inv}"),
+        )),
+        Err(RewindError::Run(e)) => Err(run_error(e)),
+    }
+}

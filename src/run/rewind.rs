@@ -1,0 +1,157 @@
+//! Rewind, as ADK defines it (`Runner.rewind_async`): a session is never edited; a rewind is
+//! one more event, `actions.rewindBeforeInvocationId`, whose state delta restores the session
+//! state (plain keys) and whose artifact delta restores each session artifact's version, as of
+//! just before that invocation's first event. Everything that reads history for a model reads
+//! it through [`live`], which drops what a rewind annulled.
+
+use crate::event::{Event, JsonMap};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Which of `events` (oldest first) are still part of the conversation. ADK's backward scan:
+/// a rewind event hides itself and every event from the first event of the invocation it
+/// names up to it; the scan then goes on before that invocation (a rewind that was itself
+/// rewound hides nothing).
+pub fn live(events: &[Event]) -> Vec<bool> {
+    let mut keep = vec![true; events.len()];
+    let mut i = events.len();
+    while i > 0 {
+        i -= 1;
+        if let Some(target) = events[i].actions.rewind_before_invocation_id.as_deref() {
+            keep[i] = false;
+            if let Some(first) = events[..i].iter().position(|e| e.invocation_id == target) {
+                keep[first..i].iter_mut().for_each(|k| *k = false);
+                i = first;
+            }
+        }
+    }
+    keep
+}
+
+fn shared(key: &str) -> bool {
+    key.starts_with("app:") || key.starts_with("user:") || key.starts_with("temp:")
+}
+
+/// The state delta that takes the session's plain keys from `current` back to what the
+/// events `before` the rewind point had made them: changed keys get their old value, keys
+/// added since get `null` (removed). `app:`, `user:` and `temp:` keys are left alone.
+pub fn state_delta(before: &[Event], current: &JsonMap) -> JsonMap {
+    let mut then = JsonMap::new();
+    for e in before {
+        for (k, v) in &e.actions.state_delta {
+            if shared(k) {
+                continue;
+            }
+            if v.is_null() {
+                then.remove(k);
+            } else {
+                then.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let mut delta = JsonMap::new();
+    for (k, v) in &then {
+        if current.get(k) != Some(v) {
+            delta.insert(k.clone(), v.clone());
+        }
+    }
+    for k in current.keys() {
+        if !shared(k) && !then.contains_key(k) {
+            delta.insert(k.clone(), Value::Null);
+        }
+    }
+    delta
+}
+
+/// The session artifacts to restore: each filename whose version changed since the rewind
+/// point, with its version then (`None`: it did not exist, so it gets a deletion marker).
+/// `user:` artifacts belong to the user, not the session, and are left alone.
+pub fn artifact_changes(before: &[Event], all: &[Event]) -> Vec<(String, Option<i64>)> {
+    let versions = |events: &[Event]| {
+        let mut v: BTreeMap<String, i64> = BTreeMap::new();
+        for e in events {
+            v.extend(
+                e.actions
+                    .artifact_delta
+                    .iter()
+                    .map(|(f, n)| (f.clone(), *n)),
+            );
+        }
+        v
+    };
+    let then = versions(before);
+    versions(all)
+        .into_iter()
+        .filter(|(f, now)| !f.starts_with("user:") && then.get(f) != Some(now))
+        .map(|(f, _)| {
+            let old = then.get(&f).copied();
+            (f, old)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(inv: &str, delta: Value) -> Event {
+        let mut e = Event::new(inv, "agent");
+        e.actions.state_delta = serde_json::from_value(delta).unwrap();
+        e
+    }
+
+    fn rewind(inv: &str, target: &str) -> Event {
+        let mut e = Event::new(inv, "user");
+        e.actions.rewind_before_invocation_id = Some(target.into());
+        e
+    }
+
+    #[test]
+    fn a_rewind_hides_its_range_and_itself() {
+        let events = vec![
+            ev("e1", json!({})),
+            ev("e2", json!({})),
+            ev("e2", json!({})),
+            ev("e3", json!({})),
+            rewind("r1", "e2"),
+            ev("e4", json!({})),
+        ];
+        assert_eq!(live(&events), [true, false, false, false, false, true]);
+        // A rewind naming an unknown invocation hides only itself.
+        assert_eq!(
+            live(&[ev("e1", json!({})), rewind("r", "nope")]),
+            [true, false]
+        );
+    }
+
+    #[test]
+    fn state_is_restored_as_adk_computes_it() {
+        let before = vec![
+            ev("e1", json!({"a": 1, "b": 2, "app:x": 1})),
+            ev("e1", json!({"b": null})),
+        ];
+        let current: JsonMap =
+            serde_json::from_value(json!({"a": 5, "c": 3, "app:x": 9, "user:y": 1})).unwrap();
+        let delta = state_delta(&before, &current);
+        assert_eq!(Value::Object(delta), json!({"a": 1, "c": null}));
+    }
+
+    #[test]
+    fn artifacts_changed_since_the_point_are_restored() {
+        let with = |inv: &str, a: Value| {
+            let mut e = Event::new(inv, "agent");
+            e.actions.artifact_delta = serde_json::from_value(a).unwrap();
+            e
+        };
+        let all = vec![
+            with("e1", json!({"f": 0, "user:u": 0})),
+            with("e2", json!({"f": 1, "g": 0, "user:u": 1})),
+        ];
+        let changes = artifact_changes(&all[..1], &all);
+        assert_eq!(
+            changes,
+            [("f".to_string(), Some(0)), ("g".to_string(), None)]
+        );
+    }
+}

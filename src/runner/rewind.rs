@@ -1,0 +1,208 @@
+//! Rewinding a session (ADK's `rewind_async`): one event that annuls the turns from an
+//! invocation on and restores the session's plain state and its artifacts as of just before
+//! it (the computation is [`crate::run::rewind`]'s). A rewind takes the session like a run:
+//! admitted in the database (a busy session is refused), its event committed fenced by that
+//! ownership, in the same commit as the run's end; a dead predecessor is sealed first.
+
+use super::bus::BusMsg;
+use super::control::LocalRun;
+use super::guard::RunGuard;
+use super::{lock, Claim, RunError, Runner};
+use crate::event::{new_invocation_id, Blob, Bytes64, Event, Part};
+use crate::run::rewind::{artifact_changes, state_delta};
+use crate::store::{
+    ArtifactScope, ArtifactWrite, EventRange, Fence, NewRun, RunStatus, SessionKey, StoredEvent,
+};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Events read per page while reading the session.
+const PAGE: u32 = 1000;
+
+/// Why a rewind did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum RewindError {
+    #[error("Invocation not found in the session: {0}")]
+    InvocationNotFound(String),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl From<crate::store::StoreError> for RewindError {
+    fn from(e: crate::store::StoreError) -> Self {
+        RewindError::Run(e.into())
+    }
+}
+
+impl Runner {
+    /// Appends a rewind event to before `invocation`'s first event; returns it as stored.
+    pub async fn rewind(
+        self: &Arc<Self>,
+        key: &SessionKey,
+        invocation: &str,
+    ) -> Result<StoredEvent, RewindError> {
+        if self.is_draining() {
+            return Err(RunError::ShuttingDown.into());
+        }
+        if self.store.session_head(key).await?.is_none() {
+            return Err(RunError::SessionNotFound(key.session_id.clone()).into());
+        }
+        if self
+            .store
+            .invocation_events(key, invocation, -1, 1)
+            .await?
+            .is_empty()
+        {
+            return Err(RewindError::InvocationNotFound(invocation.to_string()));
+        }
+        let run_id = format!("run-{}", uuid::Uuid::new_v4());
+        let new_run = NewRun {
+            run_id: run_id.clone(),
+            key: key.clone(),
+            invocation_id: new_invocation_id(),
+            owner: self.config.owner.clone(),
+            user_event: false,
+            queue_ttl: self.config.enqueue_timeout + Duration::from_secs(30),
+            opening: None,
+            webhooks: None,
+        };
+        // Registered before admission, so reconciliation never mistakes it for a leak.
+        lock(&self.local).insert(
+            run_id.clone(),
+            LocalRun {
+                cancel: CancellationToken::new(),
+                cause: Arc::new(Mutex::new(None)),
+            },
+        );
+        let claimed = super::claim(self.store.as_ref(), &new_run, None).await;
+        let unsealed = match claimed {
+            Ok(Claim::Acquired { unsealed, .. }) => unsealed,
+            other => {
+                lock(&self.local).remove(&run_id);
+                return Err(match other {
+                    Ok(Claim::Busy(active)) => {
+                        RunError::Busy(active.map(|r| r.run_id).unwrap_or_else(|| "queued".into()))
+                    }
+                    Ok(_) => RunError::SessionNotFound(key.session_id.clone()),
+                    Err(e) => e.into(),
+                }
+                .into());
+            }
+        };
+        let guard = RunGuard::new(self.clone(), run_id.clone(), key.clone());
+        match self.rewind_owned(key, invocation, &run_id, unsealed).await {
+            Ok(stored) => {
+                guard.finished();
+                metrics::counter!("agentd_rewinds_total").increment(1);
+                tracing::info!(run = %run_id, before = %invocation, seq = stored.seq, "session rewound");
+                self.bus.publish(
+                    key,
+                    BusMsg::Committed {
+                        run_id: Some(run_id.as_str().into()),
+                        seq: stored.seq,
+                        event: Some(Arc::new(stored.event.clone())),
+                        in_run_stream: true,
+                    },
+                );
+                self.bus.publish(
+                    key,
+                    BusMsg::Done {
+                        run_id: run_id.as_str().into(),
+                        status: RunStatus::Completed,
+                        last_seq: Some(stored.seq),
+                    },
+                );
+                Ok(stored)
+            }
+            Err(e) => {
+                guard
+                    .finish(RunStatus::Failed, None, Some(&e.to_string()))
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The rewind itself, with the session held.
+    async fn rewind_owned(
+        self: &Arc<Self>,
+        key: &SessionKey,
+        invocation: &str,
+        run_id: &str,
+        unsealed: bool,
+    ) -> Result<StoredEvent, RewindError> {
+        if unsealed {
+            self.seal_dead_runs(key, Fence::Run(run_id)).await?;
+        }
+        // The whole session, oldest first (the state at the point needs every delta before it).
+        let mut events: Vec<Event> = vec![];
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .list_events(
+                    key,
+                    EventRange {
+                        after,
+                        before: None,
+                        limit: PAGE,
+                    },
+                )
+                .await?
+                .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone()))?;
+            after = page.events.last().map(|e| e.seq).or(after);
+            let more = page.has_more;
+            events.extend(page.events.into_iter().map(|s| s.event));
+            if !more {
+                break;
+            }
+        }
+        let point = events
+            .iter()
+            .position(|e| e.invocation_id == invocation)
+            .ok_or_else(|| RewindError::InvocationNotFound(invocation.to_string()))?;
+        let head = self
+            .store
+            .session_head(key)
+            .await?
+            .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone()))?;
+        let delta = state_delta(&events[..point], &head.state);
+        let scope = ArtifactScope::from(key);
+        let mut writes = vec![];
+        for (filename, then) in artifact_changes(&events[..point], &events) {
+            let part = match then {
+                // It did not exist then: a new, empty version marks it deleted (as ADK does).
+                None => Part {
+                    inline_data: Some(Blob {
+                        data: Bytes64(vec![]),
+                        mime_type: Some("application/octet-stream".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                // Its content then, as a new version.
+                Some(v) => self
+                    .store
+                    .load_artifact(&scope, &filename, Some(v))
+                    .await?
+                    .ok_or_else(|| {
+                        RunError::Internal(format!("artifact {filename} version {v} is missing"))
+                    })?,
+            };
+            writes.push(ArtifactWrite {
+                filename,
+                part,
+                custom_metadata: Default::default(),
+            });
+        }
+        let mut event = Event::new(new_invocation_id(), "user");
+        event.actions.rewind_before_invocation_id = Some(invocation.to_string());
+        event.actions.state_delta = delta;
+        let stored = self
+            .store
+            .append_fenced(key, event, writes, Fence::RunEnd(run_id))
+            .await?;
+        Ok(stored)
+    }
+}

@@ -1,0 +1,231 @@
+//! Editing a conversation: rewind (ADK's `rewind_async` as a route). The session keeps every
+//! event; the rewind event restores state and artifacts, and the model never sees the turns it
+//! annulled.
+
+mod common;
+
+use agentd::agent::llm::LlmAgent;
+use agentd::agent::PluginSet;
+use common::model_server::{Reply, ScriptedModel};
+use common::procs::{Apps, USER};
+use common::sse_client::done_status;
+use common::{json_with_status, Backend, TestServer};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+fn turn(app: &str, session: &str, text: &str) -> Value {
+    json!({
+        "appName": app, "userId": USER, "sessionId": session, "createSession": true,
+        "saveInputBlobsAsArtifacts": true,
+        "newMessage": {"role": "user", "parts": [{"text": text}]},
+    })
+}
+
+/// A turn through `POST /run`, read to its end: it completed.
+async fn run(s: &TestServer, body: Value) {
+    let msgs = s.run_stream(body).await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:?}");
+}
+
+async fn session(s: &TestServer, app: &str, id: &str) -> Value {
+    json_with_status(
+        s.get(&format!("/apps/{app}/users/{USER}/sessions/{id}"))
+            .await,
+        200,
+    )
+    .await
+}
+
+/// The invocation ids of the session's user messages, in order.
+fn turns(session: &Value) -> Vec<String> {
+    session["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["author"] == "user" && e["content"].is_object())
+        .map(|e| e["invocationId"].as_str().expect("invocation").to_string())
+        .collect()
+}
+
+/// Three turns, a rewind to before the second: the rewind event carries ADK's fields and the
+/// state delta that restores the session's plain state (shared `app:` keys untouched), the
+/// artifacts created since get a deletion marker, nothing is deleted, and the next turn
+/// continues from the restored state. Unknown invocations and busy sessions are refused.
+async fn a_rewind_restores_state_and_artifacts(backend: Backend) {
+    let apps = Apps::new()
+        .echo("echo", "chunks: 1")
+        .echo("slow", "chunks: 20\nchunk_delay_ms: 100");
+    let dir = apps.path().to_path_buf();
+    let s = TestServer::start_with(backend, move |a| a.apps_dir = dir).await;
+    for (i, text) in ["one", "two", "three"].iter().enumerate() {
+        let mut body = turn("echo", "s1", text);
+        if i == 1 {
+            // The second turn also saves a file as an artifact and sets shared state.
+            body["newMessage"]["parts"]
+                .as_array_mut()
+                .expect("parts")
+                .push(json!({"inlineData": {"mimeType": "text/plain", "data": "aGVsbG8="}}));
+            body["stateDelta"] = json!({"note": "set in two", "app:shared": 2});
+        }
+        run(&s, body).await;
+    }
+    let before = session(&s, "echo", "s1").await;
+    assert_eq!(before["state"]["turns"], 3);
+    assert_eq!(before["state"]["note"], "set in two");
+    let invocations = turns(&before);
+    assert_eq!(invocations.len(), 3);
+    let artifact = format!("artifact_{}_1", invocations[1]);
+    let versions_path =
+        format!("/apps/echo/users/{USER}/sessions/s1/artifacts/{artifact}/versions");
+    assert_eq!(
+        json_with_status(s.get(&versions_path).await, 200).await,
+        json!([0])
+    );
+
+    let path = format!("/apps/echo/users/{USER}/sessions/s1/rewind");
+    let rewound = json_with_status(
+        s.post_json(&path, json!({"beforeInvocationId": invocations[1]}))
+            .await,
+        200,
+    )
+    .await;
+    let event = &rewound["event"];
+    assert_eq!(event["author"], "user");
+    assert_eq!(
+        event["actions"]["rewindBeforeInvocationId"],
+        invocations[1].as_str()
+    );
+    assert_eq!(
+        event["actions"]["stateDelta"],
+        json!({"turns": 1, "note": null})
+    );
+    assert_eq!(
+        event["actions"]["artifactDelta"],
+        json!({ (artifact.clone()): 1 })
+    );
+
+    let after = session(&s, "echo", "s1").await;
+    assert_eq!(after["state"]["turns"], 1);
+    assert!(after["state"].get("note").is_none() || after["state"]["note"].is_null());
+    assert_eq!(
+        after["state"]["app:shared"], 2,
+        "shared state is not the session's to restore"
+    );
+    assert_eq!(
+        after["events"].as_array().map(Vec::len),
+        before["events"].as_array().map(|e| e.len() + 1),
+        "nothing deleted: one event more"
+    );
+    // The artifact created after the point: a new, empty version marks it deleted.
+    assert_eq!(
+        json_with_status(s.get(&versions_path).await, 200).await,
+        json!([0, 1])
+    );
+    let latest = json_with_status(
+        s.get(&format!(
+            "/apps/echo/users/{USER}/sessions/s1/artifacts/{artifact}"
+        ))
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(latest["inlineData"]["data"], "");
+
+    // The next turn goes on from the restored state.
+    run(&s, turn("echo", "s1", "four")).await;
+    assert_eq!(session(&s, "echo", "s1").await["state"]["turns"], 2);
+
+    let unknown = json_with_status(
+        s.post_json(&path, json!({"beforeInvocationId": "e-nope"}))
+            .await,
+        404,
+    )
+    .await;
+    assert_eq!(unknown["code"], "invocation_not_found");
+    let adk_name = s
+        .post_json(&path, json!({"rewind_before_invocation_id": "e-nope"}))
+        .await;
+    assert_eq!(
+        json_with_status(adk_name, 404).await["code"],
+        "invocation_not_found"
+    );
+    let missing = json_with_status(
+        s.post_json(
+            &format!("/apps/echo/users/{USER}/sessions/nope/rewind"),
+            json!({"beforeInvocationId": "e-1"}),
+        )
+        .await,
+        404,
+    )
+    .await;
+    assert_eq!(missing["code"], "session_not_found");
+    let bad = json_with_status(s.post_json(&path, json!({})).await, 422).await;
+    assert_eq!(bad["code"], "validation_error");
+
+    // A session a run holds is not rewound.
+    run(&s, turn("slow", "s2", "first")).await;
+    let first = turns(&session(&s, "slow", "s2").await)[0].clone();
+    let started = s
+        .post_json(
+            &format!("/apps/slow/users/{USER}/sessions/s2/runs"),
+            json!({"newMessage": {"role": "user", "parts": [{"text": "second"}]}}),
+        )
+        .await;
+    let run = json_with_status(started, 202).await;
+    let busy = json_with_status(
+        s.post_json(
+            &format!("/apps/slow/users/{USER}/sessions/s2/rewind"),
+            json!({"beforeInvocationId": first}),
+        )
+        .await,
+        409,
+    )
+    .await;
+    assert_eq!(busy["code"], "session_busy");
+    let run_id = run["runId"].as_str().expect("run id");
+    json_with_status(
+        s.post_json(&format!("/runs/{run_id}/wait"), json!({}))
+            .await,
+        200,
+    )
+    .await;
+}
+
+/// After a rewind the model is sent the conversation without the annulled turns.
+async fn the_model_does_not_see_rewound_turns(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    for text in ["first answer", "second answer", "third answer"] {
+        m.push("chat", Reply::text(&[text]));
+    }
+    let agent = LlmAgent::new("chat_agent", m.model("chat"));
+    let s = TestServer::start_agent(backend, "chat", Arc::new(agent), PluginSet::default()).await;
+    let mut body = turn("chat", "s1", "first question");
+    body["saveInputBlobsAsArtifacts"] = json!(false);
+    run(&s, body).await;
+    run(&s, turn("chat", "s1", "second question")).await;
+    let invocations = turns(&session(&s, "chat", "s1").await);
+    let path = format!("/apps/chat/users/{USER}/sessions/s1/rewind");
+    json_with_status(
+        s.post_json(&path, json!({"beforeInvocationId": invocations[1]}))
+            .await,
+        200,
+    )
+    .await;
+    run(&s, turn("chat", "s1", "another question")).await;
+    let sent = m.requests_for("chat");
+    let last = sent.last().expect("a request").to_string();
+    assert!(
+        last.contains("first question") && last.contains("first answer"),
+        "{last}"
+    );
+    assert!(last.contains("another question"), "{last}");
+    assert!(
+        !last.contains("second question") && !last.contains("second answer"),
+        "the rewound turn was sent: {last}"
+    );
+}
+
+both_backends!(
+    a_rewind_restores_state_and_artifacts,
+    the_model_does_not_see_rewound_turns
+);
