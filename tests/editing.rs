@@ -225,7 +225,113 @@ async fn the_model_does_not_see_rewound_turns(backend: Backend) {
     );
 }
 
+/// A fork holds the source's events before the point, the state and artifact versions as of
+/// then (merged with the body's `state`), and goes on by itself; the source is unchanged.
+async fn a_fork_starts_a_new_session_from_a_point(backend: Backend) {
+    let apps = Apps::new().echo("echo", "chunks: 1");
+    let dir = apps.path().to_path_buf();
+    let s = TestServer::start_with(backend, move |a| a.apps_dir = dir).await;
+    for (i, text) in ["one", "two", "three"].iter().enumerate() {
+        let mut body = turn("echo", "s1", text);
+        if i == 1 {
+            body["newMessage"]["parts"]
+                .as_array_mut()
+                .expect("parts")
+                .push(json!({"inlineData": {"mimeType": "text/plain", "data": "aGVsbG8="}}));
+            body["stateDelta"] = json!({"note": "set in two"});
+        }
+        run(&s, body).await;
+    }
+    let source = session(&s, "echo", "s1").await;
+    let invocations = turns(&source);
+    let events = source["events"].as_array().expect("events").clone();
+    let point = events
+        .iter()
+        .position(|e| e["invocationId"] == invocations[1].as_str())
+        .expect("the second turn");
+    let fork = format!("/apps/echo/users/{USER}/sessions/s1/fork");
+    let forked = json_with_status(
+        s.post_json(
+            &fork,
+            json!({"beforeInvocationId": invocations[1], "sessionId": "f1", "state": {"extra": 1}}),
+        )
+        .await,
+        201,
+    )
+    .await;
+    assert_eq!(forked["id"], "f1");
+    assert_eq!(forked["lastSeq"], point as i64);
+    let f1 = session(&s, "echo", "f1").await;
+    let copied: Vec<&Value> = f1["events"].as_array().expect("events").iter().collect();
+    assert_eq!(copied.len(), point);
+    for (a, b) in copied.iter().zip(&events) {
+        assert_eq!(a["id"], b["id"]);
+    }
+    assert_eq!(f1["state"]["turns"], 1);
+    assert_eq!(f1["state"]["extra"], 1);
+    assert!(f1["state"].get("note").is_none(), "{f1}");
+    let keys = json_with_status(
+        s.get(&format!("/apps/echo/users/{USER}/sessions/f1/artifacts"))
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(keys, json!([]), "the artifact came after the point");
+
+    // The whole session, with its artifact.
+    let whole = json_with_status(s.post_json(&fork, json!({"sessionId": "f2"})).await, 201).await;
+    assert_eq!(whole["lastSeq"], events.len() as i64);
+    let artifact = format!("artifact_{}_1", invocations[1]);
+    let copy = json_with_status(
+        s.get(&format!(
+            "/apps/echo/users/{USER}/sessions/f2/artifacts/{artifact}"
+        ))
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(copy["inlineData"]["data"], "aGVsbG8=");
+    assert_eq!(
+        session(&s, "echo", "f2").await["state"]["note"],
+        "set in two"
+    );
+
+    // The fork goes on by itself; the source is as it was.
+    run(&s, turn("echo", "f1", "after the fork")).await;
+    assert_eq!(session(&s, "echo", "f1").await["state"]["turns"], 2);
+    let again = session(&s, "echo", "s1").await;
+    assert_eq!(again["events"], source["events"]);
+    assert_eq!(again["state"]["turns"], 3);
+
+    let taken = json_with_status(s.post_json(&fork, json!({"sessionId": "f1"})).await, 409).await;
+    assert_eq!(taken["code"], "session_exists");
+    let both = json_with_status(
+        s.post_json(&fork, json!({"atSeq": 1, "beforeInvocationId": "e-x"}))
+            .await,
+        400,
+    )
+    .await;
+    assert_eq!(both["code"], "fork_point_ambiguous");
+    let far = json_with_status(s.post_json(&fork, json!({"atSeq": 9999})).await, 422).await;
+    assert_eq!(far["code"], "seq_out_of_range");
+    let unknown = json_with_status(
+        s.post_json(&fork, json!({"beforeInvocationId": "e-nope"}))
+            .await,
+        404,
+    )
+    .await;
+    assert_eq!(unknown["code"], "invocation_not_found");
+    let at = json_with_status(
+        s.post_json(&fork, json!({"atSeq": 2, "sessionId": "f3"}))
+            .await,
+        201,
+    )
+    .await;
+    assert_eq!(at["lastSeq"], 2);
+}
+
 both_backends!(
     a_rewind_restores_state_and_artifacts,
-    the_model_does_not_see_rewound_turns
+    the_model_does_not_see_rewound_turns,
+    a_fork_starts_a_new_session_from_a_point,
 );

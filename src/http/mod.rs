@@ -137,6 +137,7 @@ pub fn api_routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::background::router())
         .merge(routes::runs::router())
         .merge(routes::rewind::router())
+        .merge(routes::fork::router())
         .merge(routes::schedules::router())
         .merge(frontend::router())
 }

@@ -32,22 +32,27 @@ fn shared(key: &str) -> bool {
     key.starts_with("app:") || key.starts_with("user:") || key.starts_with("temp:")
 }
 
+/// Applies one event's state delta to the session's plain state (`null` removes a key).
+pub fn fold_state(state: &mut JsonMap, delta: &JsonMap) {
+    for (k, v) in delta {
+        if shared(k) {
+            continue;
+        }
+        if v.is_null() {
+            state.remove(k);
+        } else {
+            state.insert(k.clone(), v.clone());
+        }
+    }
+}
+
 /// The state delta that takes the session's plain keys from `current` back to what the
 /// events `before` the rewind point had made them: changed keys get their old value, keys
 /// added since get `null` (removed). `app:`, `user:` and `temp:` keys are left alone.
 pub fn state_delta(before: &[Event], current: &JsonMap) -> JsonMap {
     let mut then = JsonMap::new();
     for e in before {
-        for (k, v) in &e.actions.state_delta {
-            if shared(k) {
-                continue;
-            }
-            if v.is_null() {
-                then.remove(k);
-            } else {
-                then.insert(k.clone(), v.clone());
-            }
-        }
+        fold_state(&mut then, &e.actions.state_delta);
     }
     let mut delta = JsonMap::new();
     for (k, v) in &then {

@@ -24,6 +24,7 @@ mod admission;
 pub mod bus;
 mod control;
 mod drive;
+mod fork;
 mod guard;
 mod liveness;
 mod quota;
@@ -34,6 +35,7 @@ mod selection;
 mod start;
 
 pub use admission::{claim, Claim};
+pub use fork::ForkPoint;
 pub use request::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig};
 pub use rewind::RewindError;
 pub use seal::INVOCATION_ABORTED;

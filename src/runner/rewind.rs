@@ -25,6 +25,8 @@ const PAGE: u32 = 1000;
 pub enum RewindError {
     #[error("Invocation not found in the session: {0}")]
     InvocationNotFound(String),
+    #[error("seq {0} is not in the session (its events are 0 to {1})")]
+    SeqOutOfRange(i64, i64),
     #[error(transparent)]
     Run(#[from] RunError),
 }

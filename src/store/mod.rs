@@ -9,6 +9,7 @@
 //! new `seq` atomically. Callers stream an event to a client only after it returns.
 
 pub mod artifacts;
+pub mod fork;
 pub mod idempotency;
 pub mod keys;
 pub mod memory;
@@ -159,6 +160,7 @@ pub trait Store:
     + KeyStore
     + WebhookStore
     + ScheduleStore
+    + fork::ForkStore
 {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;

@@ -61,6 +61,9 @@ async fn rewind_session(
             "invocation_not_found",
             format!("Invocation not found in the session: {inv}"),
         )),
+        Err(e @ RewindError::SeqOutOfRange(..)) => {
+            Err(ApiError::bad_request("seq_out_of_range", e.to_string()))
+        }
         Err(RewindError::Run(e)) => Err(run_error(e)),
     }
 }
