@@ -9,6 +9,7 @@
 mod ceiling;
 mod credentials;
 mod extra;
+mod fork;
 mod load;
 mod pg;
 mod proc_stats;
@@ -61,6 +62,9 @@ enum Command {
     /// Webhook delivery latency: from a run's end (as the database recorded it) to its
     /// webhook's arrival at a receiver on loopback, p50/p90/p99 over `--webhook-runs` runs.
     Webhooks(BenchArgs),
+    /// Forking a long session (100,000 events by default): the fork's time and agentd's peak
+    /// RSS while it runs (PostgreSQL).
+    Fork(BenchArgs),
     /// Serve a ceiling (started by the harness as a child process).
     Ceiling(ceiling::CeilingArgs),
 }
@@ -172,6 +176,9 @@ pub struct BenchArgs {
     /// soak: the longest the runs may go on, in seconds; the report says how far they got.
     #[arg(long, default_value_t = 1800.0)]
     pub(crate) soak_max_secs: f64,
+    /// fork: events in the session that is forked.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) fork_events: u64,
     /// webhooks: runs (each with its own webhook) whose delivery latency is measured.
     #[arg(long, default_value_t = 500)]
     pub(crate) webhook_runs: usize,
@@ -215,6 +222,15 @@ fn main() -> Result<()> {
         )),
         Command::SlowReaders(args) => rt.block_on(slow_readers(args)),
         Command::Soak(args) => rt.block_on(soak(args)),
+        Command::Fork(args) => rt.block_on(async {
+            let (agentd_bin, _) = binaries(&args)?;
+            let admin = pg::Admin::connect(&args.database_url).await?;
+            let result = fork::run(&args, &admin, &agentd_bin).await;
+            admin.drop_created().await;
+            let text = result?;
+            println!("{text}");
+            Ok(())
+        }),
         Command::Webhooks(args) => rt.block_on(async {
             let (agentd_bin, _) = binaries(&args)?;
             let admin = pg::Admin::connect(&args.database_url).await?;
