@@ -330,8 +330,51 @@ async fn a_fork_starts_a_new_session_from_a_point(backend: Backend) {
     assert_eq!(at["lastSeq"], 2);
 }
 
+/// The agent that answers after a rewind is chosen from the conversation as it is now: a
+/// sub-agent that took the turn in a rewound invocation does not keep it.
+async fn a_rewound_transfer_does_not_keep_the_turn(backend: Backend) {
+    let apps = Apps::new();
+    let dir = apps.path().join("relay");
+    std::fs::create_dir_all(&dir).expect("app dir");
+    std::fs::write(
+        dir.join("root_agent.yaml"),
+        "agent_class: EchoAgent\nname: relay\nchunks: 0\nsub_agents:\n  - config_path: child.yaml\n",
+    )
+    .expect("root");
+    std::fs::write(
+        dir.join("child.yaml"),
+        "agent_class: EchoAgent\nname: child\nchunks: 0\n",
+    )
+    .expect("child");
+    let path = apps.path().to_path_buf();
+    let s = TestServer::start_with(backend, move |a| a.apps_dir = path).await;
+    let authors = |msgs: &[common::sse_client::Msg]| -> Vec<String> {
+        common::sse_client::complete(msgs)
+            .iter()
+            .map(|e| e["author"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    let msgs = s.run_stream(turn("relay", "s1", "hello")).await;
+    assert_eq!(authors(&msgs), ["relay"]);
+    let msgs = s.run_stream(turn("relay", "s1", "@child take over")).await;
+    assert_eq!(authors(&msgs), ["relay", "child"]);
+    let msgs = s.run_stream(turn("relay", "s1", "still you?")).await;
+    assert_eq!(authors(&msgs), ["child"], "the transfer keeps the turn");
+    let invocations = turns(&session(&s, "relay", "s1").await);
+    let rewind = format!("/apps/relay/users/{USER}/sessions/s1/rewind");
+    json_with_status(
+        s.post_json(&rewind, json!({"beforeInvocationId": invocations[1]}))
+            .await,
+        200,
+    )
+    .await;
+    let msgs = s.run_stream(turn("relay", "s1", "who now?")).await;
+    assert_eq!(authors(&msgs), ["relay"], "the transfer was rewound");
+}
+
 both_backends!(
     a_rewind_restores_state_and_artifacts,
     the_model_does_not_see_rewound_turns,
     a_fork_starts_a_new_session_from_a_point,
+    a_rewound_transfer_does_not_keep_the_turn,
 );

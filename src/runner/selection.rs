@@ -11,8 +11,8 @@ const SELECTION_SCAN_LIMIT: usize = 1000;
 /// A new message that answers function calls (a long-running tool's result, a
 /// confirmation) goes to the agent that made the calls. Otherwise the last agent that
 /// spoke keeps the conversation if it and its ancestors allow it, else the root answers.
-/// Sealing events of cancelled runs do not count as speaking. Reads history
-/// newest-first, a page at a time.
+/// Sealing events of cancelled runs do not count as speaking, nor do turns a rewind annulled.
+/// Reads history newest-first, a page at a time.
 pub(crate) async fn select_agent(
     store: &dyn Store,
     tree: &AgentTree,
@@ -23,6 +23,9 @@ pub(crate) async fn select_agent(
     // Newest first: `before` past the last seq asks for the newest page.
     let mut before = Some(i64::MAX);
     let mut scanned = 0;
+    // Newest first, a rewind event names the invocation whose first event its range starts
+    // at: everything until then (older rewinds included) was annulled.
+    let mut annulled: Option<(String, bool)> = None;
     while scanned < SELECTION_SCAN_LIMIT {
         let Some(page) = store
             .list_events(
@@ -38,6 +41,21 @@ pub(crate) async fn select_agent(
             break;
         };
         for stored in page.events.iter().rev() {
+            let event = &stored.event;
+            if let Some((target, reached)) = &mut annulled {
+                if event.invocation_id == *target {
+                    *reached = true;
+                    continue;
+                }
+                if !*reached {
+                    continue;
+                }
+                annulled = None;
+            }
+            if let Some(target) = &event.actions.rewind_before_invocation_id {
+                annulled = Some((target.clone(), false));
+                continue;
+            }
             let author = stored.event.author.as_str();
             if !answered_calls.is_empty() {
                 let made_call = stored

@@ -63,7 +63,9 @@ fn sse_response(body: Body, headers: HeaderMap) -> Response {
     responses((status = 200, description = "The run's events, as SSE `data:` frames.",
         content_type = "text/event-stream", body = EventStream,
         headers(("x-agentd-run-id" = String, description = "The run (re-attach, cancel)"),
-            ("x-agentd-invocation-id" = String))), Errors))]
+            ("x-agentd-invocation-id" = String))),
+        (status = 202, description = "With `\"background\": true`: admitted; the run goes on \
+            without a client.", body = super::background::BackgroundRun), Errors))]
 async fn run_sse(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -147,7 +149,9 @@ fn wants_json(headers: &HeaderMap) -> bool {
             or, with `Accept: application/json`, every event of the run as one array.",
         content((EventStream = "text/event-stream"), (Vec<Event> = "application/json")),
         headers(("x-agentd-run-id" = String, description = "The run (re-attach, cancel)"),
-            ("x-agentd-invocation-id" = String))), Errors))]
+            ("x-agentd-invocation-id" = String))),
+        (status = 202, description = "With `\"background\": true`: admitted; the run goes on \
+            without a client.", body = super::background::BackgroundRun), Errors))]
 async fn run(
     state: axum::extract::State<AppState>,
     caller: Caller,
