@@ -1481,3 +1481,49 @@ both_backends!(
     a_run_that_lost_its_session_cannot_write_into_it,
     a_panicking_agent_fails_its_run_and_frees_the_session,
 );
+
+/// An admission that had to wait for its session's row (another transaction held it) stamps
+/// its user event no earlier than that transaction's write: a transcript's times never go
+/// backwards, however long the statement waited after the runner stamped the event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_that_waited_for_the_session_row_is_stamped_after_it() {
+    let (db, store, key) = store_with_session(Backend::Postgres, json!({})).await;
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let later = agentd::event::now_ts() + 5.0;
+    sqlx::query(
+        "UPDATE sessions SET update_time = $4 WHERE app_name = $1 AND user_id = $2 AND id = $3",
+    )
+    .bind(&key.app_name)
+    .bind(&key.user_id)
+    .bind(&key.session_id)
+    .bind(later)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let opening =
+        Event::new("e-late", "user").with_content(agentd::event::Content::text("user", "hello"));
+    assert!(opening.timestamp < later);
+    let run = new_run(&key, "late", "r1", Some(opening));
+    let admitting = {
+        let store = store.clone();
+        tokio::spawn(async move { claim(store.as_ref(), &run, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!admitting.is_finished(), "the admission waits for the row");
+    tx.commit().await.unwrap();
+    let Claim::Acquired {
+        opened: Some(opened),
+        ..
+    } = admitting.await.unwrap().unwrap()
+    else {
+        panic!("admitted with its user event")
+    };
+    assert!(opened.stored.event.timestamp >= later, "{opened:?}");
+    let stored = store
+        .find_event(&key, &opened.stored.event.id)
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(stored.event.timestamp, opened.stored.event.timestamp);
+}

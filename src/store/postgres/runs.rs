@@ -58,12 +58,14 @@ pub fn pg_insert_run_sql() -> &'static str {
                  UPDATE sessions
                     SET active_run = $1,
                         state = CASE WHEN o.with_event THEN state || $11::jsonb ELSE state END,
-                        update_time = CASE WHEN o.with_event THEN $14 ELSE update_time END,
+                        update_time = CASE WHEN o.with_event THEN GREATEST($14, update_time)
+                                           ELSE update_time END,
                         last_seq = last_seq + CASE WHEN o.with_event THEN 1 ELSE 0 END
                    FROM (SELECT $10 AND NOT d.unsealed AS with_event FROM dead d) o
                   WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run IS NULL
                     AND ((SELECT first FROM q) IS NULL OR (SELECT first FROM q) = $8)
-                 RETURNING sessions.last_seq, sessions.state, o.with_event
+                 RETURNING sessions.last_seq, sessions.state, o.with_event,
+                           sessions.update_time AS ts
              ), ins AS (
                  INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
                                    lease_expires_at, created_at, started_at, base_seq, user_event,
@@ -86,14 +88,17 @@ pub fn pg_insert_run_sql() -> &'static str {
              ), e AS (
                  INSERT INTO events (app_name, user_id, session_id, seq, id, invocation_id, author,
                                      \"timestamp\", event)
-                 SELECT $2, $3, $4, s.last_seq, $15, $16, $17, $14, $18::jsonb FROM s WHERE s.with_event
-                 RETURNING seq
+                 SELECT $2, $3, $4, s.last_seq, $15, $16, $17, s.ts,
+                        jsonb_set($18::jsonb, '{{timestamp}}', to_jsonb(s.ts))
+                   FROM s WHERE s.with_event
+                 RETURNING seq, \"timestamp\"
              )
              SELECT EXISTS (SELECT 1 FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4)
                         AS session,
                     (SELECT base_seq FROM ins) AS base_seq,
                     d.unsealed,
                     (SELECT seq FROM e) AS seq,
+                    (SELECT \"timestamp\" FROM e) AS ts,
                     (SELECT state FROM s) AS state,
                     (SELECT last_seq FROM snap) AS snapshot_seq,
                     COALESCE((SELECT state FROM a),
@@ -220,8 +225,14 @@ impl RunStore for PgStore {
             });
         };
         let seq: Option<i64> = row.try_get("seq")?;
+        let ts: Option<f64> = row.try_get("ts")?;
         let opened = match (opening, seq) {
-            (Some(event), Some(seq)) => {
+            (Some(mut event), Some(seq)) => {
+                // The statement stamps it no earlier than the session's last write (it may have
+                // waited for that write's row lock after the runner stamped it).
+                if let Some(ts) = ts {
+                    event.timestamp = ts;
+                }
                 let snapshot_seq: Option<i64> = row.try_get("snapshot_seq")?;
                 let state = if snapshot_seq == Some(seq - 1) {
                     let Json(session): Json<JsonMap> = row.try_get("state")?;

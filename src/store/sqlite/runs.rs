@@ -103,8 +103,12 @@ impl RunStore for SqliteStore {
         let opened = match &run.opening {
             Some(event) if !unsealed => {
                 let fence = Fence::Run(&run.run_id);
-                let stored =
-                    SqliteStore::append_in(&mut tx, &run.key, event.clone(), &[], fence).await?;
+                // Stamped again now that this transaction holds the write lock: every event
+                // committed before it was stamped earlier, so the transcript's times never go
+                // backwards (the runner's stamp predates the wait for the lock).
+                let mut event = event.clone();
+                event.timestamp = event.timestamp.max(now_ts());
+                let stored = SqliteStore::append_in(&mut tx, &run.key, event, &[], fence).await?;
                 let head = SqliteStore::head_with(&mut tx, &run.key).await?;
                 Some(Box::new(Opened {
                     stored,
