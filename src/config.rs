@@ -324,6 +324,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub background: BackgroundArgs,
 
+    #[command(flatten)]
+    pub interop: InteropArgs,
+
     /// Directory with one folder per app (ADK's convention).
     #[arg(long, env = "AGENTD_APPS_DIR", default_value = "config/apps")]
     pub apps_dir: PathBuf,
@@ -412,6 +415,20 @@ pub struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub memory_auto_ingest: bool,
+}
+
+/// How other agents reach this server (`docs/a2a.md`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct InteropArgs {
+    /// The URL clients reach this server at (`https://agents.example.com`), used in A2A agent
+    /// cards; without it the request's `Host` (and `X-Forwarded-Proto`) decide.
+    #[arg(long, env = "AGENTD_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
+    /// The app `GET /.well-known/agent-card.json` describes (without it: the only app, if
+    /// exactly one is served).
+    #[arg(long, env = "AGENTD_A2A_DEFAULT_APP")]
+    pub a2a_default_app: Option<String>,
 }
 
 /// Webhooks and schedules (`docs/background.md`).
@@ -515,6 +532,7 @@ impl ServeArgs {
             },
             security: SecurityArgs::defaults(),
             background: BackgroundArgs::defaults(),
+            interop: InteropArgs::default(),
             apps_dir: PathBuf::from("config/apps"),
             log_format: LogFormat::Text,
             web_ui_dir: None,

@@ -14,8 +14,8 @@
 mod common;
 
 use agentd::store::postgres::{
-    list_runs_sql, pg_insert_run_sql, APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL,
-    EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
+    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, APPEND_END_SQL, APPEND_SQL,
+    CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
 };
 use agentd::store::runs::RUN_INVOCATIONS;
 use common::TestDb;
@@ -95,6 +95,8 @@ async fn hot_statements_use_their_indexes_without_statistics() {
     let insert_run = pg_insert_run_sql();
     let first_page = list_runs_sql(false, false);
     let later_page = list_runs_sql(true, true);
+    let session_runs = list_session_runs_sql(false);
+    let session_runs_later = list_session_runs_sql(true);
     let cases: Vec<Case> = vec![
         (
             "session head",
@@ -190,6 +192,18 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             &later_page,
             "'echo', 'u1', 'completed', 1000.0, 'run-1000', 51",
             vec![("runs", &["runs_by_owner_created"])],
+        ),
+        (
+            "a session's runs (A2A ListTasks by context), first page",
+            &session_runs,
+            "'echo', 'u1', 's5', 51",
+            vec![("runs", &["runs_by_session"])],
+        ),
+        (
+            "a session's runs, after a cursor",
+            &session_runs_later,
+            "'echo', 'u1', 's5', 1000.0, 'run-1000', 51",
+            vec![("runs", &["runs_by_session"])],
         ),
     ];
 

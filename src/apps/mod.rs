@@ -32,6 +32,8 @@ pub struct AppEntry {
     app_webhooks: Vec<AppWebhook>,
     /// Sent at the end of every run of the app.
     pub webhooks: Vec<WebhookTarget>,
+    /// The `a2a:` block of the app's `agentd.yaml`.
+    pub a2a: Option<settings::A2aCard>,
 }
 
 /// The apps, by name.
@@ -80,14 +82,16 @@ impl AppRegistry {
                     (Err(e), vec![])
                 }
             };
+            let (app_webhooks, a2a) = settings.map(|s| (s.webhooks, s.a2a)).unwrap_or_default();
             registry.apps.insert(
                 name.clone(),
                 AppEntry {
                     name,
                     tree,
                     toolsets,
-                    app_webhooks: settings.map(|s| s.webhooks).unwrap_or_default(),
+                    app_webhooks,
                     webhooks: vec![],
+                    a2a,
                 },
             );
         }
@@ -144,6 +148,7 @@ impl AppRegistry {
                 toolsets,
                 app_webhooks: vec![],
                 webhooks: vec![],
+                a2a: None,
             },
         );
     }

@@ -1,11 +1,18 @@
 //! An app's server-side settings: `agentd.yaml` next to `root_agent.yaml`. They are agentd's
-//! (webhooks today), so `root_agent.yaml` stays a file ADK itself can load.
+//! (webhooks, the A2A card), so `root_agent.yaml` stays a file ADK itself can load.
 //!
 //! ```yaml
 //! webhooks:
 //!   - url: https://hooks.example.com/agentd
 //!     secret: ${ORDERS_WEBHOOK_SECRET}
 //!     events: [run.completed, run.failed]
+//! a2a:
+//!   name: Order desk
+//!   description: Answers questions about orders.
+//!   skills:
+//!     - id: track
+//!       description: Where an order is.
+//!       examples: ["Where is order 1234?"]
 //! ```
 
 use super::yaml::expand_env;
@@ -21,6 +28,35 @@ pub struct AppSettings {
     /// Sent at the end of every run of the app.
     #[serde(default)]
     pub webhooks: Vec<AppWebhook>,
+    /// What the app's A2A agent card says instead of what agentd derives from the tree.
+    #[serde(default)]
+    pub a2a: Option<A2aCard>,
+}
+
+/// The `a2a:` block: overrides of the agent card (`docs/a2a.md`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct A2aCard {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub version: Option<String>,
+    #[serde(alias = "documentation_url")]
+    pub documentation_url: Option<String>,
+    #[serde(default)]
+    pub skills: Vec<A2aSkill>,
+}
+
+/// One skill of a card.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct A2aSkill {
+    pub id: String,
+    pub name: Option<String>,
+    pub description: Option<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub examples: Vec<String>,
 }
 
 /// Reads `dir/agentd.yaml` (none: the defaults), with `${VAR}` expanded in secrets.

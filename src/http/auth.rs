@@ -236,7 +236,10 @@ pub async fn guard(
 ) -> Response {
     let gate = &state.gate;
     let path = req.uri().path();
-    if OPEN_PATHS.contains(&path) || (path == "/metrics" && !gate.protect_metrics) {
+    if OPEN_PATHS.contains(&path)
+        || (path == "/metrics" && !gate.protect_metrics)
+        || crate::http::frontend::a2a::is_card_path(path)
+    {
         return next.run(req).await;
     }
     if gate.foreign_host(req.headers()) {

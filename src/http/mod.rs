@@ -48,6 +48,8 @@ pub struct AppState {
     pub gate: Arc<auth::Gate>,
     /// What a webhook may reach, and the default secret.
     pub webhooks: Arc<crate::webhook::WebhookPolicy>,
+    /// What A2A agent cards say about this server (its URL, how callers authenticate).
+    pub interop: Arc<frontend::a2a::Interop>,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

@@ -114,6 +114,7 @@ impl Server {
             metrics: crate::metrics::install(),
             gate,
             webhooks: Arc::new(webhook_policy.clone()),
+            interop: Arc::new(http::frontend::a2a::Interop::new(&args)),
         };
         let app = http::router(state.clone(), &args);
 

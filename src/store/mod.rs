@@ -15,6 +15,7 @@ pub mod keys;
 pub mod memory;
 pub mod postgres;
 pub mod prune;
+pub mod push;
 pub mod runs;
 pub mod schedules;
 pub mod sessions;
@@ -161,6 +162,7 @@ pub trait Store:
     + WebhookStore
     + ScheduleStore
     + fork::ForkStore
+    + push::PushStore
 {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;

@@ -236,6 +236,15 @@ pub trait RunStore: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>>;
 
+    /// A session's runs, newest first, before the cursor (as for [`RunStore::list_runs`]):
+    /// at most `limit`. A2A lists a context's tasks with it.
+    async fn list_session_runs(
+        &self,
+        key: &SessionKey,
+        before: Option<(f64, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>>;
+
     /// The run that owns the session, if any.
     async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>>;
 

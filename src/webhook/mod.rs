@@ -5,8 +5,10 @@
 //! the deliveries itself, in the transaction that ends the run (a trigger: see
 //! `migrations/postgres/0009_webhooks.sql`); [`Sender`] on every replica claims due ones,
 //! signs ([`sign`]), posts them ([`payload`] builds the body) and retries with backoff. The
-//! whole design is in `docs/background.md`.
+//! whole design is in `docs/background.md`. A2A push notification configs ride the same
+//! outbox ([`a2a`]: the body A2A expects, sent with the config's token and credentials).
 
+pub mod a2a;
 mod payload;
 mod sender;
 pub mod sign;
@@ -14,5 +16,6 @@ mod target;
 
 pub use sender::{Sender, SenderConfig};
 pub use target::{
-    check_resolves, AppWebhook, TargetError, WebhookPolicy, WebhookSpec, WebhookTarget, EVENTS,
+    check_resolves, A2aPush, AppWebhook, TargetError, WebhookPolicy, WebhookSpec, WebhookTarget,
+    EVENTS,
 };

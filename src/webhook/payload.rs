@@ -53,6 +53,20 @@ pub(super) async fn build(
     Ok((event_type, serde_json::to_vec(&body).unwrap_or_default()))
 }
 
+/// The event type and body of an A2A push notification (see [`super::a2a`]).
+pub(super) async fn build_a2a(store: &dyn Store, d: &Delivery) -> StoreResult<(String, Vec<u8>)> {
+    let Some(run) = store.get_run(&d.run_id).await? else {
+        return Ok((d.event_type.clone(), b"{}".to_vec()));
+    };
+    let (_, waiting) = final_response(store, &run).await?;
+    let event_type = if d.event_type == "run.completed" && waiting {
+        "run.input_required".to_string()
+    } else {
+        d.event_type.clone()
+    };
+    Ok((event_type, super::a2a::status_body(&run, waiting)))
+}
+
 /// The text of the run's last agent event that has any, and whether the run's last event
 /// left a long-running call open (it waits for the user: `run.input_required`).
 async fn final_response(store: &dyn Store, run: &RunRecord) -> StoreResult<(Option<String>, bool)> {

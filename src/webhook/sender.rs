@@ -171,6 +171,18 @@ impl Sender {
             Ok(t) => t,
             Err(e) => return (failed(None, format!("unreadable target: {e}")), None),
         };
+        if target.a2a.is_some() {
+            return match payload::build_a2a(self.store.as_ref(), d).await {
+                Ok((event_type, body)) => (
+                    self.post(d, &target, &Auth::A2a, body).await,
+                    Some(event_type),
+                ),
+                Err(e) => (
+                    self.retry(d, None, format!("could not read the run: {e}")),
+                    None,
+                ),
+            };
+        }
         let key = match decode_secret(&target.secret) {
             Ok(k) => k,
             Err(e) => return (failed(None, e), None),
@@ -188,7 +200,7 @@ impl Sender {
         if !target.events.contains(&event_type) {
             return (Settle::Skipped, Some(event_type));
         }
-        let outcome = self.post(d, &target, &key, body).await;
+        let outcome = self.post(d, &target, &Auth::Signed(&key), body).await;
         (outcome, Some(event_type))
     }
 
@@ -196,7 +208,7 @@ impl Sender {
         &self,
         d: &Delivery,
         target: &WebhookTarget,
-        key: &[u8],
+        auth: &Auth<'_>,
         body: Vec<u8>,
     ) -> Settle {
         let Ok(url) = reqwest::Url::parse(&target.url) else {
@@ -212,16 +224,30 @@ impl Sender {
             }
         }
         let ts = now() as i64;
-        let sent = client
+        let mut req = client
             .post(url)
             .header("content-type", "application/json")
             .header("user-agent", concat!("agentd/", env!("CARGO_PKG_VERSION")))
             .header("webhook-id", &d.id)
-            .header("webhook-timestamp", ts.to_string())
-            .header("webhook-signature", signature(key, &d.id, ts, &body))
-            .body(body)
-            .send()
-            .await;
+            .header("webhook-timestamp", ts.to_string());
+        match (auth, &target.a2a) {
+            (Auth::Signed(key), _) => {
+                req = req.header("webhook-signature", signature(key, &d.id, ts, &body));
+            }
+            (Auth::A2a, Some(push)) => {
+                if !push.token.is_empty() {
+                    req = req.header("x-a2a-notification-token", &push.token);
+                }
+                if !push.scheme.is_empty() && !push.credentials.is_empty() {
+                    req = req.header(
+                        "authorization",
+                        format!("{} {}", push.scheme, push.credentials),
+                    );
+                }
+            }
+            (Auth::A2a, None) => {}
+        }
+        let sent = req.body(body).send().await;
         match sent {
             Ok(r) if r.status().is_success() => Settle::Delivered {
                 status: r.status().as_u16(),
@@ -311,6 +337,14 @@ impl Sender {
         clients.insert(extra.to_vec(), client.clone());
         Ok(client)
     }
+}
+
+/// How a delivery proves where it comes from.
+enum Auth<'a> {
+    /// A Standard Webhooks signature with this key.
+    Signed(&'a [u8]),
+    /// An A2A push config's own token and credentials.
+    A2a,
 }
 
 fn failed(status: Option<u16>, error: String) -> Settle {

@@ -57,13 +57,39 @@ pub struct AppWebhook {
 #[serde(rename_all = "camelCase")]
 pub struct WebhookTarget {
     pub url: String,
+    /// The signing secret (empty for an A2A push config, which A2A authenticates its own
+    /// way).
+    #[serde(default)]
     pub secret: String,
     pub events: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_private: Vec<String>,
     #[serde(default = "yes")]
     pub include_text: bool,
+    /// An A2A push notification config: sent as A2A says, not as a Standard Webhook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a2a: Option<A2aPush>,
 }
+
+/// An A2A push notification config (`TaskPushNotificationConfig`): the receiver gets the
+/// task's final status as a `StreamResponse`, with `X-A2A-Notification-Token: <token>` and
+/// `Authorization: <scheme> <credentials>` when the config has them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct A2aPush {
+    /// The config's id (unique within its task).
+    pub id: String,
+    pub task_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scheme: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub credentials: String,
+}
+
+/// The most an A2A token or credential may hold.
+const MAX_SECRET: usize = 4096;
 
 fn yes() -> bool {
     true
@@ -121,14 +147,40 @@ impl WebhookPolicy {
         )
     }
 
-    fn build(
-        &self,
-        url: &str,
-        secret: Option<&str>,
-        events: Option<&[String]>,
-        include_text: Option<bool>,
-        allow_private: Vec<String>,
-    ) -> Result<WebhookTarget, TargetError> {
+    /// Checks an A2A push notification config: the URL as any webhook's; every end of the
+    /// task is sent.
+    pub fn a2a_target(&self, url: &str, push: A2aPush) -> Result<WebhookTarget, TargetError> {
+        let too_long = [&push.id, &push.token, &push.scheme, &push.credentials]
+            .iter()
+            .any(|s| s.len() > MAX_SECRET);
+        if too_long || push.id.chars().any(char::is_control) {
+            return Err(refuse(
+                "webhook_url_invalid",
+                format!("a push config's id, token and credentials have at most {MAX_SECRET} characters"),
+            ));
+        }
+        let bad_header = [&push.token, &push.scheme, &push.credentials]
+            .iter()
+            .any(|s| reqwest::header::HeaderValue::from_str(s).is_err());
+        if bad_header {
+            return Err(refuse(
+                "webhook_url_invalid",
+                "a push config's token and credentials must be valid header text",
+            ));
+        }
+        let url = self.check_url(url, &[])?;
+        Ok(WebhookTarget {
+            url,
+            secret: String::new(),
+            events: EVENTS.iter().map(|e| e.to_string()).collect(),
+            allow_private: vec![],
+            include_text: false,
+            a2a: Some(push),
+        })
+    }
+
+    /// A webhook URL, checked (http(s), a host, no address the policy forbids).
+    fn check_url(&self, url: &str, allow_private: &[String]) -> Result<String, TargetError> {
         if url.len() > MAX_URL {
             return Err(refuse(
                 "webhook_url_invalid",
@@ -144,9 +196,21 @@ impl WebhookPolicy {
             ));
         }
         let egress = self
-            .egress(&allow_private)
+            .egress(allow_private)
             .map_err(|e| refuse("webhook_url_invalid", e))?;
         egress.check_url(&parsed).map_err(refused)?;
+        Ok(parsed.to_string())
+    }
+
+    fn build(
+        &self,
+        url: &str,
+        secret: Option<&str>,
+        events: Option<&[String]>,
+        include_text: Option<bool>,
+        allow_private: Vec<String>,
+    ) -> Result<WebhookTarget, TargetError> {
+        let url = self.check_url(url, &allow_private)?;
         let events = match events {
             None => EVENTS.iter().map(|e| e.to_string()).collect(),
             Some([]) => {
@@ -178,11 +242,12 @@ impl WebhookPolicy {
         })?;
         decode_secret(secret).map_err(|e| refuse("webhook_secret_invalid", e))?;
         Ok(WebhookTarget {
-            url: parsed.to_string(),
+            url,
             secret: secret.to_string(),
             events,
             allow_private,
             include_text: include_text.unwrap_or(true),
+            a2a: None,
         })
     }
 }

@@ -94,6 +94,18 @@ pub async fn openai(base: &str, app: &str, user: &str, scenario: &str) -> Value 
     .await
 }
 
+/// The A2A Python driver's `scenario` (`tests/clients/python/a2a_client.py`), with its
+/// environment (`AGENTD_URL`, `AGENTD_APP`, …).
+pub async fn a2a(scenario: &str, env: &[(&str, &str)]) -> Value {
+    let script = repo().join("tests/clients/python/a2a_client.py");
+    run_driver(
+        &python(),
+        &[script.to_str().unwrap_or_default(), scenario],
+        env,
+    )
+    .await
+}
+
 /// A node driver script of `project` with `args`, and extra environment.
 pub async fn node(project: &str, script: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
     let dir = node_project(project);

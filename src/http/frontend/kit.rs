@@ -346,7 +346,17 @@ pub async fn follow(
     state: &AppState,
     run_id: &str,
 ) -> ApiResult<impl Stream<Item = RunItem> + Send + 'static> {
-    let rx = crate::http::sse::follow::follow_run_items(state, run_id, None).await?;
+    follow_after(state, run_id, None).await
+}
+
+/// Follows run `run_id` after its committed seq `after` (from the database, then live),
+/// ending with `Done`: a protocol that already sent a snapshot up to `after` goes on from it.
+pub async fn follow_after(
+    state: &AppState,
+    run_id: &str,
+    after: Option<i64>,
+) -> ApiResult<impl Stream<Item = RunItem> + Send + 'static> {
+    let rx = crate::http::sse::follow::follow_run_items(state, run_id, after).await?;
     Ok(with_end(
         state.clone(),
         run_id.to_string(),

@@ -16,7 +16,7 @@ mod prune;
 mod runs;
 mod sessions;
 
-pub use runs::{list_runs_sql, pg_insert_run_sql};
+pub use runs::{list_runs_sql, list_session_runs_sql, pg_insert_run_sql};
 pub use sessions::{
     APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL,
     LIST_SESSIONS_SQL,

@@ -146,6 +146,23 @@ pub fn list_runs_sql(status: bool, cursor: bool) -> String {
     )
 }
 
+/// A session's runs, newest first (`RunStore::list_session_runs`), on `runs_by_session`; the
+/// cursor only where asked, as in [`list_runs_sql`]. Parameters: $1 app, $2 user, $3 session,
+/// then the cursor's time and id when present, then the limit. Public for the plan tests.
+pub fn list_session_runs_sql(cursor: bool) -> String {
+    let (cursor, limit) = if cursor {
+        ("AND (created_at, id) < ($4, $5)", "$6")
+    } else {
+        ("", "$4")
+    };
+    format!(
+        "SELECT {RUN_COLUMNS} FROM runs
+          WHERE app_name = $1 AND user_id = $2 AND session_id = $3 {cursor}
+          ORDER BY created_at DESC, id DESC
+          LIMIT {limit}"
+    )
+}
+
 #[async_trait]
 impl RunStore for PgStore {
     async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>> {
@@ -460,6 +477,24 @@ impl RunStore for PgStore {
         if let Some(status) = status {
             q = q.bind(status.as_str());
         }
+        if let Some((at, id)) = before {
+            q = q.bind(at).bind(id);
+        }
+        let rows = q.bind(i64::from(limit)).fetch_all(self.pool()).await?;
+        rows.iter().map(record_pg).collect()
+    }
+
+    async fn list_session_runs(
+        &self,
+        key: &SessionKey,
+        before: Option<(f64, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>> {
+        let sql = list_session_runs_sql(before.is_some());
+        let mut q = sqlx::query(&sql)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id);
         if let Some((at, id)) = before {
             q = q.bind(at).bind(id);
         }

@@ -334,6 +334,31 @@ impl RunStore for SqliteStore {
         rows.iter().map(record_sqlite).collect()
     }
 
+    async fn list_session_runs(
+        &self,
+        key: &SessionKey,
+        before: Option<(f64, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>> {
+        let (at, id) = before.unzip();
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = ?1 AND user_id = ?2 AND session_id = ?3
+                AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
+              ORDER BY created_at DESC, id DESC
+              LIMIT ?6"
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .bind(at)
+        .bind(id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(record_sqlite).collect()
+    }
+
     async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>> {
         let row = sqlx::query(&format!(
             "SELECT {RUN_COLUMNS} FROM runs

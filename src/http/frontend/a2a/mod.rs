@@ -1,0 +1,57 @@
+//! A2A (Agent2Agent, spec 1.0): every app served to other agents, over JSON-RPC
+//! (`POST /a2a/{app}`, [`rpc`]) and HTTP+JSON (`/a2a/{app}/message:send`, `/tasks/…`,
+//! [`rest`]), with its agent card ([`card`]).
+//!
+//! A task is a run and its context a session ([`tasks`] does the work for both bindings,
+//! [`map`] is the pure mapping), so tasks are durable, streams resume on any replica and a
+//! cancel works from any replica. What maps to what is in `docs/a2a.md`.
+
+pub mod card;
+pub mod error;
+pub mod map;
+pub mod push;
+pub mod rest;
+pub mod rpc;
+pub mod tasks;
+pub mod v03;
+
+use crate::config::{AuthMode, ServeArgs};
+use crate::http::AppState;
+
+/// What agent cards say about this server.
+#[derive(Debug, Clone, Default)]
+pub struct Interop {
+    /// `--public-url`, without a trailing slash.
+    pub public_url: Option<String>,
+    /// `--a2a-default-app`.
+    pub default_app: Option<String>,
+    /// `--auth`, for the cards' security schemes.
+    pub auth: Vec<AuthMode>,
+}
+
+impl Interop {
+    pub fn new(args: &ServeArgs) -> Self {
+        Interop {
+            public_url: args
+                .interop
+                .public_url
+                .as_ref()
+                .map(|u| u.trim_end_matches('/').to_string()),
+            default_app: args.interop.a2a_default_app.clone(),
+            auth: args.security.auth.clone(),
+        }
+    }
+}
+
+/// Whether `path` is an agent card: open to anyone, as discovery documents are (a card says
+/// what an app is and how to call it, never what any user holds).
+pub fn is_card_path(path: &str) -> bool {
+    path == "/.well-known/agent-card.json"
+        || (path.starts_with("/a2a/") && path.ends_with("/.well-known/agent-card.json"))
+}
+
+pub fn router() -> utoipa_axum::router::OpenApiRouter<AppState> {
+    utoipa_axum::router::OpenApiRouter::new()
+        .merge(rest::router())
+        .merge(rpc::router())
+}

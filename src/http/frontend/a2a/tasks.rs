@@ -1,0 +1,521 @@
+//! A2A's operations on agentd's runs, shared by both bindings (JSON-RPC in [`super::rpc`],
+//! HTTP+JSON in [`super::rest`]): each answers an A2A object or a stream of A2A stream
+//! responses; the bindings only frame them.
+//!
+//! Tasks are runs, so everything here is durable and replica-safe: a task is read from the
+//! database, followed from any replica (replayed, then live), cancelled from any replica, and
+//! a client that leaves a stream does not cancel its task (A2A's rule; `--max-run-secs`
+//! bounds it).
+
+use super::error::{A2aError, A2aResult};
+use super::map::{self, is_terminal, task_of, task_state, TaskStream};
+use crate::auth::Caller;
+use crate::event::Event;
+use crate::http::frontend::kit::{self, check_app, resolve_user, turn, USER_HEADER};
+use crate::http::AppState;
+use crate::run::RunItem;
+use crate::runner::OnDisconnect;
+use crate::store::{CancelRequest, RunRecord, RunStatus, SessionKey};
+use a2a_types as a2a;
+use axum::http::HeaderMap;
+use futures::{Stream, StreamExt};
+use std::time::Duration;
+
+/// The user of an unauthenticated call that names none: without authentication anyone may
+/// act for any user anyway, and an A2A client has no field to say who it is.
+pub const ANONYMOUS: &str = "a2a";
+
+/// Events of one task read at most (its history and artifacts); a longer run shows its newest.
+const MAX_TASK_EVENTS: usize = 5_000;
+
+/// Tasks per `ListTasks` page, by default and at most.
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 100;
+
+/// How long a cancel waits for the task to stop before answering it as it is.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// Who calls, for which app.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    pub app: String,
+    pub user: String,
+}
+
+impl Scope {
+    /// The app (404 if hidden or unknown, as everywhere) and the caller's user.
+    pub fn new(
+        state: &AppState,
+        caller: &Caller,
+        headers: &HeaderMap,
+        app: &str,
+    ) -> A2aResult<Self> {
+        check_app(&state.apps, caller, app)?;
+        let user = if caller.user_id.is_none() && !headers.contains_key(USER_HEADER) {
+            ANONYMOUS.to_string()
+        } else {
+            resolve_user(caller, headers, None)?
+        };
+        Ok(Scope {
+            app: app.to_string(),
+            user,
+        })
+    }
+}
+
+/// The run behind task `id`, if this caller's: another user's or another app's task is not
+/// found, never a leak.
+pub async fn task_run(state: &AppState, scope: &Scope, id: &str) -> A2aResult<RunRecord> {
+    let not_found = || A2aError::TaskNotFound(format!("no task {id:?}"));
+    if id.is_empty() || id.len() > 128 {
+        return Err(not_found());
+    }
+    state
+        .runner
+        .get_run(id)
+        .await?
+        .filter(|r| r.app_name == scope.app && r.user_id == scope.user)
+        .ok_or_else(not_found)
+}
+
+/// The run's committed events (its newest [`MAX_TASK_EVENTS`]), oldest first.
+async fn run_events(state: &AppState, run: &RunRecord) -> A2aResult<Vec<Event>> {
+    let mut after = run.base_seq.unwrap_or(0);
+    let mut out: std::collections::VecDeque<Event> = Default::default();
+    loop {
+        let page = state
+            .store
+            .invocation_events(&run.key(), &run.invocation_id, after, 500)
+            .await?;
+        let n = page.len();
+        for e in page {
+            after = e.seq;
+            if out.len() == MAX_TASK_EVENTS {
+                out.pop_front();
+            }
+            out.push_back(e.event);
+        }
+        if n < 500 {
+            break;
+        }
+    }
+    Ok(out.into())
+}
+
+/// A context id names a session: it must be an id agentd accepts.
+fn context_id(id: &str) -> A2aResult<()> {
+    crate::http::extract::validate_id("contextId", id)
+        .map_err(|e| A2aError::InvalidParams(A2aError::Api(e).message()))
+}
+
+/// A task as stored.
+pub async fn get_task(
+    state: &AppState,
+    scope: &Scope,
+    id: &str,
+    history_length: Option<i32>,
+) -> A2aResult<a2a::Task> {
+    let history = history(history_length)?;
+    let run = task_run(state, scope, id).await?;
+    let events = run_events(state, &run).await?;
+    Ok(task_of(&run, &events, history, true))
+}
+
+fn history(n: Option<i32>) -> A2aResult<Option<usize>> {
+    match n {
+        Some(n) if n < 0 => Err(A2aError::InvalidParams(
+            "historyLength must not be negative".into(),
+        )),
+        Some(n) => Ok(Some(n as usize)),
+        None => Ok(None),
+    }
+}
+
+/// A message, admitted as a run: the task's first response and its items.
+pub struct Started {
+    pub first: a2a::Task,
+    pub stream: TaskStream,
+    pub items: std::pin::Pin<Box<dyn Stream<Item = RunItem> + Send>>,
+    pub run_id: String,
+}
+
+/// Starts the run a message asks for. A message naming a task continues it only if the task
+/// waits for input (its answer is the new run, in the same context); a context id names the
+/// session (created on first use, the caller's own); no context starts a new one.
+pub async fn send(
+    state: &AppState,
+    scope: &Scope,
+    req: &a2a::SendMessageRequest,
+) -> A2aResult<Started> {
+    let message = req
+        .message
+        .as_ref()
+        .ok_or_else(|| A2aError::InvalidParams("params.message is required".into()))?;
+    if message.role != i32::from(a2a::Role::User) && message.role != 0 {
+        return Err(A2aError::InvalidParams(
+            "a message sent to an agent has role ROLE_USER".into(),
+        ));
+    }
+    let parts = map::incoming_parts(message)?;
+    // The task's id is chosen here, so a push config sent with the message can name it and
+    // be stored with the run at admission.
+    let run_id = format!("run-{}", uuid::Uuid::new_v4());
+    let push = match req
+        .configuration
+        .as_ref()
+        .and_then(|c| c.task_push_notification_config.as_ref())
+    {
+        Some(config) => Some(super::push::target(state, &run_id, config).await?),
+        None => None,
+    };
+    let mut session = (!message.context_id.is_empty()).then(|| message.context_id.clone());
+    if !message.task_id.is_empty() {
+        let run = task_run(state, scope, &message.task_id).await?;
+        if run.status == RunStatus::Running {
+            return Err(A2aError::Unsupported(format!(
+                "task {:?} is still working: wait for it, subscribe to it or cancel it",
+                run.run_id
+            )));
+        }
+        let events = run_events(state, &run).await?;
+        let state_now = task_state(run.status, !map::waiting_calls(&events).is_empty());
+        if is_terminal(state_now) {
+            return Err(A2aError::Unsupported(format!(
+                "task {:?} is {}; a terminal task takes no more messages",
+                run.run_id,
+                state_now.as_str_name()
+            )));
+        }
+        if session.as_ref().is_some_and(|s| s != &run.session_id) {
+            return Err(A2aError::InvalidParams(
+                "the message's contextId is not its task's".into(),
+            ));
+        }
+        session = Some(run.session_id);
+    }
+    let session = match session {
+        Some(s) => {
+            context_id(&s)?;
+            s
+        }
+        None => uuid::Uuid::new_v4().to_string(),
+    };
+    let key = SessionKey::new(&scope.app, &scope.user, &session);
+    // A function response must answer a call that waits for the client: a message cannot
+    // inject tool results the agent never asked for.
+    let answers: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| p.function_response.as_ref())
+        .map(|r| r.id.as_deref().unwrap_or(""))
+        .collect();
+    if !answers.is_empty() {
+        let open = kit::open_calls(state, &key).await?;
+        if let Some(stray) = answers.iter().find(|id| !open.contains_key(**id)) {
+            return Err(A2aError::InvalidParams(format!(
+                "function response {stray:?} answers no call waiting in this context"
+            )));
+        }
+    }
+    let mut run = turn(key, parts.clone(), true, vec![], OnDisconnect::Continue);
+    run.run_id = Some(run_id);
+    run.webhook = push;
+    let handle = kit::start_run(state, run).await?;
+    let message_id = if message.message_id.is_empty() {
+        uuid::Uuid::new_v4().to_string()
+    } else {
+        message.message_id.clone()
+    };
+    let first = a2a::Task {
+        id: handle.run_id.clone(),
+        context_id: session.clone(),
+        status: Some(a2a::TaskStatus {
+            state: a2a::TaskState::Submitted.into(),
+            message: None,
+            timestamp: None,
+        }),
+        artifacts: vec![],
+        history: map::user_message(&parts, &message_id, &handle.run_id, &session)
+            .into_iter()
+            .collect(),
+        metadata: None,
+    };
+    let run_id = handle.run_id.clone();
+    let stream = TaskStream::new(&run_id, &session);
+    let items = Box::pin(kit::handle_items(state, handle));
+    Ok(Started {
+        first,
+        stream,
+        items,
+        run_id,
+    })
+}
+
+/// `SendMessage`: the task when it stops (ends or waits for input), or at once with
+/// `returnImmediately` (the task goes on; get or subscribe to follow it).
+pub async fn send_blocking(
+    state: &AppState,
+    scope: &Scope,
+    req: &a2a::SendMessageRequest,
+) -> A2aResult<a2a::SendMessageResponse> {
+    let config = req.configuration.as_ref();
+    let history_length = history(config.and_then(|c| c.history_length))?;
+    let mut started = send(state, scope, req).await?;
+    let task = if config.is_some_and(|c| c.return_immediately) {
+        let mut task = started.first;
+        if let Some(s) = &mut task.status {
+            s.state = a2a::TaskState::Working.into();
+        }
+        task
+    } else {
+        while let Some(item) = started.items.next().await {
+            if matches!(item, RunItem::Done { .. }) {
+                break;
+            }
+        }
+        get_task(
+            state,
+            scope,
+            &started.run_id,
+            history_length.map(|n| n as i32),
+        )
+        .await?
+    };
+    Ok(a2a::SendMessageResponse {
+        payload: Some(a2a::send_message_response::Payload::Task(task)),
+    })
+}
+
+/// `SendStreamingMessage`: the task, a working status, then its artifacts and statuses as
+/// they happen, ending with the final status.
+pub async fn send_streaming(
+    state: &AppState,
+    scope: &Scope,
+    req: &a2a::SendMessageRequest,
+) -> A2aResult<impl Stream<Item = a2a::StreamResponse> + Send + 'static> {
+    let Started {
+        first,
+        mut stream,
+        items,
+        ..
+    } = send(state, scope, req).await?;
+    let head = vec![stream.start(first), stream.working()];
+    let body = items.flat_map(move |item| futures::stream::iter(stream.item(&item)));
+    Ok(futures::stream::iter(head).chain(body))
+}
+
+/// `SubscribeToTask`: the task as it is now, then what happens next, from any replica.
+pub async fn subscribe(
+    state: &AppState,
+    scope: &Scope,
+    id: &str,
+) -> A2aResult<impl Stream<Item = a2a::StreamResponse> + Send + 'static> {
+    let run = task_run(state, scope, id).await?;
+    let events = run_events(state, &run).await?;
+    let task = task_of(&run, &events, None, true);
+    let now = a2a::TaskState::try_from(task.status.as_ref().map_or(0, |s| s.state))
+        .unwrap_or(a2a::TaskState::Unspecified);
+    if run.status != RunStatus::Running || is_terminal(now) {
+        return Err(A2aError::Unsupported(format!(
+            "task {id:?} is {}; only a working task can be subscribed to (get it instead)",
+            now.as_str_name()
+        )));
+    }
+    // Everything the snapshot holds is behind `last`; the follower starts after it.
+    let last = last_seq(state, &run).await?;
+    let mut stream = TaskStream::new(&run.run_id, &run.session_id);
+    stream.seed(&events);
+    let first = stream.start(task);
+    let items = kit::follow_after(state, &run.run_id, last).await?;
+    let body = items.flat_map(move |item| futures::stream::iter(stream.item(&item)));
+    Ok(futures::stream::iter([first]).chain(body))
+}
+
+/// The run's newest committed seq (its base before its first event).
+async fn last_seq(state: &AppState, run: &RunRecord) -> A2aResult<Option<i64>> {
+    let mut after = run.base_seq.unwrap_or(0);
+    loop {
+        let page = state
+            .store
+            .invocation_events(&run.key(), &run.invocation_id, after, 500)
+            .await?;
+        let n = page.len();
+        if let Some(e) = page.last() {
+            after = e.seq;
+        }
+        if n < 500 {
+            return Ok(Some(after));
+        }
+    }
+}
+
+/// `CancelTask`: stops a working task (on whichever replica runs it) and answers it as it
+/// ended; a task that already ended is not cancelable.
+pub async fn cancel(
+    state: &AppState,
+    scope: &Scope,
+    id: &str,
+    headers: &HeaderMap,
+) -> A2aResult<a2a::Task> {
+    let run = task_run(state, scope, id).await?;
+    if run.status != RunStatus::Running {
+        let events = run_events(state, &run).await?;
+        let task = task_of(&run, &events, None, true);
+        let name = a2a::TaskState::try_from(task.status.as_ref().map_or(0, |s| s.state))
+            .map(|s| s.as_str_name())
+            .unwrap_or("ended");
+        return Err(A2aError::TaskNotCancelable(format!(
+            "task {id:?} is {name} and cannot be canceled"
+        )));
+    }
+    let req: CancelRequest =
+        crate::http::routes::runs::cancel_request(headers, Default::default())?;
+    let mut sub = state.runner.bus().subscribe(&run.key());
+    state.runner.cancel(&run.run_id, &req).await?;
+    let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+    loop {
+        let now = state.runner.get_run(&run.run_id).await?;
+        if now.as_ref().is_none_or(|r| r.status != RunStatus::Running)
+            || tokio::time::Instant::now() >= deadline
+        {
+            break;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(200), sub.rx.recv()).await;
+    }
+    get_task(state, scope, id, None).await
+}
+
+/// `ListTasks`: the caller's tasks of this app, newest first, optionally of one context and
+/// in one state; `pageToken` continues where the last page ended.
+pub async fn list(
+    state: &AppState,
+    scope: &Scope,
+    req: &a2a::ListTasksRequest,
+) -> A2aResult<a2a::ListTasksResponse> {
+    let page = match req.page_size {
+        None | Some(0) => DEFAULT_PAGE,
+        Some(n) if n < 0 || n as u32 > MAX_PAGE => {
+            return Err(A2aError::InvalidParams(format!(
+                "pageSize must be between 1 and {MAX_PAGE}"
+            )))
+        }
+        Some(n) => n as u32,
+    };
+    let history_length = history(req.history_length)?;
+    let with_artifacts = req.include_artifacts.unwrap_or(false);
+    let wanted = a2a::TaskState::try_from(req.status).unwrap_or(a2a::TaskState::Unspecified);
+    let status = match wanted {
+        a2a::TaskState::Unspecified => None,
+        a2a::TaskState::Working | a2a::TaskState::Submitted => Some(RunStatus::Running),
+        a2a::TaskState::Completed | a2a::TaskState::InputRequired => Some(RunStatus::Completed),
+        a2a::TaskState::Canceled => Some(RunStatus::Cancelled),
+        a2a::TaskState::Failed => None,
+        a2a::TaskState::Rejected | a2a::TaskState::AuthRequired => {
+            return Ok(a2a::ListTasksResponse {
+                tasks: vec![],
+                next_page_token: String::new(),
+                page_size: page as i32,
+                total_size: 0,
+            })
+        }
+    };
+    let mut before = page_token(&req.page_token)?;
+    let since = req
+        .status_timestamp_after
+        .as_ref()
+        .map(|t| t.seconds as f64 + f64::from(t.nanos) / 1e9);
+    if !req.context_id.is_empty() {
+        context_id(&req.context_id)?;
+    }
+    let mut tasks = vec![];
+    let mut exhausted = false;
+    // A state the runs table cannot filter on (failed has several run statuses,
+    // input-required is a completed run with calls waiting) is filtered here, a bounded
+    // number of pages per request: a page may then come back short, with a token to go on.
+    'pages: for _ in 0..10 {
+        let runs = if req.context_id.is_empty() {
+            state
+                .store
+                .list_runs(&scope.app, &scope.user, status, before.clone(), page + 1)
+                .await?
+        } else {
+            let key = SessionKey::new(&scope.app, &scope.user, &req.context_id);
+            state
+                .store
+                .list_session_runs(&key, before.clone(), page + 1)
+                .await?
+        };
+        let more = runs.len() > page as usize;
+        for run in runs.into_iter().take(page as usize) {
+            before = Some((run.created_at, run.run_id.clone()));
+            if status.is_some_and(|s| s != run.status) {
+                continue;
+            }
+            let changed = run.finished_at.or(run.started_at).unwrap_or(run.created_at);
+            if since.is_some_and(|t| changed <= t) {
+                continue;
+            }
+            let events = run_events(state, &run).await?;
+            let task = task_of(&run, &events, history_length, with_artifacts);
+            let state_now = task.status.as_ref().map_or(0, |s| s.state);
+            if wanted != a2a::TaskState::Unspecified && state_now != i32::from(wanted) {
+                continue;
+            }
+            tasks.push(task);
+            if tasks.len() == page as usize {
+                break 'pages;
+            }
+        }
+        if !more {
+            exhausted = true;
+            break;
+        }
+    }
+    let next_page_token = match (exhausted, before) {
+        (false, Some((at, id))) => encode_token(at, &id),
+        _ => String::new(),
+    };
+    // `totalSize` stays 0 (unknown): counting every task of a user on each page would
+    // cost more than the page.
+    Ok(a2a::ListTasksResponse {
+        page_size: page as i32,
+        total_size: 0,
+        tasks,
+        next_page_token,
+    })
+}
+
+fn encode_token(at: f64, id: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{at}|{id}"))
+}
+
+fn page_token(token: &str) -> A2aResult<Option<(f64, String)>> {
+    use base64::Engine;
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let bad = || A2aError::InvalidParams("pageToken is not one this server gave".into());
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
+    let text = String::from_utf8(raw).map_err(|_| bad())?;
+    let (at, id) = text.split_once('|').ok_or_else(bad)?;
+    Ok(Some((at.parse().map_err(|_| bad())?, id.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_round_trip_and_refuse_forgeries() {
+        let t = encode_token(1764110000.25, "run-1");
+        assert_eq!(
+            page_token(&t).unwrap(),
+            Some((1764110000.25, "run-1".into()))
+        );
+        assert_eq!(page_token("").unwrap(), None);
+        assert!(page_token("!!").is_err());
+        assert!(page_token("bm8tYmFy").is_err());
+    }
+}

@@ -1,0 +1,72 @@
+//! A2A push notifications: a run's end as A2A tells it — a `StreamResponse` holding the
+//! task's final status — and the A2A state of a run, which the A2A protocol adapter shares
+//! (it lives here, below both, so the sender never reaches up into `http`).
+
+use crate::store::{RunRecord, RunStatus};
+use a2a_types as a2a;
+
+/// What a task is, from its run and whether calls still wait for the client.
+pub fn task_state(status: RunStatus, waiting: bool) -> a2a::TaskState {
+    match status {
+        RunStatus::Running => a2a::TaskState::Working,
+        RunStatus::Completed if waiting => a2a::TaskState::InputRequired,
+        RunStatus::Completed => a2a::TaskState::Completed,
+        RunStatus::Cancelled => a2a::TaskState::Canceled,
+        RunStatus::Failed | RunStatus::TimedOut | RunStatus::Interrupted | RunStatus::Abandoned => {
+            a2a::TaskState::Failed
+        }
+    }
+}
+
+/// Seconds since the epoch as a protobuf timestamp.
+pub fn timestamp(secs: f64) -> pbjson_types::Timestamp {
+    let secs = secs.max(0.0);
+    pbjson_types::Timestamp {
+        seconds: secs.trunc() as i64,
+        nanos: ((secs.fract() * 1e9) as i32).clamp(0, 999_999_999),
+    }
+}
+
+/// Why a failed task failed, in a sentence.
+pub fn failure(run: &RunRecord) -> String {
+    run.error
+        .clone()
+        .unwrap_or_else(|| format!("the run ended {}", run.status.as_str()))
+}
+
+/// The body of a push notification: `{"statusUpdate": {taskId, contextId, status}}`, the
+/// status message saying why a failed task failed. The receiver gets the rest with `GetTask`.
+pub(super) fn status_body(run: &RunRecord, waiting: bool) -> Vec<u8> {
+    let state = task_state(run.status, waiting);
+    let message = (state == a2a::TaskState::Failed).then(|| a2a::Message {
+        message_id: format!("{}-status", run.run_id),
+        context_id: run.session_id.clone(),
+        task_id: run.run_id.clone(),
+        role: a2a::Role::Agent.into(),
+        parts: vec![a2a::Part {
+            content: Some(a2a::part::Content::Text(failure(run))),
+            metadata: None,
+            filename: String::new(),
+            media_type: String::new(),
+        }],
+        metadata: None,
+        extensions: vec![],
+        reference_task_ids: vec![],
+    });
+    let at = run.finished_at.unwrap_or(run.created_at);
+    let body = a2a::StreamResponse {
+        payload: Some(a2a::stream_response::Payload::StatusUpdate(
+            a2a::TaskStatusUpdateEvent {
+                task_id: run.run_id.clone(),
+                context_id: run.session_id.clone(),
+                status: Some(a2a::TaskStatus {
+                    state: state.into(),
+                    message,
+                    timestamp: Some(timestamp(at)),
+                }),
+                metadata: None,
+            },
+        )),
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+}
