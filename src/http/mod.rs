@@ -59,6 +59,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
     let (api, doc) = api_routes().split_for_parts();
     let api = api
         .merge(openapi::router(&doc))
+        .merge(frontend::mcp::router(&state, args))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(

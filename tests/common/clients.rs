@@ -106,6 +106,18 @@ pub async fn a2a(scenario: &str, env: &[(&str, &str)]) -> Value {
     .await
 }
 
+/// The MCP Python driver's `scenario` (`tests/clients/python/mcp_client.py`), with its
+/// environment (`AGENTD_MCP_URL`, `AGENTD_TOOL`, …).
+pub async fn mcp(scenario: &str, env: &[(&str, &str)]) -> Value {
+    let script = repo().join("tests/clients/python/mcp_client.py");
+    run_driver(
+        &python(),
+        &[script.to_str().unwrap_or_default(), scenario],
+        env,
+    )
+    .await
+}
+
 /// A node driver script of `project` with `args`, and extra environment.
 pub async fn node(project: &str, script: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
     let dir = node_project(project);

@@ -13,6 +13,7 @@ pub mod adk_web_ui;
 pub mod ag_ui;
 pub mod ai_sdk;
 pub mod kit;
+pub mod mcp;
 pub mod openai;
 
 use super::AppState;

@@ -1,0 +1,120 @@
+//! The pure part of the MCP server: an app as a tool, a run's outcome as a tool result, and
+//! the run id a tool call gets (so a cancel arriving at another replica finds it).
+
+use crate::store::RunStatus;
+use rmcp::model::{CallToolResult, ContentBlock, Tool};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+/// Whether an app's name can be a tool's name (MCP: 1 to 128 of `A-Za-z0-9_.-`).
+pub fn is_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// The tool an app is: `{message, session_id?}` in; the agent's final text out, with the
+/// session, run and status as structured content.
+pub fn tool(app: &str, description: &str) -> Tool {
+    let description = if description.is_empty() {
+        format!("Runs the agentd app {app} on a message and answers its final text.")
+    } else {
+        description.to_string()
+    };
+    let mut tool = Tool::new(
+        app.to_string(),
+        description,
+        object(json!({
+            "type": "object",
+            "properties": {
+                "message": {"type": "string", "description": "The user's message."},
+                "session_id": {"type": "string", "description":
+                    "Continue this session (created on first use); without it a new one starts."}
+            },
+            "required": ["message"]
+        })),
+    );
+    tool.output_schema = Some(Arc::new(object(json!({
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "session_id": {"type": "string"},
+            "run_id": {"type": "string"},
+            "status": {"type": "string", "description":
+                "completed, input_required, failed, cancelled, timed_out, interrupted or abandoned"}
+        },
+        "required": ["text", "session_id", "run_id", "status"]
+    }))));
+    tool
+}
+
+/// A run's outcome as the tool's result: an error result unless it completed.
+pub fn result(text: String, session_id: &str, run_id: &str, status: &str) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
+    r.structured_content = Some(json!({
+        "text": text, "session_id": session_id, "run_id": run_id, "status": status,
+    }));
+    r.is_error = Some(!matches!(status, "completed" | "input_required"));
+    r
+}
+
+/// The status a tool result reports.
+pub fn status(status: RunStatus, waiting: bool) -> &'static str {
+    match status {
+        RunStatus::Completed if waiting => "input_required",
+        other => other.as_str(),
+    }
+}
+
+/// The run id of a tool call: derived from the client's `Mcp-Session-Id` and the request id,
+/// so the `notifications/cancelled` naming that request finds the run on any replica
+/// without any state kept between requests. Without a session id, a fresh one.
+pub fn run_id(session: Option<&str>, request_id: &Value) -> String {
+    use sha2::Digest;
+    match session {
+        Some(s) if !s.is_empty() => {
+            let digest = sha2::Sha256::digest(format!("{s}\u{1f}{request_id}").as_bytes());
+            let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+            format!("run-mcp-{hex}")
+        }
+        _ => format!("run-{}", uuid::Uuid::new_v4()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_calls_run_id_is_found_again_from_its_session_and_request() {
+        let a = run_id(Some("s1"), &json!(7));
+        assert_eq!(a, run_id(Some("s1"), &json!(7)));
+        assert_ne!(a, run_id(Some("s2"), &json!(7)));
+        assert_ne!(a, run_id(Some("s1"), &json!("7")));
+        assert!(a.starts_with("run-mcp-") && a.len() == "run-mcp-".len() + 32);
+        assert_ne!(run_id(None, &json!(7)), run_id(None, &json!(7)));
+    }
+
+    #[test]
+    fn tools_and_results() {
+        assert!(is_tool_name("help_desk-2.v1"));
+        assert!(!is_tool_name("has space") && !is_tool_name(""));
+        let t = serde_json::to_value(tool("echo", "")).unwrap();
+        assert_eq!(t["inputSchema"]["required"], json!(["message"]));
+        assert!(t["description"].as_str().unwrap().contains("echo"));
+        let ok = serde_json::to_value(result("hi".into(), "s", "r", "completed")).unwrap();
+        assert_eq!(ok["structuredContent"]["run_id"], "r");
+        assert_eq!(ok["isError"], false);
+        let bad = serde_json::to_value(result("".into(), "s", "r", "failed")).unwrap();
+        assert_eq!(bad["isError"], true);
+    }
+}

@@ -1,0 +1,128 @@
+//! The MCP routes: `POST/GET/DELETE /mcp` and `/apps/{app}/mcp`, served by `rmcp`'s
+//! streamable HTTP service in stateless mode behind agentd's own door (authentication, the
+//! DNS-rebinding and cross-site checks, the body limit).
+//!
+//! Stateless: every POST is answered on its own (JSON, or SSE when progress notifications
+//! come first), so any replica serves any request. An `Mcp-Session-Id` is still issued on
+//! the first answer: it holds no state, but names the client, so a `notifications/cancelled`
+//! (which names only a request id) finds the call's run on any replica
+//! ([`super::map::run_id`]).
+
+use super::tools::{AgentTools, OneApp};
+use crate::config::ServeArgs;
+use crate::http::AppState;
+use axum::extract::{Path, Request, State};
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use std::sync::Arc;
+use tower::ServiceExt;
+
+type Service = StreamableHttpService<AgentTools, NeverSessionManager>;
+
+/// The MCP routes, for [`crate::http::router`] to put behind the door.
+pub fn router(state: &AppState, args: &ServeArgs) -> Router<AppState> {
+    let tools = AgentTools {
+        state: state.clone(),
+    };
+    // The door already checks Host (DNS rebinding) and cross-site requests; rmcp checks
+    // Origin against --allow-origin as the MCP spec asks (a browser page elsewhere cannot
+    // drive it), and the body limit is agentd's.
+    let mut config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .disable_allowed_hosts()
+        .with_allowed_origins(args.allow_origins.iter().filter(|o| *o != "*").cloned());
+    if !args.allow_origins.iter().any(|o| o == "*") {
+        config = config.enforce_origin_validation();
+    }
+    config.max_request_body_bytes = args.max_body_bytes;
+    let limit = args.max_body_bytes;
+    let factory = tools.clone();
+    let mcp = Mcp {
+        service: Arc::new(StreamableHttpService::new(
+            move || Ok(factory.clone()),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        )),
+        tools: Arc::new(tools),
+        limit,
+    };
+    let all = mcp.clone();
+    Router::new()
+        .route("/mcp", any(move |req: Request| all.clone().serve(req)))
+        .route(
+            "/apps/{app}/mcp",
+            any(
+                move |State(_): State<AppState>, Path(app): Path<String>, mut req: Request| {
+                    let mcp = mcp.clone();
+                    async move {
+                        req.extensions_mut().insert(OneApp(app));
+                        mcp.serve(req).await
+                    }
+                },
+            ),
+        )
+}
+
+#[derive(Clone)]
+struct Mcp {
+    service: Arc<Service>,
+    tools: Arc<AgentTools>,
+    limit: usize,
+}
+
+impl Mcp {
+    async fn serve(self, req: Request) -> Response {
+        let issue = req.method() == axum::http::Method::POST
+            && !req.headers().contains_key("mcp-session-id");
+        let req = if req.method() == axum::http::Method::POST {
+            let (parts, body) = req.into_parts();
+            let Ok(bytes) = axum::body::to_bytes(body, self.limit).await else {
+                return crate::http::error::ApiError::payload_too_large(format!(
+                    "the body is over {} bytes (--max-body-bytes)",
+                    self.limit
+                ))
+                .into_response();
+            };
+            if let Some((id, reason)) = cancellation(&bytes) {
+                self.tools.cancel_call(&parts, &id, reason).await;
+                return axum::http::StatusCode::ACCEPTED.into_response();
+            }
+            Request::from_parts(parts, axum::body::Body::from(bytes))
+        } else {
+            req
+        };
+        proxy(&self.service, req, issue).await
+    }
+}
+
+/// The request id (and reason) of a `notifications/cancelled`, if that is what `body` is.
+fn cancellation(body: &[u8]) -> Option<(serde_json::Value, Option<String>)> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    if v.get("method")? != "notifications/cancelled" || v.get("id").is_some() {
+        return None;
+    }
+    let params = v.get("params")?;
+    let reason = params
+        .get("reason")
+        .and_then(|r| r.as_str())
+        .map(str::to_string);
+    Some((params.get("requestId")?.clone(), reason))
+}
+
+async fn proxy(service: &Arc<Service>, req: Request, issue: bool) -> Response {
+    let mut response = match (**service).clone().oneshot(req).await {
+        Ok(r) => r.map(axum::body::Body::new).into_response(),
+        Err(never) => match never {},
+    };
+    if issue && response.status().is_success() {
+        if let Ok(v) = HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()) {
+            response.headers_mut().insert("mcp-session-id", v);
+        }
+    }
+    response
+}

@@ -1,0 +1,313 @@
+//! The MCP handler: `tools/list` answers the apps the caller may use as tools, `tools/call`
+//! runs one (partial text as progress notifications when the client sent a progress token),
+//! `notifications/cancelled` cancels the call's run wherever it runs.
+
+use super::map;
+use crate::auth::Caller;
+use crate::http::frontend::kit::{self, USER_HEADER};
+use crate::http::AppState;
+use crate::run::RunItem;
+use crate::runner::OnDisconnect;
+use crate::store::{CancelRequest, RunStatus, SessionKey};
+use axum::http::request::Parts;
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
+    ContentBlock, ErrorData, Implementation, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::Value;
+use tracing::Instrument;
+
+/// The user of an unauthenticated call that names none (an MCP host has no field for it).
+pub const ANONYMOUS: &str = "mcp";
+
+/// `/apps/{app}/mcp` serves this app only.
+#[derive(Debug, Clone)]
+pub struct OneApp(pub String);
+
+/// The MCP server over the app registry and the runner.
+#[derive(Clone)]
+pub struct AgentTools {
+    pub state: AppState,
+}
+
+/// Who calls and what they may see, from the HTTP request rmcp hands over.
+struct Call<'a> {
+    caller: Caller,
+    user: String,
+    only: Option<&'a str>,
+    session: Option<&'a str>,
+}
+
+fn call_of(parts: Option<&Parts>) -> Result<Call<'_>, ErrorData> {
+    let parts = parts.ok_or_else(|| ErrorData::internal_error("no HTTP request", None))?;
+    let caller = parts
+        .extensions
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| ErrorData::internal_error("unauthenticated", None))?;
+    let user = if caller.user_id.is_none() && !parts.headers.contains_key(USER_HEADER) {
+        ANONYMOUS.to_string()
+    } else {
+        kit::resolve_user(&caller, &parts.headers, None)
+            .map_err(|e| ErrorData::invalid_request(detail(&e), None))?
+    };
+    Ok(Call {
+        caller,
+        user,
+        only: parts.extensions.get::<OneApp>().map(|a| a.0.as_str()),
+        session: parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok()),
+    })
+}
+
+fn detail(e: &crate::http::error::ApiError) -> String {
+    match &e.detail {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl AgentTools {
+    /// The apps this call may use, as (name, description), sorted.
+    fn apps(&self, call: &Call<'_>) -> Vec<(String, String)> {
+        self.state
+            .apps
+            .entries()
+            .filter(|e| call.only.is_none_or(|only| only == e.name))
+            .filter(|e| call.caller.may_use_app(&e.name) && map::is_tool_name(&e.name))
+            .filter_map(|e| {
+                let tree = e.tree.as_ref().ok()?;
+                Some((e.name.clone(), tree.root().description().to_string()))
+            })
+            .collect()
+    }
+
+    async fn run(
+        &self,
+        call: &Call<'_>,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let app = request.name.to_string();
+        if !self.apps(call).iter().any(|(name, _)| *name == app) {
+            return Err(ErrorData::invalid_params(
+                format!("no tool named {app:?}"),
+                None,
+            ));
+        }
+        let args = request.arguments.unwrap_or_default();
+        let Some(message) = args.get("message").and_then(Value::as_str) else {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                "`message` (a string) is required",
+            )]));
+        };
+        let session = match args.get("session_id") {
+            None | Some(Value::Null) => uuid::Uuid::new_v4().to_string(),
+            Some(Value::String(s)) => {
+                if let Err(e) = crate::http::extract::validate_id("session_id", s) {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(detail(&e))]));
+                }
+                s.clone()
+            }
+            Some(_) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(
+                    "`session_id` must be a string",
+                )]))
+            }
+        };
+        let progress = context.meta.get_progress_token();
+        let request_id = serde_json::to_value(&context.id).unwrap_or(Value::Null);
+        let run_id = map::run_id(call.session, &request_id);
+        let part = crate::event::Part {
+            text: Some(message.to_string()),
+            ..Default::default()
+        };
+        let key = SessionKey::new(&app, &call.user, &session);
+        // The client going away (its stream dropped with this future) cancels the run.
+        let mut req = kit::turn(
+            key,
+            vec![part],
+            progress.is_some(),
+            vec![],
+            OnDisconnect::Cancel,
+        );
+        req.run_id = Some(run_id.clone());
+        let handle = match kit::start_run(&self.state, req).await {
+            Ok(h) => h,
+            Err(e) => {
+                let mut r = CallToolResult::error(vec![ContentBlock::text(detail(&e))]);
+                r.structured_content = Some(serde_json::json!({"code": e.code}));
+                return Ok(r);
+            }
+        };
+        let span = tracing::info_span!("mcp_call", app = %app, user = %call.user,
+            session = %session, run = %run_id);
+        self.follow(handle, &run_id, &session, progress, context)
+            .instrument(span)
+            .await
+    }
+
+    /// Follows the call's run to its end: progress notifications for partial text, the final
+    /// text and status as the result.
+    async fn follow(
+        &self,
+        handle: crate::runner::RunHandle,
+        run_id: &str,
+        session: &str,
+        progress: Option<rmcp::model::ProgressToken>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut items = Box::pin(kit::handle_items(&self.state, handle));
+        let mut chunks = 0u32;
+        let mut text = String::new();
+        let mut waiting = std::collections::BTreeMap::new();
+        let mut error = None;
+        let mut status = RunStatus::Interrupted;
+        loop {
+            let item = tokio::select! {
+                item = items.next() => item,
+                // A cancel this replica's rmcp saw for the request.
+                _ = context.ct.cancelled() => {
+                    let _ = self.state.runner.cancel(run_id, &cancel_request("the MCP request was cancelled")).await;
+                    continue;
+                }
+            };
+            let Some(item) = item else { break };
+            match &item {
+                RunItem::Event { event, seq: None } => {
+                    let chunk = kit::answer_text(event);
+                    if let (Some(token), false) = (&progress, chunk.is_empty()) {
+                        chunks += 1;
+                        let note = ProgressNotificationParam::new(token.clone(), f64::from(chunks))
+                            .with_message(chunk);
+                        // A client that stopped listening is not a reason to stop the run.
+                        let _ = context.peer.notify_progress(note).await;
+                    }
+                }
+                RunItem::Event {
+                    event,
+                    seq: Some(_),
+                } => {
+                    if event.author != "user" {
+                        let t = kit::answer_text(event);
+                        if !t.is_empty() {
+                            text = t;
+                        }
+                    }
+                    let open = kit::waiting_calls(std::slice::from_ref(event));
+                    waiting.extend(open);
+                    for r in event.function_responses() {
+                        if let Some(id) = &r.id {
+                            waiting.remove(id);
+                        }
+                    }
+                }
+                RunItem::Error { message, .. } => error = Some(message.clone()),
+                RunItem::Done { status: s, .. } => {
+                    status = *s;
+                    break;
+                }
+            }
+        }
+        let status = map::status(status, !waiting.is_empty());
+        if text.is_empty() {
+            if let Some(e) = error {
+                text = e;
+            }
+        }
+        Ok(map::result(text, session, run_id, status))
+    }
+}
+
+impl AgentTools {
+    /// A `notifications/cancelled` for an earlier request: its run (found from the client's
+    /// session and the request id) is cancelled wherever it runs, if it is this user's and
+    /// still running. rmcp's stateless mode drops notifications, so [`super::service`] hands
+    /// this one over itself.
+    pub async fn cancel_call(&self, parts: &Parts, request_id: &Value, reason: Option<String>) {
+        let Ok(call) = call_of(Some(parts)) else {
+            return;
+        };
+        let Some(session) = call.session else {
+            tracing::debug!("an MCP cancel without Mcp-Session-Id names no run");
+            return;
+        };
+        let run_id = map::run_id(Some(session), request_id);
+        match self.state.runner.get_run(&run_id).await {
+            Ok(Some(run)) if run.user_id == call.user && run.status == RunStatus::Running => {
+                let reason = reason.unwrap_or_else(|| "cancelled by the MCP client".into());
+                let reason: String = reason.chars().take(1000).collect();
+                if let Err(e) = self
+                    .state
+                    .runner
+                    .cancel(&run_id, &cancel_request(&reason))
+                    .await
+                {
+                    tracing::warn!(run = %run_id, error = %e, "could not cancel an MCP call's run");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(run = %run_id, error = %e, "could not read an MCP call's run"),
+        }
+    }
+}
+
+fn cancel_request(reason: &str) -> CancelRequest {
+    CancelRequest {
+        by: Some("mcp".into()),
+        reason: Some(reason.into()),
+    }
+}
+
+impl ServerHandler for AgentTools {
+    fn get_info(&self) -> ServerConfig {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("agentd", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Each tool is an agentd app: call it with a message (and a session_id to \
+                 continue a conversation); it answers the agent's final text.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let call = call_of(context.extensions.get::<Parts>())?;
+        Ok(ListToolsResult::with_all_items(
+            self.apps(&call)
+                .iter()
+                .map(|(name, description)| map::tool(name, description))
+                .collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let call = call_of(context.extensions.get::<Parts>())?;
+        self.run(&call, request, &context).await.map(Into::into)
+    }
+
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        context: NotificationContext<RoleServer>,
+    ) {
+        if let (Some(parts), Some(id)) =
+            (context.extensions.get::<Parts>(), notification.request_id)
+        {
+            let id = serde_json::to_value(&id).unwrap_or(Value::Null);
+            self.cancel_call(parts, &id, notification.reason).await;
+        }
+    }
+}
