@@ -71,7 +71,9 @@ if [ -z "$url" ]; then
 fi
 
 # The real clients the tests drive, pinned in lockfiles under tests/clients/: the openai
-# Python SDK and schemathesis (venvs) and the npm packages (ai, @ag-ui/client, playwright-core).
+# Python SDK, a2a-sdk, mcp and standardwebhooks, schemathesis (venvs) and the npm packages (ai,
+# @ag-ui/client, @a2a-js/sdk, @modelcontextprotocol/sdk, playwright-core, and the MCP
+# conformance kit with the Node.js 22 it needs).
 # Reinstalled only when a lockfile changes.
 clients=target/test-clients
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -96,7 +98,7 @@ venv() {
 venv python python
 # schemathesis, which scripts/fuzz-api.sh runs against the OpenAPI document (tests/openapi.rs).
 venv schemathesis st
-for dir in tests/clients/node tests/clients/web-ui; do
+for dir in tests/clients/node tests/clients/web-ui tests/clients/mcp-conformance; do
   if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.agentd-lock"; then
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
     cp "$dir/package-lock.json" "$dir/node_modules/.agentd-lock"

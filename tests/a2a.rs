@@ -387,3 +387,50 @@ both_backends!(
     the_python_sdk_drives_an_app_over_both_bindings,
     bad_input_gets_the_specs_errors_and_stores_nothing,
 );
+
+async fn node(scenario: &str, r: &Replica, binding: &str, extra: &[(&str, &str)]) -> Value {
+    let mut env = vec![
+        ("AGENTD_URL", r.base.as_str()),
+        ("AGENTD_APP", "slow"),
+        ("AGENTD_BINDING", binding),
+    ];
+    env.extend_from_slice(extra);
+    let out = common::clients::node("node", "a2a.mjs", &[scenario], &env).await;
+    assert!(
+        out.get("error").is_none(),
+        "{scenario} over {binding}: {out}"
+    );
+    out
+}
+
+/// The official JavaScript client (`@a2a-js/sdk`) over both bindings.
+async fn the_js_sdk_drives_an_app_over_both_bindings(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let apps = Apps::new().echo("slow", SLOW);
+    let r = Replica::spawn(&db, &apps, "a", &[]).await;
+    for (binding, transport) in [
+        ("JSONRPC", "JsonRpcTransport"),
+        ("HTTP+JSON", "_RestTransport"),
+    ] {
+        let sent = node("send", &r, binding, &[]).await;
+        assert_eq!(sent["transport"], transport);
+        assert_eq!(sent["state"], "TASK_STATE_COMPLETED");
+        assert_eq!(sent["text"], "hello");
+        assert_eq!(sent["getState"], "TASK_STATE_COMPLETED");
+        let streamed = node("stream", &r, binding, &[]).await;
+        assert_eq!(streamed["kinds"][0], "task");
+        assert_eq!(streamed["text"], "hello");
+        assert_eq!(streamed["final"], "TASK_STATE_COMPLETED");
+        assert_eq!(streamed["secondText"], "hello again");
+        assert_eq!(streamed["secondContextSame"], true);
+        let cancelled = node("cancel", &r, binding, &[]).await;
+        assert_eq!(cancelled["cancelState"], "TASK_STATE_CANCELED");
+        assert_eq!(cancelled["final"], "TASK_STATE_CANCELED");
+        let resumed = node("resubscribe", &r, binding, &[]).await;
+        assert_eq!(resumed["firstKind"], "task");
+        assert_eq!(resumed["text"], "hello");
+        assert_eq!(resumed["final"], "TASK_STATE_COMPLETED");
+    }
+}
+
+both_backends!(the_js_sdk_drives_an_app_over_both_bindings);

@@ -246,7 +246,114 @@ async fn bad_input_is_refused_and_stores_nothing(backend: Backend) {
     assert!(runs(&r, "slow").await.is_empty(), "nothing ran");
 }
 
+/// The official TypeScript SDK (`@modelcontextprotocol/sdk`): list, call, progress, and an
+/// aborted call (it sends `notifications/cancelled`) that stops the run.
+async fn the_typescript_sdk_uses_apps_as_tools(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let apps = Apps::new()
+        .echo("slow", SLOW)
+        .echo("long", "chunks: 100\nchunk_delay_ms: 100");
+    let r = Replica::spawn(&db, &apps, "a", &[]).await;
+    let url = r.url("/mcp");
+    let node = |scenario: &'static str, tool: &'static str| {
+        let url = url.clone();
+        async move {
+            let env = [("AGENTD_MCP_URL", url.as_str()), ("AGENTD_TOOL", tool)];
+            let out = common::clients::node("node", "mcp.mjs", &[scenario], &env).await;
+            assert!(out.get("error").is_none(), "{scenario}: {out}");
+            out
+        }
+    };
+    let called = node("call", "slow").await;
+    assert_eq!(called["tools"], json!(["long", "slow"]));
+    assert_eq!(called["text"], "hello");
+    assert_eq!(
+        (called["isError"].clone(), called["status"].clone()),
+        (json!(false), json!("completed"))
+    );
+    assert!(
+        called["sessionId"].is_string(),
+        "an Mcp-Session-Id was issued"
+    );
+    let progress = node("progress", "slow").await;
+    assert!(
+        progress["progress"].as_u64().unwrap_or(0) >= 2,
+        "{progress}"
+    );
+    assert_eq!(progress["progressText"], "hello");
+    let cancelled = node("cancel", "long").await;
+    assert_eq!(cancelled["aborted"], "McpError");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let last = runs(&r, "long")
+            .await
+            .first()
+            .cloned()
+            .unwrap_or(Value::Null);
+        if last["status"] == "cancelled" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the aborted call's run goes on: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The scenarios of the MCP conformance kit that apply to a server of tools (the others
+/// need the kit's own test tools, resources, prompts, logging or sampling).
+const CONFORMANCE: &[&str] = &[
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+];
+
+/// `conformance server --url …/mcp --scenario S` for every applicable scenario: each passes
+/// all its checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_conformance_kit_passes() {
+    let db = TestDb::sqlite().await;
+    let apps = Apps::new().echo("slow", SLOW);
+    let r = Replica::spawn(&db, &apps, "a", &[]).await;
+    let dir = common::clients::node_project("mcp-conformance");
+    let node = dir.join("node_modules/.bin/node");
+    let kit = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let url = r.url("/mcp");
+    for scenario in CONFORMANCE {
+        let out = tokio::time::timeout(
+            Duration::from_secs(120),
+            tokio::process::Command::new(&node)
+                .arg(&kit)
+                .args(["server", "--url", &url, "--scenario", scenario])
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the kit finished")
+        .expect("the kit ran");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("Passed: "))
+            .unwrap_or_else(|| panic!("{scenario}: no result line:\n{text}"));
+        // "Passed: 2/2, 0 failed, 0 warnings"
+        let nums: Vec<u64> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        assert!(
+            nums.len() >= 3 && nums[0] == nums[1] && nums[1] >= 1 && nums[2] == 0,
+            "{scenario}: {line}\n{text}"
+        );
+    }
+}
+
 both_backends!(
     the_python_sdk_uses_apps_as_tools,
+    the_typescript_sdk_uses_apps_as_tools,
     bad_input_is_refused_and_stores_nothing,
 );

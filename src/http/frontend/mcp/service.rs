@@ -28,17 +28,13 @@ pub fn router(state: &AppState, args: &ServeArgs) -> Router<AppState> {
     let tools = AgentTools {
         state: state.clone(),
     };
-    // The door already checks Host (DNS rebinding) and cross-site requests; rmcp checks
-    // Origin against --allow-origin as the MCP spec asks (a browser page elsewhere cannot
-    // drive it), and the body limit is agentd's.
+    // The door already checks Host (DNS rebinding) and cross-site requests; Origin is checked
+    // here ([`origin_allowed`]), and the body limit is agentd's.
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .disable_allowed_hosts()
-        .with_allowed_origins(args.allow_origins.iter().filter(|o| *o != "*").cloned());
-    if !args.allow_origins.iter().any(|o| o == "*") {
-        config = config.enforce_origin_validation();
-    }
+        .disable_allowed_origins();
     config.max_request_body_bytes = args.max_body_bytes;
     let limit = args.max_body_bytes;
     let factory = tools.clone();
@@ -50,6 +46,7 @@ pub fn router(state: &AppState, args: &ServeArgs) -> Router<AppState> {
         )),
         tools: Arc::new(tools),
         limit,
+        origins: Arc::new(args.allow_origins.clone()),
     };
     let all = mcp.clone();
     Router::new()
@@ -73,10 +70,27 @@ struct Mcp {
     service: Arc<Service>,
     tools: Arc<AgentTools>,
     limit: usize,
+    /// `--allow-origin`.
+    origins: Arc<Vec<String>>,
 }
 
 impl Mcp {
     async fn serve(self, req: Request) -> Response {
+        let host = req
+            .headers()
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        if let Some(origin) = req.headers().get(axum::http::header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("");
+            if !origin_allowed(origin, host, &self.origins) {
+                return crate::http::error::ApiError::new(
+                    axum::http::StatusCode::FORBIDDEN,
+                    "origin_forbidden",
+                    "MCP requests from a page of another origin need --allow-origin",
+                )
+                .into_response();
+            }
+        }
         let issue = req.method() == axum::http::Method::POST
             && !req.headers().contains_key("mcp-session-id");
         let req = if req.method() == axum::http::Method::POST {
@@ -98,6 +112,22 @@ impl Mcp {
         };
         proxy(&self.service, req, issue).await
     }
+}
+
+/// Whether a browser page of `origin` may call (the MCP spec asks servers to check Origin,
+/// against DNS rebinding and cross-site use): the server's own origin (the `Host` it was
+/// reached at), or one `--allow-origin` names (`*`: any).
+pub fn origin_allowed(origin: &str, host: Option<&str>, allowed: &[String]) -> bool {
+    if allowed
+        .iter()
+        .any(|a| a == "*" || a.trim_end_matches('/') == origin)
+    {
+        return true;
+    }
+    let authority = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    matches!((authority, host), (Some(a), Some(h)) if a.eq_ignore_ascii_case(h))
 }
 
 /// The request id (and reason) of a `notifications/cancelled`, if that is what `body` is.
@@ -125,4 +155,41 @@ async fn proxy(service: &Arc<Service>, req: Request, issue: bool) -> Response {
         }
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_are_the_servers_own_or_allowed() {
+        let none: Vec<String> = vec![];
+        assert!(origin_allowed(
+            "http://127.0.0.1:8000",
+            Some("127.0.0.1:8000"),
+            &none
+        ));
+        assert!(!origin_allowed(
+            "http://127.0.0.1:9999",
+            Some("127.0.0.1:8000"),
+            &none
+        ));
+        assert!(!origin_allowed(
+            "https://evil.example",
+            Some("127.0.0.1:8000"),
+            &none
+        ));
+        assert!(!origin_allowed("null", Some("127.0.0.1:8000"), &none));
+        let app = vec!["https://app.example.com".to_string()];
+        assert!(origin_allowed(
+            "https://app.example.com",
+            Some("api.example.com"),
+            &app
+        ));
+        assert!(origin_allowed(
+            "https://x.example",
+            None,
+            &["*".to_string()]
+        ));
+    }
 }
