@@ -6,6 +6,7 @@
 //! are its own), each on a fresh PostgreSQL database, drives them with real HTTP and real SSE
 //! parsing, and prints markdown.
 
+mod a2a;
 mod ceiling;
 mod credentials;
 mod extra;
@@ -62,6 +63,9 @@ enum Command {
     /// Webhook delivery latency: from a run's end (as the database recorded it) to its
     /// webhook's arrival at a receiver on loopback, p50/p90/p99 over `--webhook-runs` runs.
     Webhooks(BenchArgs),
+    /// Time to the first answer chunk over A2A (both bindings) and over `/run_sse`, for the
+    /// same echo app, `--a2a-runs` requests of each, interleaved.
+    A2a(BenchArgs),
     /// Forking a long session (100,000 events by default): the fork's time and agentd's peak
     /// RSS while it runs (PostgreSQL).
     Fork(BenchArgs),
@@ -182,6 +186,9 @@ pub struct BenchArgs {
     /// webhooks: runs (each with its own webhook) whose delivery latency is measured.
     #[arg(long, default_value_t = 500)]
     pub(crate) webhook_runs: usize,
+    /// a2a: requests per protocol whose time to the first answer chunk is measured.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) a2a_runs: usize,
     /// Also write the markdown report to this file.
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -226,6 +233,15 @@ fn main() -> Result<()> {
             let (agentd_bin, _) = binaries(&args)?;
             let admin = pg::Admin::connect(&args.database_url).await?;
             let result = fork::run(&args, &admin, &agentd_bin).await;
+            admin.drop_created().await;
+            let text = result?;
+            println!("{text}");
+            Ok(())
+        }),
+        Command::A2a(args) => rt.block_on(async {
+            let (agentd_bin, _) = binaries(&args)?;
+            let admin = pg::Admin::connect(&args.database_url).await?;
+            let result = a2a::run(&args, &admin, &agentd_bin).await;
             admin.drop_created().await;
             let text = result?;
             println!("{text}");
