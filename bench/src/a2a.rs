@@ -49,7 +49,10 @@ pub async fn run(args: &BenchArgs, admin: &Admin, agentd_bin: &std::path::Path) 
     write_app(
         &apps,
         "first",
-        &format!("agent_class: EchoAgent\nname: first\nchunks: {}\n", args.chunks),
+        &format!(
+            "agent_class: EchoAgent\nname: first\nchunks: {}\n",
+            args.chunks
+        ),
     )?;
     let url = match args.backend {
         Backend::Postgres => admin.create_database("a2a").await?,

@@ -13,6 +13,7 @@ pub mod echo;
 pub mod llm;
 pub mod memory_ingest;
 pub mod plugin;
+pub mod remote_a2a;
 pub mod workflow;
 
 pub use callbacks::{AgentCallbacks, CallbackContext};

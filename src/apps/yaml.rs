@@ -1,7 +1,7 @@
 //! Agents declared in YAML, ADK's Agent Config format (`root_agent.yaml`):
 //!
 //! ```yaml
-//! agent_class: SequentialAgent      # LlmAgent (default) | EchoAgent | SequentialAgent | ParallelAgent | LoopAgent
+//! agent_class: SequentialAgent      # LlmAgent (default) | EchoAgent | SequentialAgent | ParallelAgent | LoopAgent | RemoteA2aAgent
 //! name: pipeline
 //! description: Runs two echo agents in order.
 //! sub_agents:
@@ -174,12 +174,22 @@ fn build(
             })
         }
         "LlmAgent" => llm_agent(c, rest, file, toolsets)?,
+        "RemoteA2aAgent" => {
+            let s: crate::agent::remote_a2a::RemoteA2aSettings = settings(rest, file, class)?;
+            if !c.sub_agents.is_empty() {
+                return Err(err(file, "RemoteA2aAgent: it has no `sub_agents` (the remote agent is the agent)"));
+            }
+            Arc::new(
+                crate::agent::remote_a2a::RemoteA2aAgent::new(c.name, c.description, s)
+                    .map_err(|e| err(file, format!("RemoteA2aAgent: {e}")))?,
+            )
+        }
         other => {
             return Err(err(
                 file,
                 format!(
                     "field `agent_class`: unsupported class {other:?} (supported: LlmAgent, EchoAgent, \
-                     SequentialAgent, ParallelAgent, LoopAgent)"
+                     SequentialAgent, ParallelAgent, LoopAgent, RemoteA2aAgent)"
                 ),
             ))
         }
