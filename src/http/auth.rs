@@ -35,6 +35,13 @@ const OPEN_PATHS: &[&str] = &[
     "/docs/favicon-32x32.png",
 ];
 
+/// Whether `path` is an A2A agent card: open to anyone, as discovery documents are (a card
+/// says what an app is and how to call it, never what any user holds).
+fn is_agent_card(path: &str) -> bool {
+    path == "/.well-known/agent-card.json"
+        || (path.starts_with("/a2a/") && path.ends_with("/.well-known/agent-card.json"))
+}
+
 type Limiter = governor::DefaultKeyedRateLimiter<String>;
 
 /// What the door needs; one per server.
@@ -238,7 +245,7 @@ pub async fn guard(
     let path = req.uri().path();
     if OPEN_PATHS.contains(&path)
         || (path == "/metrics" && !gate.protect_metrics)
-        || crate::http::frontend::a2a::is_card_path(path)
+        || is_agent_card(path)
     {
         return next.run(req).await;
     }

@@ -12,6 +12,7 @@ pub mod map;
 pub mod push;
 pub mod rest;
 pub mod rpc;
+pub mod scope;
 pub mod tasks;
 pub mod v03;
 
@@ -41,13 +42,6 @@ impl Interop {
             auth: args.security.auth.clone(),
         }
     }
-}
-
-/// Whether `path` is an agent card: open to anyone, as discovery documents are (a card says
-/// what an app is and how to call it, never what any user holds).
-pub fn is_card_path(path: &str) -> bool {
-    path == "/.well-known/agent-card.json"
-        || (path.starts_with("/a2a/") && path.ends_with("/.well-known/agent-card.json"))
 }
 
 pub fn router() -> utoipa_axum::router::OpenApiRouter<AppState> {

@@ -5,7 +5,7 @@
 //! (`X-A2A-Notification-Token`) and credentials (`Authorization: <scheme> <credentials>`).
 
 use super::error::{A2aError, A2aResult};
-use super::tasks::{task_run, Scope};
+use super::scope::{task_run, Scope};
 use crate::http::AppState;
 use crate::store::push::AddTarget;
 use crate::webhook::{check_resolves, A2aPush, WebhookTarget};

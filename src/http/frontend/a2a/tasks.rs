@@ -9,9 +9,9 @@
 
 use super::error::{A2aError, A2aResult};
 use super::map::{self, is_terminal, task_of, task_state, TaskStream};
-use crate::auth::Caller;
+pub use super::scope::{task_run, Scope};
 use crate::event::Event;
-use crate::http::frontend::kit::{self, check_app, resolve_user, turn, USER_HEADER};
+use crate::http::frontend::kit::{self, turn};
 use crate::http::AppState;
 use crate::run::RunItem;
 use crate::runner::OnDisconnect;
@@ -20,10 +20,6 @@ use a2a_types as a2a;
 use axum::http::HeaderMap;
 use futures::{Stream, StreamExt};
 use std::time::Duration;
-
-/// The user of an unauthenticated call that names none: without authentication anyone may
-/// act for any user anyway, and an A2A client has no field to say who it is.
-pub const ANONYMOUS: &str = "a2a";
 
 /// Events of one task read at most (its history and artifacts); a longer run shows its newest.
 const MAX_TASK_EVENTS: usize = 5_000;
@@ -34,49 +30,6 @@ const MAX_PAGE: u32 = 100;
 
 /// How long a cancel waits for the task to stop before answering it as it is.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
-
-/// Who calls, for which app.
-#[derive(Debug, Clone)]
-pub struct Scope {
-    pub app: String,
-    pub user: String,
-}
-
-impl Scope {
-    /// The app (404 if hidden or unknown, as everywhere) and the caller's user.
-    pub fn new(
-        state: &AppState,
-        caller: &Caller,
-        headers: &HeaderMap,
-        app: &str,
-    ) -> A2aResult<Self> {
-        check_app(&state.apps, caller, app)?;
-        let user = if caller.user_id.is_none() && !headers.contains_key(USER_HEADER) {
-            ANONYMOUS.to_string()
-        } else {
-            resolve_user(caller, headers, None)?
-        };
-        Ok(Scope {
-            app: app.to_string(),
-            user,
-        })
-    }
-}
-
-/// The run behind task `id`, if this caller's: another user's or another app's task is not
-/// found, never a leak.
-pub async fn task_run(state: &AppState, scope: &Scope, id: &str) -> A2aResult<RunRecord> {
-    let not_found = || A2aError::TaskNotFound(format!("no task {id:?}"));
-    if id.is_empty() || id.len() > 128 {
-        return Err(not_found());
-    }
-    state
-        .runner
-        .get_run(id)
-        .await?
-        .filter(|r| r.app_name == scope.app && r.user_id == scope.user)
-        .ok_or_else(not_found)
-}
 
 /// The run's committed events (its newest [`MAX_TASK_EVENTS`]), oldest first.
 async fn run_events(state: &AppState, run: &RunRecord) -> A2aResult<Vec<Event>> {

@@ -1,0 +1,56 @@
+//! Who an A2A call is for — the caller's user and the app — and the tasks that caller may
+//! see (another user's or another app's task is "not found", never a leak).
+
+use super::error::{A2aError, A2aResult};
+use crate::auth::Caller;
+use crate::http::frontend::kit::{check_app, resolve_user, USER_HEADER};
+use crate::http::AppState;
+use crate::store::RunRecord;
+use axum::http::HeaderMap;
+
+/// The user of an unauthenticated call that names none: without authentication anyone may
+/// act for any user anyway, and an A2A client has no field to say who it is.
+pub const ANONYMOUS: &str = "a2a";
+
+/// Who calls, for which app.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    pub app: String,
+    pub user: String,
+}
+
+impl Scope {
+    /// The app (404 if hidden or unknown, as everywhere) and the caller's user.
+    pub fn new(
+        state: &AppState,
+        caller: &Caller,
+        headers: &HeaderMap,
+        app: &str,
+    ) -> A2aResult<Self> {
+        check_app(&state.apps, caller, app)?;
+        let user = if caller.user_id.is_none() && !headers.contains_key(USER_HEADER) {
+            ANONYMOUS.to_string()
+        } else {
+            resolve_user(caller, headers, None)?
+        };
+        Ok(Scope {
+            app: app.to_string(),
+            user,
+        })
+    }
+}
+
+/// The run behind task `id`, if this caller's: another user's or another app's task is not
+/// found, never a leak.
+pub async fn task_run(state: &AppState, scope: &Scope, id: &str) -> A2aResult<RunRecord> {
+    let not_found = || A2aError::TaskNotFound(format!("no task {id:?}"));
+    if id.is_empty() || id.len() > 128 {
+        return Err(not_found());
+    }
+    state
+        .runner
+        .get_run(id)
+        .await?
+        .filter(|r| r.app_name == scope.app && r.user_id == scope.user)
+        .ok_or_else(not_found)
+}
