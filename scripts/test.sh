@@ -96,6 +96,8 @@ venv() {
   fi
 }
 venv python python
+# google-adk with its A2A dependencies: ADK-Python's RemoteA2aAgent calling agentd (tests/a2a.rs).
+venv adk python
 # schemathesis, which scripts/fuzz-api.sh runs against the OpenAPI document (tests/openapi.rs).
 venv schemathesis st
 for dir in tests/clients/node tests/clients/web-ui tests/clients/mcp-conformance; do

@@ -577,3 +577,39 @@ async fn an_app_uses_another_agentd_as_a_remote_a2a_agent() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// ADK-Python's own `RemoteA2aAgent` (google-adk, its Runner and an in-memory session) calls
+/// an agentd app: two turns in one ADK session continue one agentd context.
+async fn adk_pythons_remote_a2a_agent_calls_an_app(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let apps = Apps::new().echo("slow", SLOW);
+    let r = Replica::spawn(&db, &apps, "a", &[]).await;
+    let card = r.url("/a2a/slow/.well-known/agent-card.json");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/adk/remote_a2a.py"
+    );
+    let out = common::clients::run_driver(
+        &common::clients::adk_python(),
+        &[script],
+        &[("AGENTD_CARD", card.as_str())],
+    )
+    .await;
+    assert!(out.get("error").is_none(), "{out}");
+    assert_eq!(out["texts"], json!(["hello", "hello again"]));
+    let ctx = out["custom_metadata"]["a2a:context_id"]
+        .as_str()
+        .expect("context id");
+    let session = json_with_status(
+        r.get(&format!("/apps/slow/users/a2a/sessions/{ctx}")).await,
+        200,
+    )
+    .await;
+    assert_eq!(
+        session["events"].as_array().map(Vec::len),
+        Some(4),
+        "both turns in one agentd session"
+    );
+}
+
+both_backends!(adk_pythons_remote_a2a_agent_calls_an_app);

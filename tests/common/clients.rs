@@ -26,6 +26,20 @@ pub fn python() -> PathBuf {
     py
 }
 
+/// The Python of the ADK venv (google-adk with its A2A dependencies), or a failure that says
+/// how to install it.
+pub fn adk_python() -> PathBuf {
+    let py = repo().join("target/test-clients/adk/bin/python");
+    assert!(
+        py.exists(),
+        "google-adk is not installed at {}: run ./scripts/test.sh (it creates the venv), or: \
+         python3 -m venv target/test-clients/adk && target/test-clients/adk/bin/pip install \
+         --require-hashes -r tests/clients/adk/requirements.txt",
+        py.display()
+    );
+    py
+}
+
 /// The Python of the schemathesis venv (schemathesis and `openapi-spec-validator`), or a
 /// failure that says how to install it.
 pub fn schemathesis_python() -> PathBuf {
