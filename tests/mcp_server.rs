@@ -302,13 +302,18 @@ async fn the_typescript_sdk_uses_apps_as_tools(backend: Backend) {
 }
 
 /// The scenarios of the MCP conformance kit that apply to a server of tools (the others
-/// need the kit's own test tools, resources, prompts, logging or sampling).
+/// call the kit's own reference tools, resources and prompts, or need logging, sampling or
+/// elicitation). The resource, prompt and completion listings check how a server without
+/// them answers.
 const CONFORMANCE: &[&str] = &[
     "server-initialize",
     "ping",
     "tools-list",
     "server-sse-multiple-streams",
     "dns-rebinding-protection",
+    "completion-complete",
+    "resources-list",
+    "prompts-list",
 ];
 
 /// `conformance server --url …/mcp --scenario S` for every applicable scenario: each passes
