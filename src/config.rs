@@ -429,6 +429,15 @@ pub struct InteropArgs {
     /// exactly one is served).
     #[arg(long, env = "AGENTD_A2A_DEFAULT_APP")]
     pub a2a_default_app: Option<String>,
+
+    /// Serve A2A agent cards without credentials (public discovery); without it a card needs
+    /// what every route needs, and a key sees only its apps' cards.
+    #[arg(
+        long,
+        env = "AGENTD_A2A_PUBLIC_CARDS",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub a2a_public_cards: bool,
 }
 
 /// Webhooks and schedules (`docs/background.md`).

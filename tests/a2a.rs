@@ -97,6 +97,10 @@ async fn the_python_sdk_drives_an_app_over_both_bindings(backend: Backend) {
         assert_eq!(input["waiting_call"], "ask_user");
         assert_eq!(input["answer_state"], "TASK_STATE_COMPLETED");
         assert_eq!(input["answer_context_same"], true);
+        assert_eq!(
+            input["first_after"], "TASK_STATE_COMPLETED",
+            "answered, it is done"
+        );
 
         let errors = driver("errors", &r, binding, &[]).await;
         assert_eq!(errors["unknown_task"], "TaskNotFoundError");
@@ -363,6 +367,60 @@ async fn bad_input_gets_the_specs_errors_and_stores_nothing(backend: Backend) {
         code(&rpc_to(&r, "long", "erin", create("late".into())).await),
         Some(-32004),
         "an ended task takes no more configs"
+    );
+
+    // 0.3's push config methods keep the config's token and credentials.
+    let long = rpc_to(
+        &r,
+        "long",
+        "gina",
+        json!({"jsonrpc": "2.0", "id": 20, "method": "message/send", "params": {
+            "message": {"kind": "message", "messageId": "m-old-long", "role": "user",
+                        "parts": [{"kind": "text", "text": "long"}]},
+            "configuration": {"blocking": false}}}),
+    )
+    .await;
+    let old_task = long["result"]["id"]
+        .as_str()
+        .expect("0.3 task id")
+        .to_string();
+    let set = rpc_to(
+        &r,
+        "long",
+        "gina",
+        json!({"jsonrpc": "2.0", "id": 21, "method": "tasks/pushNotificationConfig/set",
+            "params": {"taskId": old_task.clone(), "pushNotificationConfig": {
+                "id": "p1", "url": "https://93.184.216.34/hook", "token": "tok-03",
+                "authentication": {"schemes": ["Bearer"], "credentials": "s3cret"}}}}),
+    )
+    .await;
+    assert_eq!(
+        set["result"]["pushNotificationConfig"]["token"], "tok-03",
+        "{set}"
+    );
+    let got = rpc_to(
+        &r,
+        "long",
+        "gina",
+        json!({"jsonrpc": "2.0", "id": 22, "method": "tasks/pushNotificationConfig/get",
+            "params": {"id": old_task.clone(), "pushNotificationConfigId": "p1"}}),
+    )
+    .await;
+    assert_eq!(
+        got["result"]["pushNotificationConfig"]["authentication"]["schemes"],
+        json!(["Bearer"]),
+        "{got}"
+    );
+    let cancelled = rpc_to(
+        &r,
+        "long",
+        "gina",
+        json!({"jsonrpc": "2.0", "id": 23, "method": "tasks/cancel", "params": {"id": old_task}}),
+    )
+    .await;
+    assert_eq!(
+        cancelled["result"]["status"]["state"], "canceled",
+        "{cancelled}"
     );
 
     // A2A 0.3's method names and shapes.

@@ -1541,14 +1541,23 @@ async fn a2a_and_mcp_are_bound_to_their_user(backend: Backend) {
     let alice = key(&s.db, "alice", Some(&["echo"]), false, None).await;
     let bob = key(&s.db, "bob", None, false, None).await;
 
-    let (st, card, _) = call(
+    // Cards are behind the door by default: a credential, and only the key's apps.
+    let card_path = "/a2a/echo/.well-known/agent-card.json";
+    let (st, _, _) = call(&s, Method::GET, card_path, None, Cred::Nothing).await;
+    assert_eq!(st, 401);
+    let (st, _, _) = call(
         &s,
         Method::GET,
-        "/a2a/echo/.well-known/agent-card.json",
+        "/a2a/helpdesk/.well-known/agent-card.json",
         None,
-        Cred::Nothing,
+        Cred::Bearer(&alice),
     )
     .await;
+    assert_eq!(
+        st, 404,
+        "a key limited to echo cannot read another app's card"
+    );
+    let (st, card, _) = call(&s, Method::GET, card_path, None, Cred::Bearer(&alice)).await;
     assert_eq!(st, 200, "{card}");
     assert_eq!(
         card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"],
@@ -1677,4 +1686,22 @@ async fn a2a_and_mcp_are_bound_to_their_user(backend: Backend) {
     assert!(bobs["result"]["tools"].as_array().expect("tools").len() > 1);
 }
 
-both_backends!(a2a_and_mcp_are_bound_to_their_user);
+/// `--a2a-public-cards`: cards answer without credentials; nothing else does.
+async fn public_agent_cards_need_no_credentials(backend: Backend) {
+    let s = TestServer::start_with(backend, |a| {
+        a.security.auth = vec![AuthMode::ApiKey];
+        a.interop.a2a_public_cards = true;
+    })
+    .await;
+    let card = "/a2a/echo/.well-known/agent-card.json";
+    let (st, body, _) = call(&s, Method::GET, card, None, Cred::Nothing).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["name"], "echo");
+    let (st, _, _) = call(&s, Method::GET, "/a2a/echo/tasks", None, Cred::Nothing).await;
+    assert_eq!(st, 401);
+}
+
+both_backends!(
+    a2a_and_mcp_are_bound_to_their_user,
+    public_agent_cards_need_no_credentials
+);

@@ -244,6 +244,22 @@ async fn bad_input_is_refused_and_stores_nothing(backend: Backend) {
     .expect("POST");
     assert_eq!(cross.status(), 403);
     assert!(runs(&r, "slow").await.is_empty(), "nothing ran");
+    // A request id used twice in one session: the second call is refused, the first kept.
+    let twice = |id: u64| {
+        post(
+            &r,
+            "/mcp",
+            "s1",
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"message": "once"}}}),
+        )
+        .send()
+    };
+    let first: Value = twice(42).await.expect("POST").json().await.expect("JSON");
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    let again: Value = twice(42).await.expect("POST").json().await.expect("JSON");
+    assert_eq!(again["result"]["isError"], true, "{again}");
+    assert_eq!(runs(&r, "slow").await.len(), 1);
 }
 
 /// The official TypeScript SDK (`@modelcontextprotocol/sdk`): list, call, progress, and an

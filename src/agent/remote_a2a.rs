@@ -33,8 +33,15 @@ const STATE: &str = "a2a:state";
 
 /// Events read back to find the remote context of the last turn.
 const HISTORY: u32 = 200;
-/// The longest answer kept (bytes of text).
+/// The longest answer kept (bytes of text, all artifacts together).
 const MAX_TEXT: usize = 1 << 20;
+/// The most a remote agent may send: its card, an error body, a whole stream.
+const MAX_CARD: usize = 1 << 20;
+const MAX_STREAM: usize = 64 << 20;
+/// Artifacts of one answer remembered.
+const MAX_ARTIFACTS: usize = 256;
+/// How long reading the card may take.
+const CARD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the agent card is: a URL, or the card itself.
 #[derive(Debug, Clone, Deserialize)]
@@ -131,7 +138,7 @@ impl RemoteA2aAgent {
                         if let Some(auth) = self.auth() {
                             req = req.header("authorization", auth);
                         }
-                        let resp = req.send().await.map_err(|e| {
+                        let resp = req.timeout(CARD_TIMEOUT).send().await.map_err(|e| {
                             remote(format!(
                                 "cannot read the agent card at {url}: {}",
                                 cause(&e)
@@ -143,7 +150,10 @@ impl RemoteA2aAgent {
                                 resp.status()
                             )));
                         }
-                        resp.json::<Value>().await.map_err(|e| {
+                        let body = read_bounded(resp, MAX_CARD).await.map_err(|e| {
+                            remote(format!("cannot read the agent card at {url}: {e}"))
+                        })?;
+                        serde_json::from_slice::<Value>(&body).map_err(|e| {
                             remote(format!("the agent card at {url} is not JSON: {e}"))
                         })?
                     }
@@ -153,14 +163,48 @@ impl RemoteA2aAgent {
                 })?;
                 let parsed = reqwest::Url::parse(&url)
                     .map_err(|e| remote(format!("the card's URL is not a URL: {e}")))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(remote("the card's interface is not http(s)".into()));
+                }
                 self.egress
                     .check_url(&parsed)
                     .map_err(|e| remote(e.to_string()))?;
+                // The credential goes only where the card came from: a card must not send
+                // it to another host (or from https down to http).
+                if let (CardSource::Url(card_url), Some(_)) =
+                    (&self.settings.agent_card, self.auth())
+                {
+                    let card_url = reqwest::Url::parse(card_url)
+                        .map_err(|e| remote(format!("agent_card: {e}")))?;
+                    if card_url.origin() != parsed.origin() {
+                        return Err(remote(format!(
+                            "the card names an interface on another origin ({}) than the card's \
+                             ({}); the credential of auth_header_env is only sent to the card's \
+                             origin",
+                            parsed.origin().ascii_serialization(),
+                            card_url.origin().ascii_serialization()
+                        )));
+                    }
+                }
                 Ok(url)
             })
             .await
             .map(String::as_str)
     }
+}
+
+/// A response body, refused once it passes `limit` bytes.
+async fn read_bounded(resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| cause(&e))?;
+        if body.len() + chunk.len() > limit {
+            return Err(format!("it is over {limit} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 fn remote(message: String) -> AgentError {
@@ -213,23 +257,31 @@ struct Answer {
 }
 
 impl Answer {
+    /// Records a chunk (`append`) or a whole artifact; beyond [`MAX_TEXT`] bytes in all, or
+    /// [`MAX_ARTIFACTS`] artifacts, the rest is dropped.
     fn artifact(&mut self, id: &str, text: &str, append: bool) {
+        let total: usize = self.artifacts.values().map(|(_, t)| t.len()).sum();
         let n = self.artifacts.len();
         let slot = self
             .artifacts
             .values_mut()
             .find(|(aid, _)| aid == id)
             .map(|(_, t)| t);
+        let room = |used: usize| MAX_TEXT.saturating_sub(used);
         match slot {
             Some(t) if append => {
-                if t.len() + text.len() <= MAX_TEXT {
-                    t.push_str(text)
-                }
+                let cut = prefix(text, room(total));
+                t.push_str(cut);
             }
-            Some(t) => *t = text.chars().take(MAX_TEXT).collect(),
-            None => {
-                self.artifacts.insert(n, (id.to_string(), text.to_string()));
+            Some(t) => {
+                let others = total - t.len();
+                *t = prefix(text, room(others)).to_string();
             }
+            None if n < MAX_ARTIFACTS => {
+                let cut = prefix(text, room(total));
+                self.artifacts.insert(n, (id.to_string(), cut.to_string()));
+            }
+            None => {}
         }
     }
 
@@ -255,6 +307,18 @@ impl Answer {
             )
         )
     }
+}
+
+/// The longest prefix of `text` of at most `max` bytes, on a character boundary.
+fn prefix(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &text[..cut]
 }
 
 /// Cancels the remote task if the local run stops before it ended (dropped with the run's
@@ -285,8 +349,11 @@ impl Drop for CancelGuard {
         let body = json!({"jsonrpc": "2.0", "id": "cancel", "method": "CancelTask",
                           "params": {"id": task}});
         rt.spawn(async move {
-            match tokio::time::timeout(Duration::from_secs(30), req.json(&body).send()).await {
-                Ok(Ok(_)) => tracing::info!(remote_task = %task, "remote A2A task cancelled"),
+            let sent = tokio::time::timeout(Duration::from_secs(30), req.json(&body).send()).await;
+            match sent {
+                Ok(Ok(r)) if r.status().is_success() => {
+                    tracing::info!(remote_task = %task, "remote A2A task cancel sent")
+                }
                 _ => tracing::warn!(remote_task = %task, "could not cancel the remote A2A task"),
             }
         });
@@ -294,8 +361,9 @@ impl Drop for CancelGuard {
 }
 
 impl RemoteA2aAgent {
-    /// The remote context of this agent's last answer in the session, if any.
-    async fn last_context(&self, ctx: &InvocationContext) -> Option<String> {
+    /// The remote context of this agent's last answer in the session, if any, and its task
+    /// when that task waits for input (the next message answers it).
+    async fn last_context(&self, ctx: &InvocationContext) -> Option<(String, Option<String>)> {
         let key = ctx.session_key();
         let head = ctx.store().session_head(key).await.ok()??;
         let page = ctx
@@ -311,22 +379,39 @@ impl RemoteA2aAgent {
             .await
             .ok()??;
         page.events.iter().rev().find_map(|e| {
-            (e.event.author == self.name)
-                .then(|| e.event.custom_metadata.as_ref()?.get(CONTEXT_ID)?.as_str())
-                .flatten()
-                .map(str::to_string)
+            if e.event.author != self.name {
+                return None;
+            }
+            let meta = e.event.custom_metadata.as_ref()?;
+            let context = meta.get(CONTEXT_ID)?.as_str()?.to_string();
+            let waiting =
+                meta.get(STATE).and_then(Value::as_str) == Some("TASK_STATE_INPUT_REQUIRED");
+            let task = meta
+                .get(TASK_ID)
+                .and_then(Value::as_str)
+                .filter(|_| waiting)
+                .map(str::to_string);
+            Some((context, task))
         })
     }
 
     async fn call(&self, ctx: &InvocationContext) -> AgentResult {
-        let url = self.endpoint().await?.to_string();
-        let context_id = self.last_context(ctx).await.unwrap_or_default();
+        // One deadline for everything: the card, the request, the whole answer.
+        let limit = Duration::from_secs(self.settings.timeout_secs.unwrap_or(600));
+        let deadline = tokio::time::Instant::now() + limit;
+        let late = || remote(format!("no answer within {} s", limit.as_secs()));
+        let url = tokio::time::timeout_at(deadline, self.endpoint())
+            .await
+            .map_err(|_| late())??
+            .to_string();
+        let (context_id, task_id) = self.last_context(ctx).await.unwrap_or_default();
         let text = ctx.user_text();
         let message = json!({
             "messageId": uuid::Uuid::new_v4().to_string(),
             "role": "ROLE_USER",
             "parts": [{"text": text}],
             "contextId": context_id,
+            "taskId": task_id.unwrap_or_default(),
         });
         let body = json!({"jsonrpc": "2.0", "id": ctx.invocation_id(),
             "method": "SendStreamingMessage", "params": {"message": message}});
@@ -338,13 +423,17 @@ impl RemoteA2aAgent {
             task: task.clone(),
             armed: true,
         };
-        let resp = self
+        let send = self
             .request(&url)
             .header("accept", "text/event-stream")
             .json(&body)
-            .send()
-            .await
-            .map_err(|e| remote(format!("cannot reach the remote agent: {}", cause(&e))))?;
+            .send();
+        let resp = tokio::select! {
+            r = tokio::time::timeout_at(deadline, send) => r
+                .map_err(|_| late())?
+                .map_err(|e| remote(format!("cannot reach the remote agent: {}", cause(&e))))?,
+            _ = ctx.cancellation().cancelled() => return Err(AgentError::Cancelled),
+        };
         if !resp.status().is_success() {
             return Err(remote(format!(
                 "the remote agent answered {}",
@@ -358,24 +447,34 @@ impl RemoteA2aAgent {
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if !is_sse {
             // A JSON-RPC error before the stream.
-            let v: Value = resp.json().await.unwrap_or(Value::Null);
+            let body = read_bounded(resp, MAX_CARD).await.unwrap_or_default();
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             guard.armed = false;
             return Err(remote(format!(
                 "the remote agent refused the message: {}",
                 v["error"]["message"].as_str().unwrap_or("no reason given")
             )));
         }
-        let mut events = eventsource_stream::Eventsource::eventsource(resp.bytes_stream());
+        // The whole stream is bounded: a remote agent cannot grow agentd's memory without end.
+        let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = received.clone();
+        let bytes = resp.bytes_stream().map(move |chunk| {
+            let chunk = chunk?;
+            counted.fetch_add(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+            Ok::<_, reqwest::Error>(chunk)
+        });
+        let mut events = eventsource_stream::Eventsource::eventsource(bytes);
         let mut answer = Answer::default();
-        let limit = Duration::from_secs(self.settings.timeout_secs.unwrap_or(600));
-        let deadline = tokio::time::Instant::now() + limit;
         while !answer.ended() {
+            if received.load(std::sync::atomic::Ordering::Relaxed) > MAX_STREAM {
+                return Err(remote(format!(
+                    "the remote answer passed {MAX_STREAM} bytes"
+                )));
+            }
             let next = tokio::select! {
                 next = events.next() => next,
                 _ = ctx.cancellation().cancelled() => return Err(AgentError::Cancelled),
-                _ = tokio::time::sleep_until(deadline) => {
-                    return Err(remote(format!("no answer within {} s", limit.as_secs())))
-                }
+                _ = tokio::time::sleep_until(deadline) => return Err(late()),
             };
             let Some(event) = next else { break };
             let event = event.map_err(|e| remote(format!("the remote stream broke: {e}")))?;
@@ -389,11 +488,30 @@ impl RemoteA2aAgent {
                 )));
             }
             let r = &v["result"];
+            // Every kind of response names its task and context (a server need not send the
+            // task first): the cancel guard and the next turn need them.
+            for kind in ["task", "statusUpdate", "artifactUpdate", "message"] {
+                let (task_key, context_key) = if kind == "task" {
+                    ("id", "contextId")
+                } else {
+                    ("taskId", "contextId")
+                };
+                if let Some(obj) = r.get(kind) {
+                    if let Some(t) = obj[task_key].as_str().filter(|t| !t.is_empty()) {
+                        answer.task_id = Some(t.to_string());
+                        *task.lock().unwrap_or_else(|p| p.into_inner()) = answer.task_id.clone();
+                    }
+                    if let Some(c) = obj[context_key].as_str().filter(|c| !c.is_empty()) {
+                        answer.context_id = Some(c.to_string());
+                    }
+                }
+            }
             if let Some(t) = r.get("task") {
-                answer.task_id = t["id"].as_str().map(str::to_string);
-                answer.context_id = t["contextId"].as_str().map(str::to_string);
-                *task.lock().unwrap_or_else(|p| p.into_inner()) = answer.task_id.clone();
                 answer.state = t["status"]["state"].as_str().map(str::to_string);
+            } else if let Some(m) = r.get("message") {
+                // A direct answer, without a task: the message is the whole answer.
+                answer.status_text = prefix(&text_of(&m["parts"]), MAX_TEXT).to_string();
+                answer.state = Some("TASK_STATE_COMPLETED".into());
             } else if let Some(a) = r.get("artifactUpdate") {
                 let chunk = text_of(&a["artifact"]["parts"]);
                 let id = a["artifact"]["artifactId"].as_str().unwrap_or("");
@@ -411,7 +529,7 @@ impl RemoteA2aAgent {
                 answer.state = s["status"]["state"].as_str().map(str::to_string);
                 let said = text_of(&s["status"]["message"]["parts"]);
                 if !said.is_empty() {
-                    answer.status_text = said;
+                    answer.status_text = prefix(&said, MAX_TEXT).to_string();
                 }
             }
         }

@@ -35,8 +35,10 @@ const OPEN_PATHS: &[&str] = &[
     "/docs/favicon-32x32.png",
 ];
 
-/// Whether `path` is an A2A agent card: open to anyone, as discovery documents are (a card
-/// says what an app is and how to call it, never what any user holds).
+/// Whether `path` is an A2A agent card: open to anyone with `--a2a-public-cards`, as public
+/// discovery documents are (a card says what an app is and how to call it, never what any
+/// user holds); otherwise behind the door like every route, so a key limited to some apps
+/// cannot read the others' cards.
 fn is_agent_card(path: &str) -> bool {
     path == "/.well-known/agent-card.json"
         || (path.starts_with("/a2a/") && path.ends_with("/.well-known/agent-card.json"))
@@ -50,6 +52,8 @@ pub struct Gate {
     limiter: Option<Limiter>,
     checks: AtomicU64,
     protect_metrics: bool,
+    /// `--a2a-public-cards`: agent cards answer without credentials.
+    public_cards: bool,
     allow_origins: Vec<String>,
     pub allow_client_app_state: bool,
     /// No authentication on a loopback bind: only loopback host names are answered.
@@ -90,6 +94,7 @@ impl Gate {
             limiter,
             checks: AtomicU64::new(0),
             protect_metrics: sec.protect_metrics,
+            public_cards: args.interop.a2a_public_cards,
             allow_origins: allow_origins.iter().map(|o| o.trim().to_string()).collect(),
             allow_client_app_state: sec.allow_client_app_state,
         }
@@ -245,7 +250,7 @@ pub async fn guard(
     let path = req.uri().path();
     if OPEN_PATHS.contains(&path)
         || (path == "/metrics" && !gate.protect_metrics)
-        || is_agent_card(path)
+        || (gate.public_cards && is_agent_card(path))
     {
         return next.run(req).await;
     }

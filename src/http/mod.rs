@@ -175,6 +175,8 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
                 // So a browser's `/run_sse` client can learn the run id (to re-attach or cancel).
                 HeaderName::from_static("x-agentd-run-id"),
                 HeaderName::from_static("x-agentd-invocation-id"),
+                // So a browser's MCP client can name its session (and cancel its calls).
+                HeaderName::from_static("mcp-session-id"),
             ])
             .max_age(Duration::from_secs(600)),
     )

@@ -25,7 +25,8 @@ pub trait PushStore: Send + Sync + 'static {
     /// The run's targets (none if it has none; `None` if there is no such run).
     async fn run_targets(&self, run_id: &str) -> StoreResult<Option<Vec<Value>>>;
 
-    /// Appends `target` to a running run's targets, if it has fewer than `max`.
+    /// Appends `target` to a running run's targets, if it has fewer than `max` A2A push
+    /// configs (the app's webhooks do not count).
     async fn add_run_target(
         &self,
         run_id: &str,
@@ -62,7 +63,8 @@ impl PushStore for PgStore {
         let done = sqlx::query(
             "UPDATE runs SET webhooks = COALESCE(webhooks, '[]'::jsonb) || jsonb_build_array($2::jsonb)
               WHERE id = $1 AND status = 'running'
-                AND COALESCE(jsonb_array_length(webhooks), 0) < $3",
+                AND (SELECT count(*) FROM jsonb_array_elements(COALESCE(webhooks, '[]'::jsonb)) t
+                      WHERE t ? 'a2a') < $3",
         )
         .bind(run_id)
         .bind(target.to_string())
@@ -126,7 +128,8 @@ impl PushStore for SqliteStore {
         let done = sqlx::query(
             "UPDATE runs SET webhooks = json_insert(COALESCE(webhooks, '[]'), '$[#]', json(?2))
               WHERE id = ?1 AND status = 'running'
-                AND json_array_length(COALESCE(webhooks, '[]')) < ?3",
+                AND (SELECT count(*) FROM json_each(COALESCE(runs.webhooks, '[]'))
+                      WHERE json_extract(value, '$.a2a') IS NOT NULL) < ?3",
         )
         .bind(run_id)
         .bind(target.to_string())

@@ -44,8 +44,9 @@ pub struct NewRun {
     /// session has no dead run to seal first; otherwise the runner appends it after admission.
     /// An event with staged artifacts is never passed here.
     pub opening: Option<Event>,
-    /// Its webhook targets (a JSON array of `WebhookTarget`s), or `None`: the run's end
-    /// writes their deliveries (see `migrations/postgres/0009_webhooks.sql`).
+    /// Its webhook targets at admission (a JSON array of `WebhookTarget`s), or `None`: the
+    /// run's end writes their deliveries (see `migrations/postgres/0009_webhooks.sql`). A2A
+    /// push configs may be added while it runs (`store/push.rs`).
     pub webhooks: Option<serde_json::Value>,
 }
 

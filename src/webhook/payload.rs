@@ -67,26 +67,39 @@ pub(super) async fn build_a2a(store: &dyn Store, d: &Delivery) -> StoreResult<(S
     Ok((event_type, super::a2a::status_body(&run, waiting)))
 }
 
-/// The text of the run's last agent event that has any, and whether the run's last event
-/// left a long-running call open (it waits for the user: `run.input_required`).
+/// The text of the run's last agent event that has any, and whether the run left a
+/// long-running call or a confirmation request unanswered (it waits for the user:
+/// `run.input_required`).
 async fn final_response(store: &dyn Store, run: &RunRecord) -> StoreResult<(Option<String>, bool)> {
     let key = run.key();
     let mut after = run.base_seq.unwrap_or(0);
     let mut text = None;
-    let mut waiting = false;
+    // Long-running calls (and confirmation requests) not answered later in the run: the same
+    // rule as every protocol's "calls waiting for the client".
+    let mut open = std::collections::BTreeSet::new();
     loop {
         let page = store
             .invocation_events(&key, &run.invocation_id, after, PAGE)
             .await?;
         for stored in &page {
             let e = &stored.event;
-            if e.author == "user" || e.partial == Some(true) {
+            if e.partial == Some(true) {
                 continue;
             }
-            waiting = e
-                .long_running_tool_ids
-                .as_ref()
-                .is_some_and(|ids| !ids.is_empty());
+            let long: &[String] = e.long_running_tool_ids.as_deref().unwrap_or(&[]);
+            for c in e.function_calls() {
+                if let Some(id) = c.id.as_ref().filter(|id| long.contains(id)) {
+                    open.insert(id.clone());
+                }
+            }
+            for r in e.function_responses() {
+                if let Some(id) = &r.id {
+                    open.remove(id);
+                }
+            }
+            if e.author == "user" {
+                continue;
+            }
             let t: String = e
                 .content
                 .iter()
@@ -111,5 +124,5 @@ async fn final_response(store: &dyn Store, run: &RunRecord) -> StoreResult<(Opti
             _ => break,
         }
     }
-    Ok((text, waiting))
+    Ok((text, !open.is_empty()))
 }

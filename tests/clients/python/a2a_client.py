@@ -30,7 +30,7 @@ Scenarios and the keys they add:
                subscribe on AGENTD_URL2: first_kind, text (aggregated), final_state
   input        a message that ends waiting for input: state, waiting_call; then the
                answer (a function_response data part with the task id): answer_state,
-               answer_context_same
+               answer_context_same, first_after (the first task's state once answered)
   errors       error types the SDK raised: unknown_task, not_cancelable, terminal
   push         a local receiver (this process) gets the task's end: a message sent with
                a push config (token and Bearer credentials): pushed_state, pushed_task,
@@ -233,6 +233,8 @@ async def main(scenario: str) -> None:
             second = ev.task
         OUT["answer_state"] = state_name(second.status.state)
         OUT["answer_context_same"] = second.context_id == task.context_id
+        first = await client.get_task(GetTaskRequest(id=task.id))
+        OUT["first_after"] = state_name(first.status.state)
     elif scenario == "errors":
         client, _ = await client_for(base, streaming=False)
 

@@ -58,7 +58,13 @@ impl A2aError {
             A2aError::ContentTypeNotSupported(_) => -32005,
             A2aError::ExtendedCardNotConfigured => -32007,
             A2aError::VersionNotSupported(_) => -32009,
-            A2aError::Api(e) if e.status.is_server_error() => -32603,
+            // agentd's own refusals (busy, quota, draining: 503 with Retry-After) are -32000;
+            // a real failure is an internal error.
+            A2aError::Api(e)
+                if e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE =>
+            {
+                -32603
+            }
             A2aError::Api(_) => -32000,
         }
     }

@@ -385,6 +385,9 @@ pub struct TaskStream {
     /// Calls waiting for the client: id → the call.
     waiting: BTreeMap<String, FunctionCall>,
     error: Option<String>,
+    /// The stream lost its source while the task goes on: it closes without a final status
+    /// (the client resubscribes), never reporting a working task as failed.
+    interrupted: bool,
 }
 
 impl TaskStream {
@@ -396,6 +399,7 @@ impl TaskStream {
             chunking: false,
             waiting: BTreeMap::new(),
             error: None,
+            interrupted: false,
         }
     }
 
@@ -504,10 +508,15 @@ impl TaskStream {
                 self.chunking = false;
                 out
             }
+            RunItem::Error { kind, .. } if kind == "stream_interrupted" => {
+                self.interrupted = true;
+                vec![]
+            }
             RunItem::Error { message, .. } => {
                 self.error = Some(message.clone());
                 vec![]
             }
+            RunItem::Done { .. } if self.interrupted => vec![],
             RunItem::Done { status, .. } => vec![self.end(*status)],
         }
     }
@@ -596,6 +605,22 @@ mod tests {
             v(&d[0])["statusUpdate"]["status"]["state"],
             "TASK_STATE_COMPLETED"
         );
+    }
+
+    #[test]
+    fn a_stream_that_lost_its_source_closes_without_failing_the_task() {
+        let mut s = TaskStream::new("t1", "c1");
+        assert!(s
+            .item(&RunItem::Error {
+                kind: "stream_interrupted".into(),
+                message: "this stream ended before the run did".into(),
+            })
+            .is_empty());
+        let end = s.item(&RunItem::Done {
+            status: RunStatus::Interrupted,
+            last_seq: None,
+        });
+        assert!(end.is_empty(), "no final status: the task still works");
     }
 
     #[test]

@@ -129,7 +129,7 @@ fn app_card(state: &AppState, headers: &HeaderMap, app: &str) -> A2aResult<Respo
     )))
 }
 
-/// The app's agent card (open to anyone: see `docs/a2a.md`).
+/// The app's agent card (behind the door unless `--a2a-public-cards`: see `docs/a2a.md`).
 #[utoipa::path(get, path = "/a2a/{app}/.well-known/agent-card.json", tag = "a2a",
     params(("app" = String, Path)),
     responses((status = 200, description = "The app's A2A agent card.", body = Object), A2aErrors))]
@@ -147,6 +147,7 @@ async fn card(
     responses((status = 200, description = "The default app's A2A agent card.", body = Object), A2aErrors))]
 async fn default_card(
     State(state): State<AppState>,
+    caller: Option<axum::Extension<Caller>>,
     headers: HeaderMap,
 ) -> Result<Response, A2aError> {
     let app = match &state.interop.default_app {
@@ -166,6 +167,13 @@ async fn default_card(
             }
         }
     };
+    // Behind the door, a key limited to some apps sees only their cards (the app is not in
+    // this path, so the door could not check it).
+    if let Some(axum::Extension(caller)) = caller {
+        if !caller.may_use_app(&app) {
+            return Err(A2aError::Api(crate::http::auth::app_hidden(&app)));
+        }
+    }
     app_card(&state, &headers, &app)
 }
 

@@ -44,7 +44,8 @@ impl Scope {
 /// found, never a leak.
 pub async fn task_run(state: &AppState, scope: &Scope, id: &str) -> A2aResult<RunRecord> {
     let not_found = || A2aError::TaskNotFound(format!("no task {id:?}"));
-    if id.is_empty() || id.len() > 128 {
+    // No id agentd gives is longer or holds control characters (PostgreSQL refuses NUL).
+    if id.is_empty() || id.len() > 128 || id.chars().any(char::is_control) {
         return Err(not_found());
     }
     state

@@ -31,28 +31,97 @@ const MAX_PAGE: u32 = 100;
 /// How long a cancel waits for the task to stop before answering it as it is.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
-/// The run's committed events (its newest [`MAX_TASK_EVENTS`]), oldest first.
-async fn run_events(state: &AppState, run: &RunRecord) -> A2aResult<Vec<Event>> {
-    let mut after = run.base_seq.unwrap_or(0);
-    let mut out: std::collections::VecDeque<Event> = Default::default();
-    loop {
+/// Events of one task read for a list entry (its newest; a longer run lists with those).
+const LIST_TASK_EVENTS: usize = 500;
+
+/// A task's committed events as read: the newest `max` of its run (oldest first), the seq
+/// they were read up to, and whether the calls they leave open were answered later in the
+/// session (by the next turn, which is the next task).
+struct RunView {
+    events: Vec<Event>,
+    upto: i64,
+    answered: bool,
+}
+
+/// Reads a run's newest `max` committed events — never more: a run's events lie between its
+/// base seq and its last seq (one run per session at a time), so the read starts near the
+/// end. For a completed run that left calls open, the session's next events say whether a
+/// later turn answered them.
+async fn run_view(state: &AppState, run: &RunRecord, max: usize) -> A2aResult<RunView> {
+    let key = run.key();
+    let base = run.base_seq.unwrap_or(0);
+    let upto = match run.last_seq {
+        Some(last) if run.status != RunStatus::Running => last,
+        _ => state
+            .store
+            .session_head(&key)
+            .await?
+            .map(|h| h.last_seq)
+            .unwrap_or(base),
+    };
+    let mut after = base.max(upto - max as i64);
+    let mut events = Vec::new();
+    while after < upto {
         let page = state
             .store
-            .invocation_events(&run.key(), &run.invocation_id, after, 500)
+            .invocation_events(&key, &run.invocation_id, after, 500)
             .await?;
         let n = page.len();
         for e in page {
-            after = e.seq;
-            if out.len() == MAX_TASK_EVENTS {
-                out.pop_front();
+            if e.seq > upto {
+                break;
             }
-            out.push_back(e.event);
+            after = e.seq;
+            events.push(e.event);
         }
         if n < 500 {
             break;
         }
     }
-    Ok(out.into())
+    let mut answered = false;
+    if run.status == RunStatus::Completed && !map::waiting_calls(&events).is_empty() {
+        // The next turn's events: do their function responses close every open call?
+        let later = state
+            .store
+            .list_events(
+                &key,
+                crate::store::EventRange {
+                    after: Some(upto),
+                    before: None,
+                    limit: OPEN_AFTER as u32,
+                },
+            )
+            .await?
+            .map(|p| p.events.into_iter().map(|e| e.event).collect::<Vec<_>>())
+            .unwrap_or_default();
+        if !later.is_empty() {
+            let mut all = events.clone();
+            all.extend(later);
+            answered = map::waiting_calls(&all).is_empty();
+        }
+    }
+    Ok(RunView {
+        events,
+        upto,
+        answered,
+    })
+}
+
+/// Events after a task read to see whether its open calls were answered.
+const OPEN_AFTER: usize = 200;
+
+impl RunView {
+    fn task(&self, run: &RunRecord, history: Option<usize>, artifacts: bool) -> a2a::Task {
+        let mut task = task_of(run, &self.events, history, artifacts);
+        if self.answered {
+            // Its question was answered by the next turn (the next task): it is done.
+            if let Some(status) = &mut task.status {
+                status.state = a2a::TaskState::Completed.into();
+                status.message = None;
+            }
+        }
+        task
+    }
 }
 
 /// A context id names a session: it must be an id agentd accepts.
@@ -70,8 +139,9 @@ pub async fn get_task(
 ) -> A2aResult<a2a::Task> {
     let history = history(history_length)?;
     let run = task_run(state, scope, id).await?;
-    let events = run_events(state, &run).await?;
-    Ok(task_of(&run, &events, history, true))
+    Ok(run_view(state, &run, MAX_TASK_EVENTS)
+        .await?
+        .task(&run, history, true))
 }
 
 fn history(n: Option<i32>) -> A2aResult<Option<usize>> {
@@ -130,8 +200,11 @@ pub async fn send(
                 run.run_id
             )));
         }
-        let events = run_events(state, &run).await?;
-        let state_now = task_state(run.status, !map::waiting_calls(&events).is_empty());
+        let view = run_view(state, &run, MAX_TASK_EVENTS).await?;
+        let state_now = task_state(
+            run.status,
+            !view.answered && !map::waiting_calls(&view.events).is_empty(),
+        );
         if is_terminal(state_now) {
             return Err(A2aError::Unsupported(format!(
                 "task {:?} is {}; a terminal task takes no more messages",
@@ -263,8 +336,8 @@ pub async fn subscribe(
     id: &str,
 ) -> A2aResult<impl Stream<Item = a2a::StreamResponse> + Send + 'static> {
     let run = task_run(state, scope, id).await?;
-    let events = run_events(state, &run).await?;
-    let task = task_of(&run, &events, None, true);
+    let view = run_view(state, &run, MAX_TASK_EVENTS).await?;
+    let task = view.task(&run, None, true);
     let now = a2a::TaskState::try_from(task.status.as_ref().map_or(0, |s| s.state))
         .unwrap_or(a2a::TaskState::Unspecified);
     if run.status != RunStatus::Running || is_terminal(now) {
@@ -273,32 +346,14 @@ pub async fn subscribe(
             now.as_str_name()
         )));
     }
-    // Everything the snapshot holds is behind `last`; the follower starts after it.
-    let last = last_seq(state, &run).await?;
+    // The follower starts right after what the snapshot was read up to: nothing committed
+    // in between is lost or sent twice.
     let mut stream = TaskStream::new(&run.run_id, &run.session_id);
-    stream.seed(&events);
+    stream.seed(&view.events);
     let first = stream.start(task);
-    let items = kit::follow_after(state, &run.run_id, last).await?;
+    let items = kit::follow_after(state, &run.run_id, Some(view.upto)).await?;
     let body = items.flat_map(move |item| futures::stream::iter(stream.item(&item)));
     Ok(futures::stream::iter([first]).chain(body))
-}
-
-/// The run's newest committed seq (its base before its first event).
-async fn last_seq(state: &AppState, run: &RunRecord) -> A2aResult<Option<i64>> {
-    let mut after = run.base_seq.unwrap_or(0);
-    loop {
-        let page = state
-            .store
-            .invocation_events(&run.key(), &run.invocation_id, after, 500)
-            .await?;
-        let n = page.len();
-        if let Some(e) = page.last() {
-            after = e.seq;
-        }
-        if n < 500 {
-            return Ok(Some(after));
-        }
-    }
 }
 
 /// `CancelTask`: stops a working task (on whichever replica runs it) and answers it as it
@@ -311,8 +366,9 @@ pub async fn cancel(
 ) -> A2aResult<a2a::Task> {
     let run = task_run(state, scope, id).await?;
     if run.status != RunStatus::Running {
-        let events = run_events(state, &run).await?;
-        let task = task_of(&run, &events, None, true);
+        let task = run_view(state, &run, MAX_TASK_EVENTS)
+            .await?
+            .task(&run, None, true);
         let name = a2a::TaskState::try_from(task.status.as_ref().map_or(0, |s| s.state))
             .map(|s| s.as_str_name())
             .unwrap_or("ended");
@@ -322,7 +378,7 @@ pub async fn cancel(
     }
     let req: CancelRequest =
         crate::http::routes::runs::cancel_request(headers, Default::default())?;
-    let mut sub = state.runner.bus().subscribe(&run.key());
+    let mut sub = state.runner.bus().subscribe_ends(&run.key());
     state.runner.cancel(&run.run_id, &req).await?;
     let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
     loop {
@@ -355,7 +411,9 @@ pub async fn list(
     };
     let history_length = history(req.history_length)?;
     let with_artifacts = req.include_artifacts.unwrap_or(false);
-    let wanted = a2a::TaskState::try_from(req.status).unwrap_or(a2a::TaskState::Unspecified);
+    let wanted = a2a::TaskState::try_from(req.status).map_err(|_| {
+        A2aError::InvalidParams(format!("status {} is not a task state", req.status))
+    })?;
     let status = match wanted {
         a2a::TaskState::Unspecified => None,
         a2a::TaskState::Working | a2a::TaskState::Submitted => Some(RunStatus::Running),
@@ -384,7 +442,7 @@ pub async fn list(
     // A state the runs table cannot filter on (failed has several run statuses,
     // input-required is a completed run with calls waiting) is filtered here, a bounded
     // number of pages per request: a page may then come back short, with a token to go on.
-    'pages: for _ in 0..10 {
+    'pages: for _ in 0..3 {
         let runs = if req.context_id.is_empty() {
             state
                 .store
@@ -407,8 +465,11 @@ pub async fn list(
             if since.is_some_and(|t| changed <= t) {
                 continue;
             }
-            let events = run_events(state, &run).await?;
-            let task = task_of(&run, &events, history_length, with_artifacts);
+            let task = run_view(state, &run, LIST_TASK_EVENTS).await?.task(
+                &run,
+                history_length,
+                with_artifacts,
+            );
             let state_now = task.status.as_ref().map_or(0, |s| s.state);
             if wanted != a2a::TaskState::Unspecified && state_now != i32::from(wanted) {
                 continue;
@@ -443,6 +504,11 @@ fn encode_token(at: f64, id: &str) -> String {
 }
 
 fn page_token(token: &str) -> A2aResult<Option<(f64, String)>> {
+    if token.len() > 512 {
+        return Err(A2aError::InvalidParams(
+            "pageToken is not one this server gave".into(),
+        ));
+    }
     use base64::Engine;
     if token.is_empty() {
         return Ok(None);
@@ -453,6 +519,9 @@ fn page_token(token: &str) -> A2aResult<Option<(f64, String)>> {
         .map_err(|_| bad())?;
     let text = String::from_utf8(raw).map_err(|_| bad())?;
     let (at, id) = text.split_once('|').ok_or_else(bad)?;
+    if id.chars().any(char::is_control) {
+        return Err(bad());
+    }
     Ok(Some((at.parse().map_err(|_| bad())?, id.to_string())))
 }
 

@@ -85,6 +85,46 @@ fn message_in(m: &Value) -> Value {
     Value::Object(out)
 }
 
+/// A 0.3 `PushNotificationConfig` (`{id?, url, token?, authentication?: {schemes,
+/// credentials?}}`) of task `task_id` as 1.0's `TaskPushNotificationConfig`.
+fn push_in(task_id: Option<&Value>, config: &Value) -> Value {
+    let mut out = Map::new();
+    if let Some(t) = task_id {
+        out.insert("taskId".into(), t.clone());
+    }
+    for key in ["id", "url", "token"] {
+        if let Some(v) = config.get(key) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    if let Some(auth) = config.get("authentication") {
+        let mut a = Map::new();
+        if let Some(scheme) = auth["schemes"].as_array().and_then(|s| s.first()) {
+            a.insert("scheme".into(), scheme.clone());
+        }
+        if let Some(c) = auth.get("credentials") {
+            a.insert("credentials".into(), c.clone());
+        }
+        out.insert("authentication".into(), Value::Object(a));
+    }
+    Value::Object(out)
+}
+
+/// 1.0's `TaskPushNotificationConfig` as 0.3's `{taskId, pushNotificationConfig}`.
+fn push_out(v: &Value) -> Value {
+    let mut config = Map::new();
+    for key in ["id", "url", "token"] {
+        if let Some(x) = v.get(key) {
+            config.insert(key.into(), x.clone());
+        }
+    }
+    if let Some(scheme) = v["authentication"]["scheme"].as_str() {
+        config.insert("authentication".into(), json!({"schemes": [scheme]}));
+    }
+    json!({"taskId": v.get("taskId").cloned().unwrap_or(Value::Null),
+           "pushNotificationConfig": config})
+}
+
 /// A 0.3 request's params as 1.0's.
 pub fn params_in(method: &str, params: Value) -> Value {
     let Value::Object(mut o) = params else {
@@ -113,6 +153,26 @@ pub fn params_in(method: &str, params: Value) -> Value {
         }
         "GetTask" | "SubscribeToTask" => {
             o.remove("metadata");
+        }
+        "CreateTaskPushNotificationConfig" => {
+            let config = o
+                .get("pushNotificationConfig")
+                .cloned()
+                .unwrap_or(json!({}));
+            return push_in(o.get("taskId"), &config);
+        }
+        // 0.3 names the task `id` and the config `pushNotificationConfigId`.
+        "GetTaskPushNotificationConfig"
+        | "DeleteTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs" => {
+            let mut out = Map::new();
+            if let Some(t) = o.get("id") {
+                out.insert("taskId".into(), t.clone());
+            }
+            if let Some(c) = o.get("pushNotificationConfigId") {
+                out.insert("id".into(), c.clone());
+            }
+            return Value::Object(out);
         }
         _ => {}
     }
@@ -265,6 +325,21 @@ pub fn result_out(method: &str, v: Value) -> Value {
         }
         return Value::Object(a);
     }
+    match method {
+        "CreateTaskPushNotificationConfig" | "GetTaskPushNotificationConfig" => {
+            return push_out(&v)
+        }
+        "ListTaskPushNotificationConfigs" => {
+            return Value::Array(
+                o.get("configs")
+                    .and_then(Value::as_array)
+                    .map(|c| c.iter().map(push_out).collect())
+                    .unwrap_or_default(),
+            )
+        }
+        "DeleteTaskPushNotificationConfig" => return Value::Null,
+        _ => {}
+    }
     if method == "ListTasks" {
         let mut o = o.clone();
         if let Some(Value::Array(tasks)) = o.get("tasks") {
@@ -319,6 +394,31 @@ mod tests {
         assert_eq!(end["kind"], "status-update");
         assert_eq!(end["final"], true);
         assert_eq!(method("tasks/resubscribe"), Some("SubscribeToTask"));
+        let set = params_in(
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": "t", "pushNotificationConfig": {"url": "https://h/x", "token": "tok",
+                "authentication": {"schemes": ["Bearer"], "credentials": "c"}}}),
+        );
+        assert_eq!(
+            set,
+            json!({"taskId": "t", "url": "https://h/x", "token": "tok",
+                   "authentication": {"scheme": "Bearer", "credentials": "c"}})
+        );
+        assert_eq!(
+            params_in(
+                "GetTaskPushNotificationConfig",
+                json!({"id": "t", "pushNotificationConfigId": "c1"})
+            ),
+            json!({"taskId": "t", "id": "c1"})
+        );
+        let got = result_out(
+            "GetTaskPushNotificationConfig",
+            json!({"id": "c1", "taskId": "t", "url": "https://h/x", "authentication": {"scheme": "Bearer"}}),
+        );
+        assert_eq!(
+            got["pushNotificationConfig"]["authentication"]["schemes"],
+            json!(["Bearer"])
+        );
         assert_eq!(method("tasks/unknown"), None);
     }
 }

@@ -75,14 +75,16 @@ pub fn status(status: RunStatus, waiting: bool) -> &'static str {
     }
 }
 
-/// The run id of a tool call: derived from the client's `Mcp-Session-Id` and the request id,
-/// so the `notifications/cancelled` naming that request finds the run on any replica
-/// without any state kept between requests. Without a session id, a fresh one.
-pub fn run_id(session: Option<&str>, request_id: &Value) -> String {
+/// The run id of a tool call: derived from the client's `Mcp-Session-Id`, the caller's user
+/// and the request id, so the `notifications/cancelled` naming that request finds the run on
+/// any replica without any state kept between requests (and two users can never derive the
+/// same id). Without a session id, a fresh one.
+pub fn run_id(session: Option<&str>, user: &str, request_id: &Value) -> String {
     use sha2::Digest;
     match session {
         Some(s) if !s.is_empty() => {
-            let digest = sha2::Sha256::digest(format!("{s}\u{1f}{request_id}").as_bytes());
+            let digest =
+                sha2::Sha256::digest(format!("{s}\u{1f}{user}\u{1f}{request_id}").as_bytes());
             let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
             format!("run-mcp-{hex}")
         }
@@ -96,12 +98,17 @@ mod tests {
 
     #[test]
     fn a_calls_run_id_is_found_again_from_its_session_and_request() {
-        let a = run_id(Some("s1"), &json!(7));
-        assert_eq!(a, run_id(Some("s1"), &json!(7)));
-        assert_ne!(a, run_id(Some("s2"), &json!(7)));
-        assert_ne!(a, run_id(Some("s1"), &json!("7")));
+        let a = run_id(Some("s1"), "u1", &json!(7));
+        assert_eq!(a, run_id(Some("s1"), "u1", &json!(7)));
+        assert_ne!(a, run_id(Some("s2"), "u1", &json!(7)));
+        assert_ne!(
+            a,
+            run_id(Some("s1"), "u2", &json!(7)),
+            "users never share an id"
+        );
+        assert_ne!(a, run_id(Some("s1"), "u1", &json!("7")));
         assert!(a.starts_with("run-mcp-") && a.len() == "run-mcp-".len() + 32);
-        assert_ne!(run_id(None, &json!(7)), run_id(None, &json!(7)));
+        assert_ne!(run_id(None, "u1", &json!(7)), run_id(None, "u1", &json!(7)));
     }
 
     #[test]

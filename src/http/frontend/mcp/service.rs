@@ -95,12 +95,9 @@ impl Mcp {
             && !req.headers().contains_key("mcp-session-id");
         let req = if req.method() == axum::http::Method::POST {
             let (parts, body) = req.into_parts();
-            let Ok(bytes) = axum::body::to_bytes(body, self.limit).await else {
-                return crate::http::error::ApiError::payload_too_large(format!(
-                    "the body is over {} bytes (--max-body-bytes)",
-                    self.limit
-                ))
-                .into_response();
+            let bytes = match axum::body::to_bytes(body, self.limit).await {
+                Ok(b) => b,
+                Err(e) => return body_error(&e, self.limit).into_response(),
             };
             if let Some((id, reason)) = cancellation(&bytes) {
                 self.tools.cancel_call(&parts, &id, reason).await;
@@ -128,6 +125,23 @@ pub fn origin_allowed(origin: &str, host: Option<&str>, allowed: &[String]) -> b
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"));
     matches!((authority, host), (Some(a), Some(h)) if a.eq_ignore_ascii_case(h))
+}
+
+/// Why a body could not be read: over the limit (413), or cut, slow or broken (400).
+fn body_error(e: &axum::Error, limit: usize) -> crate::http::error::ApiError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return crate::http::error::ApiError::payload_too_large(format!(
+                "the body is over {limit} bytes (--max-body-bytes)"
+            ));
+        }
+        source = s.source();
+    }
+    crate::http::error::ApiError::bad_request(
+        "body_unreadable",
+        format!("could not read the body: {e}"),
+    )
 }
 
 /// The request id (and reason) of a `notifications/cancelled`, if that is what `body` is.

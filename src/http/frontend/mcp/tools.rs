@@ -123,13 +123,22 @@ impl AgentTools {
         };
         let progress = context.meta.get_progress_token();
         let request_id = serde_json::to_value(&context.id).unwrap_or(Value::Null);
-        let run_id = map::run_id(call.session, &request_id);
+        let run_id = map::run_id(call.session, &call.user, &request_id);
+        // A request id the client already used in this session names a run that exists: a
+        // second run cannot take its id (and must not disturb the first).
+        if let Ok(Some(_)) = self.state.runner.get_run(&run_id).await {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                "request id {request_id} was already used in this MCP session; \
+                 send each call with a new id"
+            ))]));
+        }
         let part = crate::event::Part {
             text: Some(message.to_string()),
             ..Default::default()
         };
         let key = SessionKey::new(&app, &call.user, &session);
-        // The client going away (its stream dropped with this future) cancels the run.
+        // The client going away cancels the run: rmcp then cancels `context.ct` (see
+        // `follow`), and a dropped handler drops the handle's guard.
         let mut req = kit::turn(
             key,
             vec![part],
@@ -169,12 +178,18 @@ impl AgentTools {
         let mut waiting = std::collections::BTreeMap::new();
         let mut error = None;
         let mut status = RunStatus::Interrupted;
+        let mut cancelled = false;
         loop {
             let item = tokio::select! {
                 item = items.next() => item,
-                // A cancel this replica's rmcp saw for the request.
-                _ = context.ct.cancelled() => {
-                    let _ = self.state.runner.cancel(run_id, &cancel_request("the MCP request was cancelled")).await;
+                // rmcp cancels the token when the client went away (or it saw a cancel for
+                // the request): the run is cancelled once, and followed to its end.
+                _ = context.ct.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    let why = cancel_request("the MCP client went away or cancelled the request");
+                    if let Err(e) = self.state.runner.cancel(run_id, &why).await {
+                        tracing::warn!(run = %run_id, error = %e, "could not cancel an MCP call's run");
+                    }
                     continue;
                 }
             };
@@ -238,7 +253,7 @@ impl AgentTools {
             tracing::debug!("an MCP cancel without Mcp-Session-Id names no run");
             return;
         };
-        let run_id = map::run_id(Some(session), request_id);
+        let run_id = map::run_id(Some(session), &call.user, request_id);
         match self.state.runner.get_run(&run_id).await {
             Ok(Some(run)) if run.user_id == call.user && run.status == RunStatus::Running => {
                 let reason = reason.unwrap_or_else(|| "cancelled by the MCP client".into());
