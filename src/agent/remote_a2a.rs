@@ -606,6 +606,59 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_is_bounded() {
+        let mut a = Answer::default();
+        let big = "é".repeat(MAX_TEXT); // 2 bytes each: twice the bound
+        a.artifact("a0", &big, false);
+        assert!(a.text().len() <= MAX_TEXT && a.text().len() > MAX_TEXT - 2);
+        a.artifact("a0", "more", true);
+        assert!(a.text().len() <= MAX_TEXT, "appends stop at the bound");
+        let mut b = Answer::default();
+        for i in 0..MAX_ARTIFACTS + 50 {
+            b.artifact(&format!("a{i}"), "x", false);
+        }
+        assert_eq!(b.artifacts.len(), MAX_ARTIFACTS);
+    }
+
+    /// A card that names an interface on another origin does not get the credential.
+    #[tokio::test]
+    async fn the_credential_goes_only_to_the_cards_origin() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let card = json!({"supportedInterfaces": [{"url": format!("http://127.0.0.1:{}/a2a/x", port + 1),
+            "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]});
+        let app = axum::Router::new().route(
+            "/card.json",
+            axum::routing::get(move || {
+                let card = card.clone();
+                async move { axum::Json(card) }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        std::env::set_var("AGENTD_TEST_REMOTE_AUTH", "Bearer secret");
+        let settings = |auth: Option<&str>| RemoteA2aSettings {
+            agent_card: CardSource::Url(format!("http://127.0.0.1:{port}/card.json")),
+            auth_header_env: auth.map(str::to_string),
+            allow_private: vec!["127.0.0.1".into()],
+            timeout_secs: None,
+        };
+        let with = RemoteA2aAgent::new(
+            "r".into(),
+            String::new(),
+            settings(Some("AGENTD_TEST_REMOTE_AUTH")),
+        )
+        .unwrap();
+        let err = with.endpoint().await.unwrap_err().message();
+        assert!(err.contains("another origin"), "{err}");
+        let without = RemoteA2aAgent::new("r".into(), String::new(), settings(None)).unwrap();
+        assert_eq!(
+            without.endpoint().await.unwrap(),
+            format!("http://127.0.0.1:{}/a2a/x", port + 1),
+            "without a credential another origin is fine"
+        );
+    }
+
+    #[test]
     fn settings_refuse_a_private_card_unless_allowed() {
         let s = |allow: Vec<String>| RemoteA2aSettings {
             agent_card: CardSource::Url(

@@ -222,6 +222,13 @@ mod tests {
         assert_eq!(body["error"]["details"][0]["reason"], "TASK_NOT_FOUND");
         let busy = A2aError::from(ApiError::conflict("session_busy", "busy"));
         assert_eq!(busy.code(), -32000);
+        let draining = A2aError::from(ApiError::unavailable("draining", "shutting down", 1));
+        assert_eq!(
+            draining.code(),
+            -32000,
+            "agentd's own refusal, not an internal error"
+        );
+        assert_eq!(A2aError::from(ApiError::internal("boom")).code(), -32603);
         assert_eq!(busy.rest_body().0, StatusCode::CONFLICT);
     }
 }
