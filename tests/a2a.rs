@@ -671,3 +671,45 @@ async fn adk_pythons_remote_a2a_agent_calls_an_app(backend: Backend) {
 }
 
 both_backends!(adk_pythons_remote_a2a_agent_calls_an_app);
+
+/// A file sent as a `raw` part is inline data for the agent, or a session artifact when the
+/// request's metadata asks for ADK's `saveInputBlobsAsArtifacts`.
+async fn raw_parts_become_artifacts_when_asked(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let apps = Apps::new().echo("slow", SLOW);
+    let r = Replica::spawn(&db, &apps, "a", &[]).await;
+    let file = |save: bool| {
+        json!({"message": {"messageId": format!("m-file-{save}"), "role": "ROLE_USER",
+            "contextId": format!("files-{save}"),
+            "parts": [{"text": "see the file"},
+                      {"raw": "aGVsbG8=", "mediaType": "text/plain", "filename": "hello.txt"}]},
+            "metadata": {"saveInputBlobsAsArtifacts": save}})
+    };
+    for save in [true, false] {
+        let sent = rpc(&r, "hana", send(30, file(save))).await;
+        assert_eq!(
+            sent["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{sent}"
+        );
+        let artifacts = json_with_status(
+            r.get(&format!(
+                "/apps/slow/users/hana/sessions/files-{save}/artifacts"
+            ))
+            .await,
+            200,
+        )
+        .await;
+        let names: Vec<String> = artifacts
+            .as_array()
+            .expect("artifact names")
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect();
+        assert_eq!(names.len(), usize::from(save), "{names:?}");
+        if save {
+            assert!(names[0].starts_with("artifact_e-"), "{names:?}");
+        }
+    }
+}
+
+both_backends!(raw_parts_become_artifacts_when_asked);

@@ -245,6 +245,16 @@ pub async fn send(
     let mut run = turn(key, parts.clone(), true, vec![], OnDisconnect::Continue);
     run.run_id = Some(run_id);
     run.webhook = push;
+    // ADK's run option, from the request's metadata: inline files become artifacts.
+    run.run_config.save_input_blobs_as_artifacts = req
+        .metadata
+        .as_ref()
+        .and_then(|m| serde_json::to_value(m).ok())
+        .is_some_and(|m| {
+            m.get("saveInputBlobsAsArtifacts")
+                .or_else(|| m.get("save_input_blobs_as_artifacts"))
+                == Some(&serde_json::Value::Bool(true))
+        });
     let handle = kit::start_run(state, run).await?;
     let message_id = if message.message_id.is_empty() {
         uuid::Uuid::new_v4().to_string()
