@@ -7,8 +7,8 @@
 //! them is only the protocol's own work: admission, the session and the run are the same.
 
 use crate::pg::Admin;
-use crate::servers::{spawn_agentd, write_app};
-use crate::{Backend, BenchArgs};
+use crate::servers::single_app_agentd;
+use crate::BenchArgs;
 use anyhow::{bail, Result};
 use futures::StreamExt;
 use std::fmt::Write;
@@ -45,26 +45,18 @@ async fn first_chunk(
 
 pub async fn run(args: &BenchArgs, admin: &Admin, agentd_bin: &std::path::Path) -> Result<String> {
     let work = tempfile::Builder::new().prefix("agentd-bench-").tempdir()?;
-    let apps = work.path().join("apps");
-    write_app(
-        &apps,
+    let (agentd, _) = single_app_agentd(
+        args,
+        admin,
+        agentd_bin,
+        work.path(),
+        args.backend,
+        "a2a",
         "first",
         &format!(
             "agent_class: EchoAgent\nname: first\nchunks: {}\n",
             args.chunks
         ),
-    )?;
-    let url = match args.backend {
-        Backend::Postgres => admin.create_database("a2a").await?,
-        Backend::Sqlite => format!("sqlite://{}", work.path().join("agentd.db").display()),
-    };
-    let agentd = spawn_agentd(
-        agentd_bin,
-        &url,
-        &apps,
-        args.db_max_connections,
-        work.path().join("agentd.log"),
-        false,
     )
     .await?;
     let client = reqwest::Client::new();

@@ -5,7 +5,7 @@
 
 use crate::pg::{connect, Admin};
 use crate::proc_stats::{mib, sample};
-use crate::servers::{spawn_agentd, write_app};
+use crate::servers::single_app_agentd;
 use crate::BenchArgs;
 use anyhow::{ensure, Result};
 use std::fmt::Write;
@@ -15,20 +15,15 @@ use std::time::{Duration, Instant};
 
 pub async fn run(args: &BenchArgs, admin: &Admin, agentd_bin: &std::path::Path) -> Result<String> {
     let work = tempfile::Builder::new().prefix("agentd-bench-").tempdir()?;
-    let apps = work.path().join("apps");
-    write_app(
-        &apps,
+    let (agentd, url) = single_app_agentd(
+        args,
+        admin,
+        agentd_bin,
+        work.path(),
+        crate::Backend::Postgres,
+        "fork",
         "long",
         "agent_class: EchoAgent\nname: long\nchunks: 1\n",
-    )?;
-    let url = admin.create_database("fork").await?;
-    let agentd = spawn_agentd(
-        agentd_bin,
-        &url,
-        &apps,
-        args.db_max_connections,
-        work.path().join("agentd.log"),
-        false,
     )
     .await?;
     let client = reqwest::Client::new();

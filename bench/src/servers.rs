@@ -254,6 +254,38 @@ impl Env {
     }
 }
 
+/// One agentd serving one app, for a single-app measurement: the app written under
+/// `work/apps`, a fresh database of `backend` (PostgreSQL: `agentd_bench_<tag>` on the admin
+/// server; SQLite: a file in `work`), its log in `work`. Returns it and its database URL.
+#[allow(clippy::too_many_arguments)]
+pub async fn single_app_agentd(
+    args: &BenchArgs,
+    admin: &Admin,
+    agentd_bin: &Path,
+    work: &Path,
+    backend: Backend,
+    tag: &str,
+    app: &str,
+    yaml: &str,
+) -> Result<(Server, String)> {
+    let apps = work.join("apps");
+    write_app(&apps, app, yaml)?;
+    let url = match backend {
+        Backend::Postgres => admin.create_database(tag).await?,
+        Backend::Sqlite => format!("sqlite://{}", work.join("agentd.db").display()),
+    };
+    let agentd = spawn_agentd(
+        agentd_bin,
+        &url,
+        &apps,
+        args.db_max_connections,
+        work.join("agentd.log"),
+        false,
+    )
+    .await?;
+    Ok((agentd, url))
+}
+
 pub fn write_app(apps_dir: &Path, name: &str, yaml: &str) -> Result<()> {
     let dir = apps_dir.join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;

@@ -8,8 +8,8 @@
 //! the runner waking the sender, the claim, building and signing the body, and the POST.
 
 use crate::pg::Admin;
-use crate::servers::{spawn_agentd, write_app};
-use crate::{Backend, BenchArgs};
+use crate::servers::single_app_agentd;
+use crate::BenchArgs;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -29,25 +29,17 @@ fn now() -> f64 {
 
 pub async fn run(args: &BenchArgs, admin: &Admin, agentd_bin: &std::path::Path) -> Result<String> {
     let work = tempfile::Builder::new().prefix("agentd-bench-").tempdir()?;
-    let apps = work.path().join("apps");
-    write_app(
-        &apps,
-        "hooks",
-        "agent_class: EchoAgent\nname: hooks\nchunks: 2\n",
-    )?;
-    let url = match args.backend {
-        Backend::Postgres => admin.create_database("webhooks").await?,
-        Backend::Sqlite => format!("sqlite://{}", work.path().join("agentd.db").display()),
-    };
     // The receiver is on loopback: allowed for this agentd only (it inherits the variable).
     std::env::set_var("AGENTD_WEBHOOK_ALLOW_PRIVATE", "127.0.0.1");
-    let agentd = spawn_agentd(
+    let (agentd, _) = single_app_agentd(
+        args,
+        admin,
         agentd_bin,
-        &url,
-        &apps,
-        args.db_max_connections,
-        work.path().join("agentd.log"),
-        false,
+        work.path(),
+        args.backend,
+        "webhooks",
+        "hooks",
+        "agent_class: EchoAgent\nname: hooks\nchunks: 2\n",
     )
     .await?;
 

@@ -34,25 +34,36 @@ pub fn failure(run: &RunRecord) -> String {
         .unwrap_or_else(|| format!("the run ended {}", run.status.as_str()))
 }
 
+/// A text part.
+pub fn text_part(text: String) -> a2a::Part {
+    a2a::Part {
+        content: Some(a2a::part::Content::Text(text)),
+        metadata: None,
+        filename: String::new(),
+        media_type: String::new(),
+    }
+}
+
+/// The agent's message a task status carries (why it failed, what it waits for).
+pub fn status_message(task_id: &str, context_id: &str, parts: Vec<a2a::Part>) -> a2a::Message {
+    a2a::Message {
+        message_id: format!("{task_id}-status"),
+        context_id: context_id.to_string(),
+        task_id: task_id.to_string(),
+        role: a2a::Role::Agent.into(),
+        parts,
+        metadata: None,
+        extensions: vec![],
+        reference_task_ids: vec![],
+    }
+}
+
 /// The body of a push notification: `{"statusUpdate": {taskId, contextId, status}}`, the
 /// status message saying why a failed task failed. The receiver gets the rest with `GetTask`.
 pub(super) fn status_body(run: &RunRecord, waiting: bool) -> Vec<u8> {
     let state = task_state(run.status, waiting);
-    let message = (state == a2a::TaskState::Failed).then(|| a2a::Message {
-        message_id: format!("{}-status", run.run_id),
-        context_id: run.session_id.clone(),
-        task_id: run.run_id.clone(),
-        role: a2a::Role::Agent.into(),
-        parts: vec![a2a::Part {
-            content: Some(a2a::part::Content::Text(failure(run))),
-            metadata: None,
-            filename: String::new(),
-            media_type: String::new(),
-        }],
-        metadata: None,
-        extensions: vec![],
-        reference_task_ids: vec![],
-    });
+    let message = (state == a2a::TaskState::Failed)
+        .then(|| status_message(&run.run_id, &run.session_id, vec![text_part(failure(run))]));
     let at = run.finished_at.unwrap_or(run.created_at);
     let body = a2a::StreamResponse {
         payload: Some(a2a::stream_response::Payload::StatusUpdate(

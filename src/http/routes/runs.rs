@@ -158,7 +158,7 @@ async fn wait_run(
 /// `run` once it has ended (read from the database, so it works for a run on any replica), or
 /// as it is after `secs` (bounded by [`MAX_WAIT_SECS`]). The bus says when the session's run
 /// ends; a one-second re-read covers a lost notification.
-async fn wait_for_end(state: &AppState, run: RunRecord, secs: u64) -> ApiResult<RunRecord> {
+pub async fn wait_for_end(state: &AppState, run: RunRecord, secs: u64) -> ApiResult<RunRecord> {
     if run.status != RunStatus::Running {
         return Ok(run);
     }
@@ -270,13 +270,13 @@ fn parse_status(s: &str) -> ApiResult<RunStatus> {
 }
 
 /// The position after a run in the listing: its creation time and id, opaque to clients.
-fn encode_cursor(created_at: f64, run_id: &str) -> String {
+pub fn encode_cursor(created_at: f64, run_id: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .encode(serde_json::to_vec(&json!([created_at, run_id])).unwrap_or_default())
 }
 
-fn decode_cursor(s: &str) -> ApiResult<(f64, String)> {
+pub fn decode_cursor(s: &str) -> ApiResult<(f64, String)> {
     use base64::Engine;
     let bad = || {
         ApiError::validation(vec![problem(

@@ -27,8 +27,6 @@ pub enum A2aError {
     TaskNotFound(String),
     /// -32002
     TaskNotCancelable(String),
-    /// -32003
-    PushNotSupported,
     /// -32004
     Unsupported(String),
     /// -32005
@@ -53,7 +51,6 @@ impl A2aError {
             A2aError::Internal(_) => -32603,
             A2aError::TaskNotFound(_) => -32001,
             A2aError::TaskNotCancelable(_) => -32002,
-            A2aError::PushNotSupported => -32003,
             A2aError::Unsupported(_) => -32004,
             A2aError::ContentTypeNotSupported(_) => -32005,
             A2aError::ExtendedCardNotConfigured => -32007,
@@ -79,9 +76,6 @@ impl A2aError {
             A2aError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
             A2aError::TaskNotFound(_) => (StatusCode::NOT_FOUND, "TASK_NOT_FOUND"),
             A2aError::TaskNotCancelable(_) => (StatusCode::BAD_REQUEST, "TASK_NOT_CANCELABLE"),
-            A2aError::PushNotSupported => {
-                (StatusCode::BAD_REQUEST, "PUSH_NOTIFICATION_NOT_SUPPORTED")
-            }
             A2aError::Unsupported(_) => (StatusCode::BAD_REQUEST, "UNSUPPORTED_OPERATION"),
             A2aError::ContentTypeNotSupported(_) => {
                 (StatusCode::BAD_REQUEST, "CONTENT_TYPE_NOT_SUPPORTED")
@@ -108,9 +102,6 @@ impl A2aError {
             | A2aError::Unsupported(m)
             | A2aError::ContentTypeNotSupported(m)
             | A2aError::VersionNotSupported(m) => m.clone(),
-            A2aError::PushNotSupported => {
-                "push notifications are not supported by this agent".into()
-            }
             A2aError::ExtendedCardNotConfigured => "this agent has no extended agent card".into(),
             A2aError::Api(e) => match &e.detail {
                 Value::String(s) => s.clone(),

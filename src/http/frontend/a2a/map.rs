@@ -21,7 +21,7 @@ pub const ADK_TYPE: &str = "adk_type";
 const FUNCTION_CALL: &str = "function_call";
 const FUNCTION_RESPONSE: &str = "function_response";
 
-pub use crate::webhook::a2a::{task_state, timestamp};
+pub use crate::webhook::a2a::{task_state, text_part, timestamp};
 
 /// Whether no message may continue a task in this state.
 pub fn is_terminal(state: a2a::TaskState) -> bool {
@@ -55,15 +55,6 @@ fn data_part(value: Value, adk_type: &str) -> Option<a2a::Part> {
         filename: String::new(),
         media_type: String::new(),
     })
-}
-
-fn text_part(text: String) -> a2a::Part {
-    a2a::Part {
-        content: Some(part::Content::Text(text)),
-        metadata: None,
-        filename: String::new(),
-        media_type: String::new(),
-    }
 }
 
 /// An event's content as A2A parts (thoughts are the agent's own and stay out).
@@ -203,16 +194,7 @@ fn status_message(
             })
             .collect(),
     };
-    (!parts.is_empty()).then(|| a2a::Message {
-        message_id: format!("{task_id}-status"),
-        context_id: context_id.to_string(),
-        task_id: task_id.to_string(),
-        role: a2a::Role::Agent.into(),
-        parts,
-        metadata: None,
-        extensions: vec![],
-        reference_task_ids: vec![],
-    })
+    (!parts.is_empty()).then(|| crate::webhook::a2a::status_message(task_id, context_id, parts))
 }
 
 /// The calls in `events` still waiting for the client, in order.

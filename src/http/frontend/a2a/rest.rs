@@ -47,21 +47,6 @@ pub enum A2aErrors {
     Server(#[to_schema] serde_json::Map<String, Value>),
 }
 
-/// Checks `A2A-Version`: 1.0 (or 1), and 0.3, whose method names the JSON-RPC binding also
-/// answers; none means 1.0.
-pub fn check_version(headers: &HeaderMap) -> A2aResult<()> {
-    let Some(v) = headers.get("a2a-version") else {
-        return Ok(());
-    };
-    match v.to_str().map(str::trim) {
-        Ok("" | "1" | "1.0" | "0.3") => Ok(()),
-        _ => Err(A2aError::VersionNotSupported(format!(
-            "A2A-Version {:?} is not supported; this agent speaks 1.0 (and 0.3)",
-            String::from_utf8_lossy(v.as_bytes())
-        ))),
-    }
-}
-
 /// A JSON body as an A2A request type.
 pub fn body<T: DeserializeOwned>(raw: &[u8]) -> A2aResult<T> {
     let value: Value = serde_json::from_slice(raw)
@@ -190,8 +175,7 @@ async fn message_send(
     Path(app): Path<String>,
     raw: Bytes,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = Scope::new(&state, &caller, &headers, &app)?;
+    let scope = Scope::for_call(&state, &caller, &headers, &app)?;
     let req: a2a::SendMessageRequest = body(&raw)?;
     Ok(json(&tasks::send_blocking(&state, &scope, &req).await?))
 }
@@ -210,8 +194,7 @@ async fn message_stream(
     Path(app): Path<String>,
     raw: Bytes,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = Scope::new(&state, &caller, &headers, &app)?;
+    let scope = Scope::for_call(&state, &caller, &headers, &app)?;
     let req: a2a::SendMessageRequest = body(&raw)?;
     let frames = tasks::send_streaming(&state, &scope, &req).await?;
     Ok(sse(frames.map(as_json)))
@@ -229,8 +212,7 @@ async fn list_tasks(
     Path(app): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = Scope::new(&state, &caller, &headers, &app)?;
+    let scope = Scope::for_call(&state, &caller, &headers, &app)?;
     let req: a2a::ListTasksRequest = query(
         q.as_deref(),
         &["pageSize", "historyLength"],
@@ -250,8 +232,7 @@ async fn get_task(
     Path((app, task)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = Scope::new(&state, &caller, &headers, &app)?;
+    let scope = Scope::for_call(&state, &caller, &headers, &app)?;
     let req: a2a::GetTaskRequest = query(q.as_deref(), &["historyLength"], &[])?;
     Ok(json(
         &tasks::get_task(&state, &scope, &task, req.history_length).await?,
@@ -270,8 +251,7 @@ async fn task_action(
     headers: HeaderMap,
     Path((app, task)): Path<(String, String)>,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = Scope::new(&state, &caller, &headers, &app)?;
+    let scope = Scope::for_call(&state, &caller, &headers, &app)?;
     if let Some(id) = task.strip_suffix(":cancel") {
         return Ok(json(&tasks::cancel(&state, &scope, id, &headers).await?));
     }
@@ -294,8 +274,7 @@ async fn push_configs(
     headers: HeaderMap,
     Path((app, task)): Path<(String, String)>,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = Scope::new(&state, &caller, &headers, &app)?;
+    let scope = Scope::for_call(&state, &caller, &headers, &app)?;
     Ok(json(&push::list(&state, &scope, &task).await?))
 }
 
@@ -312,8 +291,7 @@ async fn create_push_config(
     Path((app, task)): Path<(String, String)>,
     raw: Bytes,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = Scope::new(&state, &caller, &headers, &app)?;
+    let scope = Scope::for_call(&state, &caller, &headers, &app)?;
     let mut config: a2a::TaskPushNotificationConfig = body(&raw)?;
     if !config.task_id.is_empty() && config.task_id != task {
         return Err(A2aError::InvalidParams(
@@ -334,8 +312,7 @@ async fn push_config(
     headers: HeaderMap,
     Path((app, task, config)): Path<(String, String, String)>,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = Scope::new(&state, &caller, &headers, &app)?;
+    let scope = Scope::for_call(&state, &caller, &headers, &app)?;
     Ok(json(&push::get(&state, &scope, &task, &config).await?))
 }
 
@@ -349,8 +326,7 @@ async fn delete_push_config(
     headers: HeaderMap,
     Path((app, task, config)): Path<(String, String, String)>,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    let scope = Scope::new(&state, &caller, &headers, &app)?;
+    let scope = Scope::for_call(&state, &caller, &headers, &app)?;
     push::delete(&state, &scope, &task, &config).await?;
     Ok(json(&serde_json::json!({})))
 }
@@ -365,7 +341,6 @@ async fn extended_card(
     headers: HeaderMap,
     Path(app): Path<String>,
 ) -> Result<Response, A2aError> {
-    check_version(&headers)?;
-    Scope::new(&state, &caller, &headers, &app)?;
+    Scope::for_call(&state, &caller, &headers, &app)?;
     Err(A2aError::ExtendedCardNotConfigured)
 }

@@ -5,7 +5,7 @@
 
 use super::error::{A2aError, A2aResult};
 use super::push;
-use super::rest::{check_version, params, sse, A2aErrors};
+use super::rest::{params, sse, A2aErrors};
 use super::tasks::{self, Scope};
 use super::v03;
 use crate::auth::Caller;
@@ -165,8 +165,7 @@ async fn dispatch(
     app: &str,
     call: &Call,
 ) -> A2aResult<Response> {
-    check_version(headers)?;
-    let scope = Scope::new(state, caller, headers, app)?;
+    let scope = Scope::for_call(state, caller, headers, app)?;
     let p = call.params.clone();
     let answer = |v: Value| axum::Json(ok(call, v)).into_response();
     Ok(match call.method {

@@ -19,7 +19,33 @@ pub struct Scope {
     pub user: String,
 }
 
+/// Checks `A2A-Version`: 1.0 (or 1), and 0.3, whose method names the JSON-RPC binding also
+/// answers; none means 1.0.
+pub fn check_version(headers: &HeaderMap) -> A2aResult<()> {
+    let Some(v) = headers.get("a2a-version") else {
+        return Ok(());
+    };
+    match v.to_str().map(str::trim) {
+        Ok("" | "1" | "1.0" | "0.3") => Ok(()),
+        _ => Err(A2aError::VersionNotSupported(format!(
+            "A2A-Version {:?} is not supported; this agent speaks 1.0 (and 0.3)",
+            String::from_utf8_lossy(v.as_bytes())
+        ))),
+    }
+}
+
 impl Scope {
+    /// [`check_version`], then [`Scope::new`]: what every A2A call checks first.
+    pub fn for_call(
+        state: &AppState,
+        caller: &Caller,
+        headers: &HeaderMap,
+        app: &str,
+    ) -> A2aResult<Self> {
+        check_version(headers)?;
+        Scope::new(state, caller, headers, app)
+    }
+
     /// The app (404 if hidden or unknown, as everywhere) and the caller's user.
     pub fn new(
         state: &AppState,

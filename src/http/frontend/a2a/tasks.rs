@@ -388,18 +388,8 @@ pub async fn cancel(
     }
     let req: CancelRequest =
         crate::http::routes::runs::cancel_request(headers, Default::default())?;
-    let mut sub = state.runner.bus().subscribe_ends(&run.key());
     state.runner.cancel(&run.run_id, &req).await?;
-    let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
-    loop {
-        let now = state.runner.get_run(&run.run_id).await?;
-        if now.as_ref().is_none_or(|r| r.status != RunStatus::Running)
-            || tokio::time::Instant::now() >= deadline
-        {
-            break;
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(200), sub.rx.recv()).await;
-    }
+    crate::http::routes::runs::wait_for_end(state, run, CANCEL_WAIT.as_secs()).await?;
     get_task(state, scope, id, None).await
 }
 
@@ -495,7 +485,7 @@ pub async fn list(
         }
     }
     let next_page_token = match (exhausted, before) {
-        (false, Some((at, id))) => encode_token(at, &id),
+        (false, Some((at, id))) => crate::http::routes::runs::encode_cursor(at, &id),
         _ => String::new(),
     };
     // `totalSize` stays 0 (unknown): counting every task of a user on each page would
@@ -508,31 +498,17 @@ pub async fn list(
     })
 }
 
-fn encode_token(at: f64, id: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{at}|{id}"))
-}
-
+/// A page token is the runs listing's cursor (`GET …/runs?after=`): opaque, the same keyset.
 fn page_token(token: &str) -> A2aResult<Option<(f64, String)>> {
-    if token.len() > 512 {
-        return Err(A2aError::InvalidParams(
-            "pageToken is not one this server gave".into(),
-        ));
-    }
-    use base64::Engine;
     if token.is_empty() {
         return Ok(None);
     }
     let bad = || A2aError::InvalidParams("pageToken is not one this server gave".into());
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token)
-        .map_err(|_| bad())?;
-    let text = String::from_utf8(raw).map_err(|_| bad())?;
-    let (at, id) = text.split_once('|').ok_or_else(bad)?;
+    let (at, id) = crate::http::routes::runs::decode_cursor(token).map_err(|_| bad())?;
     if id.chars().any(char::is_control) {
         return Err(bad());
     }
-    Ok(Some((at.parse().map_err(|_| bad())?, id.to_string())))
+    Ok(Some((at, id)))
 }
 
 #[cfg(test)]
@@ -541,7 +517,7 @@ mod tests {
 
     #[test]
     fn page_tokens_round_trip_and_refuse_forgeries() {
-        let t = encode_token(1764110000.25, "run-1");
+        let t = crate::http::routes::runs::encode_cursor(1764110000.25, "run-1");
         assert_eq!(
             page_token(&t).unwrap(),
             Some((1764110000.25, "run-1".into()))

@@ -21,7 +21,6 @@ use bytes::Bytes;
 use futures::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::time::Duration;
 
 // ------------------------------------------------------------------ Responses
 
@@ -312,18 +311,8 @@ pub(super) async fn cancel_response(
     let req: CancelRequest =
         crate::http::routes::runs::cancel_request(&headers, Default::default())?;
     if run.status == RunStatus::Running {
-        let mut sub = state.runner.bus().subscribe(&run.key());
         state.runner.cancel(&run.run_id, &req).await?;
-        let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
-        loop {
-            let now = state.runner.get_run(&run.run_id).await?;
-            if now.as_ref().is_none_or(|r| r.status != RunStatus::Running)
-                || tokio::time::Instant::now() >= deadline
-            {
-                break;
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(200), sub.rx.recv()).await;
-        }
+        crate::http::routes::runs::wait_for_end(&state, run, CANCEL_WAIT.as_secs()).await?;
     }
     let run = response_run(&state, &caller, &headers, &id).await?;
     Ok(axum::Json(stored_response(&state, &run).await?).into_response())
