@@ -372,9 +372,163 @@ async fn a_rewound_transfer_does_not_keep_the_turn(backend: Backend) {
     assert_eq!(authors(&msgs), ["relay"], "the transfer was rewound");
 }
 
+/// `/run` with `regenerate` runs the last turn again, and with `editInvocationId` runs a new
+/// message in an earlier turn's place: the model is sent the conversation before that turn,
+/// and the rewind and the new user event are committed together. Refused edits (an unknown
+/// turn, both fields, nothing to regenerate, a message the store refuses) leave the session
+/// exactly as it was.
+async fn regenerate_and_edit_rewind_and_run_in_one_commit(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    for text in [
+        "answer one",
+        "answer two",
+        "answer regenerated",
+        "answer edited",
+    ] {
+        m.push("chat", Reply::text(&[text]));
+    }
+    let agent = LlmAgent::new("chat_agent", m.model("chat"));
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert(
+        "chat",
+        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
+    );
+    let s = TestServer::start_embedded_with(backend, apps, PluginSet::default(), |a| {
+        a.max_artifact_bytes = 64
+    })
+    .await;
+    run(&s, turn("chat", "s1", "question one")).await;
+    run(&s, turn("chat", "s1", "question two")).await;
+    let before = session(&s, "chat", "s1").await;
+    let invocations = turns(&before);
+    let count = |s: &Value| s["events"].as_array().map_or(0, Vec::len);
+
+    // Regenerate: the last turn again, without its answer.
+    let base = json!({"appName": "chat", "userId": USER, "sessionId": "s1"});
+    let mut regenerate = base.clone();
+    regenerate["regenerate"] = json!(true);
+    run(&s, regenerate.clone()).await;
+    let sent = m
+        .requests_for("chat")
+        .last()
+        .expect("a request")
+        .to_string();
+    assert!(
+        sent.contains("question one")
+            && sent.contains("answer one")
+            && sent.contains("question two"),
+        "{sent}"
+    );
+    assert!(
+        !sent.contains("answer two"),
+        "the rewound answer was sent: {sent}"
+    );
+    let after = session(&s, "chat", "s1").await;
+    let events = after["events"].as_array().expect("events");
+    assert_eq!(
+        count(&after),
+        count(&before) + 3,
+        "a rewind, the user event, the answer"
+    );
+    let (rewind, user) = (&events[count(&before)], &events[count(&before) + 1]);
+    assert_eq!(
+        rewind["actions"]["rewindBeforeInvocationId"],
+        invocations[1].as_str()
+    );
+    assert_eq!(user["content"]["parts"][0]["text"], "question two");
+    assert_ne!(user["invocationId"], invocations[1].as_str());
+    assert_eq!(after["state"], before["state"], "an echo of the same turn");
+
+    // Edit the first turn: only the new message is sent.
+    let mut edit = base.clone();
+    edit["editInvocationId"] = json!(invocations[0]);
+    edit["newMessage"] = json!({"role": "user", "parts": [{"text": "question one, edited"}]});
+    run(&s, edit).await;
+    let sent = m
+        .requests_for("chat")
+        .last()
+        .expect("a request")
+        .to_string();
+    assert!(sent.contains("question one, edited"), "{sent}");
+    for gone in ["answer one", "question two", "answer regenerated"] {
+        assert!(!sent.contains(gone), "{gone} was sent: {sent}");
+    }
+    assert_eq!(m.unused(), 0);
+
+    // `?includeRewound=false`: the conversation as the model sees it, whole or the newest.
+    let texts = |s: &Value| -> Vec<String> {
+        s["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter_map(|e| {
+                e["content"]["parts"][0]["text"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect()
+    };
+    let live = session(&s, "chat", "s1?includeRewound=false").await;
+    assert_eq!(texts(&live), ["question one, edited", "answer edited"]);
+    assert_eq!(live["events"].as_array().map(Vec::len), Some(2), "{live}");
+    let newest = session(&s, "chat", "s1?includeRewound=false&limit=3").await;
+    assert_eq!(texts(&newest), ["question one, edited", "answer edited"]);
+    assert_eq!(
+        newest["events"].as_array().map(Vec::len),
+        Some(2),
+        "{newest}"
+    );
+    let all = session(&s, "chat", "s1?includeRewound=true").await;
+    assert_eq!(all["events"], session(&s, "chat", "s1").await["events"]);
+    assert_eq!(texts(&all).len(), 7, "{all}");
+
+    // Refusals store nothing.
+    let stored = session(&s, "chat", "s1").await;
+    let refuse = |body: Value, status: u16, code: &'static str| {
+        let s = &s;
+        async move {
+            let r = json_with_status(s.post_json("/run", body).await, status).await;
+            assert_eq!(r["code"], code, "{r}");
+        }
+    };
+    let mut unknown = base.clone();
+    unknown["editInvocationId"] = json!("e-nope");
+    unknown["newMessage"] = json!({"role": "user", "parts": [{"text": "x"}]});
+    refuse(unknown, 404, "invocation_not_found").await;
+    let mut both = regenerate.clone();
+    both["editInvocationId"] = json!(invocations[0]);
+    refuse(both, 400, "edit_ambiguous").await;
+    let mut resume = regenerate.clone();
+    resume["resume"] = json!(true);
+    refuse(resume, 400, "edit_ambiguous").await;
+    // The new message's file is over the artifact limit: the rewind is not committed either.
+    let mut large = regenerate.clone();
+    large["saveInputBlobsAsArtifacts"] = json!(true);
+    large["newMessage"] = json!({"role": "user", "parts": [{"text": "see"},
+        {"inlineData": {"mimeType": "text/plain", "data": "eHh4".repeat(40)}}]});
+    refuse(large, 413, "artifact_too_large").await;
+    assert_eq!(session(&s, "chat", "s1").await["events"], stored["events"]);
+
+    // Nothing to regenerate in a session without turns.
+    json_with_status(
+        s.post_json(
+            &format!("/apps/chat/users/{USER}/sessions/empty"),
+            json!({}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    let mut empty = regenerate.clone();
+    empty["sessionId"] = json!("empty");
+    refuse(empty, 404, "turn_not_found").await;
+    assert_eq!(session(&s, "chat", "empty").await["events"], json!([]));
+}
+
 both_backends!(
     a_rewind_restores_state_and_artifacts,
     the_model_does_not_see_rewound_turns,
     a_fork_starts_a_new_session_from_a_point,
     a_rewound_transfer_does_not_keep_the_turn,
+    regenerate_and_edit_rewind_and_run_in_one_commit,
 );

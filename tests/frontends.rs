@@ -227,6 +227,33 @@ async fn openai_responses(backend: Backend) {
     let last = texts_of_requests(&m, "oa-resp").pop().unwrap_or_default();
     assert!(last.contains("One") && last.contains("again"), "{last}");
 
+    // `previous_response_id` naming an older response branches from it: the model is sent
+    // the conversation up to that response only, and the later responses stay as they were.
+    for text in ["A1", "A2", "A3", "A4"] {
+        m.push("oa-resp", Reply::text(&[text]));
+    }
+    let out = clients::openai(&s.base, APP, USER, "responses-branch").await;
+    assert!(out.get("error").is_none(), "{out}");
+    let sent = texts_of_requests(&m, "oa-resp");
+    let third = &sent[sent.len() - 2];
+    assert!(
+        third.contains("first question")
+            && third.contains("A1")
+            && third.contains("third question"),
+        "{third}"
+    );
+    assert!(
+        !third.contains("second question") && !third.contains("A2"),
+        "the branch saw the later turn: {third}"
+    );
+    let fourth = &sent[sent.len() - 1];
+    assert!(
+        fourth.contains("second question") && fourth.contains("A2") && !fourth.contains("A3"),
+        "{fourth}"
+    );
+    assert_eq!(out["third"]["output_text"], "A3");
+    assert_eq!(out["second_again"], "A2");
+
     m.push("oa-resp", Reply::text(&["Later"]));
     let out = clients::openai(&s.base, APP, USER, "background").await;
     assert!(out.get("error").is_none(), "{out}");
@@ -645,6 +672,89 @@ async fn ai_sdk_chats(backend: Backend) {
     assert_eq!(m.unused(), 0);
 }
 
+/// `regenerate()` and an edited user message with the real `useChat` (ai 5, 6, 7): the
+/// session goes back to before that turn and runs it; the model is sent the conversation
+/// without the replaced answers, and the chat ends with the new answer in their place.
+async fn ai_sdk_regenerate_and_edit(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let s = server(backend, &m, "ai").await;
+    let texts = |out: &Value| -> Vec<String> {
+        out["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .map(|m| text_parts(m["parts"].as_array().map_or(&[][..], |p| p)).join(""))
+            .collect()
+    };
+    for major in ["5", "6", "7"] {
+        let chat = format!("regenerate-{major}");
+        for text in ["answer 1", "answer 2", "answer 2b", "answer 1b"] {
+            m.push("ai", Reply::text(&[text]));
+        }
+        let out = ai_sdk(&s, major, "regenerate", &chat).await;
+        assert_eq!(out["status"], "ready", "v{major}: {out}");
+        assert_eq!(out["posts"], 4, "v{major}: {out}");
+        assert_eq!(out["requests"][2]["body"]["trigger"], "regenerate-message");
+        assert_eq!(
+            texts(&json!({"messages": out["messagesAfterRegenerate"]})),
+            ["first question", "answer 1", "second question", "answer 2b"],
+            "v{major}: {out}"
+        );
+        assert_eq!(
+            texts(&out),
+            ["first question", "answer 1b"],
+            "v{major}: {out}"
+        );
+        let sent = m.requests_for("ai");
+        let regenerated = sent[sent.len() - 2].to_string();
+        assert!(
+            regenerated.contains("answer 1") && !regenerated.contains("answer 2"),
+            "v{major}: {regenerated}"
+        );
+        let again = sent[sent.len() - 1].to_string();
+        assert!(
+            again.contains("first question") && !again.contains("second question"),
+            "v{major}: {again}"
+        );
+        // The session keeps every event; what is live is the last turn.
+        let session = json_with_status(
+            s.get(&format!(
+                "/apps/{APP}/users/{USER}/sessions/{chat}?includeRewound=false"
+            ))
+            .await,
+            200,
+        )
+        .await;
+        let live: Vec<&str> = session["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter_map(|e| e["content"]["parts"][0]["text"].as_str())
+            .collect();
+        assert_eq!(live, ["first question", "answer 1b"], "v{major}: {session}");
+
+        let chat = format!("edit-{major}");
+        for text in ["answer 1", "answer 2", "answer edited"] {
+            m.push("ai", Reply::text(&[text]));
+        }
+        let out = ai_sdk(&s, major, "edit", &chat).await;
+        assert_eq!(out["status"], "ready", "v{major}: {out}");
+        assert_eq!(
+            texts(&out),
+            ["first question, edited", "answer edited"],
+            "v{major}: {out}"
+        );
+        let sent = m.requests_for("ai").last().expect("a request").to_string();
+        assert!(
+            sent.contains("first question, edited")
+                && !sent.contains("answer 1")
+                && !sent.contains("second question"),
+            "v{major}: {sent}"
+        );
+    }
+    assert_eq!(m.unused(), 0);
+}
+
 /// Cut mid-message, then resume: the whole message arrives once; a stop cancels.
 async fn ai_sdk_resume_and_stop(backend: Backend) {
     let m = ScriptedModel::start().await;
@@ -867,6 +977,80 @@ async fn ag_ui_resent_thread(backend: Backend) {
     );
 }
 
+/// `@ag-ui/client` re-sends a thread that leaves the stored one — the second question edited,
+/// or its answer dropped to regenerate it: the session goes back to before that turn and runs
+/// the trailing user message there; the model is not sent the replaced turn, and the closing
+/// snapshot is the conversation as it is now.
+async fn ag_ui_edit_and_regenerate(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let s = server(backend, &m, "agui-3").await;
+    for scenario in ["edit", "regenerate"] {
+        for text in ["answer one", "answer two", "answer three"] {
+            m.push("agui-3", Reply::text(&[text]));
+        }
+        let thread = format!("{scenario}-thread");
+        let out = ag_ui(&s, scenario, &thread).await;
+        assert_eq!(out["error"], Value::Null, "{scenario}: {out}");
+        let sent = m
+            .requests_for("agui-3")
+            .last()
+            .expect("a request")
+            .to_string();
+        assert!(!sent.contains("answer two"), "{scenario}: {sent}");
+        let expected = if scenario == "edit" {
+            "second question, edited"
+        } else {
+            "second question"
+        };
+        assert!(
+            sent.contains("answer one") && sent.contains(expected),
+            "{sent}"
+        );
+        // The closing snapshot is the conversation as it is now, and the client took it.
+        let snapshot = out["rawEvents"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "MESSAGES_SNAPSHOT")
+            .unwrap_or_else(|| panic!("{scenario}: no snapshot: {out}"));
+        let contents = |messages: &Value| -> Vec<String> {
+            messages
+                .as_array()
+                .expect("messages")
+                .iter()
+                .filter_map(|m| m["content"].as_str().map(str::to_string))
+                .collect()
+        };
+        assert_eq!(
+            contents(&snapshot["messages"]),
+            ["hello", "answer one", expected, "answer three"],
+            "{scenario}: {out}"
+        );
+        let mut held = contents(&out["messages"]);
+        held.sort();
+        let mut now = contents(&snapshot["messages"]);
+        now.sort();
+        assert_eq!(held, now, "{scenario}: {out}");
+        let session = json_with_status(
+            s.get(&format!(
+                "/apps/{APP}/users/{USER}/sessions/{thread}?includeRewound=false"
+            ))
+            .await,
+            200,
+        )
+        .await;
+        let live: Vec<&str> = session["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter_map(|e| e["content"]["parts"][0]["text"].as_str())
+            .collect();
+        assert_eq!(live, ["hello", "answer one", expected, "answer three"]);
+    }
+    assert_eq!(m.unused(), 0);
+}
+
 // ---------------------------------------------------------------------- ADK web UI
 
 /// ADK's dev UI served by `--web-ui-dir`, in headless Chromium: pick the app, chat, see the
@@ -1085,8 +1269,10 @@ both_backends!(
     openai_bad_requests,
     ai_sdk_chats,
     ai_sdk_resume_and_stop,
+    ai_sdk_regenerate_and_edit,
     ag_ui_runs,
     ag_ui_resent_thread,
+    ag_ui_edit_and_regenerate,
     adk_web_ui,
     frontends_with_api_keys,
 );

@@ -322,6 +322,28 @@ impl Outbox {
         self.record_as(st, event, artifacts, false).await
     }
 
+    /// [`Outbox::record`] for several events in one commit: all or nothing (an edit's rewind
+    /// and its user event).
+    pub async fn record_all(
+        &self,
+        st: &mut EmitState,
+        events: Vec<(Event, Vec<ArtifactWrite>)>,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let temps: Vec<JsonMap> = events.iter().map(|(e, _)| temp_keys(e)).collect();
+        let fence = match &self.run_id {
+            Some(run) => Fence::Run(run),
+            None => Fence::Unfenced,
+        };
+        let stored = self
+            .store
+            .append_all_fenced(&self.key, events, fence)
+            .await?;
+        for (s, temp) in stored.iter().zip(temps) {
+            self.adopt(st, s, temp);
+        }
+        Ok(stored)
+    }
+
     async fn record_as(
         &self,
         st: &mut EmitState,

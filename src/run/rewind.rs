@@ -28,6 +28,25 @@ pub fn live(events: &[Event]) -> Vec<bool> {
     keep
 }
 
+/// [`live`] by seq ranges, for a reader that streams a session: given each rewind event's seq
+/// and the first seq of the invocation it names (oldest first), the inclusive seq ranges a
+/// rewind annulled (rewind events included), oldest first.
+pub fn rewound_ranges(marks: &[(i64, Option<i64>)]) -> Vec<(i64, i64)> {
+    let mut out = vec![];
+    let mut floor = i64::MAX;
+    for &(seq, first) in marks.iter().rev() {
+        // Inside a range already annulled: hidden, and its own range does not count.
+        if seq >= floor {
+            continue;
+        }
+        let from = first.filter(|f| *f < seq).unwrap_or(seq);
+        out.push((from, seq));
+        floor = from;
+    }
+    out.reverse();
+    out
+}
+
 fn shared(key: &str) -> bool {
     key.starts_with("app:") || key.starts_with("user:") || key.starts_with("temp:")
 }
@@ -95,6 +114,18 @@ pub fn artifact_changes(before: &[Event], all: &[Event]) -> Vec<(String, Option<
         .collect()
 }
 
+/// A message the user typed: a user event with content that is not only answers to calls
+/// (those continue a turn) and not a rewind.
+pub fn is_user_turn(e: &Event) -> bool {
+    e.author == "user"
+        && e.actions.rewind_before_invocation_id.is_none()
+        && e.content.as_ref().is_some_and(|c| {
+            c.parts
+                .iter()
+                .any(|p| p.function_response.is_none() && p.function_call.is_none())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +159,29 @@ mod tests {
             live(&[ev("e1", json!({})), rewind("r", "nope")]),
             [true, false]
         );
+    }
+
+    #[test]
+    fn rewound_ranges_agree_with_live() {
+        // seqs 1..=8: e1 e2 e2 r(e2) e3 r(e1) e4 r(nope)
+        let events = vec![
+            ev("e1", json!({})),
+            ev("e2", json!({})),
+            ev("e2", json!({})),
+            rewind("r1", "e2"),
+            ev("e3", json!({})),
+            rewind("r2", "e1"),
+            ev("e4", json!({})),
+            rewind("r3", "nope"),
+        ];
+        let live = live(&events);
+        let ranges = rewound_ranges(&[(4, Some(2)), (6, Some(1)), (8, None)]);
+        assert_eq!(ranges, [(1, 6), (8, 8)]);
+        for (i, keep) in live.iter().enumerate() {
+            let seq = i as i64 + 1;
+            let hidden = ranges.iter().any(|(a, b)| (*a..=*b).contains(&seq));
+            assert_eq!(*keep, !hidden, "seq {seq}");
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ mod start;
 
 pub use admission::{claim, Claim};
 pub use fork::ForkPoint;
-pub use request::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig};
+pub use request::{EditPoint, OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig};
 pub use rewind::RewindError;
 pub use seal::INVOCATION_ABORTED;
 

@@ -86,6 +86,21 @@ pub struct RunRequest {
     /// The run's id, when the caller must know it before admission (a schedule's tick
     /// re-fired after a crash uses the id its first try recorded); else a new one.
     pub run_id: Option<String>,
+    /// Go back to before a turn first (regenerate, edit): the rewind and the new user event
+    /// are one commit of this run. Without `new_message`, the turn's own message runs again.
+    pub edit: Option<EditPoint>,
+}
+
+/// The turn an edit of the conversation goes back to (see `docs/editing.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EditPoint {
+    /// The last user turn still in the conversation: regenerate its answer.
+    LastTurn,
+    /// The n-th user turn still in the conversation (1-based), as a frontend that re-sends
+    /// its message list counts them. A session with fewer turns is not rewound.
+    Turn(usize),
+    /// The turn that began this invocation (`e-…`).
+    Invocation(String),
 }
 
 /// Why a run did not start. All of these happen before any byte is streamed.
@@ -99,6 +114,10 @@ pub enum RunError {
     SessionNotFound(String),
     #[error("Running an agent requires either a new_message or an invocation_id to resume a previous invocation.")]
     NoMessage,
+    #[error("Invocation not found in the session: {0}")]
+    InvocationNotFound(String),
+    #[error("the session has no user turn to regenerate")]
+    NoTurn,
     #[error("Session is busy with run {0}")]
     Busy(String),
     #[error("Timed out waiting for the session's active run {0} to finish")]

@@ -7,9 +7,10 @@
 use super::bus::BusMsg;
 use super::control::LocalRun;
 use super::guard::RunGuard;
+use super::EditPoint;
 use super::{lock, Claim, RunError, Runner};
 use crate::event::{new_invocation_id, Blob, Bytes64, Event, Part};
-use crate::run::rewind::{artifact_changes, state_delta};
+use crate::run::rewind::{artifact_changes, is_user_turn, live, state_delta};
 use crate::store::{
     ArtifactScope, ArtifactWrite, EventRange, Fence, NewRun, RunStatus, SessionKey, StoredEvent,
 };
@@ -27,8 +28,21 @@ pub enum RewindError {
     InvocationNotFound(String),
     #[error("seq {0} is not in the session (its events are 0 to {1})")]
     SeqOutOfRange(i64, i64),
+    #[error("the session has no user turn to regenerate")]
+    NoTurn,
     #[error(transparent)]
     Run(#[from] RunError),
+}
+
+impl From<RewindError> for RunError {
+    fn from(e: RewindError) -> Self {
+        match e {
+            RewindError::InvocationNotFound(inv) => RunError::InvocationNotFound(inv),
+            RewindError::NoTurn => RunError::NoTurn,
+            e @ RewindError::SeqOutOfRange(..) => RunError::Internal(e.to_string()),
+            RewindError::Run(e) => e,
+        }
+    }
 }
 
 impl From<crate::store::StoreError> for RewindError {
@@ -137,6 +151,32 @@ impl Runner {
         if unsealed {
             self.seal_dead_runs(key, Fence::Run(run_id)).await?;
         }
+        let head = self
+            .store
+            .session_head(key)
+            .await?
+            .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone()))?;
+        let point = EditPoint::Invocation(invocation.to_string());
+        let plan = self
+            .plan_rewind(key, &point, &head.state)
+            .await?
+            .ok_or_else(|| RewindError::InvocationNotFound(invocation.to_string()))?;
+        let stored = self
+            .store
+            .append_fenced(key, plan.event, plan.writes, Fence::RunEnd(run_id))
+            .await?;
+        Ok(stored)
+    }
+
+    /// The rewind event (and the artifact versions it writes) that takes the session back to
+    /// before the turn `point` names, and that turn's user message. `None` when a
+    /// [`EditPoint::Turn`] is past the session's turns. `state` is the session's state now.
+    pub(super) async fn plan_rewind(
+        &self,
+        key: &SessionKey,
+        point: &EditPoint,
+        state: &crate::event::JsonMap,
+    ) -> Result<Option<RewindPlan>, RewindError> {
         // The whole session, oldest first (the state at the point needs every delta before it).
         let mut events: Vec<Event> = vec![];
         let mut after = None;
@@ -160,19 +200,33 @@ impl Runner {
                 break;
             }
         }
-        let point = events
+        let turns = || {
+            let live = live(&events);
+            (0..events.len())
+                .filter(|&i| live[i] && is_user_turn(&events[i]))
+                .collect::<Vec<_>>()
+        };
+        let at = match point {
+            EditPoint::Invocation(inv) => events
+                .iter()
+                .position(|e| &e.invocation_id == inv)
+                .ok_or_else(|| RewindError::InvocationNotFound(inv.clone()))?,
+            EditPoint::LastTurn => *turns().last().ok_or(RewindError::NoTurn)?,
+            EditPoint::Turn(n) => match turns().get(n.saturating_sub(1)) {
+                Some(&i) if *n > 0 => i,
+                _ => return Ok(None),
+            },
+        };
+        let invocation = events[at].invocation_id.clone();
+        let turn = events[at..]
             .iter()
-            .position(|e| e.invocation_id == invocation)
-            .ok_or_else(|| RewindError::InvocationNotFound(invocation.to_string()))?;
-        let head = self
-            .store
-            .session_head(key)
-            .await?
-            .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone()))?;
-        let delta = state_delta(&events[..point], &head.state);
+            .filter(|e| e.invocation_id == invocation)
+            .find(|e| is_user_turn(e))
+            .and_then(|e| e.content.clone());
+        let delta = state_delta(&events[..at], state);
         let scope = ArtifactScope::from(key);
         let mut writes = vec![];
-        for (filename, then) in artifact_changes(&events[..point], &events) {
+        for (filename, then) in artifact_changes(&events[..at], &events) {
             let part = match then {
                 // It did not exist then: a new, empty version marks it deleted (as ADK does).
                 None => Part {
@@ -199,12 +253,20 @@ impl Runner {
             });
         }
         let mut event = Event::new(new_invocation_id(), "user");
-        event.actions.rewind_before_invocation_id = Some(invocation.to_string());
+        event.actions.rewind_before_invocation_id = Some(invocation);
         event.actions.state_delta = delta;
-        let stored = self
-            .store
-            .append_fenced(key, event, writes, Fence::RunEnd(run_id))
-            .await?;
-        Ok(stored)
+        Ok(Some(RewindPlan {
+            event,
+            writes,
+            turn,
+        }))
     }
+}
+
+/// What a rewind writes, and the message of the turn it goes back before.
+pub(super) struct RewindPlan {
+    pub event: Event,
+    pub writes: Vec<ArtifactWrite>,
+    /// The user message that began the rewound turn (a regenerate runs it again).
+    pub turn: Option<crate::event::Content>,
 }

@@ -39,7 +39,7 @@ impl Runner {
             .quota
             .take(&req.key.user_id)
             .ok_or(RunError::TooManyRuns(self.config.max_runs_per_user))?;
-        if req.new_message.is_none() && !req.run_config.resume {
+        if req.new_message.is_none() && !req.run_config.resume && req.edit.is_none() {
             // As ADK: a missing session is reported before a missing message.
             return Err(
                 if req.create_session || self.store.session_head(&req.key).await?.is_some() {
@@ -50,6 +50,20 @@ impl Runner {
             );
         }
 
+        // An edit naming an unknown turn is refused before anything is admitted.
+        if let Some(EditPoint::Invocation(inv)) = &req.edit {
+            if self
+                .store
+                .invocation_events(&req.key, inv, -1, 1)
+                .await?
+                .is_empty()
+            {
+                return Err(match self.store.session_head(&req.key).await? {
+                    Some(_) => RunError::InvocationNotFound(inv.clone()),
+                    None => RunError::SessionNotFound(req.key.session_id.clone()),
+                });
+            }
+        }
         let run_id = req
             .run_id
             .clone()
@@ -73,10 +87,11 @@ impl Runner {
             user_event: user.is_some(),
             queue_ttl: self.config.enqueue_timeout + Duration::from_secs(30),
             // Committed by the admission statement itself where the backend can; an event
-            // with staged artifacts (input blobs) needs their transaction.
+            // with staged artifacts (input blobs) needs their transaction, and an edit's
+            // comes after its rewind, in one commit.
             opening: user
                 .as_ref()
-                .filter(|(_, artifacts)| artifacts.is_empty())
+                .filter(|(_, artifacts)| artifacts.is_empty() && req.edit.is_none())
                 .map(|(event, _)| event.clone()),
             webhooks,
         };
@@ -199,7 +214,7 @@ impl Runner {
         let Opening {
             unsealed,
             opened,
-            user,
+            mut user,
         } = opening;
         if unsealed {
             self.seal_dead_runs(&req.key, Fence::Run(run_id)).await?;
@@ -221,6 +236,25 @@ impl Runner {
                 }
             },
         };
+        // An edit: the rewind to commit with the user event (a regenerate's user event is the
+        // rewound turn's message).
+        let mut rewind = None;
+        if let Some(point) = &req.edit {
+            let plan = self.plan_rewind(&req.key, point, &state).await?;
+            if user.is_none() {
+                let content = plan
+                    .as_ref()
+                    .and_then(|p| p.turn.clone())
+                    .ok_or(RunError::NoTurn)?;
+                user = Some(user_event(
+                    invocation_id,
+                    content,
+                    &req.state_delta,
+                    &req.run_config,
+                ));
+            }
+            rewind = plan.map(|p| (p.event, p.writes));
+        }
         let (tx, rx) = mpsc::channel(RUN_BUFFER);
         let observer: Arc<dyn RunObserver> = Arc::new(BusTap {
             bus: self.bus.clone(),
@@ -260,7 +294,25 @@ impl Runner {
                 None => {
                     // Stamped now: after any wait for the session and after the seal.
                     user_event.timestamp = crate::event::now_ts();
-                    outbox.record(&mut st, user_event, artifacts).await
+                    match rewind {
+                        Some((mut rewind, writes)) => {
+                            rewind.timestamp = user_event.timestamp;
+                            let events = vec![(rewind, writes), (user_event, artifacts)];
+                            match outbox.record_all(&mut st, events).await {
+                                Ok(mut stored) => {
+                                    let user = stored.pop();
+                                    for s in stored {
+                                        self.publish_user_event(&req.key, run_id, s);
+                                    }
+                                    user.ok_or_else(|| {
+                                        StoreError::Corrupt("an edit committed no event".into())
+                                    })
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        None => outbox.record(&mut st, user_event, artifacts).await,
+                    }
                 }
             };
             match stored {

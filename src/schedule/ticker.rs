@@ -121,6 +121,7 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
         max_duration: None,
         webhook,
         run_id: Some(tick.run_id.clone()),
+        edit: None,
     };
     let (status, error) = match runner.start_run(req).await {
         Ok(handle) => {

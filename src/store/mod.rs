@@ -16,6 +16,7 @@ pub mod memory;
 pub mod postgres;
 pub mod prune;
 pub mod push;
+pub mod rewinds;
 pub mod runs;
 pub mod schedules;
 pub mod sessions;
@@ -163,6 +164,7 @@ pub trait Store:
     + ScheduleStore
     + fork::ForkStore
     + push::PushStore
+    + rewinds::RewindStore
 {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;

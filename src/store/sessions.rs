@@ -136,6 +136,17 @@ pub trait SessionStore: Send + Sync + 'static {
         fence: Fence<'_>,
     ) -> StoreResult<StoredEvent>;
 
+    /// Several complete events committed in one transaction, in order, each as
+    /// [`SessionStore::append_fenced`] commits one: all or nothing. An edit of a conversation
+    /// commits its rewind event and the new user message this way, so a failure leaves the
+    /// session as it was.
+    async fn append_all_fenced(
+        &self,
+        key: &SessionKey,
+        events: Vec<(Event, Vec<ArtifactWrite>)>,
+        fence: Fence<'_>,
+    ) -> StoreResult<Vec<StoredEvent>>;
+
     /// The stored event with this id, if any.
     async fn find_event(
         &self,

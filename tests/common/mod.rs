@@ -186,7 +186,10 @@ impl TestServer {
         let db = TestDb::new(backend).await;
         let mut args = ServeArgs::for_database(db.url.clone());
         configure(&mut args);
-        let server = Server::start_with(args, db.store().await, Arc::new(apps), plugins)
+        let limits = StoreLimits {
+            max_artifact_bytes: args.max_artifact_bytes,
+        };
+        let server = Server::start_with(args, db.store_with(limits).await, Arc::new(apps), plugins)
             .await
             .expect("server starts");
         Self::serving(server, db)

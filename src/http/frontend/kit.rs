@@ -115,6 +115,7 @@ pub fn turn(
         max_duration: None,
         webhook: None,
         run_id: None,
+        edit: None,
     }
 }
 
@@ -165,7 +166,9 @@ pub async fn recent_events(
 /// answered by a later function response.
 pub fn waiting_calls(events: &[Event]) -> BTreeMap<String, String> {
     let mut open = BTreeMap::new();
-    for e in events {
+    // A call in a rewound turn waits for nothing.
+    let live = crate::run::rewind::live(events);
+    for e in events.iter().zip(live).filter(|(_, l)| *l).map(|(e, _)| e) {
         let long: &[String] = e.long_running_tool_ids.as_deref().unwrap_or(&[]);
         for c in e.function_calls() {
             if let Some(id) = &c.id {

@@ -88,12 +88,6 @@ async fn fork_session(
     let key = SessionKey::new(&app, &user, &session);
     let last_seq = match state.runner.fork(&key, &new_id, point, body.state).await {
         Ok(n) => n,
-        Err(RewindError::InvocationNotFound(inv)) => {
-            return Err(ApiError::not_found(
-                "invocation_not_found",
-                format!("Invocation not found in the session: {inv}"),
-            ))
-        }
         Err(e @ RewindError::SeqOutOfRange(..)) => {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -107,7 +101,7 @@ async fn fork_session(
                 format!("Session already exists: {id}"),
             ))
         }
-        Err(RewindError::Run(e)) => return Err(run_error(e)),
+        Err(e) => return Err(run_error(e.into())),
     };
     Ok((
         StatusCode::CREATED,

@@ -57,13 +57,9 @@ async fn rewind_session(
             seq: stored.seq,
             event: stored.event,
         })),
-        Err(RewindError::InvocationNotFound(inv)) => Err(ApiError::not_found(
-            "invocation_not_found",
-            format!("Invocation not found in the session: {inv}"),
-        )),
         Err(e @ RewindError::SeqOutOfRange(..)) => {
             Err(ApiError::bad_request("seq_out_of_range", e.to_string()))
         }
-        Err(RewindError::Run(e)) => Err(run_error(e)),
+        Err(e) => Err(run_error(e.into())),
     }
 }

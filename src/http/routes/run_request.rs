@@ -9,7 +9,7 @@ use crate::http::auth::Gate;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::idempotency::{self, Prior};
 use crate::http::AppState;
-use crate::runner::{OnBusy, OnDisconnect, RunError, RunHandle, RunRequest};
+use crate::runner::{EditPoint, OnBusy, OnDisconnect, RunError, RunHandle, RunRequest};
 use crate::store::SessionKey;
 use crate::webhook::WebhookSpec;
 use axum::http::{HeaderMap, StatusCode};
@@ -92,6 +92,15 @@ pub struct RunAgentRequest {
     /// own webhooks apply too). See `docs/background.md`.
     #[serde(default)]
     webhook: Option<WebhookSpec>,
+    /// agentd: go back to before the last user turn and run it again (its own message, or
+    /// `newMessage` in its place). The rewind and the new user event are one commit.
+    #[serde(default)]
+    regenerate: bool,
+    /// agentd: edit a turn: go back to before the turn this invocation began and run
+    /// `newMessage` there (without `newMessage`, that turn's own message again).
+    #[serde(default, alias = "edit_invocation_id")]
+    #[schema(max_length = 128)]
+    edit_invocation_id: Option<String>,
 }
 
 impl RunAgentRequest {
@@ -141,6 +150,26 @@ impl RunAgentRequest {
             m
         });
         let resume = self.resume || (self.invocation_id.is_some() && self.new_message.is_none());
+        let edit = match (self.regenerate, self.edit_invocation_id) {
+            (false, None) => None,
+            (true, None) => Some(EditPoint::LastTurn),
+            (false, Some(inv)) => {
+                crate::http::extract::validate_id("editInvocationId", &inv)?;
+                Some(EditPoint::Invocation(inv))
+            }
+            (true, Some(_)) => {
+                return Err(ApiError::bad_request(
+                    "edit_ambiguous",
+                    "send either regenerate or editInvocationId, not both",
+                ))
+            }
+        };
+        if edit.is_some() && resume {
+            return Err(ApiError::bad_request(
+                "edit_ambiguous",
+                "an edit (regenerate, editInvocationId) starts a new turn; it cannot resume one",
+            ));
+        }
         // Checked (URL, events, secret, and where its host resolves) before anything starts.
         let webhook = match &self.webhook {
             Some(spec) => {
@@ -172,6 +201,7 @@ impl RunAgentRequest {
             max_duration: self.max_duration_secs.map(Duration::from_secs),
             webhook,
             run_id: None,
+            edit,
         })
     }
 }
@@ -205,6 +235,10 @@ pub fn run_error(e: RunError) -> ApiError {
             ApiError::not_found("session_not_found", format!("Session not found: {sid}"))
         }
         e @ RunError::NoMessage => ApiError::bad_request("new_message_required", e.to_string()),
+        e @ RunError::InvocationNotFound(_) => {
+            ApiError::not_found("invocation_not_found", e.to_string())
+        }
+        e @ RunError::NoTurn => ApiError::not_found("turn_not_found", e.to_string()),
         RunError::Busy(active) => ApiError::conflict(
             "session_busy",
             format!(

@@ -14,6 +14,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// Events per database read.
 const PAGE: u32 = 500;
@@ -25,14 +26,36 @@ pub async fn session_response(
     key: SessionKey,
     extra_state: JsonMap,
 ) -> ApiResult<Response> {
+    session_body(state, key, extra_state, true).await
+}
+
+/// [`session_response`]; without `include_rewound`, the events a rewind annulled (and the
+/// rewind events) are left out, as a model sees the conversation.
+pub async fn session_body(
+    state: &AppState,
+    key: SessionKey,
+    extra_state: JsonMap,
+    include_rewound: bool,
+) -> ApiResult<Response> {
     let mut head = state
         .store
         .session_head(&key)
         .await?
         .ok_or_else(ApiError::session_not_found)?;
     head.state.extend(extra_state);
+    let hidden: Arc<Vec<(i64, i64)>> = Arc::new(if include_rewound {
+        vec![]
+    } else {
+        let marks = state.store.rewind_marks(&key).await?;
+        let marks: Vec<(i64, Option<i64>)> = marks
+            .iter()
+            .filter(|m| m.seq <= head.last_seq)
+            .map(|m| (m.seq, m.first))
+            .collect();
+        crate::run::rewind::rewound_ranges(&marks)
+    });
     // The first page is read before answering, so the common failures are still JSON errors.
-    let first = read_page(state, &key, 0, head.last_seq).await?;
+    let first = read_page(state, &key, 0, head.last_seq, &hidden).await?;
     let prefix = prefix(&head)?;
     let suffix = format!(
         "],\"lastUpdateTime\":{}}}",
@@ -47,7 +70,7 @@ pub async fn session_response(
             suffix,
         },
         move |step| {
-            let (state, key) = (state.clone(), key.clone());
+            let (state, key, hidden) = (state.clone(), key.clone(), hidden.clone());
             async move {
                 match step {
                     Step::Prefix {
@@ -74,20 +97,22 @@ pub async fn session_response(
                         let comma = comma || !events.is_empty();
                         let following = match next {
                             None => Step::Suffix(suffix),
-                            Some(after) => match read_page(&state, &key, after, last_seq).await {
-                                Ok(page) => Step::Page {
-                                    page,
-                                    suffix,
-                                    comma,
-                                },
-                                Err(e) => {
-                                    tracing::warn!(code = e.code, "session body cut off");
-                                    return Some((
-                                        Err(std::io::Error::other("reading the events failed")),
-                                        Step::Done,
-                                    ));
+                            Some(after) => {
+                                match read_page(&state, &key, after, last_seq, &hidden).await {
+                                    Ok(page) => Step::Page {
+                                        page,
+                                        suffix,
+                                        comma,
+                                    },
+                                    Err(e) => {
+                                        tracing::warn!(code = e.code, "session body cut off");
+                                        return Some((
+                                            Err(std::io::Error::other("reading the events failed")),
+                                            Step::Done,
+                                        ));
+                                    }
                                 }
-                            },
+                            }
                         };
                         Some((Ok(chunk), following))
                     }
@@ -130,6 +155,7 @@ async fn read_page(
     key: &SessionKey,
     after: i64,
     last_seq: i64,
+    hidden: &[(i64, i64)],
 ) -> ApiResult<Page> {
     let page = state
         .store
@@ -150,7 +176,9 @@ async fn read_page(
             break;
         }
         reached = e.seq;
-        events.push(e.event);
+        if !hidden.iter().any(|(a, b)| (*a..=*b).contains(&e.seq)) {
+            events.push(e.event);
+        }
     }
     if reached < last_seq && !page.has_more {
         // Seqs run from 1 to the head's without gaps: ending short means the session was

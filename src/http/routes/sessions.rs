@@ -252,6 +252,10 @@ struct GetSessionQuery {
     /// ([`MAX_PAGE`]); a larger value reads 1000. Without it the whole session is streamed page
     /// by page.
     limit: Option<u32>,
+    /// agentd: `false` leaves out the events a rewind annulled, and the rewind events (the
+    /// conversation as the model sees it). Default `true`: every event, as ADK answers.
+    #[serde(default, rename = "includeRewound", alias = "include_rewound")]
+    include_rewound: Option<bool>,
 }
 
 /// A session with its state and events (all of them, or the newest `limit`).
@@ -265,9 +269,46 @@ async fn get_session(
 ) -> ApiResult<axum::response::Response> {
     use axum::response::IntoResponse;
     let key = SessionKey::new(app, user, session);
+    let include_rewound = q.include_rewound.unwrap_or(true);
     match q.limit {
         // The whole session: streamed page by page (it may hold 100,000 events).
-        None => super::session_body::session_response(&state, key, JsonMap::new()).await,
+        None => {
+            super::session_body::session_body(&state, key, JsonMap::new(), include_rewound).await
+        }
+        Some(n) if !include_rewound => {
+            let head = state
+                .store
+                .session_head(&key)
+                .await?
+                .ok_or_else(ApiError::session_not_found)?;
+            let page = state
+                .store
+                .list_events(
+                    &key,
+                    crate::store::EventRange {
+                        after: None,
+                        before: Some(head.last_seq + 1),
+                        limit: n.min(MAX_PAGE),
+                    },
+                )
+                .await?
+                .ok_or_else(ApiError::session_not_found)?;
+            let marks: Vec<(i64, Option<i64>)> = state
+                .store
+                .rewind_marks(&key)
+                .await?
+                .iter()
+                .map(|m| (m.seq, m.first))
+                .collect();
+            let hidden = crate::run::rewind::rewound_ranges(&marks);
+            let events = page
+                .events
+                .into_iter()
+                .filter(|e| !hidden.iter().any(|(a, b)| (*a..=*b).contains(&e.seq)))
+                .map(|e| e.event)
+                .collect();
+            Ok(axum::Json(head.into_session(events)).into_response())
+        }
         // Read in one piece, so bounded: a huge `limit` must not load a huge session at once.
         Some(n) => state
             .store

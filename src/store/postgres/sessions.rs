@@ -232,6 +232,38 @@ impl PgStore {
         Ok((seq, versions))
     }
 
+    /// [`SessionStore::append_all_fenced`]'s one try: `None` when the fence (or the session)
+    /// refused an event, and then nothing was written.
+    async fn append_all_once(
+        &self,
+        key: &SessionKey,
+        events: &[(Event, Vec<ArtifactWrite>)],
+        fence: Fence<'_>,
+    ) -> StoreResult<Option<Vec<StoredEvent>>> {
+        let mut tx = self.pool.begin().await?;
+        let scope = ArtifactScope::from(key);
+        let mut stored = Vec::with_capacity(events.len());
+        for (event, artifacts) in events {
+            let mut event = event.clone();
+            for w in artifacts {
+                let v = Self::insert_artifact(&mut tx, &scope, w, event.timestamp).await?;
+                event.actions.artifact_delta.insert(w.filename.clone(), v);
+            }
+            let split = SplitState::split(&event.actions.state_delta);
+            let seq = self
+                .append_statement(key, &event, &split, fence)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_unique_to_conflict)?
+                .map(|r| r.get::<i64, _>(0));
+            // Dropping `tx` rolls back what this call wrote.
+            let Some(seq) = seq else { return Ok(None) };
+            stored.push(StoredEvent { seq, event });
+        }
+        tx.commit().await?;
+        Ok(Some(stored))
+    }
+
     pub(super) fn append_statement<'q>(
         &self,
         key: &'q SessionKey,
@@ -534,6 +566,56 @@ impl SessionStore for PgStore {
         };
         event.actions.artifact_delta.extend(versions);
         Ok(StoredEvent { seq, event })
+    }
+
+    async fn append_all_fenced(
+        &self,
+        key: &SessionKey,
+        mut events: Vec<(Event, Vec<ArtifactWrite>)>,
+        fence: Fence<'_>,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        for (event, artifacts) in events.iter_mut() {
+            prepare_event(event);
+            artifacts.sort_by(|a, b| a.filename.cmp(&b.filename));
+            for a in artifacts.iter() {
+                validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
+            }
+        }
+        let mut attempt = 0;
+        let mut resolved_once = false;
+        loop {
+            match self.append_all_once(key, &events, fence).await {
+                Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => attempt += 1,
+                // One transaction: the last event committed iff all did.
+                Err(e) if e.is_unavailable() && !resolved_once => {
+                    resolved_once = true;
+                    let Some((last, _)) = events.last() else {
+                        return Ok(vec![]);
+                    };
+                    if self.resolve_by_id(key, &last.id).await?.is_some() {
+                        let mut stored = Vec::with_capacity(events.len());
+                        for (event, _) in &events {
+                            stored.push(self.find_event(key, &event.id).await?.ok_or_else(
+                                || {
+                                    StoreError::Corrupt(
+                                        "an event of a committed edit is missing".into(),
+                                    )
+                                },
+                            )?);
+                        }
+                        return Ok(stored);
+                    }
+                }
+                Ok(Some(stored)) => return Ok(stored),
+                Ok(None) => {
+                    return Err(match fence {
+                        Fence::Unfenced => StoreError::SessionNotFound,
+                        _ => self.append_refused(key).await,
+                    })
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn find_event(

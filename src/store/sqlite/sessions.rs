@@ -370,6 +370,26 @@ impl SessionStore for SqliteStore {
         Ok(stored)
     }
 
+    async fn append_all_fenced(
+        &self,
+        key: &SessionKey,
+        events: Vec<(Event, Vec<ArtifactWrite>)>,
+        fence: Fence<'_>,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        for (_, artifacts) in &events {
+            for a in artifacts {
+                validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
+            }
+        }
+        let mut tx = self.begin().await?;
+        let mut stored = Vec::with_capacity(events.len());
+        for (event, artifacts) in events {
+            stored.push(Self::append_in(&mut tx, key, event, &artifacts, fence).await?);
+        }
+        tx.commit().await?;
+        Ok(stored)
+    }
+
     async fn find_event(
         &self,
         key: &SessionKey,

@@ -19,6 +19,11 @@
 //                role:'tool', toolCallId, content:'{"ok":true}'}); then run 2 with
 //                the same tools. (If run 1 produced no such call, no run 2 and an
 //                "errors" entry.)
+//   edit         run 1 ('hello'), run 2 ('second question'); then the thread cut
+//                after run 1's answer, a new user message 'second question, edited'
+//                (new id) added, run 3: the thread diverges from the stored one.
+//   regenerate   runs 1 and 2; then the thread cut after the second user message
+//                (its answer dropped), run 3.
 //
 // Output: exactly one line of JSON on stdout:
 // {
@@ -40,7 +45,7 @@
 // 2 on usage error, 1 on driver crash, 124 after the 30 s overall timeout.
 
 const [, , scenario] = process.argv;
-const SCENARIOS = ['text', 'tool', 'state', 'error', 'client-tool'];
+const SCENARIOS = ['text', 'tool', 'state', 'error', 'client-tool', 'edit', 'regenerate'];
 if (!SCENARIOS.includes(scenario)) {
   process.stderr.write(`usage: ag-ui.mjs <${SCENARIOS.join('|')}>\n`);
   process.exit(2);
@@ -186,6 +191,26 @@ async function main() {
     fetch: recordingFetch,
   });
   agent.addMessage({ id: crypto.randomUUID(), role: 'user', content: 'hello' });
+
+  if (scenario === 'edit' || scenario === 'regenerate') {
+    await run({});
+    agent.addMessage({ id: crypto.randomUUID(), role: 'user', content: 'second question' });
+    await run({});
+    out.messagesBefore = toJson(agent.messages);
+    // The thread in conversation order: the server's closing MESSAGES_SNAPSHOT.
+    const snapshot = [...out.rawEvents].reverse().find((e) => e.type === 'MESSAGES_SNAPSHOT');
+    const thread = snapshot?.messages ?? agent.messages;
+    const users = thread
+      .map((m, i) => [m, i])
+      .filter(([m]) => m.role === 'user');
+    const second = users[1][1];
+    const kept = thread.slice(0, scenario === 'edit' ? second : second + 1);
+    agent.setMessages(structuredClone(kept));
+    if (scenario === 'edit')
+      agent.addMessage({ id: crypto.randomUUID(), role: 'user', content: 'second question, edited' });
+    await run({});
+    return;
+  }
 
   if (scenario !== 'client-tool') {
     await run({});

@@ -31,6 +31,11 @@
 //   cancel       after the first text-delta frame arrives the driver itself sends
 //                POST `${AGENTD_URL}/apps/${APP}/chat/${chatId}/stop` (same user
 //                header, empty body) and waits for the chat stream to end.
+//   regenerate   two turns, then regenerate() (the last answer), then
+//                regenerate({messageId: <first assistant message id>});
+//                `messagesBefore` / `messagesAfterRegenerate` hold the lists in between.
+//   edit         two turns, then sendMessage({text:'first question, edited',
+//                messageId: <first user message id>}) (an edit in place).
 //
 // Output: exactly one line of JSON on stdout:
 // {
@@ -59,7 +64,7 @@
 
 const [, , majorArg, scenario] = process.argv;
 const MAJORS = { 5: 'ai-v5', 6: 'ai-v6', 7: 'ai' };
-const SCENARIOS = ['text', 'tool', 'client-tool', 'approval', 'deny', 'resume', 'resume-reload', 'cancel'];
+const SCENARIOS = ['text', 'tool', 'client-tool', 'approval', 'deny', 'resume', 'resume-reload', 'cancel', 'regenerate', 'edit'];
 if (!MAJORS[majorArg] || !SCENARIOS.includes(scenario)) {
   process.stderr.write(`usage: ai-sdk.mjs <5|6|7> <${SCENARIOS.join('|')}>\n`);
   process.exit(2);
@@ -378,6 +383,36 @@ async function main() {
       const get = out.requests.slice(before).find((r) => r.method === 'GET');
       out.resumeStatus = get?.status ?? null;
       out.resumeUrl = get?.url ?? null;
+      break;
+    }
+
+    // Two turns, then `regenerate()` of the last answer and a regenerate of the first answer
+    // by its id (both re-send the list up to the user message before it).
+    case 'regenerate': {
+      await chat.sendMessage({ text: 'first question' });
+      await waitIdle();
+      await chat.sendMessage({ text: 'second question' });
+      await waitIdle();
+      out.messagesBefore = toJson(chat.messages);
+      await chat.regenerate();
+      await waitIdle();
+      out.messagesAfterRegenerate = toJson(chat.messages);
+      const first = chat.messages.find((m) => m.role === 'assistant');
+      await chat.regenerate({ messageId: first.id });
+      await waitIdle();
+      break;
+    }
+
+    // Two turns, then the first user message edited in place (`sendMessage` with its id).
+    case 'edit': {
+      await chat.sendMessage({ text: 'first question' });
+      await waitIdle();
+      await chat.sendMessage({ text: 'second question' });
+      await waitIdle();
+      out.messagesBefore = toJson(chat.messages);
+      const user = chat.messages.find((m) => m.role === 'user');
+      await chat.sendMessage({ text: 'first question, edited', messageId: user.id });
+      await waitIdle();
       break;
     }
 

@@ -44,6 +44,9 @@ Scenarios and the keys they add:
                       delta_text, id, status, output_text (get_final_response())
   responses-continue  first: {id, output_text}; second (previous_response_id=first.id):
                       {id, output_text, previous_response_id}
+  responses-branch    first, second (after first), then third with previous_response_id =
+                      first.id (a branch), then fourth after second: each {id, output_text},
+                      and second_again = responses.retrieve(second.id).output_text
   background          create(background=True) then poll retrieve():
                       id, statuses (distinct, in order, incl. create's), status, output_text
   background-resume   create(background=True, stream=True), read until
@@ -272,6 +275,19 @@ def sc_responses_continue(c, env, out):
     }
 
 
+def sc_responses_branch(c, env, out):
+    def create(name, prev):
+        r = c.responses.create(model=env["app"], input=f"{name} question", user=env["user"],
+                               previous_response_id=prev)
+        out[name] = {"id": r.id, "output_text": r.output_text}
+        return r.id
+    first = create("first", None)
+    second = create("second", first)
+    create("third", first)
+    create("fourth", second)
+    out["second_again"] = c.responses.retrieve(second).output_text
+
+
 def _poll(c, rid, statuses, deadline):
     r = None
     while time.monotonic() < deadline:
@@ -368,6 +384,7 @@ SCENARIOS = {
     "responses": sc_responses,
     "responses-stream": sc_responses_stream,
     "responses-continue": sc_responses_continue,
+    "responses-branch": sc_responses_branch,
     "background": sc_background,
     "background-resume": sc_background_resume,
     "cancel": sc_cancel,

@@ -250,7 +250,9 @@ impl AgUiStream {
 /// ones): user and assistant text, assistant tool calls, and tool results.
 pub fn messages(events: &[Event]) -> Vec<Value> {
     let mut out = vec![];
-    for e in events {
+    // The conversation as it is now: what a rewind annulled is not in it.
+    let live = crate::run::rewind::live(events);
+    for e in events.iter().zip(live).filter(|(_, l)| *l).map(|(e, _)| e) {
         let text = answer_text(e);
         if e.author == "user" {
             if !text.is_empty() {

@@ -5,7 +5,10 @@
 //! The client re-sends the whole history every run; the session is the truth, so only the
 //! new input is taken: the trailing user message, and trailing tool messages that answer
 //! calls the session waits for. A user message whose id is already an event id of the session
-//! (the ids `MESSAGES_SNAPSHOT` gave the client) is not run again. Changed `state` keys are
+//! (the ids `MESSAGES_SNAPSHOT` gave the client) is not run again — unless the re-sent thread
+//! leaves the stored one after the newest message both hold (an edited or regenerated
+//! message): then the session is rewound to before the first stored message the client no
+//! longer has, and the trailing user message runs there, in one commit. Changed `state` keys are
 //! applied with the run; `tools` are offered to the agent as client-resolved tools. A client
 //! that goes away cancels the run (AG-UI has no resume).
 
@@ -21,8 +24,8 @@ use crate::http::frontend::kit::{
 use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
 use crate::http::AppState;
 use crate::run::RunItem;
-use crate::runner::{OnDisconnect, RunRequest};
-use crate::store::{RunStatus, SessionKey};
+use crate::runner::{EditPoint, OnDisconnect, RunRequest};
+use crate::store::{EventRange, RunStatus, SessionKey};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -80,6 +83,64 @@ fn user_text(m: &Value) -> String {
     }
 }
 
+/// How many of the client's newest message ids are looked up to find where its copy of the
+/// thread meets the session's.
+const MATCH_TRIES: usize = 4;
+
+/// How many events after that meeting point are read to find where the copies part.
+const DIVERGE_WINDOW: u32 = 200;
+
+/// Where a re-sent thread leaves the stored one: the invocation of the first stored message,
+/// after the newest message both hold, that the client no longer has (it edited or
+/// regenerated from there). `None` when the client has everything up to its newest known
+/// message, or shares no message id with the session (then nothing is compared).
+async fn diverged(
+    state: &AppState,
+    key: &SessionKey,
+    messages: &[Value],
+) -> ApiResult<Option<String>> {
+    // Tool result messages are `{event}:{call}`.
+    let event_id = |id: &str| id.split(':').next().unwrap_or(id).to_string();
+    let ids: Vec<String> = messages
+        .iter()
+        .filter_map(|m| m.get("id").and_then(Value::as_str))
+        .map(event_id)
+        .collect();
+    let mut met = None;
+    for id in ids.iter().rev().take(MATCH_TRIES) {
+        if let Some(e) = state.store.find_event(key, id).await? {
+            met = Some(e);
+            break;
+        }
+    }
+    let Some(met) = met else { return Ok(None) };
+    let after = state
+        .store
+        .list_events(
+            key,
+            EventRange {
+                after: Some(met.seq),
+                before: None,
+                limit: DIVERGE_WINDOW,
+            },
+        )
+        .await?
+        .map(|p| p.events)
+        .unwrap_or_default();
+    let events: Vec<_> = after.into_iter().map(|e| e.event).collect();
+    let live = crate::run::rewind::live(&events);
+    Ok(events
+        .iter()
+        .zip(live)
+        .filter(|(e, l)| *l && !ids.contains(&e.id))
+        .find(|(e, _)| !messages_of(e).is_empty())
+        .map(|(e, _)| e.invocation_id.clone()))
+}
+
+fn messages_of(e: &crate::event::Event) -> Vec<Value> {
+    messages(std::slice::from_ref(e))
+}
+
 /// Runs the agent on the thread's trailing user message (or tool results) and streams AG-UI
 /// events: `RUN_STARTED` … `RUN_FINISHED` or `RUN_ERROR`.
 #[utoipa::path(post, path = "/apps/{app}/ag-ui", tag = "ag-ui", operation_id = "ag_ui_run",
@@ -113,9 +174,17 @@ async fn run(
     } else {
         Default::default()
     };
+    // A thread that left the stored one (an edited or regenerated message) goes back to
+    // where it left it, and runs its trailing user message there.
+    let trailing_user = input.messages.last().and_then(role).as_deref() == Some("user");
+    let diverged = match (&head, trailing_user) {
+        (Some(_), true) => diverged(&state, &key, &input.messages).await?,
+        _ => None,
+    };
     // A user message whose id is an event id (the ids `MESSAGES_SNAPSHOT` gave the client)
     // was run before.
     let seen = match input.messages.last() {
+        _ if diverged.is_some() => false,
         Some(m) if role(m).as_deref() == Some("user") && head.is_some() => {
             match m.get("id").and_then(Value::as_str) {
                 Some(id) => state.store.find_event(&key, id).await?.is_some(),
@@ -180,6 +249,7 @@ async fn run(
         &state,
         RunRequest {
             state_delta: (!delta.is_empty()).then_some(delta.clone()),
+            edit: diverged.map(EditPoint::Invocation),
             ..turn(key.clone(), parts, true, tools, OnDisconnect::Cancel)
         },
     )

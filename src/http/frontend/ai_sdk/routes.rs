@@ -3,7 +3,9 @@
 //! - `POST /apps/{app}/chat`: the transport's body (`id` = session id, `messages`, `trigger`,
 //!   `messageId`). Only the new input is taken from `messages` — the last user message, or the
 //!   tool outputs and approvals in the last assistant message that answer calls the session is
-//!   waiting for; the history comes from the session. Answers the UI message stream.
+//!   waiting for; the history comes from the session. `regenerate()` and an edited user
+//!   message rewind the session to before the n-th user turn (n = the user messages sent) and
+//!   run the message there. Answers the UI message stream.
 //! - `GET /apps/{app}/chat/{chatId}/stream` (the transport's resume): 204 when the session
 //!   has no active run; else the whole current assistant message, replayed from the stored
 //!   events, then live.
@@ -22,7 +24,7 @@ use crate::http::frontend::kit::{
 use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
 use crate::http::AppState;
 use crate::run::RunItem;
-use crate::runner::OnDisconnect;
+use crate::runner::{EditPoint, OnDisconnect, RunRequest};
 use crate::store::RunRecord;
 use crate::store::{EventRange, RunStatus, SessionKey, StoredEvent};
 use axum::extract::State;
@@ -221,17 +223,26 @@ async fn chat(
     check_app(&state.apps, &caller, &app)?;
     let user = resolve_user(&caller, &headers, req.user_id.as_deref())?;
     crate::http::extract::validate_id("id", &req.id)?;
-    if req.trigger.as_deref() == Some("regenerate-message") {
-        return Err(ApiError::bad_request(
-            "regenerate_unsupported",
-            "agentd keeps the conversation in the session and does not rewrite it; send the \
-             message again instead of regenerating.",
-        ));
-    }
     let key = SessionKey::new(app, user, req.id.clone());
     let Some(last) = req.messages.last() else {
         return Err(ApiError::bad_request("no_new_input", "messages is empty"));
     };
+    let regenerate = req.trigger.as_deref() == Some("regenerate-message");
+    if regenerate && last.role != "user" {
+        return Err(ApiError::bad_request(
+            "no_new_input",
+            "a regenerated chat must end with the user message to answer again",
+        ));
+    }
+    // `regenerate()` and an edited user message (`sendMessage` with the user message's
+    // `messageId`) re-send the list up to that user message: the session goes back to before
+    // its turn (counted among the user messages) and runs it, in one commit.
+    let edited = last.role == "user"
+        && req.message_id.is_some()
+        && req.message_id == last.id
+        && req.trigger.as_deref() == Some("submit-message");
+    let edit = (regenerate || edited)
+        .then(|| EditPoint::Turn(req.messages.iter().filter(|m| m.role == "user").count()));
     let (parts, continued) = match last.role.as_str() {
         "user" => (user_parts(&last.parts)?, None),
         "assistant" => {
@@ -255,8 +266,11 @@ async fn chat(
     }
     let handle = start_run(
         &state,
-        // A dropped connection is not a stop: the client can resume the stream.
-        turn(key.clone(), parts, true, vec![], OnDisconnect::Continue),
+        RunRequest {
+            edit,
+            // A dropped connection is not a stop: the client can resume the stream.
+            ..turn(key.clone(), parts, true, vec![], OnDisconnect::Continue)
+        },
     )
     .await?;
     let message_id = continued.unwrap_or_else(|| format!("msg_{}", handle.invocation_id));
@@ -347,7 +361,7 @@ async fn resume(
     let base = run.base_seq.unwrap_or(0);
     let start = recent
         .iter()
-        .rposition(|e| e.event.author == "user" && e.event.function_responses().next().is_none());
+        .rposition(|e| crate::run::rewind::is_user_turn(&e.event));
     let (message_id, earlier): (String, Vec<StoredEvent>) = match start {
         Some(i) => (
             format!("msg_{}", recent[i].event.invocation_id),

@@ -1,5 +1,5 @@
 //! The Responses API: `POST /v1/responses` (streamed, not, or in the background), `GET` and
-//! cancel by id, `previous_response_id` chains.
+//! cancel by id, `previous_response_id` chains (naming an older response branches from it).
 
 use super::conversation::*;
 
@@ -12,8 +12,8 @@ use crate::http::frontend::kit::{check_app, resolve_user, run_headers, sse_respo
 use crate::http::openapi::{EventStream, OpenAiErrors, UserHeader};
 use crate::http::AppState;
 use crate::run::RunItem;
-use crate::runner::{OnDisconnect, RunHandle};
-use crate::store::{CancelRequest, RunRecord, RunStatus};
+use crate::runner::{ForkPoint, OnDisconnect, RunHandle};
+use crate::store::{CancelRequest, RunRecord, RunStatus, SessionKey};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -143,6 +143,29 @@ async fn stored_response(state: &AppState, run: &RunRecord) -> ApiResult<Value> 
         .unwrap_or(Value::Null))
 }
 
+/// The session a response continues: its own while it is the newest thing there; when the
+/// session went on after it (a later response, a rewind), a fork of the session as of that
+/// response's end (a branch, as OpenAI does), so the session and its later responses stay as
+/// they were.
+async fn branch_from(state: &AppState, run: &RunRecord) -> ApiResult<SessionKey> {
+    let key = run.key();
+    let (Some(last), false) = (run.last_seq, run.status == RunStatus::Running) else {
+        return Ok(key);
+    };
+    let head = state.store.session_head(&key).await?;
+    if head.is_none_or(|h| h.last_seq <= last) {
+        return Ok(key);
+    }
+    let branch = format!("resp-branch-{}", uuid::Uuid::new_v4());
+    state
+        .runner
+        .fork(&key, &branch, ForkPoint::AtSeq(last), None)
+        .await
+        .map_err(|e| crate::http::routes::run_request::run_error(e.into()))?;
+    tracing::info!(from = %key.session_id, session = %branch, seq = last, "response branched");
+    Ok(SessionKey::new(&key.app_name, &key.user_id, branch))
+}
+
 /// Responses events as SSE (`event:` names the type; no `[DONE]`), after `starting_after`.
 fn response_frames(
     mut mapper: ResponsesStream,
@@ -196,7 +219,7 @@ pub(super) async fn create_response(
                     format!("No response with id {prev:?} for this model and user"),
                 ));
             }
-            let key = run.key();
+            let key = branch_from(&state, &run).await?;
             let open = calls_answered(&state, &key, &messages).await?;
             (key, input_parts(&messages, &open))
         }

@@ -1,0 +1,86 @@
+//! Where a session was rewound: each rewind event's seq and the first seq of the invocation
+//! it names, found by the database, so a reader can leave the annulled events out of a
+//! session it streams page by page (`GET …/sessions/{id}?includeRewound=false`) without
+//! holding the session in memory.
+
+use super::postgres::PgStore;
+use super::sqlite::SqliteStore;
+use super::{SessionKey, StoreResult};
+use async_trait::async_trait;
+use sqlx::Row;
+
+/// One rewind event of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RewindMark {
+    /// The rewind event's seq.
+    pub seq: i64,
+    /// The first seq of the invocation it names, before it (`None`: not in the session).
+    pub first: Option<i64>,
+}
+
+#[async_trait]
+pub trait RewindStore: Send + Sync + 'static {
+    /// The session's rewind events, oldest first.
+    async fn rewind_marks(&self, key: &SessionKey) -> StoreResult<Vec<RewindMark>>;
+}
+
+#[async_trait]
+impl RewindStore for PgStore {
+    async fn rewind_marks(&self, key: &SessionKey) -> StoreResult<Vec<RewindMark>> {
+        let rows = sqlx::query(
+            "SELECT r.seq,
+                    (SELECT min(e.seq) FROM events e
+                      WHERE e.app_name = r.app_name AND e.user_id = r.user_id
+                        AND e.session_id = r.session_id AND e.seq < r.seq
+                        AND e.invocation_id = r.event->'actions'->>'rewindBeforeInvocationId')
+               FROM events r
+              WHERE r.app_name = $1 AND r.user_id = $2 AND r.session_id = $3
+                AND r.event->'actions' ? 'rewindBeforeInvocationId'
+              ORDER BY r.seq",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(RewindMark {
+                    seq: r.try_get(0)?,
+                    first: r.try_get(1)?,
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl RewindStore for SqliteStore {
+    async fn rewind_marks(&self, key: &SessionKey) -> StoreResult<Vec<RewindMark>> {
+        let rows = sqlx::query(
+            "SELECT r.seq,
+                    (SELECT min(e.seq) FROM events e
+                      WHERE e.app_name = r.app_name AND e.user_id = r.user_id
+                        AND e.session_id = r.session_id AND e.seq < r.seq
+                        AND e.invocation_id =
+                            json_extract(r.event, '$.actions.rewindBeforeInvocationId'))
+               FROM events r
+              WHERE r.app_name = ? AND r.user_id = ? AND r.session_id = ?
+                AND json_extract(r.event, '$.actions.rewindBeforeInvocationId') IS NOT NULL
+              ORDER BY r.seq",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(RewindMark {
+                    seq: r.try_get(0)?,
+                    first: r.try_get(1)?,
+                })
+            })
+            .collect()
+    }
+}
