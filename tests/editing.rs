@@ -480,7 +480,7 @@ async fn regenerate_and_edit_rewind_and_run_in_one_commit(backend: Backend) {
     );
     let all = session(&s, "chat", "s1?includeRewound=true").await;
     assert_eq!(all["events"], session(&s, "chat", "s1").await["events"]);
-    assert_eq!(texts(&all).len(), 7, "{all}");
+    assert_eq!(texts(&all).len(), 8, "{all}");
 
     // Refusals store nothing.
     let stored = session(&s, "chat", "s1").await;
@@ -525,10 +525,127 @@ async fn regenerate_and_edit_rewind_and_run_in_one_commit(backend: Backend) {
     assert_eq!(session(&s, "chat", "empty").await["events"], json!([]));
 }
 
+/// Compaction: after two turns the app's compaction model summarises them (ADK's
+/// `actions.compaction` event), and the next turn sends the summary instead of those turns.
+/// A summariser that fails leaves the history as it was.
+async fn compaction_replaces_old_turns_with_a_summary(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    for text in ["answer one", "answer two", "answer three"] {
+        m.push("chat", Reply::text(&[text]));
+    }
+    m.push("sum", Reply::text(&["SUMMARY of one and two"]));
+    let agent = LlmAgent::new("chat_agent", m.model("chat"));
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert(
+        "chat",
+        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
+    );
+    let compaction = agentd::apps::settings::Compaction {
+        policy: agentd::run::compaction::CompactionPolicy {
+            interval: Some(2),
+            overlap: 0,
+            token_threshold: None,
+        },
+        model: m.model("sum"),
+        prompt: "Summarise.".into(),
+    };
+    apps.set_compaction("chat", compaction);
+    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
+    let mut body = turn("chat", "s1", "question one");
+    body["saveInputBlobsAsArtifacts"] = json!(false);
+    run(&s, body).await;
+    run(&s, turn("chat", "s1", "question two")).await;
+    // The summary is committed in the background after the second run.
+    let mut compacted = None;
+    for _ in 0..100 {
+        let now = session(&s, "chat", "s1").await;
+        compacted = now["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .find(|e| e["actions"]["compaction"].is_object())
+            .cloned();
+        if compacted.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let compacted = compacted.expect("a compaction event");
+    let events = session(&s, "chat", "s1").await["events"].clone();
+    let c = &compacted["actions"]["compaction"];
+    assert_eq!(compacted["author"], "user");
+    assert_eq!(c["startTimestamp"], events[0]["timestamp"]);
+    assert_eq!(c["endTimestamp"], events[3]["timestamp"]);
+    assert_eq!(
+        c["compactedContent"],
+        json!({"role": "model", "parts": [{"text": "SUMMARY of one and two"}]})
+    );
+    let asked = m
+        .requests_for("sum")
+        .last()
+        .expect("the summariser")
+        .to_string();
+    assert!(
+        asked.contains("Summarise.")
+            && asked.contains("user: question one")
+            && asked.contains("chat_agent: answer two"),
+        "{asked}"
+    );
+
+    run(&s, turn("chat", "s1", "question three")).await;
+    let sent = m
+        .requests_for("chat")
+        .last()
+        .expect("a request")
+        .to_string();
+    assert!(
+        sent.contains("SUMMARY of one and two") && sent.contains("question three"),
+        "{sent}"
+    );
+    for gone in ["question one", "answer one", "question two", "answer two"] {
+        assert!(!sent.contains(gone), "{gone} was sent: {sent}");
+    }
+    // Nothing was deleted.
+    assert_eq!(
+        session(&s, "chat", "s1").await["events"]
+            .as_array()
+            .map(Vec::len),
+        Some(7)
+    );
+
+    // A summariser without an answer: no compaction, the next turn sends everything.
+    for text in ["answer four", "answer five", "answer six"] {
+        m.push("chat", Reply::text(&[text]));
+    }
+    run(&s, turn("chat", "s2", "question four")).await;
+    run(&s, turn("chat", "s2", "question five")).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    run(&s, turn("chat", "s2", "question six")).await;
+    let sent = m
+        .requests_for("chat")
+        .last()
+        .expect("a request")
+        .to_string();
+    assert!(
+        sent.contains("question four") && sent.contains("answer five"),
+        "{sent}"
+    );
+    let s2 = session(&s, "chat", "s2").await;
+    assert!(
+        s2["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .all(|e| e["actions"]["compaction"].is_null()),
+        "{s2}"
+    );
+}
+
 both_backends!(
     a_rewind_restores_state_and_artifacts,
     the_model_does_not_see_rewound_turns,
     a_fork_starts_a_new_session_from_a_point,
     a_rewound_transfer_does_not_keep_the_turn,
     regenerate_and_edit_rewind_and_run_in_one_commit,
+    compaction_replaces_old_turns_with_a_summary,
 );

@@ -34,6 +34,8 @@ pub struct AppEntry {
     pub webhooks: Vec<WebhookTarget>,
     /// The `a2a:` block of the app's `agentd.yaml`.
     pub a2a: Option<settings::A2aCard>,
+    /// The `compaction:` block of the app's `agentd.yaml`, built.
+    pub compaction: Option<settings::Compaction>,
 }
 
 /// The apps, by name.
@@ -68,6 +70,14 @@ impl AppRegistry {
                 continue;
             }
             let settings = settings::load_settings(&path);
+            let compaction = match settings
+                .as_ref()
+                .map(|s| s.compaction.as_ref().map(|c| c.build()))
+            {
+                Ok(Some(Err(e))) => Some(Err(e)),
+                Ok(Some(Ok(c))) => Some(Ok(c)),
+                _ => None,
+            };
             let (tree, toolsets) = match settings
                 .as_ref()
                 .map_err(Clone::clone)
@@ -82,6 +92,14 @@ impl AppRegistry {
                     (Err(e), vec![])
                 }
             };
+            let (tree, compaction) = match compaction {
+                Some(Err(e)) => {
+                    tracing::error!(app = %name, error = %e, "app failed to load");
+                    (Err(format!("{}: {e}", settings::SETTINGS_FILE)), None)
+                }
+                Some(Ok(c)) => (tree, Some(c)),
+                None => (tree, None),
+            };
             let (app_webhooks, a2a) = settings.map(|s| (s.webhooks, s.a2a)).unwrap_or_default();
             registry.apps.insert(
                 name.clone(),
@@ -92,6 +110,7 @@ impl AppRegistry {
                     app_webhooks,
                     webhooks: vec![],
                     a2a,
+                    compaction,
                 },
             );
         }
@@ -149,8 +168,16 @@ impl AppRegistry {
                 app_webhooks: vec![],
                 webhooks: vec![],
                 a2a: None,
+                compaction: None,
             },
         );
+    }
+
+    /// Compacts the long sessions of app `name` (built in Rust) as `compaction` says.
+    pub fn set_compaction(&mut self, name: &str, compaction: settings::Compaction) {
+        if let Some(app) = self.apps.get_mut(name) {
+            app.compaction = Some(compaction);
+        }
     }
 
     /// Sorted app names.

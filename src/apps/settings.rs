@@ -6,6 +6,10 @@
 //!   - url: https://hooks.example.com/agentd
 //!     secret: ${ORDERS_WEBHOOK_SECRET}
 //!     events: [run.completed, run.failed]
+//! compaction:
+//!   interval: 10        # summarise every 10 new turns
+//!   overlap: 1
+//!   model: openai/gpt-4o-mini
 //! a2a:
 //!   name: Order desk
 //!   description: Answers questions about orders.
@@ -31,6 +35,58 @@ pub struct AppSettings {
     /// What the app's A2A agent card says instead of what agentd derives from the tree.
     #[serde(default)]
     pub a2a: Option<A2aCard>,
+    /// Summarise older turns of long sessions (`docs/editing.md`).
+    #[serde(default)]
+    pub compaction: Option<CompactionSettings>,
+}
+
+/// The `compaction:` block, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CompactionSettings {
+    #[serde(default, alias = "compaction_interval")]
+    pub interval: Option<usize>,
+    #[serde(default, alias = "overlap_size")]
+    pub overlap: usize,
+    #[serde(default, alias = "token_threshold")]
+    pub token_threshold: Option<u64>,
+    /// The model that writes the summaries (`openai/gpt-4o-mini`, `${VAR}` expanded).
+    pub model: String,
+    #[serde(default, alias = "model_options")]
+    pub model_options: crate::model::ModelOptions,
+    /// The summariser's instruction, instead of agentd's.
+    #[serde(default)]
+    pub prompt: Option<String>,
+}
+
+/// An app's compaction: when, which model, what instruction.
+#[derive(Clone)]
+pub struct Compaction {
+    pub policy: crate::run::compaction::CompactionPolicy,
+    pub model: std::sync::Arc<dyn crate::model::Model>,
+    pub prompt: String,
+}
+
+impl CompactionSettings {
+    pub fn build(&self) -> Result<Compaction, String> {
+        let policy = crate::run::compaction::CompactionPolicy {
+            interval: self.interval,
+            overlap: self.overlap,
+            token_threshold: self.token_threshold,
+        };
+        policy.validate()?;
+        let name = expand_env(&self.model).map_err(|e| format!("compaction: model: {e}"))?;
+        let model = crate::model::resolve(&name, &self.model_options)
+            .map_err(|e| format!("compaction: model: {e}"))?;
+        Ok(Compaction {
+            policy,
+            model,
+            prompt: self
+                .prompt
+                .clone()
+                .unwrap_or_else(|| crate::run::compaction::DEFAULT_PROMPT.to_string()),
+        })
+    }
 }
 
 /// The `a2a:` block: overrides of the agent card (`docs/a2a.md`).

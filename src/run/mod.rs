@@ -5,6 +5,7 @@
 //! Below `runner`, `agent` and `http` alike: the runner drives a run, an agent emits into it,
 //! the HTTP layer maps its items to frames, and none of them needs the others' internals.
 
+pub mod compaction;
 mod item;
 mod outbox;
 pub mod rewind;

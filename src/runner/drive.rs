@@ -142,6 +142,10 @@ impl Runner {
                 POST_RUN_DELIVERY,
             )
             .await;
+        drop(st);
+        if status == RunStatus::Completed {
+            self.compact_later(ctx.session_key());
+        }
     }
 
     /// Plugins' before-run hook, agent selection, the agent.

@@ -22,10 +22,12 @@
 
 mod admission;
 pub mod bus;
+mod compact;
 mod control;
 mod drive;
 mod fork;
 mod guard;
+mod hold;
 mod liveness;
 mod quota;
 mod request;

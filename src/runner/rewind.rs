@@ -4,19 +4,14 @@
 //! admitted in the database (a busy session is refused), its event committed fenced by that
 //! ownership, in the same commit as the run's end; a dead predecessor is sealed first.
 
-use super::bus::BusMsg;
-use super::control::LocalRun;
-use super::guard::RunGuard;
 use super::EditPoint;
-use super::{lock, Claim, RunError, Runner};
+use super::{RunError, Runner};
 use crate::event::{new_invocation_id, Blob, Bytes64, Event, Part};
 use crate::run::rewind::{artifact_changes, is_user_turn, live, state_delta};
 use crate::store::{
-    ArtifactScope, ArtifactWrite, EventRange, Fence, NewRun, RunStatus, SessionKey, StoredEvent,
+    ArtifactScope, ArtifactWrite, EventRange, Fence, RunStatus, SessionKey, StoredEvent,
 };
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+use std::sync::Arc;
 
 /// Events read per page while reading the session.
 const PAGE: u32 = 1000;
@@ -72,67 +67,21 @@ impl Runner {
         {
             return Err(RewindError::InvocationNotFound(invocation.to_string()));
         }
-        let run_id = format!("run-{}", uuid::Uuid::new_v4());
-        let new_run = NewRun {
-            run_id: run_id.clone(),
-            key: key.clone(),
-            invocation_id: new_invocation_id(),
-            owner: self.config.owner.clone(),
-            user_event: false,
-            queue_ttl: self.config.enqueue_timeout + Duration::from_secs(30),
-            opening: None,
-            webhooks: None,
-        };
-        // Registered before admission, so reconciliation never mistakes it for a leak.
-        lock(&self.local).insert(
-            run_id.clone(),
-            LocalRun {
-                cancel: CancellationToken::new(),
-                cause: Arc::new(Mutex::new(None)),
-            },
-        );
-        let claimed = super::claim(self.store.as_ref(), &new_run, None).await;
-        let unsealed = match claimed {
-            Ok(Claim::Acquired { unsealed, .. }) => unsealed,
-            other => {
-                lock(&self.local).remove(&run_id);
-                return Err(match other {
-                    Ok(Claim::Busy(active)) => {
-                        RunError::Busy(active.map(|r| r.run_id).unwrap_or_else(|| "queued".into()))
-                    }
-                    Ok(_) => RunError::SessionNotFound(key.session_id.clone()),
-                    Err(e) => e.into(),
-                }
-                .into());
-            }
-        };
-        let guard = RunGuard::new(self.clone(), run_id.clone(), key.clone());
-        match self.rewind_owned(key, invocation, &run_id, unsealed).await {
+        let held = self.hold(key).await?;
+        let run_id = held.run_id.clone();
+        match self
+            .rewind_owned(key, invocation, &run_id, held.unsealed)
+            .await
+        {
             Ok(stored) => {
-                guard.finished();
+                held.guard.finished();
                 metrics::counter!("agentd_rewinds_total").increment(1);
                 tracing::info!(run = %run_id, before = %invocation, seq = stored.seq, "session rewound");
-                self.bus.publish(
-                    key,
-                    BusMsg::Committed {
-                        run_id: Some(run_id.as_str().into()),
-                        seq: stored.seq,
-                        event: Some(Arc::new(stored.event.clone())),
-                        in_run_stream: true,
-                    },
-                );
-                self.bus.publish(
-                    key,
-                    BusMsg::Done {
-                        run_id: run_id.as_str().into(),
-                        status: RunStatus::Completed,
-                        last_seq: Some(stored.seq),
-                    },
-                );
+                self.publish_held(key, &run_id, &stored);
                 Ok(stored)
             }
             Err(e) => {
-                guard
+                held.guard
                     .finish(RunStatus::Failed, None, Some(&e.to_string()))
                     .await;
                 Err(e)

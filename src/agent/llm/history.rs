@@ -6,6 +6,7 @@
 //! - other agents' turns as user-role context ("For context: \[agent\] said: …"), so the
 //!   model neither impersonates them nor sees tool calls it cannot answer;
 //! - ADK-internal confirmation calls left out;
+//! - a compaction's summary in place of the events it summarised ([`crate::run::compaction`]);
 //! - each function response placed right after its call, using the latest response for a
 //!   call answered twice (a confirmation round trip) and a clear placeholder for a call that
 //!   never got one (providers reject unanswered calls).
@@ -20,6 +21,7 @@ use crate::agent::{AgentError, AgentResult, InvocationContext};
 use crate::event::{
     Content, Event, FunctionResponse, JsonMap, Part, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION,
 };
+use crate::run::compaction::ViewItem;
 use crate::store::{EventRange, SessionKey, Store, StoredEvent};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -345,7 +347,15 @@ pub fn contents(
         .collect();
 
     let mut out: Vec<Content> = vec![];
-    for event in events {
+    // Summaries stand in for the events they compacted.
+    for item in crate::run::compaction::view(events) {
+        let event = match item {
+            ViewItem::Event(e) => e,
+            ViewItem::Summary(c) => {
+                out.push(crate::run::compaction::summary_turn(&c));
+                continue;
+            }
+        };
         if event.partial == Some(true) || !on_branch(event, branch) {
             continue;
         }

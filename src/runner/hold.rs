@@ -1,0 +1,84 @@
+//! Taking a session for a write that is not a turn (a rewind, a compaction): admitted like a
+//! run (a busy session is refused), held under a [`RunGuard`], and published like a run's
+//! event once committed.
+
+use super::bus::BusMsg;
+use super::control::LocalRun;
+use super::guard::RunGuard;
+use super::{lock, Claim, RunError, Runner};
+use crate::event::new_invocation_id;
+use crate::store::{NewRun, RunStatus, SessionKey, StoredEvent};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A session held for one write; the guard frees it however the write ends.
+pub(super) struct Held {
+    pub run_id: String,
+    pub guard: RunGuard,
+    /// A dead run of the session awaits sealing (seal it before writing).
+    pub unsealed: bool,
+}
+
+impl Runner {
+    /// Takes `key` for a write that is not a turn; `Busy` if a run holds it.
+    pub(super) async fn hold(self: &Arc<Self>, key: &SessionKey) -> Result<Held, RunError> {
+        let run_id = format!("run-{}", uuid::Uuid::new_v4());
+        let new_run = NewRun {
+            run_id: run_id.clone(),
+            key: key.clone(),
+            invocation_id: new_invocation_id(),
+            owner: self.config.owner.clone(),
+            user_event: false,
+            queue_ttl: self.config.enqueue_timeout + Duration::from_secs(30),
+            opening: None,
+            webhooks: None,
+        };
+        // Registered before admission, so reconciliation never mistakes it for a leak.
+        lock(&self.local).insert(
+            run_id.clone(),
+            LocalRun {
+                cancel: CancellationToken::new(),
+                cause: Arc::new(Mutex::new(None)),
+            },
+        );
+        match super::claim(self.store.as_ref(), &new_run, None).await {
+            Ok(Claim::Acquired { unsealed, .. }) => Ok(Held {
+                guard: RunGuard::new(self.clone(), run_id.clone(), key.clone()),
+                run_id,
+                unsealed,
+            }),
+            other => {
+                lock(&self.local).remove(&run_id);
+                Err(match other {
+                    Ok(Claim::Busy(active)) => {
+                        RunError::Busy(active.map(|r| r.run_id).unwrap_or_else(|| "queued".into()))
+                    }
+                    Ok(_) => RunError::SessionNotFound(key.session_id.clone()),
+                    Err(e) => e.into(),
+                })
+            }
+        }
+    }
+
+    /// Tells the session's followers about an event a held write committed, and its end.
+    pub(super) fn publish_held(&self, key: &SessionKey, run_id: &str, stored: &StoredEvent) {
+        self.bus.publish(
+            key,
+            BusMsg::Committed {
+                run_id: Some(run_id.into()),
+                seq: stored.seq,
+                event: Some(Arc::new(stored.event.clone())),
+                in_run_stream: true,
+            },
+        );
+        self.bus.publish(
+            key,
+            BusMsg::Done {
+                run_id: run_id.into(),
+                status: RunStatus::Completed,
+                last_seq: Some(stored.seq),
+            },
+        );
+    }
+}
