@@ -641,6 +641,74 @@ async fn compaction_replaces_old_turns_with_a_summary(backend: Backend) {
     );
 }
 
+/// `PATCH …/memory` for session `id` of the echo app: 200.
+async fn memory_add(s: &TestServer, id: &str) {
+    let r = s
+        .client
+        .patch(s.url(&format!("/apps/echo/users/{USER}/memory")))
+        .json(&json!({"sessionId": id}))
+        .send()
+        .await
+        .expect("PATCH");
+    assert_eq!(r.status(), 200);
+}
+
+/// How many of the user's memories match `word`.
+async fn memory_found(s: &TestServer, word: &str) -> usize {
+    let r = json_with_status(
+        s.get(&format!("/apps/echo/users/{USER}/memory?query={word}"))
+            .await,
+        200,
+    )
+    .await;
+    r["memories"].as_array().map_or(0, Vec::len)
+}
+
+/// Memory honours rewinds: a rewound turn leaves memory when the session is added again
+/// (also when it was added before the rewind), the turns before it stay, and later turns are
+/// added as usual.
+async fn memory_forgets_rewound_turns(backend: Backend) {
+    let apps = Apps::new().echo("echo", "chunks: 1");
+    let dir = apps.path().to_path_buf();
+    let s = TestServer::start_with(backend, move |a| a.apps_dir = dir).await;
+    run(&s, turn("echo", "s1", "alpha")).await;
+    run(&s, turn("echo", "s1", "bravo")).await;
+    memory_add(&s, "s1").await;
+    assert!(memory_found(&s, "alpha").await > 0);
+    assert!(memory_found(&s, "bravo").await > 0);
+    let invocations = turns(&session(&s, "echo", "s1").await);
+    json_with_status(
+        s.post_json(
+            &format!("/apps/echo/users/{USER}/sessions/s1/rewind"),
+            json!({"beforeInvocationId": invocations[1]}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    run(&s, turn("echo", "s1", "charlie")).await;
+    memory_add(&s, "s1").await;
+    assert!(memory_found(&s, "alpha").await > 0, "the turn before the rewind stays");
+    assert_eq!(memory_found(&s, "bravo").await, 0, "the rewound turn left memory");
+    assert!(memory_found(&s, "charlie").await > 0);
+    // Added only after the rewind: the rewound turn never enters memory.
+    run(&s, turn("echo", "s2", "delta")).await;
+    run(&s, turn("echo", "s2", "foxtrot")).await;
+    let inv = turns(&session(&s, "echo", "s2").await);
+    json_with_status(
+        s.post_json(
+            &format!("/apps/echo/users/{USER}/sessions/s2/rewind"),
+            json!({"beforeInvocationId": inv[1]}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    memory_add(&s, "s2").await;
+    assert!(memory_found(&s, "delta").await > 0);
+    assert_eq!(memory_found(&s, "foxtrot").await, 0);
+}
+
 both_backends!(
     a_rewind_restores_state_and_artifacts,
     the_model_does_not_see_rewound_turns,
@@ -648,4 +716,5 @@ both_backends!(
     a_rewound_transfer_does_not_keep_the_turn,
     regenerate_and_edit_rewind_and_run_in_one_commit,
     compaction_replaces_old_turns_with_a_summary,
+    memory_forgets_rewound_turns,
 );

@@ -5,7 +5,8 @@
 //! ([`super::postgres`]'s `memory.rs`) or SQLite FTS5 ([`super::sqlite`]'s). A memory is one
 //! complete event that carries text; it belongs to `(app, user)` and is never returned to
 //! another user or app. Adding a session is idempotent: each event is stored once, and a
-//! per-session watermark makes adding a long session again read only its new events.
+//! per-session watermark makes adding a long session again read only its new events. A
+//! rewind takes what it annulled out of memory when the rewind event is added.
 //!
 //! A query matches memories containing **any** of its words (ADK's in-memory service does the
 //! same), best matches first: more matched words and rarer words rank higher. Query text is
@@ -153,6 +154,10 @@ pub(crate) trait MemoryBackend: SessionStore {
     /// `None` when the session does not exist.
     async fn ingest_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>>;
 
+    /// Removes from memory the session's events whose seq lies in one of `ranges` (inclusive):
+    /// what a rewind annulled. Returns how many entries were removed.
+    async fn forget_memory(&self, key: &SessionKey, ranges: &[(i64, i64)]) -> StoreResult<usize>;
+
     /// Stores `entries` (skipping events already in memory) and records `mark`, in one
     /// transaction. Returns how many entries were new.
     async fn write_memory(
@@ -165,7 +170,7 @@ pub(crate) trait MemoryBackend: SessionStore {
 
 /// [`MemoryStore::add_session_to_memory`] for any backend: reads the events after the
 /// session's mark a page at a time and writes each page's entries with the advanced mark.
-pub(crate) async fn add_session<S: MemoryBackend + ?Sized>(
+pub(crate) async fn add_session<S: MemoryBackend + super::rewinds::RewindStore + ?Sized>(
     store: &S,
     key: &SessionKey,
 ) -> StoreResult<usize> {
@@ -192,9 +197,30 @@ pub(crate) async fn add_session<S: MemoryBackend + ?Sized>(
             return Ok(added);
         };
         mark.ingested_seq = last.seq;
+        // A rewind in this page: what it annulled leaves memory (entries added by earlier
+        // calls are removed before the mark passes the rewind, so a crash in between repeats
+        // the removal), and is not added from this page.
+        let hidden = if page
+            .events
+            .iter()
+            .any(|e| e.event.actions.rewind_before_invocation_id.is_some())
+        {
+            let marks: Vec<(i64, Option<i64>)> = store
+                .rewind_marks(key)
+                .await?
+                .iter()
+                .map(|m| (m.seq, m.first))
+                .collect();
+            let hidden = crate::run::rewind::rewound_ranges(&marks);
+            store.forget_memory(key, &hidden).await?;
+            hidden
+        } else {
+            vec![]
+        };
         let entries: Vec<MemoryEntry> = page
             .events
             .iter()
+            .filter(|e| !hidden.iter().any(|(a, b)| (*a..=*b).contains(&e.seq)))
             .filter_map(|e| memory_entry(&key.session_id, &e.event))
             .collect();
         added += store.write_memory(key, mark, &entries).await?;

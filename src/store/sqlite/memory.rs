@@ -45,6 +45,28 @@ impl MemoryBackend for SqliteStore {
         .transpose()
     }
 
+    async fn forget_memory(&self, key: &SessionKey, ranges: &[(i64, i64)]) -> StoreResult<usize> {
+        let mut removed = 0;
+        for (from, to) in ranges {
+            removed += sqlx::query(
+                "DELETE FROM memory_entries
+              WHERE app_name = ?1 AND user_id = ?2 AND session_id = ?3
+                AND event_id IN (SELECT id FROM events
+                                  WHERE app_name = ?1 AND user_id = ?2 AND session_id = ?3
+                                    AND seq BETWEEN ?4 AND ?5)",
+            )
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(from)
+            .bind(to)
+            .execute(self.writer())
+            .await?
+            .rows_affected() as usize;
+        }
+        Ok(removed)
+    }
+
     async fn write_memory(
         &self,
         key: &SessionKey,
