@@ -688,8 +688,15 @@ async fn memory_forgets_rewound_turns(backend: Backend) {
     .await;
     run(&s, turn("echo", "s1", "charlie")).await;
     memory_add(&s, "s1").await;
-    assert!(memory_found(&s, "alpha").await > 0, "the turn before the rewind stays");
-    assert_eq!(memory_found(&s, "bravo").await, 0, "the rewound turn left memory");
+    assert!(
+        memory_found(&s, "alpha").await > 0,
+        "the turn before the rewind stays"
+    );
+    assert_eq!(
+        memory_found(&s, "bravo").await,
+        0,
+        "the rewound turn left memory"
+    );
     assert!(memory_found(&s, "charlie").await > 0);
     // Added only after the rewind: the rewound turn never enters memory.
     run(&s, turn("echo", "s2", "delta")).await;
@@ -709,6 +716,133 @@ async fn memory_forgets_rewound_turns(backend: Backend) {
     assert_eq!(memory_found(&s, "foxtrot").await, 0);
 }
 
+/// The same session rewound by ADK-Python's own `Runner.rewind_async` (google-adk, pinned):
+/// agentd's session and artifact versions are replayed into ADK's in-memory services, both
+/// rewind to before the second turn, and the state delta, artifact delta, state after and
+/// latest artifact contents agree.
+async fn a_rewind_matches_adk_python(backend: Backend) {
+    let apps = Apps::new().echo("echo", "chunks: 1");
+    let dir = apps.path().to_path_buf();
+    let s = TestServer::start_with(backend, move |a| a.apps_dir = dir).await;
+    let base = format!("/apps/echo/users/{USER}/sessions/s1");
+    json_with_status(
+        // ADK's create-session body is the state itself.
+        s.post_json(&base, json!({"init": 1, "keep": "x"})).await,
+        200,
+    )
+    .await;
+    let deltas = [
+        json!({"k": 1, "app:a": 1, "user:b": 1, "temp:t": 1}),
+        json!({"k": 2, "k2": 5, "app:a": 2, "keep": null}),
+        json!({"k3": true}),
+    ];
+    for (i, delta) in deltas.iter().enumerate() {
+        let mut body = turn("echo", "s1", &format!("turn {i}"));
+        body["stateDelta"] = delta.clone();
+        if i < 2 {
+            body["newMessage"]["parts"]
+                .as_array_mut()
+                .expect("parts")
+                .push(json!({"inlineData": {"mimeType": "text/plain", "data": (["dmVyc2lvbiAw", "dmVyc2lvbiAx"][i])}}));
+        }
+        run(&s, body).await;
+    }
+    let before = session(&s, "echo", "s1").await;
+    let invocations = turns(&before);
+    // Every artifact version, in order.
+    let names = json_with_status(s.get(&format!("{base}/artifacts")).await, 200).await;
+    let mut artifacts = serde_json::Map::new();
+    for name in names.as_array().expect("names") {
+        let name = name.as_str().expect("name");
+        let versions = json_with_status(
+            s.get(&format!("{base}/artifacts/{name}/versions")).await,
+            200,
+        )
+        .await;
+        let mut blobs = vec![];
+        for v in versions.as_array().expect("versions") {
+            let part = json_with_status(
+                s.get(&format!("{base}/artifacts/{name}/versions/{v}"))
+                    .await,
+                200,
+            )
+            .await;
+            blobs.push(part["inlineData"].clone());
+        }
+        artifacts.insert(name.to_string(), Value::Array(blobs));
+    }
+    let input = json!({
+        "app": "echo", "user": USER, "session": "s1", "initialState": {"init": 1, "keep": "x"},
+        "events": before["events"], "artifacts": artifacts, "before": invocations[1],
+    });
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), input.to_string()).expect("input");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/adk/rewind_parity.py"
+    );
+    let adk = common::clients::run_driver(
+        &common::clients::adk_python(),
+        &[script],
+        &[("AGENTD_PARITY_INPUT", file.path().to_str().expect("path"))],
+    )
+    .await;
+    assert!(adk.get("error").is_none(), "{adk}");
+
+    let ours = json_with_status(
+        s.post_json(
+            &format!("{base}/rewind"),
+            json!({"beforeInvocationId": invocations[1]}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(
+        ours["event"]["actions"]["stateDelta"], adk["stateDelta"],
+        "{adk}"
+    );
+    assert_eq!(
+        ours["event"]["actions"]["artifactDelta"], adk["artifactDelta"],
+        "{adk}"
+    );
+    // ADK keeps removed keys as null; agentd removes them.
+    let present = |state: &Value| -> Value {
+        Value::Object(
+            state
+                .as_object()
+                .expect("state")
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )
+    };
+    let after = session(&s, "echo", "s1").await;
+    assert_eq!(present(&after["state"]), present(&adk["state"]), "{adk}");
+    for (name, latest) in adk["artifacts"].as_object().expect("artifacts") {
+        let ours = json_with_status(s.get(&format!("{base}/artifacts/{name}")).await, 200).await;
+        let ours = match ours["inlineData"]["data"].as_str() {
+            Some("") | None => Value::Null,
+            Some(_) => ours["inlineData"].clone(),
+        };
+        let norm = |v: &Value| -> Value {
+            if v.is_null() {
+                return Value::Null;
+            }
+            // Base64 with or without padding, URL-safe or not: compare the bytes.
+            let data = v["data"]
+                .as_str()
+                .unwrap_or("")
+                .trim_end_matches('=')
+                .replace('-', "+")
+                .replace('_', "/");
+            json!({"mimeType": v["mimeType"], "data": data})
+        };
+        assert_eq!(norm(&ours), norm(latest), "{name}: {adk}");
+    }
+}
+
 both_backends!(
     a_rewind_restores_state_and_artifacts,
     the_model_does_not_see_rewound_turns,
@@ -717,4 +851,5 @@ both_backends!(
     regenerate_and_edit_rewind_and_run_in_one_commit,
     compaction_replaces_old_turns_with_a_summary,
     memory_forgets_rewound_turns,
+    a_rewind_matches_adk_python,
 );
