@@ -843,6 +843,57 @@ async fn a_rewind_matches_adk_python(backend: Backend) {
     }
 }
 
+/// A long session keeps being compacted: the due check reads back from the newest events (a
+/// session longer than one page of them once stopped compacting).
+async fn a_long_session_keeps_being_compacted(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let turns = 130;
+    for i in 0..turns {
+        m.push("chat", Reply::text(&[&format!("answer {i}")]));
+    }
+    for i in 0..turns / 10 {
+        m.push("sum", Reply::text(&[&format!("summary {i}")]));
+    }
+    let agent = LlmAgent::new("chat_agent", m.model("chat"));
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert(
+        "chat",
+        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
+    );
+    apps.set_compaction(
+        "chat",
+        agentd::apps::settings::Compaction {
+            policy: agentd::run::compaction::CompactionPolicy {
+                interval: Some(10),
+                overlap: 0,
+                token_threshold: None,
+            },
+            model: m.model("sum"),
+            prompt: "Summarise.".into(),
+        },
+    );
+    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
+    for i in 0..turns {
+        let mut body = turn("chat", "long", &format!("question {i}."));
+        body["saveInputBlobsAsArtifacts"] = json!(false);
+        run(&s, body).await;
+    }
+    let sent = m
+        .requests_for("chat")
+        .last()
+        .expect("a request")
+        .to_string();
+    assert!(
+        sent.contains("summary 11") && sent.contains("question 129."),
+        "{sent}"
+    );
+    assert!(
+        !sent.contains("question 105."),
+        "turn 105 was not compacted: {sent}"
+    );
+    assert_eq!(m.requests_for("sum").len(), turns / 10 - 1);
+}
+
 both_backends!(
     a_rewind_restores_state_and_artifacts,
     the_model_does_not_see_rewound_turns,
@@ -852,4 +903,5 @@ both_backends!(
     compaction_replaces_old_turns_with_a_summary,
     memory_forgets_rewound_turns,
     a_rewind_matches_adk_python,
+    a_long_session_keeps_being_compacted,
 );

@@ -8,6 +8,7 @@
 
 mod a2a;
 mod ceiling;
+mod compaction;
 mod credentials;
 mod extra;
 mod fork;
@@ -69,6 +70,9 @@ enum Command {
     /// Forking a long session (100,000 events by default): the fork's time and agentd's peak
     /// RSS while it runs (PostgreSQL).
     Fork(BenchArgs),
+    /// Prompt tokens per turn over a long conversation (200 turns by default) with and
+    /// without compaction, against a scripted OpenAI-compatible model that counts them.
+    Compaction(BenchArgs),
     /// Serve a ceiling (started by the harness as a child process).
     Ceiling(ceiling::CeilingArgs),
 }
@@ -183,6 +187,9 @@ pub struct BenchArgs {
     /// fork: events in the session that is forked.
     #[arg(long, default_value_t = 100_000)]
     pub(crate) fork_events: u64,
+    /// compaction: turns of the conversation.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) compaction_turns: usize,
     /// webhooks: runs (each with its own webhook) whose delivery latency is measured.
     #[arg(long, default_value_t = 500)]
     pub(crate) webhook_runs: usize,
@@ -233,6 +240,15 @@ fn main() -> Result<()> {
             let (agentd_bin, _) = binaries(&args)?;
             let admin = pg::Admin::connect(&args.database_url).await?;
             let result = fork::run(&args, &admin, &agentd_bin).await;
+            admin.drop_created().await;
+            let text = result?;
+            println!("{text}");
+            Ok(())
+        }),
+        Command::Compaction(args) => rt.block_on(async {
+            let (agentd_bin, _) = binaries(&args)?;
+            let admin = pg::Admin::connect(&args.database_url).await?;
+            let result = compaction::run(&args, &admin, &agentd_bin).await;
             admin.drop_created().await;
             let text = result?;
             println!("{text}");

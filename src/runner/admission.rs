@@ -65,15 +65,29 @@ pub async fn claim(store: &dyn Store, run: &NewRun, ticket: Option<i64>) -> Stor
     Err(StoreError::Conflict)
 }
 
-/// A place in a session's queue; leaving it (admitted, timed out, the client gone) is the
-/// drop.
+/// A place in a session's queue; leaving it (timed out, the client gone) is the drop. An
+/// admitted waiter leaves at once ([`Ticket::leave`]): a request right behind it must not
+/// find the ticket still ahead of it.
 struct Ticket {
     id: i64,
     store: Arc<dyn Store>,
+    left: bool,
+}
+
+impl Ticket {
+    async fn leave(mut self) {
+        self.left = true;
+        if let Err(e) = self.store.dequeue(self.id).await {
+            tracing::warn!(ticket = self.id, error = %e, "could not leave the run queue; the ticket expires with this replica");
+        }
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        if self.left {
+            return;
+        }
         let store = self.store.clone();
         let id = self.id;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -100,6 +114,8 @@ impl Runner {
         let mut interrupted = false;
         let mut created = false;
         let mut ticket: Option<Ticket> = None;
+        let mut held = false;
+        let mut reclaimed = false;
         let mut sub = None;
         loop {
             let started = Instant::now();
@@ -122,6 +138,9 @@ impl Runner {
                         metrics::histogram!("agentd_commit_duration_seconds")
                             .record(started.elapsed().as_secs_f64());
                     }
+                    if let Some(t) = ticket.take() {
+                        t.leave().await;
+                    }
                     return Ok((unsealed, opened));
                 }
                 Claim::NoSession if req.create_session && !created => {
@@ -138,8 +157,21 @@ impl Runner {
                 || "(earlier queued requests)".to_string(),
                 |a| a.run_id.clone(),
             );
+            // A session held for a brief write that is not a turn (a rewind, a summary) is
+            // waited for whatever `onBusy` says: the client did nothing to cause it.
+            // (Once seen, it stays the reason to wait: the next claim may find it just ended.)
+            held |= active
+                .as_ref()
+                .is_some_and(|a| a.invocation_id.starts_with(super::hold::HOLD_PREFIX));
+            // No holder: it ended between the two reads (claim again at once), or requests
+            // queued before this one come first.
+            if active.is_none() && !reclaimed {
+                reclaimed = true;
+                continue;
+            }
             match req.on_busy {
-                OnBusy::Reject => return Err(RunError::Busy(holder)),
+                OnBusy::Reject if !held => return Err(RunError::Busy(holder)),
+                OnBusy::Interrupt if held => {}
                 OnBusy::Interrupt if !interrupted => {
                     if let Some(active) = &active {
                         let why = CancelRequest {
@@ -162,6 +194,7 @@ impl Runner {
                 ticket = Some(Ticket {
                     id,
                     store: self.store.clone(),
+                    left: false,
                 });
                 continue;
             }

@@ -3,11 +3,13 @@
 //! compaction model and one event with `actions.compaction` is committed; models then read
 //! the summary instead of the range ([`crate::run::compaction`]).
 //!
-//! It runs on the runner's tracker, off the request path. The summary is written without
-//! holding the session (the range is history and does not change), then the session is taken
-//! like a run for the commit, fenced by that ownership: a run that started meanwhile makes it
-//! give up (the next run's end tries again), and a rewind committed meanwhile voids it. A
-//! failure leaves the history uncompacted; it is logged and counted.
+//! Whether a summary is due is read while the ending run still holds the session; the
+//! session is then taken for the compaction as the run ends, before the run's client hears of
+//! the end (a run from elsewhere that takes it first defers the compaction to its own end).
+//! The summary is written on the runner's tracker, off the request path, with the session held
+//! like a run (no run or rewind can interleave; a run that arrives meanwhile waits for it,
+//! whatever its `onBusy`), and committed fenced by that ownership. A failure leaves the
+//! history uncompacted; it is logged and counted.
 
 use super::{RunError, Runner};
 use crate::apps::settings::Compaction;
@@ -21,6 +23,10 @@ use tracing::Instrument;
 
 /// Events read per page.
 const PAGE: u32 = 1000;
+
+/// The due check reads back from the newest event, at most this many pages of this size.
+const DUE_PAGES: usize = 5;
+const DUE_PAGE: u32 = 200;
 
 /// Why a compaction did not land.
 #[derive(Debug, thiserror::Error)]
@@ -40,31 +46,67 @@ impl From<crate::store::StoreError> for CompactError {
 }
 
 impl Runner {
-    /// After a completed run of `key`'s app: compacts the session if its app asks and a range
-    /// is due, in the background.
-    pub(super) fn compact_later(self: &Arc<Self>, key: &SessionKey) {
-        let Some(c) = self
-            .apps
-            .get(&key.app_name)
-            .and_then(|e| e.compaction.clone())
-        else {
-            return;
+    /// The app's compaction, if a summary of `key` is due: a cheap look at the newest events
+    /// (back to the last summary), made while the ending run still holds the session.
+    pub(super) async fn compaction_due(&self, key: &SessionKey) -> Option<Compaction> {
+        let c = self.apps.get(&key.app_name)?.compaction.clone()?;
+        let mut window: Vec<Event> = vec![];
+        // Newest first: each page ends just before the previous one.
+        let mut before = Some(i64::MAX);
+        for _ in 0..DUE_PAGES {
+            let page = self
+                .store
+                .list_events(
+                    key,
+                    EventRange {
+                        after: None,
+                        before,
+                        limit: DUE_PAGE,
+                    },
+                )
+                .await
+                .ok()??;
+            before = page.events.first().map(|e| e.seq);
+            let summary = page
+                .events
+                .iter()
+                .any(|e| compaction_of(&e.event).is_some());
+            let more = page.has_more;
+            let mut older: Vec<Event> = page.events.into_iter().map(|e| e.event).collect();
+            older.append(&mut window);
+            window = older;
+            if summary || !more {
+                break;
+            }
+        }
+        let live = crate::run::rewind::live(&window);
+        let mut keep = live.into_iter();
+        window.retain(|_| keep.next().unwrap_or(true));
+        due_range(&window, &c.policy).map(|_| c)
+    }
+
+    /// Takes the session for a due compaction as the run ends (before its client hears of
+    /// the end), then summarises and commits in the background.
+    pub(super) async fn compact_after(self: &Arc<Self>, key: &SessionKey, c: Compaction) {
+        let held = match self.hold(key).await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::debug!(error = %e, "compaction deferred: the session is taken");
+                metrics::counter!("agentd_compactions_total", "outcome" => "deferred").increment(1);
+                return;
+            }
         };
         let runner = self.clone();
         let key = key.clone();
-        let span = tracing::info_span!("compaction", app = %key.app_name, user = %key.user_id, session = %key.session_id);
+        let span = tracing::info_span!("compaction", app = %key.app_name, user = %key.user_id, session = %key.session_id, run = %held.run_id);
         self.tracker.spawn(
             async move {
-                let outcome = match runner.compact(&key, &c).await {
+                let outcome = match runner.compact(&key, &c, held).await {
                     Ok(Some(seq)) => {
                         tracing::info!(seq, "session compacted");
                         "compacted"
                     }
-                    Ok(None) => return,
-                    Err(CompactError::Run(RunError::Busy(run))) => {
-                        tracing::debug!(%run, "compaction deferred: a run holds the session");
-                        "deferred"
-                    }
+                    Ok(None) => "not_due",
                     Err(e) => {
                         tracing::warn!(error = %e, "compaction failed; the history stays as it was");
                         "failed"
@@ -76,50 +118,29 @@ impl Runner {
         );
     }
 
-    /// Compacts `key` if a range is due; returns the compaction event's seq.
+    /// With the session held: the due range, its summary, the commit (fenced by the hold).
     async fn compact(
         self: &Arc<Self>,
         key: &SessionKey,
         c: &Compaction,
+        held: super::hold::Held,
     ) -> Result<Option<i64>, CompactError> {
-        let (events, read_to) = self.read_live(key).await?;
-        let Some(range) = due_range(&events, &c.policy) else {
-            return Ok(None);
-        };
-        let covered: Vec<Event> = events[range]
-            .iter()
-            .filter(|e| compaction_of(e).is_none())
-            .cloned()
-            .collect();
-        let (summary, usage) = summarise(c, &covered).await?;
-        let event = compaction_event(&covered, summary, usage);
-
-        let held = self.hold(key).await?;
         let run_id = held.run_id.clone();
         let committed = async {
             if held.unsealed {
                 self.seal_dead_runs(key, Fence::Run(&run_id)).await?;
             }
-            // A rewind since the read may have annulled part of the range.
-            let since = self
-                .store
-                .list_events(
-                    key,
-                    EventRange {
-                        after: Some(read_to),
-                        before: None,
-                        limit: PAGE,
-                    },
-                )
-                .await?
-                .map(|p| p.events)
-                .unwrap_or_default();
-            if since
-                .iter()
-                .any(|e| e.event.actions.rewind_before_invocation_id.is_some())
-            {
+            let events = self.read_live(key).await?;
+            let Some(range) = due_range(&events, &c.policy) else {
                 return Ok(None);
-            }
+            };
+            let covered: Vec<Event> = events[range]
+                .iter()
+                .filter(|e| compaction_of(e).is_none())
+                .cloned()
+                .collect();
+            let (summary, usage) = summarise(c, &covered).await?;
+            let event = compaction_event(&covered, summary, usage);
             let stored = self
                 .store
                 .append_fenced(key, event, vec![], Fence::RunEnd(&run_id))
@@ -146,8 +167,8 @@ impl Runner {
         }
     }
 
-    /// The session's events as a model reads them (rewinds applied), and the last seq read.
-    async fn read_live(&self, key: &SessionKey) -> Result<(Vec<Event>, i64), CompactError> {
+    /// The session's events as a model reads them (rewinds applied).
+    async fn read_live(&self, key: &SessionKey) -> Result<Vec<Event>, CompactError> {
         let mut events: Vec<Event> = vec![];
         let mut after = 0;
         loop {
@@ -172,7 +193,7 @@ impl Runner {
         let live = crate::run::rewind::live(&events);
         let mut keep = live.into_iter();
         events.retain(|_| keep.next().unwrap_or(true));
-        Ok((events, after))
+        Ok(events)
     }
 }
 

@@ -64,6 +64,12 @@ impl Runner {
         // the two together; any other end commits it first, before a seal or an error. The
         // client must take it within `deliver_within`: nothing else bounds the wait now.
         let completed = result.is_ok();
+        // Whether a summary is due is read while the run still holds the session, so the
+        // session passes straight to the compaction when the run ends.
+        let compaction = match completed {
+            true => self.compaction_due(ctx.session_key()).await,
+            false => None,
+        };
         let settled = outbox
             .settle_held(&mut st, completed, Some(deliver_within))
             .await;
@@ -134,6 +140,9 @@ impl Runner {
             .increment(1);
         metrics::histogram!("agentd_run_duration_seconds", "app" => app, "status" => status.as_str())
             .record(started.elapsed().as_secs_f64());
+        if let Some(c) = compaction.filter(|_| status == RunStatus::Completed) {
+            self.compact_after(ctx.session_key(), c).await;
+        }
         let mut st = outbox.emit().await;
         outbox
             .deliver_within(
@@ -142,10 +151,6 @@ impl Runner {
                 POST_RUN_DELIVERY,
             )
             .await;
-        drop(st);
-        if status == RunStatus::Completed {
-            self.compact_later(ctx.session_key());
-        }
     }
 
     /// Plugins' before-run hook, agent selection, the agent.

@@ -1,6 +1,7 @@
 //! Taking a session for a write that is not a turn (a rewind, a compaction): admitted like a
 //! run (a busy session is refused), held under a [`RunGuard`], and published like a run's
-//! event once committed.
+//! event once committed. A run that arrives meanwhile waits for the hold to end (up to the
+//! enqueue timeout) rather than being refused.
 
 use super::bus::BusMsg;
 use super::control::LocalRun;
@@ -11,6 +12,10 @@ use crate::store::{NewRun, RunStatus, SessionKey, StoredEvent};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// The invocation id prefix of a held session's run: a run arriving meanwhile waits for it
+/// instead of being refused (see `admission`).
+pub(super) const HOLD_PREFIX: &str = "hold-";
 
 /// A session held for one write; the guard frees it however the write ends.
 pub(super) struct Held {
@@ -27,7 +32,7 @@ impl Runner {
         let new_run = NewRun {
             run_id: run_id.clone(),
             key: key.clone(),
-            invocation_id: new_invocation_id(),
+            invocation_id: format!("{HOLD_PREFIX}{}", new_invocation_id()),
             owner: self.config.owner.clone(),
             user_event: false,
             queue_ttl: self.config.enqueue_timeout + Duration::from_secs(30),
