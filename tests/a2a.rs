@@ -712,4 +712,49 @@ async fn raw_parts_become_artifacts_when_asked(backend: Backend) {
     }
 }
 
-both_backends!(raw_parts_become_artifacts_when_asked);
+/// A rewind of a context holds its session like a run, but it is not a task: ListTasks shows
+/// the two messages sent, not the rewind.
+async fn a_rewind_is_not_a_task(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let apps = Apps::new().echo("slow", SLOW);
+    let r = Replica::spawn(&db, &apps, "a", &[]).await;
+    for (i, t) in ["first", "second"].iter().enumerate() {
+        let mut message = text(t);
+        message["contextId"] = json!("edited");
+        let sent = rpc(&r, "hana", send(40 + i as u64, json!({"message": message}))).await;
+        assert_eq!(
+            sent["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{sent}"
+        );
+    }
+    let session = json_with_status(r.get("/apps/slow/users/hana/sessions/edited").await, 200).await;
+    let second = session["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["author"] == "user")
+        .nth(1)
+        .expect("the second message")["invocationId"]
+        .clone();
+    let rewound = r
+        .client
+        .post(r.url("/apps/slow/users/hana/sessions/edited/rewind"))
+        .json(&json!({"beforeInvocationId": second}))
+        .send()
+        .await
+        .expect("POST");
+    json_with_status(rewound, 200).await;
+    let listed = rpc(
+        &r,
+        "hana",
+        json!({"jsonrpc": "2.0", "id": 50, "method": "ListTasks", "params": {"contextId": "edited"}}),
+    )
+    .await;
+    let tasks = listed["result"]["tasks"].as_array().expect("tasks");
+    assert_eq!(tasks.len(), 2, "{listed}");
+}
+
+both_backends!(
+    raw_parts_become_artifacts_when_asked,
+    a_rewind_is_not_a_task
+);

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The invocation id prefix of a held session's run: a run arriving meanwhile waits for it
 /// instead of being refused (see `admission`).
-pub(super) const HOLD_PREFIX: &str = "hold-";
+pub const HOLD_PREFIX: &str = "hold-";
 
 /// A session held for one write; the guard frees it however the write ends.
 pub(super) struct Held {

@@ -38,6 +38,7 @@ mod start;
 
 pub use admission::{claim, Claim};
 pub use fork::ForkPoint;
+pub use hold::HOLD_PREFIX;
 pub use request::{EditPoint, OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig};
 pub use rewind::RewindError;
 pub use seal::INVOCATION_ABORTED;

@@ -458,6 +458,10 @@ pub async fn list(
         let more = runs.len() > page as usize;
         for run in runs.into_iter().take(page as usize) {
             before = Some((run.created_at, run.run_id.clone()));
+            // A rewind or a summary held the session: not a task anyone sent.
+            if run.invocation_id.starts_with(crate::runner::HOLD_PREFIX) {
+                continue;
+            }
             if status.is_some_and(|s| s != run.status) {
                 continue;
             }
