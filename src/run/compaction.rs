@@ -59,8 +59,9 @@ pub fn compaction_of(e: &Event) -> Option<Compacted> {
 /// cover, as a range of indexes, or `None` when nothing is due. ADK's sliding window: the
 /// invocations whose latest event is newer than the last summary's end are new; once there
 /// are `interval` of them (or, with `tokenThreshold`, the latest prompt reached it), the range
-/// runs from `overlap` invocations before the first new one to the end of the last one,
-/// cut short where a function call would lose its response.
+/// runs from `overlap` invocations before the first new one to the end of the last one, cut
+/// short where a function call would lose its response and started earlier where a response
+/// would lose its call.
 pub fn due_range(live: &[Event], policy: &CompactionPolicy) -> Option<std::ops::Range<usize>> {
     let last_end = live
         .iter()
@@ -89,10 +90,26 @@ pub fn due_range(live: &[Event], policy: &CompactionPolicy) -> Option<std::ops::
     }
     let start_inv = invocations[first_new.saturating_sub(policy.overlap)].0;
     let end_inv = invocations.last()?.0;
-    let start = live.iter().position(|e| e.invocation_id == start_inv)?;
+    let mut start = live.iter().position(|e| e.invocation_id == start_inv)?;
     let end = live.iter().rposition(|e| e.invocation_id == end_inv)? + 1;
     let end = start + self_contained(&live[start..end]);
+    // A response in the range to a call before it: the range starts at that call instead.
+    while let Some(call) = earlier_call(live, start, end) {
+        start = call;
+    }
     (end > start).then_some(start..end)
+}
+
+/// The index of a call before `start` that an event in `start..end` answers, if any.
+fn earlier_call(live: &[Event], start: usize, end: usize) -> Option<usize> {
+    live[start..end.min(live.len())]
+        .iter()
+        .flat_map(|e| e.function_responses().filter_map(|r| r.id.as_deref()))
+        .find_map(|id| {
+            live[..start]
+                .iter()
+                .rposition(|e| e.function_calls().any(|c| c.id.as_deref() == Some(id)))
+        })
 }
 
 /// The prompt size of the newest model call after the last summary.
@@ -207,8 +224,9 @@ pub fn compaction_event(range: &[Event], summary: String, usage: Option<Value>) 
 }
 
 /// What a model reads of `events` (oldest first, rewinds applied): each summary in place of
-/// the events in its time range, placed where that range ended. A summary whose range lies
-/// inside a later, larger one gives way to it (ADK's rule); overlapping ones both stand.
+/// the events it summarised — those before it whose time lies in its range — at the place of
+/// the first of them. A summary whose range lies inside a later, larger one gives way to it
+/// (ADK's rule); overlapping ones both stand. The order is the session's, not the clocks'.
 pub fn view(events: &[Event]) -> Vec<ViewItem<'_>> {
     let mut ranges: Vec<(f64, f64, usize, Compacted)> = events
         .iter()
@@ -233,18 +251,27 @@ pub fn view(events: &[Event]) -> Vec<ViewItem<'_>> {
             kept.push(r);
         }
     }
-    let covered = |t: f64| kept.iter().any(|(s, e, _, _)| (*s..=*e).contains(&t));
-    let mut items: Vec<(f64, usize, ViewItem<'_>)> = events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| compaction_of(e).is_none() && !covered(e.timestamp))
-        .map(|(i, e)| (e.timestamp, i, ViewItem::Event(e)))
-        .collect();
+    // Each summary's place: its first summarised event (or its own, if none is left).
+    let mut place: Vec<usize> = kept.iter().map(|k| k.2).collect();
+    let mut items: Vec<(usize, u8, ViewItem<'_>)> = vec![];
+    for (i, e) in events.iter().enumerate() {
+        if compaction_of(e).is_some() {
+            continue;
+        }
+        let by = kept
+            .iter()
+            .position(|(s, end, at, _)| i < *at && (*s..=*end).contains(&e.timestamp));
+        match by {
+            Some(k) => place[k] = place[k].min(i),
+            None => items.push((i, 1, ViewItem::Event(e))),
+        }
+    }
     items.extend(
         kept.into_iter()
-            .map(|(_, end, i, c)| (end, i, ViewItem::Summary(c.content))),
+            .zip(place)
+            .map(|((_, _, _, c), at)| (at, 0, ViewItem::Summary(c.content))),
     );
-    items.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    items.sort_by_key(|(at, order, _)| (*at, *order));
     items.into_iter().map(|(_, _, item)| item).collect()
 }
 
@@ -354,6 +381,82 @@ mod tests {
         });
         let events = vec![ev("i1", "user", "q", 1.0), call];
         assert_eq!(self_contained(&events), 1);
+    }
+
+    fn call(inv: &str, id: &str, t: f64) -> Event {
+        let mut e = Event::new(inv, "agent");
+        e.timestamp = t;
+        e.content = Some(Content {
+            role: Some("model".into()),
+            parts: vec![Part {
+                function_call: Some(crate::event::FunctionCall {
+                    id: Some(id.into()),
+                    name: "f".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            extra: JsonMap::new(),
+        });
+        e
+    }
+
+    fn answer(inv: &str, id: &str, t: f64) -> Event {
+        let mut e = Event::new(inv, "user");
+        e.timestamp = t;
+        e.content = Some(Content {
+            role: Some("user".into()),
+            parts: vec![Part {
+                function_response: Some(crate::event::FunctionResponse {
+                    id: Some(id.into()),
+                    name: "f".into(),
+                    response: JsonMap::new(),
+                    extra: JsonMap::new(),
+                }),
+                ..Default::default()
+            }],
+            extra: JsonMap::new(),
+        });
+        e
+    }
+
+    #[test]
+    fn a_range_starts_at_the_call_its_first_response_answers() {
+        // i1 asks the client (a long-running call), i2 answers it; a window over i2 and i3
+        // reaches back to the call.
+        let events = vec![
+            ev("i1", "user", "q1", 1.0),
+            call("i1", "c1", 2.0),
+            answer("i2", "c1", 3.0),
+            ev("i2", "agent", "a2", 4.0),
+            ev("i3", "user", "q3", 5.0),
+            ev("i3", "agent", "a3", 6.0),
+        ];
+        assert_eq!(earlier_call(&events, 2, 6), Some(1));
+        let policy = CompactionPolicy {
+            interval: Some(3),
+            overlap: 0,
+            token_threshold: None,
+        };
+        assert_eq!(due_range(&events, &policy), Some(0..6));
+    }
+
+    #[test]
+    fn an_event_after_a_summary_is_never_hidden_by_its_clock() {
+        // The newest user message carries a time inside the summarised range (a replica's
+        // clock behind): it was not summarised, so the model reads it, in session order.
+        let mut events = turns(2);
+        let summary = compaction_event(&events[0..4], "S".into(), None);
+        events.push(summary);
+        events.push(ev("i9", "user", "late clock", 15.0));
+        let seen: Vec<String> = view(&events)
+            .iter()
+            .map(|item| match item {
+                ViewItem::Event(e) => e.content.as_ref().unwrap().parts[0].text.clone().unwrap(),
+                ViewItem::Summary(c) => c.parts[0].text.clone().unwrap(),
+            })
+            .collect();
+        assert_eq!(seen, ["S", "late clock"]);
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl Ticket {
     async fn leave(mut self) {
         self.left = true;
         if let Err(e) = self.store.dequeue(self.id).await {
-            tracing::warn!(ticket = self.id, error = %e, "could not leave the run queue; the ticket expires with this replica");
+            tracing::warn!(ticket = self.id, error = %e, "could not leave the run queue; the ticket expires with this replica's heartbeat or its time to live");
         }
     }
 }
@@ -93,7 +93,7 @@ impl Drop for Ticket {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 if let Err(e) = store.dequeue(id).await {
-                    tracing::warn!(ticket = id, error = %e, "could not leave the run queue; the ticket expires with this replica");
+                    tracing::warn!(ticket = id, error = %e, "could not leave the run queue; the ticket expires with this replica's heartbeat or its time to live");
                 }
             });
         }
@@ -159,10 +159,12 @@ impl Runner {
             );
             // A session held for a brief write that is not a turn (a rewind, a summary) is
             // waited for whatever `onBusy` says: the client did nothing to cause it.
-            // (Once seen, it stays the reason to wait: the next claim may find it just ended.)
-            held |= active
+            // (A hold seen before stays the reason to wait while nobody holds the session: the
+            // claim after it may find it just ended. A real run holding it is one again.)
+            let now_held = active
                 .as_ref()
                 .is_some_and(|a| a.invocation_id.starts_with(super::hold::HOLD_PREFIX));
+            held = now_held || (held && active.is_none());
             // No holder: it ended between the two reads (claim again at once), or requests
             // queued before this one come first.
             if active.is_none() && !reclaimed {

@@ -3,13 +3,14 @@
 //! compaction model and one event with `actions.compaction` is committed; models then read
 //! the summary instead of the range ([`crate::run::compaction`]).
 //!
-//! Whether a summary is due is read while the ending run still holds the session; the
-//! session is then taken for the compaction as the run ends, before the run's client hears of
-//! the end (a run from elsewhere that takes it first defers the compaction to its own end).
+//! Whether a summary is due is read as the run ends (after its final event is committed); the
+//! session is then claimed for the compaction before the run's client hears of the end (a run
+//! from elsewhere that claims it first defers the compaction to that run's end).
 //! The summary is written on the runner's tracker, off the request path, with the session held
 //! like a run (no run or rewind can interleave; a run that arrives meanwhile waits for it,
-//! whatever its `onBusy`), and committed fenced by that ownership. A failure leaves the
-//! history uncompacted; it is logged and counted.
+//! whatever its `onBusy`), bounded in time, stopped by a cancel or a replica stop, and
+//! committed fenced by that ownership. A failure leaves the history uncompacted; it is logged
+//! and counted.
 
 use super::{RunError, Runner};
 use crate::apps::settings::Compaction;
@@ -35,6 +36,8 @@ enum CompactError {
     Model(String),
     #[error("the summariser answered no text")]
     Empty,
+    #[error("stopped: {0}")]
+    Stopped(String),
     #[error(transparent)]
     Run(#[from] RunError),
 }
@@ -46,8 +49,8 @@ impl From<crate::store::StoreError> for CompactError {
 }
 
 impl Runner {
-    /// The app's compaction, if a summary of `key` is due: a cheap look at the newest events
-    /// (back to the last summary), made while the ending run still holds the session.
+    /// The app's compaction, if a summary of `key` is due: a look back from the newest events
+    /// to the last summary (at most [`DUE_PAGES`] pages), made as the run ends.
     pub(super) async fn compaction_due(&self, key: &SessionKey) -> Option<Compaction> {
         let c = self.apps.get(&key.app_name)?.compaction.clone()?;
         let mut window: Vec<Event> = vec![];
@@ -88,6 +91,9 @@ impl Runner {
     /// Takes the session for a due compaction as the run ends (before its client hears of
     /// the end), then summarises and commits in the background.
     pub(super) async fn compact_after(self: &Arc<Self>, key: &SessionKey, c: Compaction) {
+        if self.is_draining() {
+            return;
+        }
         let held = match self.hold(key).await {
             Ok(held) => held,
             Err(e) => {
@@ -119,6 +125,8 @@ impl Runner {
     }
 
     /// With the session held: the due range, its summary, the commit (fenced by the hold).
+    /// Bounded by half the enqueue timeout (runs that arrive meanwhile wait for it), and
+    /// stopped by a cancel of the session's run or a replica stop.
     async fn compact(
         self: &Arc<Self>,
         key: &SessionKey,
@@ -126,7 +134,8 @@ impl Runner {
         held: super::hold::Held,
     ) -> Result<Option<i64>, CompactError> {
         let run_id = held.run_id.clone();
-        let committed = async {
+        let limit = self.config.enqueue_timeout / 2;
+        let work = async {
             if held.unsealed {
                 self.seal_dead_runs(key, Fence::Run(&run_id)).await?;
             }
@@ -146,8 +155,15 @@ impl Runner {
                 .append_fenced(key, event, vec![], Fence::RunEnd(&run_id))
                 .await?;
             Ok::<_, CompactError>(Some(stored))
-        }
-        .await;
+        };
+        let committed = tokio::select! {
+            done = tokio::time::timeout(limit, work) => match done {
+                Ok(result) => result,
+                Err(_) => Err(CompactError::Stopped(format!("it took longer than {} s", limit.as_secs()))),
+            },
+            _ = held.cancel.cancelled() => Err(CompactError::Stopped("the session's run was cancelled".into())),
+            _ = self.draining.cancelled() => Err(CompactError::Stopped("the replica is stopping".into())),
+        };
         match committed {
             Ok(Some(stored)) => {
                 held.guard.finished();
@@ -155,12 +171,16 @@ impl Runner {
                 Ok(Some(stored.seq))
             }
             Ok(None) => {
-                held.guard.finish(RunStatus::Completed, None, None).await;
+                self.release_held(key, held, RunStatus::Completed, None)
+                    .await;
                 Ok(None)
             }
             Err(e) => {
-                held.guard
-                    .finish(RunStatus::Failed, None, Some(&e.to_string()))
+                let status = match e {
+                    CompactError::Stopped(_) => RunStatus::Cancelled,
+                    _ => RunStatus::Failed,
+                };
+                self.release_held(key, held, status, Some(&e.to_string()))
                     .await;
                 Err(e)
             }

@@ -64,12 +64,6 @@ impl Runner {
         // the two together; any other end commits it first, before a seal or an error. The
         // client must take it within `deliver_within`: nothing else bounds the wait now.
         let completed = result.is_ok();
-        // Whether a summary is due is read while the run still holds the session, so the
-        // session passes straight to the compaction when the run ends.
-        let compaction = match completed {
-            true => self.compaction_due(ctx.session_key()).await,
-            false => None,
-        };
         let settled = outbox
             .settle_held(&mut st, completed, Some(deliver_within))
             .await;
@@ -84,6 +78,11 @@ impl Runner {
             (Err(AgentError::Cancelled), Some(c)) => c.status(),
             (Err(AgentError::Cancelled), None) => RunStatus::Cancelled,
             (Err(_), _) => RunStatus::Failed,
+        };
+        // Whether a summary is due, with the final event committed (its token counts count).
+        let compaction = match status {
+            RunStatus::Completed => self.compaction_due(ctx.session_key()).await,
+            _ => None,
         };
         let lost = st.lost;
         if !lost

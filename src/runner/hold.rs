@@ -23,11 +23,26 @@ pub(super) struct Held {
     pub guard: RunGuard,
     /// A dead run of the session awaits sealing (seal it before writing).
     pub unsealed: bool,
+    /// Cancelled by a cancel of the session's run (a stop button) or a replica stop.
+    pub cancel: CancellationToken,
 }
 
 impl Runner {
-    /// Takes `key` for a write that is not a turn; `Busy` if a run holds it.
+    /// Takes `key` for a write that is not a turn; `Busy` if a run holds it. The claim runs on
+    /// the runner's tracker: a caller that goes away mid-way cannot abandon a claim the
+    /// database already holds (the unclaimed [`Held`] is dropped, and its guard frees it).
     pub(super) async fn hold(self: &Arc<Self>, key: &SessionKey) -> Result<Held, RunError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let runner = self.clone();
+        let key = key.clone();
+        self.tracker.spawn(async move {
+            let _ = tx.send(runner.hold_now(&key).await);
+        });
+        rx.await
+            .map_err(|_| RunError::Internal("the hold's task ended before it answered".into()))?
+    }
+
+    async fn hold_now(self: &Arc<Self>, key: &SessionKey) -> Result<Held, RunError> {
         let run_id = format!("run-{}", uuid::Uuid::new_v4());
         let new_run = NewRun {
             run_id: run_id.clone(),
@@ -39,11 +54,12 @@ impl Runner {
             opening: None,
             webhooks: None,
         };
+        let cancel = CancellationToken::new();
         // Registered before admission, so reconciliation never mistakes it for a leak.
         lock(&self.local).insert(
             run_id.clone(),
             LocalRun {
-                cancel: CancellationToken::new(),
+                cancel: cancel.clone(),
                 cause: Arc::new(Mutex::new(None)),
             },
         );
@@ -52,6 +68,7 @@ impl Runner {
                 guard: RunGuard::new(self.clone(), run_id.clone(), key.clone()),
                 run_id,
                 unsealed,
+                cancel,
             }),
             other => {
                 lock(&self.local).remove(&run_id);
@@ -64,6 +81,26 @@ impl Runner {
                 })
             }
         }
+    }
+
+    /// Ends a hold that committed nothing, and tells waiters at once.
+    pub(super) async fn release_held(
+        &self,
+        key: &SessionKey,
+        held: Held,
+        status: RunStatus,
+        error: Option<&str>,
+    ) {
+        let run_id = held.run_id.clone();
+        held.guard.finish(status, None, error).await;
+        self.bus.publish(
+            key,
+            BusMsg::Done {
+                run_id: run_id.as_str().into(),
+                status,
+                last_seq: None,
+            },
+        );
     }
 
     /// Tells the session's followers about an event a held write committed, and its end.

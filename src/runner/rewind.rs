@@ -81,8 +81,7 @@ impl Runner {
                 Ok(stored)
             }
             Err(e) => {
-                held.guard
-                    .finish(RunStatus::Failed, None, Some(&e.to_string()))
+                self.release_held(key, held, RunStatus::Failed, Some(&e.to_string()))
                     .await;
                 Err(e)
             }

@@ -84,7 +84,8 @@ impl Runner {
             key: req.key.clone(),
             invocation_id: invocation_id.clone(),
             owner: self.config.owner.clone(),
-            user_event: user.is_some(),
+            // An edit commits a user event too (a regenerate's is built after admission).
+            user_event: user.is_some() || req.edit.is_some(),
             queue_ttl: self.config.enqueue_timeout + Duration::from_secs(30),
             // Committed by the admission statement itself where the backend can; an event
             // with staged artifacts (input blobs) needs their transaction, and an edit's

@@ -253,7 +253,8 @@ struct GetSessionQuery {
     /// by page.
     limit: Option<u32>,
     /// agentd: `false` leaves out the events a rewind annulled, and the rewind events (the
-    /// conversation as the model sees it). Default `true`: every event, as ADK answers.
+    /// conversation as it is now; a compaction's summarised events stay). Default `true`:
+    /// every event, as ADK answers.
     #[serde(default, rename = "includeRewound", alias = "include_rewound")]
     include_rewound: Option<bool>,
 }
@@ -298,6 +299,7 @@ async fn get_session(
                 .rewind_marks(&key)
                 .await?
                 .iter()
+                .filter(|m| m.seq <= head.last_seq)
                 .map(|m| (m.seq, m.first))
                 .collect();
             let hidden = crate::run::rewind::rewound_ranges(&marks);

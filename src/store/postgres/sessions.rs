@@ -232,6 +232,28 @@ impl PgStore {
         Ok((seq, versions))
     }
 
+    /// The events of one multi-event commit as stored, if its last one is (one transaction:
+    /// then all are).
+    async fn find_all(
+        &self,
+        key: &SessionKey,
+        events: &[(Event, Vec<ArtifactWrite>)],
+    ) -> StoreResult<Option<Vec<StoredEvent>>> {
+        let Some((last, _)) = events.last() else {
+            return Ok(Some(vec![]));
+        };
+        if self.find_event(key, &last.id).await?.is_none() {
+            return Ok(None);
+        }
+        let mut stored = Vec::with_capacity(events.len());
+        for (event, _) in events {
+            stored.push(self.find_event(key, &event.id).await?.ok_or_else(|| {
+                StoreError::Corrupt("an event of a committed edit is missing".into())
+            })?);
+        }
+        Ok(Some(stored))
+    }
+
     /// [`SessionStore::append_all_fenced`]'s one try: `None` when the fence (or the session)
     /// refused an event, and then nothing was written.
     async fn append_all_once(
@@ -585,7 +607,14 @@ impl SessionStore for PgStore {
         let mut resolved_once = false;
         loop {
             match self.append_all_once(key, &events, fence).await {
-                Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => attempt += 1,
+                // A unique violation: a concurrent artifact version, or an earlier attempt of
+                // this very commit that landed late (then the events are there: done).
+                Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => {
+                    attempt += 1;
+                    if let Some(stored) = self.find_all(key, &events).await? {
+                        return Ok(stored);
+                    }
+                }
                 // One transaction: the last event committed iff all did.
                 Err(e) if e.is_unavailable() && !resolved_once => {
                     resolved_once = true;
@@ -593,17 +622,9 @@ impl SessionStore for PgStore {
                         return Ok(vec![]);
                     };
                     if self.resolve_by_id(key, &last.id).await?.is_some() {
-                        let mut stored = Vec::with_capacity(events.len());
-                        for (event, _) in &events {
-                            stored.push(self.find_event(key, &event.id).await?.ok_or_else(
-                                || {
-                                    StoreError::Corrupt(
-                                        "an event of a committed edit is missing".into(),
-                                    )
-                                },
-                            )?);
+                        if let Some(stored) = self.find_all(key, &events).await? {
+                            return Ok(stored);
                         }
-                        return Ok(stored);
                     }
                 }
                 Ok(Some(stored)) => return Ok(stored),

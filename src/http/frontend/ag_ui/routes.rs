@@ -83,17 +83,19 @@ fn user_text(m: &Value) -> String {
     }
 }
 
-/// How many of the client's newest message ids are looked up to find where its copy of the
-/// thread meets the session's.
-const MATCH_TRIES: usize = 4;
+/// How many of the client's newest messages may meet the session's: the trailing user
+/// message itself (a regenerate) or the message before it (an edit). A client whose copy meets
+/// the session's further back holds messages the session never stored under their ids (a turn
+/// that failed before a snapshot gave it the event ids): that is not an edit.
+const MATCH_TRIES: usize = 2;
 
 /// How many events after that meeting point are read to find where the copies part.
 const DIVERGE_WINDOW: u32 = 200;
 
 /// Where a re-sent thread leaves the stored one: the invocation of the first stored message,
-/// after the newest message both hold, that the client no longer has (it edited or
-/// regenerated from there). `None` when the client has everything up to its newest known
-/// message, or shares no message id with the session (then nothing is compared).
+/// after the message both hold, that the client no longer has (it edited or regenerated from
+/// there). Only the client's last two messages are matched ([`MATCH_TRIES`]). `None` when the
+/// client has everything up to that message, or neither of them is a stored event.
 async fn diverged(
     state: &AppState,
     key: &SessionKey,

@@ -241,8 +241,20 @@ async fn chat(
         && req.message_id.is_some()
         && req.message_id == last.id
         && req.trigger.as_deref() == Some("submit-message");
-    let edit = (regenerate || edited)
-        .then(|| EditPoint::Turn(req.messages.iter().filter(|m| m.role == "user").count()));
+    // An assistant message of agentd's (`msg_{invocation}`) names its turn; otherwise the
+    // turn is counted among the user messages sent.
+    let named = req
+        .message_id
+        .as_deref()
+        .and_then(|id| id.strip_prefix("msg_"))
+        .filter(|inv| inv.starts_with("e-"));
+    let edit = match (regenerate, edited, named) {
+        (true, _, Some(inv)) => Some(EditPoint::Invocation(inv.to_string())),
+        (true, _, None) | (false, true, _) => Some(EditPoint::Turn(
+            req.messages.iter().filter(|m| m.role == "user").count(),
+        )),
+        _ => None,
+    };
     let (parts, continued) = match last.role.as_str() {
         "user" => (user_parts(&last.parts)?, None),
         "assistant" => {

@@ -13,7 +13,7 @@ use crate::http::openapi::{EventStream, OpenAiErrors, UserHeader};
 use crate::http::AppState;
 use crate::run::RunItem;
 use crate::runner::{ForkPoint, OnDisconnect, RunHandle};
-use crate::store::{CancelRequest, RunRecord, RunStatus, SessionKey};
+use crate::store::{CancelRequest, EventRange, RunRecord, RunStatus, SessionKey};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -143,10 +143,10 @@ async fn stored_response(state: &AppState, run: &RunRecord) -> ApiResult<Value> 
         .unwrap_or(Value::Null))
 }
 
-/// The session a response continues: its own while it is the newest thing there; when the
-/// session went on after it (a later response, a rewind), a fork of the session as of that
-/// response's end (a branch, as OpenAI does), so the session and its later responses stay as
-/// they were.
+/// The session a response continues: its own while nothing but summaries came after it; when
+/// the session went on after it (a later response, a rewind), a fork of the session as of
+/// that response's end (a branch, as OpenAI does), so the session and its later responses
+/// stay as they were.
 async fn branch_from(state: &AppState, run: &RunRecord) -> ApiResult<SessionKey> {
     let key = run.key();
     let (Some(last), false) = (run.last_seq, run.status == RunStatus::Running) else {
@@ -154,6 +154,26 @@ async fn branch_from(state: &AppState, run: &RunRecord) -> ApiResult<SessionKey>
     };
     let head = state.store.session_head(&key).await?;
     if head.is_none_or(|h| h.last_seq <= last) {
+        return Ok(key);
+    }
+    // Only a later turn or a rewind went on from it: a summary of older turns did not.
+    let after = state
+        .store
+        .list_events(
+            &key,
+            EventRange {
+                after: Some(last),
+                before: None,
+                limit: 100,
+            },
+        )
+        .await?
+        .map(|p| p.events)
+        .unwrap_or_default();
+    if after
+        .iter()
+        .all(|e| crate::run::compaction::compaction_of(&e.event).is_some())
+    {
         return Ok(key);
     }
     let branch = format!("resp-branch-{}", uuid::Uuid::new_v4());
