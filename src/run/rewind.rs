@@ -73,8 +73,13 @@ pub fn state_delta(before: &[Event], current: &JsonMap) -> JsonMap {
     for e in before {
         fold_state(&mut then, &e.actions.state_delta);
     }
+    delta_from(&then, current)
+}
+
+/// [`state_delta`] from the plain state as of the point, folded by the caller.
+pub fn delta_from(then: &JsonMap, current: &JsonMap) -> JsonMap {
     let mut delta = JsonMap::new();
-    for (k, v) in &then {
+    for (k, v) in then {
         if current.get(k) != Some(v) {
             delta.insert(k.clone(), v.clone());
         }
@@ -103,14 +108,18 @@ pub fn artifact_changes(before: &[Event], all: &[Event]) -> Vec<(String, Option<
         }
         v
     };
-    let then = versions(before);
-    versions(all)
-        .into_iter()
-        .filter(|(f, now)| !f.starts_with("user:") && then.get(f) != Some(now))
-        .map(|(f, _)| {
-            let old = then.get(&f).copied();
-            (f, old)
-        })
+    changes_from(&versions(before), &versions(all))
+}
+
+/// [`artifact_changes`] from each file's version as of the point and now, folded by the
+/// caller.
+pub fn changes_from(
+    then: &BTreeMap<String, i64>,
+    now: &BTreeMap<String, i64>,
+) -> Vec<(String, Option<i64>)> {
+    now.iter()
+        .filter(|(f, n)| !f.starts_with("user:") && then.get(*f) != Some(*n))
+        .map(|(f, _)| (f.clone(), then.get(f).copied()))
         .collect()
 }
 

@@ -22,9 +22,6 @@ use futures::StreamExt;
 use std::sync::Arc;
 use tracing::Instrument;
 
-/// Events read per page.
-const PAGE: u32 = 1000;
-
 /// The due check reads back from the newest event, at most this many pages of this size.
 const DUE_PAGES: usize = 5;
 const DUE_PAGE: u32 = 200;
@@ -53,6 +50,14 @@ impl Runner {
     /// to the last summary (at most [`DUE_PAGES`] pages), made as the run ends.
     pub(super) async fn compaction_due(&self, key: &SessionKey) -> Option<Compaction> {
         let c = self.apps.get(&key.app_name)?.compaction.clone()?;
+        let window = self.recent_live(key).await.ok()?;
+        due_range(&window, &c.policy).map(|_| c)
+    }
+
+    /// The session's newest events back to the last summary (at most [`DUE_PAGES`] pages of
+    /// [`DUE_PAGE`]), oldest first, rewinds applied: all a due range can need, bounded
+    /// however long the session is.
+    async fn recent_live(&self, key: &SessionKey) -> Result<Vec<Event>, CompactError> {
         let mut window: Vec<Event> = vec![];
         // Newest first: each page ends just before the previous one.
         let mut before = Some(i64::MAX);
@@ -67,8 +72,8 @@ impl Runner {
                         limit: DUE_PAGE,
                     },
                 )
-                .await
-                .ok()??;
+                .await?
+                .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone()))?;
             before = page.events.first().map(|e| e.seq);
             let summary = page
                 .events
@@ -85,7 +90,7 @@ impl Runner {
         let live = crate::run::rewind::live(&window);
         let mut keep = live.into_iter();
         window.retain(|_| keep.next().unwrap_or(true));
-        due_range(&window, &c.policy).map(|_| c)
+        Ok(window)
     }
 
     /// Takes the session for a due compaction as the run ends (before its client hears of
@@ -139,7 +144,7 @@ impl Runner {
             if held.unsealed {
                 self.seal_dead_runs(key, Fence::Run(&run_id)).await?;
             }
-            let events = self.read_live(key).await?;
+            let events = self.recent_live(key).await?;
             let Some(range) = due_range(&events, &c.policy) else {
                 return Ok(None);
             };
@@ -185,35 +190,6 @@ impl Runner {
                 Err(e)
             }
         }
-    }
-
-    /// The session's events as a model reads them (rewinds applied).
-    async fn read_live(&self, key: &SessionKey) -> Result<Vec<Event>, CompactError> {
-        let mut events: Vec<Event> = vec![];
-        let mut after = 0;
-        loop {
-            let page = self
-                .store
-                .list_events(
-                    key,
-                    EventRange {
-                        after: Some(after),
-                        before: None,
-                        limit: PAGE,
-                    },
-                )
-                .await?
-                .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone()))?;
-            after = page.events.last().map_or(after, |e| e.seq);
-            events.extend(page.events.into_iter().map(|s| s.event));
-            if !page.has_more {
-                break;
-            }
-        }
-        let live = crate::run::rewind::live(&events);
-        let mut keep = live.into_iter();
-        events.retain(|_| keep.next().unwrap_or(true));
-        Ok(events)
     }
 }
 

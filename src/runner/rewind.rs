@@ -7,10 +7,11 @@
 use super::EditPoint;
 use super::{RunError, Runner};
 use crate::event::{new_invocation_id, Blob, Bytes64, Event, Part};
-use crate::run::rewind::{artifact_changes, is_user_turn, live, state_delta};
+use crate::run::rewind::{changes_from, delta_from, fold_state, is_user_turn, rewound_ranges};
 use crate::store::{
     ArtifactScope, ArtifactWrite, EventRange, Fence, RunStatus, SessionKey, StoredEvent,
 };
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Events read per page while reading the session.
@@ -125,56 +126,72 @@ impl Runner {
         point: &EditPoint,
         state: &crate::event::JsonMap,
     ) -> Result<Option<RewindPlan>, RewindError> {
-        // The whole session, oldest first (the state at the point needs every delta before it).
-        let mut events: Vec<Event> = vec![];
-        let mut after = None;
-        loop {
-            let page = self
-                .store
-                .list_events(
-                    key,
-                    EventRange {
-                        after,
-                        before: None,
-                        limit: PAGE,
-                    },
-                )
-                .await?
-                .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone()))?;
-            after = page.events.last().map(|e| e.seq).or(after);
-            let more = page.has_more;
-            events.extend(page.events.into_iter().map(|s| s.event));
-            if !more {
-                break;
-            }
-        }
-        let turns = || {
-            let live = live(&events);
-            (0..events.len())
-                .filter(|&i| live[i] && is_user_turn(&events[i]))
-                .collect::<Vec<_>>()
-        };
+        // The session is read a page at a time, never held whole: first where the point is,
+        // then the state and artifact versions as of it.
         let at = match point {
-            EditPoint::Invocation(inv) => events
-                .iter()
-                .position(|e| &e.invocation_id == inv)
+            EditPoint::Invocation(inv) => self
+                .store
+                .invocation_events(key, inv, -1, 1)
+                .await?
+                .first()
+                .map(|e| e.seq)
                 .ok_or_else(|| RewindError::InvocationNotFound(inv.clone()))?,
-            EditPoint::LastTurn => *turns().last().ok_or(RewindError::NoTurn)?,
-            EditPoint::Turn(n) => match turns().get(n.saturating_sub(1)) {
-                Some(&i) if *n > 0 => i,
-                _ => return Ok(None),
-            },
+            EditPoint::LastTurn | EditPoint::Turn(_) => {
+                let marks: Vec<(i64, Option<i64>)> = self
+                    .store
+                    .rewind_marks(key)
+                    .await?
+                    .iter()
+                    .map(|m| (m.seq, m.first))
+                    .collect();
+                let hidden = rewound_ranges(&marks);
+                let mut turns: Vec<i64> = vec![];
+                self.each_page(key, |e| {
+                    let live = !hidden.iter().any(|(a, b)| (*a..=*b).contains(&e.seq));
+                    if live && is_user_turn(&e.event) {
+                        turns.push(e.seq);
+                    }
+                })
+                .await?;
+                match point {
+                    EditPoint::Turn(n) => match turns.get(n.saturating_sub(1)) {
+                        Some(&seq) if *n > 0 => seq,
+                        _ => return Ok(None),
+                    },
+                    _ => *turns.last().ok_or(RewindError::NoTurn)?,
+                }
+            }
         };
-        let invocation = events[at].invocation_id.clone();
-        let turn = events[at..]
-            .iter()
-            .filter(|e| e.invocation_id == invocation)
-            .find(|e| is_user_turn(e))
-            .and_then(|e| e.content.clone());
-        let delta = state_delta(&events[..at], state);
+        let mut then = crate::event::JsonMap::new();
+        let mut versions_then: BTreeMap<String, i64> = BTreeMap::new();
+        let mut versions_now: BTreeMap<String, i64> = BTreeMap::new();
+        let mut invocation: Option<String> = None;
+        let mut turn = None;
+        self.each_page(key, |e| {
+            let delta = &e.event.actions.artifact_delta;
+            if e.seq < at {
+                fold_state(&mut then, &e.event.actions.state_delta);
+                versions_then.extend(delta.iter().map(|(f, v)| (f.clone(), *v)));
+            }
+            if e.seq == at {
+                invocation = Some(e.event.invocation_id.clone());
+            }
+            if turn.is_none()
+                && invocation.as_deref() == Some(e.event.invocation_id.as_str())
+                && is_user_turn(&e.event)
+            {
+                turn = e.event.content.clone();
+            }
+            versions_now.extend(delta.iter().map(|(f, v)| (f.clone(), *v)));
+        })
+        .await?;
+        let invocation = invocation.ok_or_else(|| {
+            RunError::Internal(format!("the event at seq {at} is gone from the session"))
+        })?;
+        let delta = delta_from(&then, state);
         let scope = ArtifactScope::from(key);
         let mut writes = vec![];
-        for (filename, then) in artifact_changes(&events[..at], &events) {
+        for (filename, then) in changes_from(&versions_then, &versions_now) {
             let part = match then {
                 // It did not exist then: a new, empty version marks it deleted (as ADK does).
                 None => Part {
@@ -208,6 +225,36 @@ impl Runner {
             writes,
             turn,
         }))
+    }
+}
+
+impl Runner {
+    /// Calls `f` on each of the session's events, oldest first, a page at a time.
+    async fn each_page(
+        &self,
+        key: &SessionKey,
+        mut f: impl FnMut(&StoredEvent),
+    ) -> Result<(), RewindError> {
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .list_events(
+                    key,
+                    EventRange {
+                        after,
+                        before: None,
+                        limit: PAGE,
+                    },
+                )
+                .await?
+                .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone()))?;
+            page.events.iter().for_each(&mut f);
+            after = page.events.last().map(|e| e.seq).or(after);
+            if !page.has_more {
+                return Ok(());
+            }
+        }
     }
 }
 
