@@ -182,13 +182,43 @@ async fn a_rewind_restores_state_and_artifacts(backend: Backend) {
     )
     .await;
     assert_eq!(busy["code"], "session_busy");
+    // `onBusy: enqueue` waits for the run, then rewinds.
     let run_id = run["runId"].as_str().expect("run id");
     json_with_status(
-        s.post_json(&format!("/runs/{run_id}/wait"), json!({}))
-            .await,
+        s.post_json(
+            &format!("/apps/slow/users/{USER}/sessions/s2/rewind"),
+            json!({"beforeInvocationId": first, "onBusy": "enqueue"}),
+        )
+        .await,
         200,
     )
     .await;
+    let waited = json_with_status(s.get(&format!("/runs/{run_id}")).await, 200).await;
+    assert_eq!(waited["status"], "completed", "{waited}");
+    // `onBusy: interrupt` cancels the run, then rewinds.
+    let started = s
+        .post_json(
+            &format!("/apps/slow/users/{USER}/sessions/s2/runs"),
+            json!({"newMessage": {"role": "user", "parts": [{"text": "third"}]}}),
+        )
+        .await;
+    let run = json_with_status(started, 202).await;
+    let run_id = run["runId"].as_str().expect("run id");
+    let third = turns(&session(&s, "slow", "s2").await)
+        .last()
+        .cloned()
+        .expect("the third turn");
+    json_with_status(
+        s.post_json(
+            &format!("/apps/slow/users/{USER}/sessions/s2/rewind"),
+            json!({"beforeInvocationId": third, "onBusy": "interrupt"}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    let interrupted = json_with_status(s.get(&format!("/runs/{run_id}")).await, 200).await;
+    assert_eq!(interrupted["status"], "cancelled", "{interrupted}");
 }
 
 /// After a rewind the model is sent the conversation without the annulled turns.
@@ -966,6 +996,77 @@ async fn a_summary_does_not_branch_a_response_chain(backend: Backend) {
     assert_ne!(branch, session_id);
     assert!(branch.starts_with("resp-branch-"), "{branch}");
     let _ = second;
+}
+
+/// Two agentd processes over one PostgreSQL database (replicas share a database server, as
+/// in `tests/replicas.rs`): turns on A, a regenerate on B, a rewind on A and a fork on B all
+/// see the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edits_work_across_replicas() {
+    let db = common::TestDb::new(Backend::Postgres).await;
+    let apps = Apps::new().echo("echo", "chunks: 1");
+    let a = common::procs::Replica::spawn(&db, &apps, "a", &[]).await;
+    let b = common::procs::Replica::spawn(&db, &apps, "b", &[]).await;
+    let on = |r: &common::procs::Replica, body: Value| {
+        let url = r.url("/run");
+        let client = r.client.clone();
+        async move {
+            let resp = client.post(url).json(&body).send().await.expect("POST");
+            let msgs = common::sse_client::read_all(resp).await;
+            assert_eq!(done_status(&msgs), "completed", "{msgs:?}");
+        }
+    };
+    on(&a, turn("echo", "x", "one")).await;
+    on(&a, turn("echo", "x", "two")).await;
+    let path = format!("/apps/echo/users/{USER}/sessions/x");
+    let before = json_with_status(a.get(&path).await, 200).await;
+    let invocations = turns(&before);
+    // Regenerate on B: the rewind and the user event, then the answer.
+    on(
+        &b,
+        json!({"appName": "echo", "userId": USER, "sessionId": "x", "regenerate": true}),
+    )
+    .await;
+    let after = json_with_status(a.get(&path).await, 200).await;
+    let events = after["events"].as_array().expect("events");
+    assert_eq!(
+        events.len(),
+        before["events"].as_array().map_or(0, Vec::len) + 3
+    );
+    assert_eq!(
+        events[events.len() - 3]["actions"]["rewindBeforeInvocationId"],
+        invocations[1].as_str()
+    );
+    // A rewind on A, seen on B without the rewound turns.
+    json_with_status(
+        a.post(
+            &format!("{path}/rewind"),
+            json!({"beforeInvocationId": invocations[1]}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    let live = json_with_status(b.get(&format!("{path}?includeRewound=false")).await, 200).await;
+    let texts: Vec<&str> = live["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["author"] == "user")
+        .filter_map(|e| e["content"]["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(texts, ["one"], "{live}");
+    // A fork on B of what A wrote.
+    let forked = json_with_status(
+        b.post(&format!("{path}/fork"), json!({"sessionId": "x-copy"}))
+            .await,
+        201,
+    )
+    .await;
+    assert_eq!(
+        forked["lastSeq"].as_i64(),
+        Some(after["events"].as_array().map_or(0, Vec::len) as i64 + 1)
+    );
 }
 
 both_backends!(

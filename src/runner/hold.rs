@@ -6,12 +6,15 @@
 use super::bus::BusMsg;
 use super::control::LocalRun;
 use super::guard::RunGuard;
-use super::{lock, Claim, RunError, Runner};
+use super::{lock, Claim, OnBusy, RunError, Runner};
 use crate::event::new_invocation_id;
-use crate::store::{NewRun, RunStatus, SessionKey, StoredEvent};
+use crate::store::{CancelRequest, NewRun, RunStatus, SessionKey, StoredEvent};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// Fallback re-check while waiting for a busy session.
+const WAIT_POLL: Duration = Duration::from_secs(1);
 
 /// The invocation id prefix of a held session's run: a run arriving meanwhile waits for it
 /// instead of being refused (see `admission`).
@@ -40,6 +43,59 @@ impl Runner {
         });
         rx.await
             .map_err(|_| RunError::Internal("the hold's task ended before it answered".into()))?
+    }
+
+    /// [`Runner::hold`] by a request's `onBusy`: refused at once (`reject`), or waited for up
+    /// to the enqueue timeout (`enqueue`; `interrupt` cancels the run holding it first).
+    /// Waiting listens for the end of the holder on the bus, with a slow poll as a fallback.
+    pub(super) async fn hold_when_free(
+        self: &Arc<Self>,
+        key: &SessionKey,
+        on_busy: OnBusy,
+    ) -> Result<Held, RunError> {
+        let deadline = tokio::time::Instant::now() + self.config.enqueue_timeout;
+        let mut sub = None;
+        let mut interrupted = false;
+        loop {
+            let holder = match self.hold(key).await {
+                Err(RunError::Busy(holder)) => holder,
+                other => return other,
+            };
+            match on_busy {
+                OnBusy::Reject => return Err(RunError::Busy(holder)),
+                OnBusy::Interrupt if !interrupted => {
+                    interrupted = true;
+                    let why = CancelRequest {
+                        by: Some("a rewind".into()),
+                        reason: Some("interrupted by a rewind (onBusy: interrupt)".into()),
+                    };
+                    if holder != "queued" {
+                        self.cancel(&holder, &why).await?;
+                    }
+                }
+                _ => {}
+            }
+            // Listen first, then claim again: an end in between is not missed.
+            if sub.is_none() {
+                sub = Some(self.bus.subscribe(key));
+                continue;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RunError::QueueTimeout(holder));
+            }
+            let Some(sub) = sub.as_mut() else { continue };
+            let wake = (tokio::time::Instant::now() + WAIT_POLL).min(deadline);
+            loop {
+                tokio::select! {
+                    msg = sub.rx.recv() => match msg {
+                        Ok(BusMsg::Done { .. } | BusMsg::Resync) | Err(_) => break,
+                        Ok(_) => continue,
+                    },
+                    _ = tokio::time::sleep_until(wake) => break,
+                    _ = self.draining.cancelled() => return Err(RunError::ShuttingDown),
+                }
+            }
+        }
     }
 
     async fn hold_now(self: &Arc<Self>, key: &SessionKey) -> Result<Held, RunError> {

@@ -48,11 +48,13 @@ impl From<crate::store::StoreError> for RewindError {
 }
 
 impl Runner {
-    /// Appends a rewind event to before `invocation`'s first event; returns it as stored.
+    /// Appends a rewind event to before `invocation`'s first event; returns it as stored. A
+    /// session a run holds is refused, waited for or interrupted, as `on_busy` says.
     pub async fn rewind(
         self: &Arc<Self>,
         key: &SessionKey,
         invocation: &str,
+        on_busy: super::OnBusy,
     ) -> Result<StoredEvent, RewindError> {
         if self.is_draining() {
             return Err(RunError::ShuttingDown.into());
@@ -68,7 +70,7 @@ impl Runner {
         {
             return Err(RewindError::InvocationNotFound(invocation.to_string()));
         }
-        let held = self.hold(key).await?;
+        let held = self.hold_when_free(key, on_busy).await?;
         let run_id = held.run_id.clone();
         match self
             .rewind_owned(key, invocation, &run_id, held.unsealed)

@@ -7,7 +7,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{JsonBody, Path};
 use crate::http::openapi::{Errors, SessionPath};
 use crate::http::AppState;
-use crate::runner::RewindError;
+use crate::runner::{OnBusy, RewindError};
 use crate::store::SessionKey;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -28,6 +28,10 @@ pub struct RewindBody {
         alias = "rewindBeforeInvocationId"
     )]
     before_invocation_id: String,
+    /// As for runs: `reject` (default, 409), `enqueue` (wait for the run holding the session,
+    /// up to the enqueue timeout) or `interrupt` (cancel it, then rewind).
+    #[serde(default, alias = "on_busy")]
+    on_busy: OnBusy,
 }
 
 /// The rewind event, as stored.
@@ -42,7 +46,8 @@ pub struct Rewound {
 /// Rewinds the session to before an invocation (ADK's `Runner.rewind_async`): appends one
 /// event with `actions.rewindBeforeInvocationId`, the state delta that restores the session's
 /// plain state, and new artifact versions that restore each session artifact as of that point.
-/// Refused while a run holds the session (409 `session_busy`).
+/// A session a run holds answers 409 `session_busy`, or is waited for (`onBusy: enqueue`) or
+/// interrupted (`onBusy: interrupt`).
 #[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/rewind", tag = "sessions",
     params(SessionPath), request_body = RewindBody,
     responses((status = 200, description = "The rewind event.", body = Rewound), Errors))]
@@ -52,7 +57,11 @@ async fn rewind_session(
     JsonBody(body, _): JsonBody<RewindBody>,
 ) -> ApiResult<axum::Json<Rewound>> {
     let key = SessionKey::new(app, user, session);
-    match state.runner.rewind(&key, &body.before_invocation_id).await {
+    match state
+        .runner
+        .rewind(&key, &body.before_invocation_id, body.on_busy)
+        .await
+    {
         Ok(stored) => Ok(axum::Json(Rewound {
             seq: stored.seq,
             event: stored.event,
