@@ -1069,6 +1069,82 @@ async fn edits_work_across_replicas() {
     );
 }
 
+/// A rewind of a turn older than what the compaction reads back still counts: the turns it
+/// annulled are never summarised (the compaction finds rewinds in the database, not in its
+/// window of recent events).
+async fn a_compaction_never_summarises_rewound_turns(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    let turns = 101;
+    for i in 0..turns + 2 {
+        m.push("chat", Reply::text(&[&format!("answer {i}")]));
+    }
+    for i in 0..60 {
+        m.push("sum", Reply::text(&[&format!("summary {i}")]));
+    }
+    let agent = LlmAgent::new("chat_agent", m.model("chat"));
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert(
+        "chat",
+        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
+    );
+    apps.set_compaction(
+        "chat",
+        agentd::apps::settings::Compaction {
+            policy: agentd::run::compaction::CompactionPolicy {
+                interval: Some(2),
+                overlap: 0,
+                token_threshold: None,
+            },
+            model: m.model("sum"),
+            prompt: "Summarise.".into(),
+        },
+    );
+    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
+    for i in 0..turns {
+        let mut body = turn("chat", "long", &format!("question {i}."));
+        body["saveInputBlobsAsArtifacts"] = json!(false);
+        run(&s, body).await;
+    }
+    // Back to before the fifth turn: far older than the newest page of events.
+    let invocations = turns_of(&session(&s, "chat", "long").await);
+    json_with_status(
+        s.post_json(
+            &format!("/apps/chat/users/{USER}/sessions/long/rewind"),
+            json!({"beforeInvocationId": invocations[4], "onBusy": "enqueue"}),
+        )
+        .await,
+        200,
+    )
+    .await;
+    let asked = m.requests_for("sum").len();
+    for text in ["after a.", "after b."] {
+        let mut body = turn("chat", "long", text);
+        body["saveInputBlobsAsArtifacts"] = json!(false);
+        run(&s, body).await;
+    }
+    let sent = m
+        .requests_for("chat")
+        .last()
+        .expect("a request")
+        .to_string();
+    assert!(
+        !sent.contains("question 100."),
+        "a rewound turn was sent: {sent}"
+    );
+    for summary in &m.requests_for("sum")[asked..] {
+        let summary = summary.to_string();
+        assert!(
+            !summary.contains("question 100."),
+            "a rewound turn was summarised: {summary}"
+        );
+    }
+}
+
+/// The invocation ids of the session's user messages (not tool answers), in order.
+fn turns_of(session: &Value) -> Vec<String> {
+    turns(session)
+}
+
 both_backends!(
     a_rewind_restores_state_and_artifacts,
     the_model_does_not_see_rewound_turns,
@@ -1080,4 +1156,5 @@ both_backends!(
     a_rewind_matches_adk_python,
     a_long_session_keeps_being_compacted,
     a_summary_does_not_branch_a_response_chain,
+    a_compaction_never_summarises_rewound_turns,
 );

@@ -97,7 +97,27 @@ pub fn due_range(live: &[Event], policy: &CompactionPolicy) -> Option<std::ops::
     while let Some(call) = earlier_call(live, start, end) {
         start = call;
     }
+    // A response whose call is not in `live` at all (before what was read): the range starts
+    // after it, so the call and its response stay together, unsummarised.
+    while let Some(i) = orphan_response(live, start, end) {
+        start = i + 1;
+    }
     (end > start).then_some(start..end)
+}
+
+/// The index of the last event in `start..end` holding a response to a call `live` does not
+/// hold, if any.
+fn orphan_response(live: &[Event], start: usize, end: usize) -> Option<usize> {
+    let end = end.min(live.len());
+    (start..end).rev().find(|&i| {
+        live[i].function_responses().any(|r| {
+            let id = r.id.as_deref();
+            id.is_some()
+                && !live[..end]
+                    .iter()
+                    .any(|e| e.function_calls().any(|c| c.id.as_deref() == id))
+        })
+    })
 }
 
 /// The index of a call before `start` that an event in `start..end` answers, if any.
@@ -439,6 +459,23 @@ mod tests {
             token_threshold: None,
         };
         assert_eq!(due_range(&events, &policy), Some(0..6));
+    }
+
+    #[test]
+    fn a_response_whose_call_was_not_read_is_left_out() {
+        let events = vec![
+            answer("i1", "c0", 1.0),
+            ev("i1", "agent", "a1", 2.0),
+            ev("i2", "user", "q2", 3.0),
+            ev("i2", "agent", "a2", 4.0),
+        ];
+        let policy = CompactionPolicy {
+            interval: Some(2),
+            overlap: 0,
+            token_threshold: None,
+        };
+        assert_eq!(orphan_response(&events, 0, 4), Some(0));
+        assert_eq!(due_range(&events, &policy), Some(1..4));
     }
 
     #[test]

@@ -54,10 +54,20 @@ impl Runner {
         due_range(&window, &c.policy).map(|_| c)
     }
 
-    /// The session's newest events back to the last summary (at most [`DUE_PAGES`] pages of
-    /// [`DUE_PAGE`]), oldest first, rewinds applied: all a due range can need, bounded
-    /// however long the session is.
+    /// The session's newest events back to the last summary still in force (at most
+    /// [`DUE_PAGES`] pages of [`DUE_PAGE`]), oldest first, without what rewinds annulled (found
+    /// by the database, so a rewind of a turn older than the window counts too): all a due
+    /// range can need, bounded however long the session is.
     async fn recent_live(&self, key: &SessionKey) -> Result<Vec<Event>, CompactError> {
+        let marks: Vec<(i64, Option<i64>)> = self
+            .store
+            .rewind_marks(key)
+            .await?
+            .iter()
+            .map(|m| (m.seq, m.first))
+            .collect();
+        let hidden = crate::run::rewind::rewound_ranges(&marks);
+        let live = |seq: i64| !hidden.iter().any(|(a, b)| (*a..=*b).contains(&seq));
         let mut window: Vec<Event> = vec![];
         // Newest first: each page ends just before the previous one.
         let mut before = Some(i64::MAX);
@@ -78,18 +88,20 @@ impl Runner {
             let summary = page
                 .events
                 .iter()
-                .any(|e| compaction_of(&e.event).is_some());
+                .any(|e| live(e.seq) && compaction_of(&e.event).is_some());
             let more = page.has_more;
-            let mut older: Vec<Event> = page.events.into_iter().map(|e| e.event).collect();
+            let mut older: Vec<Event> = page
+                .events
+                .into_iter()
+                .filter(|e| live(e.seq))
+                .map(|e| e.event)
+                .collect();
             older.append(&mut window);
             window = older;
             if summary || !more {
                 break;
             }
         }
-        let live = crate::run::rewind::live(&window);
-        let mut keep = live.into_iter();
-        window.retain(|_| keep.next().unwrap_or(true));
         Ok(window)
     }
 

@@ -1,6 +1,6 @@
 //! Taking a session for a write that is not a turn (a rewind, a compaction): admitted like a
-//! run (a busy session is refused), held under a [`RunGuard`], and published like a run's
-//! event once committed. A run that arrives meanwhile waits for the hold to end (up to the
+//! run (a busy session is refused or waited for), held under a [`RunGuard`], and published
+//! like a run's event once committed. A run that arrives meanwhile waits for the hold to end (up to the
 //! enqueue timeout) rather than being refused.
 
 use super::bus::BusMsg;
@@ -45,9 +45,11 @@ impl Runner {
             .map_err(|_| RunError::Internal("the hold's task ended before it answered".into()))?
     }
 
-    /// [`Runner::hold`] by a request's `onBusy`: refused at once (`reject`), or waited for up
-    /// to the enqueue timeout (`enqueue`; `interrupt` cancels the run holding it first).
-    /// Waiting listens for the end of the holder on the bus, with a slow poll as a fallback.
+    /// [`Runner::hold`] by a request's `onBusy` when a run holds the session: refused at once
+    /// (`reject`), or waited for up to the enqueue timeout (`enqueue`; `interrupt` cancels
+    /// that run first). Another hold is always waited for. It takes no place in the run queue:
+    /// runs queued before it is free go first. Waiting listens for the end of the holder on
+    /// the bus, with a slow poll as a fallback.
     pub(super) async fn hold_when_free(
         self: &Arc<Self>,
         key: &SessionKey,
@@ -61,17 +63,26 @@ impl Runner {
                 Err(RunError::Busy(holder)) => holder,
                 other => return other,
             };
+            // Another hold (a summary, a rewind) is waited for, never refused or cancelled,
+            // as runs treat it.
+            let holder_is_hold = match holder.as_str() {
+                "queued" => false,
+                id => self
+                    .store
+                    .get_run(id)
+                    .await?
+                    .is_some_and(|r| r.invocation_id.starts_with(HOLD_PREFIX)),
+            };
             match on_busy {
+                _ if holder_is_hold => {}
                 OnBusy::Reject => return Err(RunError::Busy(holder)),
-                OnBusy::Interrupt if !interrupted => {
+                OnBusy::Interrupt if !interrupted && holder != "queued" => {
                     interrupted = true;
                     let why = CancelRequest {
                         by: Some("a rewind".into()),
                         reason: Some("interrupted by a rewind (onBusy: interrupt)".into()),
                     };
-                    if holder != "queued" {
-                        self.cancel(&holder, &why).await?;
-                    }
+                    self.cancel(&holder, &why).await?;
                 }
                 _ => {}
             }

@@ -1,7 +1,8 @@
 //! Rewinding a session (ADK's `rewind_async`): one event that annuls the turns from an
 //! invocation on and restores the session's plain state and its artifacts as of just before
 //! it (the computation is [`crate::run::rewind`]'s). A rewind takes the session like a run:
-//! admitted in the database (a busy session is refused), its event committed fenced by that
+//! admitted in the database (a busy session is refused, waited for or interrupted, by
+//! `onBusy`), its event committed fenced by that
 //! ownership, in the same commit as the run's end; a dead predecessor is sealed first.
 
 use super::EditPoint;
