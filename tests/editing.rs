@@ -47,6 +47,30 @@ fn turns(session: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A server whose app `chat` (agent `chat_agent` on model `chat`) is compacted by model `sum`
+/// every `interval` new turns (no overlap, instruction "Summarise.").
+async fn compacting(backend: Backend, m: &ScriptedModel, interval: usize) -> TestServer {
+    let agent = LlmAgent::new("chat_agent", m.model("chat"));
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert(
+        "chat",
+        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
+    );
+    apps.set_compaction(
+        "chat",
+        agentd::apps::settings::Compaction {
+            policy: agentd::run::compaction::CompactionPolicy {
+                interval: Some(interval),
+                overlap: 0,
+                token_threshold: None,
+            },
+            model: m.model("sum"),
+            prompt: "Summarise.".into(),
+        },
+    );
+    TestServer::start_embedded(backend, apps, PluginSet::default()).await
+}
+
 /// Three turns, a rewind to before the second: the rewind event carries ADK's fields and the
 /// state delta that restores the session's plain state (shared `app:` keys untouched), the
 /// artifacts created since get a deletion marker, nothing is deleted, and the next turn
@@ -564,23 +588,7 @@ async fn compaction_replaces_old_turns_with_a_summary(backend: Backend) {
         m.push("chat", Reply::text(&[text]));
     }
     m.push("sum", Reply::text(&["SUMMARY of one and two"]));
-    let agent = LlmAgent::new("chat_agent", m.model("chat"));
-    let mut apps = agentd::apps::AppRegistry::default();
-    apps.insert(
-        "chat",
-        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
-    );
-    let compaction = agentd::apps::settings::Compaction {
-        policy: agentd::run::compaction::CompactionPolicy {
-            interval: Some(2),
-            overlap: 0,
-            token_threshold: None,
-        },
-        model: m.model("sum"),
-        prompt: "Summarise.".into(),
-    };
-    apps.set_compaction("chat", compaction);
-    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
+    let s = compacting(backend, &m, 2).await;
     let mut body = turn("chat", "s1", "question one");
     body["saveInputBlobsAsArtifacts"] = json!(false);
     run(&s, body).await;
@@ -888,25 +896,7 @@ async fn a_long_session_keeps_being_compacted(backend: Backend) {
     for i in 0..turns / 10 {
         m.push("sum", Reply::text(&[&format!("summary {i}")]));
     }
-    let agent = LlmAgent::new("chat_agent", m.model("chat"));
-    let mut apps = agentd::apps::AppRegistry::default();
-    apps.insert(
-        "chat",
-        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
-    );
-    apps.set_compaction(
-        "chat",
-        agentd::apps::settings::Compaction {
-            policy: agentd::run::compaction::CompactionPolicy {
-                interval: Some(10),
-                overlap: 0,
-                token_threshold: None,
-            },
-            model: m.model("sum"),
-            prompt: "Summarise.".into(),
-        },
-    );
-    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
+    let s = compacting(backend, &m, 10).await;
     for i in 0..turns {
         let mut body = turn("chat", "long", &format!("question {i}."));
         body["saveInputBlobsAsArtifacts"] = json!(false);
@@ -939,25 +929,7 @@ async fn a_summary_does_not_branch_a_response_chain(backend: Backend) {
     for text in ["summary a", "summary b", "summary c"] {
         m.push("sum", Reply::text(&[text]));
     }
-    let agent = LlmAgent::new("chat_agent", m.model("chat"));
-    let mut apps = agentd::apps::AppRegistry::default();
-    apps.insert(
-        "chat",
-        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
-    );
-    apps.set_compaction(
-        "chat",
-        agentd::apps::settings::Compaction {
-            policy: agentd::run::compaction::CompactionPolicy {
-                interval: Some(1),
-                overlap: 0,
-                token_threshold: None,
-            },
-            model: m.model("sum"),
-            prompt: "Summarise.".into(),
-        },
-    );
-    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
+    let s = compacting(backend, &m, 1).await;
     let respond = |input: &'static str, previous: Option<String>| {
         let s = &s;
         async move {
@@ -1074,39 +1046,21 @@ async fn edits_work_across_replicas() {
 /// window of recent events).
 async fn a_compaction_never_summarises_rewound_turns(backend: Backend) {
     let m = ScriptedModel::start().await;
-    let turns = 101;
-    for i in 0..turns + 2 {
+    let count = 101;
+    for i in 0..count + 2 {
         m.push("chat", Reply::text(&[&format!("answer {i}")]));
     }
     for i in 0..60 {
         m.push("sum", Reply::text(&[&format!("summary {i}")]));
     }
-    let agent = LlmAgent::new("chat_agent", m.model("chat"));
-    let mut apps = agentd::apps::AppRegistry::default();
-    apps.insert(
-        "chat",
-        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
-    );
-    apps.set_compaction(
-        "chat",
-        agentd::apps::settings::Compaction {
-            policy: agentd::run::compaction::CompactionPolicy {
-                interval: Some(2),
-                overlap: 0,
-                token_threshold: None,
-            },
-            model: m.model("sum"),
-            prompt: "Summarise.".into(),
-        },
-    );
-    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
-    for i in 0..turns {
+    let s = compacting(backend, &m, 2).await;
+    for i in 0..count {
         let mut body = turn("chat", "long", &format!("question {i}."));
         body["saveInputBlobsAsArtifacts"] = json!(false);
         run(&s, body).await;
     }
     // Back to before the fifth turn: far older than the newest page of events.
-    let invocations = turns_of(&session(&s, "chat", "long").await);
+    let invocations = turns(&session(&s, "chat", "long").await);
     json_with_status(
         s.post_json(
             &format!("/apps/chat/users/{USER}/sessions/long/rewind"),
@@ -1138,11 +1092,6 @@ async fn a_compaction_never_summarises_rewound_turns(backend: Backend) {
             "a rewound turn was summarised: {summary}"
         );
     }
-}
-
-/// The invocation ids of the session's user messages (not tool answers), in order.
-fn turns_of(session: &Value) -> Vec<String> {
-    turns(session)
 }
 
 both_backends!(

@@ -1936,7 +1936,41 @@ async fn a_confirmation_request_the_model_made_up_is_not_honoured(backend: Backe
     assert_eq!(m.unused(), 0);
 }
 
+/// An event without a message after the confirmation request — a PATCH of the session's
+/// state, or a compaction's summary (author `user`, no content) — does not end the turn:
+/// approving still runs the tool.
+async fn an_event_without_a_message_does_not_end_the_turn(backend: Backend) {
+    let ConfirmSetup {
+        m,
+        s,
+        calls,
+        request_id,
+        ..
+    } = confirmation_requested(backend).await;
+    let patched = s
+        .client
+        .patch(s.url(&format!("/apps/confirm/users/{USER}/sessions/s1")))
+        .json(&json!({"stateDelta": {"note": "between"}}))
+        .send()
+        .await
+        .expect("PATCH");
+    assert_eq!(patched.status(), 200);
+    m.push("ops-model", Reply::text(&["Deleted."]));
+    let msgs = s
+        .run_stream(answer_body(
+            "confirm",
+            "s1",
+            &request_id,
+            REQUEST_CONFIRMATION,
+            json!({"confirmed": true}),
+        ))
+        .await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the approved tool ran");
+}
+
 both_backends!(
+    an_event_without_a_message_does_not_end_the_turn,
     resume_runs_only_calls_the_model_made_here,
     long_running_tool_round_trip_through_a_sub_agent,
     a_stray_function_response_does_not_poison_the_session,

@@ -47,6 +47,29 @@ pub fn rewound_ranges(marks: &[(i64, Option<i64>)]) -> Vec<(i64, i64)> {
     out
 }
 
+/// What a session's rewinds annulled, as seq ranges ([`rewound_ranges`]): asked of each
+/// event by readers that page through a session without holding it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rewound(Vec<(i64, i64)>);
+
+impl Rewound {
+    /// From each rewind event's seq and the first seq of the invocation it names, oldest
+    /// first.
+    pub fn new(marks: &[(i64, Option<i64>)]) -> Self {
+        Rewound(rewound_ranges(marks))
+    }
+
+    /// Whether the event at `seq` was annulled (or is a rewind event).
+    pub fn hides(&self, seq: i64) -> bool {
+        self.0.iter().any(|(a, b)| (*a..=*b).contains(&seq))
+    }
+
+    /// The annulled seq ranges, inclusive, oldest first.
+    pub fn ranges(&self) -> &[(i64, i64)] {
+        &self.0
+    }
+}
+
 fn shared(key: &str) -> bool {
     key.starts_with("app:") || key.starts_with("user:") || key.starts_with("temp:")
 }
@@ -65,18 +88,10 @@ pub fn fold_state(state: &mut JsonMap, delta: &JsonMap) {
     }
 }
 
-/// The state delta that takes the session's plain keys from `current` back to what the
-/// events `before` the rewind point had made them: changed keys get their old value, keys
-/// added since get `null` (removed). `app:`, `user:` and `temp:` keys are left alone.
-pub fn state_delta(before: &[Event], current: &JsonMap) -> JsonMap {
-    let mut then = JsonMap::new();
-    for e in before {
-        fold_state(&mut then, &e.actions.state_delta);
-    }
-    delta_from(&then, current)
-}
-
-/// [`state_delta`] from the plain state as of the point, folded by the caller.
+/// The state delta that takes the session's plain keys from `current` back to `then` (the
+/// plain state as of the rewind point, folded by the caller): changed keys get their old
+/// value, keys added since get `null` (removed). `app:`, `user:` and `temp:` keys are left
+/// alone.
 pub fn delta_from(then: &JsonMap, current: &JsonMap) -> JsonMap {
     let mut delta = JsonMap::new();
     for (k, v) in then {
@@ -92,27 +107,10 @@ pub fn delta_from(then: &JsonMap, current: &JsonMap) -> JsonMap {
     delta
 }
 
-/// The session artifacts to restore: each filename whose version changed since the rewind
-/// point, with its version then (`None`: it did not exist, so it gets a deletion marker).
-/// `user:` artifacts belong to the user, not the session, and are left alone.
-pub fn artifact_changes(before: &[Event], all: &[Event]) -> Vec<(String, Option<i64>)> {
-    let versions = |events: &[Event]| {
-        let mut v: BTreeMap<String, i64> = BTreeMap::new();
-        for e in events {
-            v.extend(
-                e.actions
-                    .artifact_delta
-                    .iter()
-                    .map(|(f, n)| (f.clone(), *n)),
-            );
-        }
-        v
-    };
-    changes_from(&versions(before), &versions(all))
-}
-
-/// [`artifact_changes`] from each file's version as of the point and now, folded by the
-/// caller.
+/// The session artifacts to restore, from each file's version as of the rewind point and now
+/// (folded by the caller): each filename whose version changed, with its version then
+/// (`None`: it did not exist, so it gets a deletion marker). `user:` artifacts belong to the
+/// user, not the session, and are left alone.
 pub fn changes_from(
     then: &BTreeMap<String, i64>,
     now: &BTreeMap<String, i64>,
@@ -123,8 +121,9 @@ pub fn changes_from(
         .collect()
 }
 
-/// A message the user typed: a user event with content that is not only answers to calls
-/// (those continue a turn) and not a rewind.
+/// A message the user typed, the start of a turn: a user event with content that is not only
+/// answers to calls (a tool result, a confirmation continues the turn it answers), and not a
+/// rewind. A user event without a message (a state PATCH, a compaction's summary) starts none.
 pub fn is_user_turn(e: &Event) -> bool {
     e.author == "user"
         && e.actions.rewind_before_invocation_id.is_none()
@@ -201,7 +200,11 @@ mod tests {
         ];
         let current: JsonMap =
             serde_json::from_value(json!({"a": 5, "c": 3, "app:x": 9, "user:y": 1})).unwrap();
-        let delta = state_delta(&before, &current);
+        let mut then = JsonMap::new();
+        for e in &before {
+            fold_state(&mut then, &e.actions.state_delta);
+        }
+        let delta = delta_from(&then, &current);
         assert_eq!(Value::Object(delta), json!({"a": 1, "c": null}));
     }
 
@@ -216,7 +219,14 @@ mod tests {
             with("e1", json!({"f": 0, "user:u": 0})),
             with("e2", json!({"f": 1, "g": 0, "user:u": 1})),
         ];
-        let changes = artifact_changes(&all[..1], &all);
+        let versions = |events: &[Event]| {
+            let mut v: BTreeMap<String, i64> = BTreeMap::new();
+            for e in events {
+                v.extend(e.actions.artifact_delta.clone());
+            }
+            v
+        };
+        let changes = changes_from(&versions(&all[..1]), &versions(&all));
         assert_eq!(
             changes,
             [("f".to_string(), Some(0)), ("g".to_string(), None)]

@@ -59,15 +59,8 @@ impl Runner {
     /// by the database, so a rewind of a turn older than the window counts too): all a due
     /// range can need, bounded however long the session is.
     async fn recent_live(&self, key: &SessionKey) -> Result<Vec<Event>, CompactError> {
-        let marks: Vec<(i64, Option<i64>)> = self
-            .store
-            .rewind_marks(key)
-            .await?
-            .iter()
-            .map(|m| (m.seq, m.first))
-            .collect();
-        let hidden = crate::run::rewind::rewound_ranges(&marks);
-        let live = |seq: i64| !hidden.iter().any(|(a, b)| (*a..=*b).contains(&seq));
+        let rewound = self.store.rewound(key, i64::MAX).await?;
+        let live = |seq: i64| !rewound.hides(seq);
         let mut window: Vec<Event> = vec![];
         // Newest first: each page ends just before the previous one.
         let mut before = Some(i64::MAX);

@@ -8,7 +8,7 @@
 use super::EditPoint;
 use super::{RunError, Runner};
 use crate::event::{new_invocation_id, Blob, Bytes64, Event, Part};
-use crate::run::rewind::{changes_from, delta_from, fold_state, is_user_turn, rewound_ranges};
+use crate::run::rewind::{changes_from, delta_from, fold_state, is_user_turn};
 use crate::store::{
     ArtifactScope, ArtifactWrite, EventRange, Fence, RunStatus, SessionKey, StoredEvent,
 };
@@ -140,18 +140,10 @@ impl Runner {
                 .map(|e| e.seq)
                 .ok_or_else(|| RewindError::InvocationNotFound(inv.clone()))?,
             EditPoint::LastTurn | EditPoint::Turn(_) => {
-                let marks: Vec<(i64, Option<i64>)> = self
-                    .store
-                    .rewind_marks(key)
-                    .await?
-                    .iter()
-                    .map(|m| (m.seq, m.first))
-                    .collect();
-                let hidden = rewound_ranges(&marks);
+                let rewound = self.store.rewound(key, i64::MAX).await?;
                 let mut turns: Vec<i64> = vec![];
                 self.each_page(key, |e| {
-                    let live = !hidden.iter().any(|(a, b)| (*a..=*b).contains(&e.seq));
-                    if live && is_user_turn(&e.event) {
+                    if !rewound.hides(e.seq) && is_user_turn(&e.event) {
                         turns.push(e.seq);
                     }
                 })

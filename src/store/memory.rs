@@ -205,22 +205,16 @@ pub(crate) async fn add_session<S: MemoryBackend + super::rewinds::RewindStore +
             .iter()
             .any(|e| e.event.actions.rewind_before_invocation_id.is_some())
         {
-            let marks: Vec<(i64, Option<i64>)> = store
-                .rewind_marks(key)
-                .await?
-                .iter()
-                .map(|m| (m.seq, m.first))
-                .collect();
-            let hidden = crate::run::rewind::rewound_ranges(&marks);
-            store.forget_memory(key, &hidden).await?;
-            hidden
+            let rewound = store.rewound(key, i64::MAX).await?;
+            store.forget_memory(key, rewound.ranges()).await?;
+            rewound
         } else {
-            vec![]
+            Default::default()
         };
         let entries: Vec<MemoryEntry> = page
             .events
             .iter()
-            .filter(|e| !hidden.iter().any(|(a, b)| (*a..=*b).contains(&e.seq)))
+            .filter(|e| !hidden.hides(e.seq))
             .filter_map(|e| memory_entry(&key.session_id, &e.event))
             .collect();
         added += store.write_memory(key, mark, &entries).await?;

@@ -6,6 +6,7 @@
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 use super::{SessionKey, StoreResult};
+use crate::run::rewind::Rewound;
 use async_trait::async_trait;
 use sqlx::Row;
 
@@ -22,65 +23,65 @@ pub struct RewindMark {
 pub trait RewindStore: Send + Sync + 'static {
     /// The session's rewind events, oldest first.
     async fn rewind_marks(&self, key: &SessionKey) -> StoreResult<Vec<RewindMark>>;
-}
 
-#[async_trait]
-impl RewindStore for PgStore {
-    async fn rewind_marks(&self, key: &SessionKey) -> StoreResult<Vec<RewindMark>> {
-        let rows = sqlx::query(
-            "SELECT r.seq,
-                    (SELECT min(e.seq) FROM events e
-                      WHERE e.app_name = r.app_name AND e.user_id = r.user_id
-                        AND e.session_id = r.session_id AND e.seq < r.seq
-                        AND e.invocation_id = r.event->'actions'->>'rewindBeforeInvocationId')
-               FROM events r
-              WHERE r.app_name = $1 AND r.user_id = $2 AND r.session_id = $3
-                AND r.event->'actions' ? 'rewindBeforeInvocationId'
-              ORDER BY r.seq",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(RewindMark {
-                    seq: r.try_get(0)?,
-                    first: r.try_get(1)?,
-                })
-            })
-            .collect()
+    /// What the session's rewind events up to seq `up_to` annulled.
+    async fn rewound(&self, key: &SessionKey, up_to: i64) -> StoreResult<Rewound> {
+        let marks: Vec<(i64, Option<i64>)> = self
+            .rewind_marks(key)
+            .await?
+            .iter()
+            .filter(|m| m.seq <= up_to)
+            .map(|m| (m.seq, m.first))
+            .collect();
+        Ok(Rewound::new(&marks))
     }
 }
 
-#[async_trait]
-impl RewindStore for SqliteStore {
-    async fn rewind_marks(&self, key: &SessionKey) -> StoreResult<Vec<RewindMark>> {
-        let rows = sqlx::query(
-            "SELECT r.seq,
-                    (SELECT min(e.seq) FROM events e
-                      WHERE e.app_name = r.app_name AND e.user_id = r.user_id
-                        AND e.session_id = r.session_id AND e.seq < r.seq
-                        AND e.invocation_id =
-                            json_extract(r.event, '$.actions.rewindBeforeInvocationId'))
-               FROM events r
-              WHERE r.app_name = ? AND r.user_id = ? AND r.session_id = ?
-                AND json_extract(r.event, '$.actions.rewindBeforeInvocationId') IS NOT NULL
-              ORDER BY r.seq",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(RewindMark {
-                    seq: r.try_get(0)?,
-                    first: r.try_get(1)?,
-                })
-            })
-            .collect()
-    }
+/// PostgreSQL: the actions are `jsonb`.
+const PG_MARKS: &str = "SELECT r.seq,
+        (SELECT min(e.seq) FROM events e
+          WHERE e.app_name = r.app_name AND e.user_id = r.user_id
+            AND e.session_id = r.session_id AND e.seq < r.seq
+            AND e.invocation_id = r.event->'actions'->>'rewindBeforeInvocationId')
+   FROM events r
+  WHERE r.app_name = $1 AND r.user_id = $2 AND r.session_id = $3
+    AND r.event->'actions' ? 'rewindBeforeInvocationId'
+  ORDER BY r.seq";
+
+/// SQLite: the event is JSON text.
+const SQLITE_MARKS: &str = "SELECT r.seq,
+        (SELECT min(e.seq) FROM events e
+          WHERE e.app_name = r.app_name AND e.user_id = r.user_id
+            AND e.session_id = r.session_id AND e.seq < r.seq
+            AND e.invocation_id = json_extract(r.event, '$.actions.rewindBeforeInvocationId'))
+   FROM events r
+  WHERE r.app_name = ? AND r.user_id = ? AND r.session_id = ?
+    AND json_extract(r.event, '$.actions.rewindBeforeInvocationId') IS NOT NULL
+  ORDER BY r.seq";
+
+macro_rules! rewind_store {
+    ($store:ty, $sql:expr, $pool:ident) => {
+        #[async_trait]
+        impl RewindStore for $store {
+            async fn rewind_marks(&self, key: &SessionKey) -> StoreResult<Vec<RewindMark>> {
+                let rows = sqlx::query($sql)
+                    .bind(&key.app_name)
+                    .bind(&key.user_id)
+                    .bind(&key.session_id)
+                    .fetch_all(&self.$pool)
+                    .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(RewindMark {
+                            seq: r.try_get(0)?,
+                            first: r.try_get(1)?,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    };
 }
+
+rewind_store!(PgStore, PG_MARKS, pool);
+rewind_store!(SqliteStore, SQLITE_MARKS, reader);

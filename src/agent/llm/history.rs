@@ -22,6 +22,7 @@ use crate::event::{
     Content, Event, FunctionResponse, JsonMap, Part, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION,
 };
 use crate::run::compaction::ViewItem;
+use crate::run::rewind::is_user_turn;
 use crate::store::{EventRange, SessionKey, Store, StoredEvent};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -60,14 +61,6 @@ const FIRST_TURN_PAGE: u32 = 50;
 /// event that passes this test, never from one a client could have written.
 pub fn written_by(event: &Event, agent: &str, runs: &HashSet<String>) -> bool {
     event.author != "user" && event.author == agent && runs.contains(&event.invocation_id)
-}
-
-/// A message the user typed: the start of a turn. A user event that only answers function
-/// calls (a tool result, a confirmation) continues the turn it answers.
-pub fn is_user_message(event: &Event) -> bool {
-    event.author == "user"
-        && event.function_responses().next().is_none()
-        && event.actions.rewind_before_invocation_id.is_none()
 }
 
 /// Drops the events a rewind annulled, and the rewind events ([`crate::run::rewind::live`]).
@@ -150,7 +143,7 @@ impl History {
             self.read += page.events.len();
             let first = page.events.first().map(|s| s.seq);
             let mut events = page.events;
-            if let Some(start) = events.iter().rposition(|s| is_user_message(&s.event)) {
+            if let Some(start) = events.iter().rposition(|s| is_user_turn(&s.event)) {
                 events.drain(..start);
                 pages.push(events);
                 break;
@@ -318,11 +311,7 @@ pub fn contents(
     let events: &[Event] = match include {
         IncludeContents::Default => &history.events,
         IncludeContents::None => {
-            let start = history
-                .events
-                .iter()
-                .rposition(is_user_message)
-                .unwrap_or(0);
+            let start = history.events.iter().rposition(is_user_turn).unwrap_or(0);
             &history.events[start..]
         }
     };

@@ -9,6 +9,7 @@
 use crate::event::JsonMap;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::AppState;
+use crate::run::rewind::Rewound;
 use crate::store::{EventRange, SessionHead, SessionKey};
 use axum::body::Body;
 use axum::http::{header, HeaderValue};
@@ -43,16 +44,9 @@ pub async fn session_body(
         .await?
         .ok_or_else(ApiError::session_not_found)?;
     head.state.extend(extra_state);
-    let hidden: Arc<Vec<(i64, i64)>> = Arc::new(if include_rewound {
-        vec![]
-    } else {
-        let marks = state.store.rewind_marks(&key).await?;
-        let marks: Vec<(i64, Option<i64>)> = marks
-            .iter()
-            .filter(|m| m.seq <= head.last_seq)
-            .map(|m| (m.seq, m.first))
-            .collect();
-        crate::run::rewind::rewound_ranges(&marks)
+    let hidden = Arc::new(match include_rewound {
+        true => Rewound::default(),
+        false => state.store.rewound(&key, head.last_seq).await?,
     });
     // The first page is read before answering, so the common failures are still JSON errors.
     let first = read_page(state, &key, 0, head.last_seq, &hidden).await?;
@@ -155,7 +149,7 @@ async fn read_page(
     key: &SessionKey,
     after: i64,
     last_seq: i64,
-    hidden: &[(i64, i64)],
+    hidden: &Rewound,
 ) -> ApiResult<Page> {
     let page = state
         .store
@@ -176,7 +170,7 @@ async fn read_page(
             break;
         }
         reached = e.seq;
-        if !hidden.iter().any(|(a, b)| (*a..=*b).contains(&e.seq)) {
+        if !hidden.hides(e.seq) {
             events.push(e.event);
         }
     }

@@ -294,19 +294,11 @@ async fn get_session(
                 )
                 .await?
                 .ok_or_else(ApiError::session_not_found)?;
-            let marks: Vec<(i64, Option<i64>)> = state
-                .store
-                .rewind_marks(&key)
-                .await?
-                .iter()
-                .filter(|m| m.seq <= head.last_seq)
-                .map(|m| (m.seq, m.first))
-                .collect();
-            let hidden = crate::run::rewind::rewound_ranges(&marks);
+            let rewound = state.store.rewound(&key, head.last_seq).await?;
             let events = page
                 .events
                 .into_iter()
-                .filter(|e| !hidden.iter().any(|(a, b)| (*a..=*b).contains(&e.seq)))
+                .filter(|e| !rewound.hides(e.seq))
                 .map(|e| e.event)
                 .collect();
             Ok(axum::Json(head.into_session(events)).into_response())
