@@ -11,8 +11,20 @@
 #      tests/clients/postgres) into target/, and a throwaway cluster from those;
 #   5. otherwise it stops with a message saying what to install. It never skips.
 # Each test creates (and drops) its own database, so any role that may CREATE DATABASE works.
+#
+# Citus, the third backend (tests/common/citus.rs, tests/citus.rs), in this order:
+#   1. AGENTD_TEST_CITUS_URL (a coordinator whose workers are registered), if set;
+#   2. a throwaway coordinator + 2 workers started here (scripts/citus.sh) from the installed
+#      Citus, which is built and installed first from ../shared/citus when missing (as root:
+#      the one thing the tests take from outside this repository);
+#   3. otherwise every Citus test prints that it did not run and why, and this script says
+#      how to install Citus.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+cleanups=()
+cleanup() { for c in "${cleanups[@]}"; do eval "$c" || true; done; }
+trap cleanup EXIT
 
 url="${AGENTD_TEST_DATABASE_URL:-}"
 if [ -z "$url" ] && [[ "${DATABASE_URL:-}" == postgres* ]]; then
@@ -66,7 +78,7 @@ if [ -z "$url" ]; then
   "${run_as[@]}" "$bin/initdb" -D "$tmp/data" -U postgres --auth=trust >/dev/null
   "${run_as[@]}" "$bin/pg_ctl" -D "$tmp/data" -l "$tmp/log" -w \
     -o "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null
-  trap '"${run_as[@]}" "$bin/pg_ctl" -D "$tmp/data" -m immediate stop >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+  cleanups+=("\"\${run_as[@]}\" \"$bin/pg_ctl\" -D \"$tmp/data\" -m immediate stop >/dev/null 2>&1; rm -rf \"$tmp\"")
   url="postgres://postgres@127.0.0.1:$port/postgres"
 fi
 
@@ -122,6 +134,27 @@ if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
   echo "error: the web UI test needs Chromium at ${CHROMIUM:-/usr/bin/chromium}" >&2
   echo "  (Debian: apt-get install chromium; or set CHROMIUM=/path/to/chromium)" >&2
   exit 1
+fi
+
+citus_url="${AGENTD_TEST_CITUS_URL:-}"
+if [ -z "$citus_url" ]; then
+  if ! scripts/citus.sh installed 2>/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "Citus is not installed: building it from ../shared/citus (scripts/citus.sh install)" >&2
+    scripts/citus.sh install || true
+  fi
+  if scripts/citus.sh installed 2>/dev/null; then
+    citus_dir=$(mktemp -d)
+    citus_url=$(scripts/citus.sh start "$citus_dir" 2)
+    cleanups+=("scripts/citus.sh stop '$citus_dir'")
+  else
+    echo "warning: Citus is not installed, so the Citus tests will say they did not run." >&2
+    echo "  Install it as root with scripts/citus.sh install (it builds ../shared/citus)," >&2
+    echo "  or set AGENTD_TEST_CITUS_URL to a coordinator whose workers are registered." >&2
+  fi
+fi
+if [ -n "$citus_url" ]; then
+  export AGENTD_TEST_CITUS_URL="$citus_url"
+  echo "Citus tests use the coordinator at $AGENTD_TEST_CITUS_URL" >&2
 fi
 
 export AGENTD_TEST_DATABASE_URL="$url"

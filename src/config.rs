@@ -17,7 +17,7 @@ pub enum Command {
     /// Run the HTTP server (migrates the database first).
     Serve(Box<ServeArgs>),
     /// Apply database migrations and exit.
-    Migrate(DatabaseArgs),
+    Migrate(MigrateArgs),
     /// Delete idle sessions (with their events, session artifacts, memory entries and runs)
     /// and old finished runs, in small batches; prints what it removed (JSON).
     Prune(PruneArgs),
@@ -296,6 +296,18 @@ impl HealthcheckArgs {
         }
         format!("http://{addr}/health")
     }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Create the `citus` extension first (it must be installed and preloaded), then
+    /// distribute the tables by user (docs/citus.md). A database that already has the
+    /// extension is distributed without this flag, by every `migrate` and server start.
+    #[arg(long)]
+    pub citus: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -89,9 +89,9 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Keys(args) => keys(args).await,
-        Command::Migrate(db) => {
+        Command::Migrate(args) => {
             init_tracing(LogFormat::Text);
-            agentd::store::migrate(&db.database_url)
+            agentd::store::migrate(&args.database.database_url, args.citus)
                 .await
                 .map_err(|e| anyhow::anyhow!("migration failed: {e}"))?;
             tracing::info!("migrations applied");

@@ -599,7 +599,7 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         "none while running"
     );
     assert!(store
-        .finish_run("run-1", RunStatus::Completed, None, None)
+        .finish_run(&run.key.user_id, "run-1", RunStatus::Completed, None, None)
         .await
         .expect("finish"));
     let written = store.run_deliveries("run-1").await.expect("read");

@@ -7,7 +7,9 @@ use common::{Backend, TestDb};
 /// The versions of the migration files for `backend`, in order (`0003_scale_out.sql` is 3).
 fn file_versions(backend: Backend) -> Vec<i64> {
     let dir = match backend {
-        Backend::Postgres => concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres"),
+        Backend::Postgres | Backend::Citus => {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres")
+        }
         Backend::Sqlite => concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite"),
     };
     let mut versions: Vec<i64> = std::fs::read_dir(dir)
@@ -46,7 +48,7 @@ struct Snapshot {
 impl Snapshot {
     async fn of(db: &TestDb) -> Snapshot {
         match db.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
                 let migrations: Vec<MigrationRow> = sqlx::query_as(
                     "SELECT version, success, checksum, installed_on::text, xmin::text
@@ -134,7 +136,7 @@ async fn concurrent_replicas_migrate_a_fresh_postgres_once() {
 async fn migrate_twice_is_a_no_op() {
     for backend in [Backend::Postgres, Backend::Sqlite] {
         let db = TestDb::new(backend).await;
-        agentd::store::migrate(&db.url)
+        agentd::store::migrate(&db.url, false)
             .await
             .expect("first migrate");
         let before = Snapshot::of(&db).await;
@@ -148,7 +150,7 @@ async fn migrate_twice_is_a_no_op() {
             before.schema.iter().any(|s| s.contains("sessions")),
             "{backend:?}: the schema is there: {before:#?}"
         );
-        agentd::store::migrate(&db.url)
+        agentd::store::migrate(&db.url, false)
             .await
             .expect("second migrate");
         let after = Snapshot::of(&db).await;

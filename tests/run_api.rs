@@ -1240,13 +1240,37 @@ async fn a_background_run_completes_alone_and_replays(backend: Backend) {
         resp.headers()
             .get("x-agentd-run-id")
             .and_then(|v| v.to_str().ok())
-            .map(|id| format!("/runs/{id}"))
+            .map(|id| format!("/apps/slow/users/{USER}/runs/{id}"))
     );
     let started = json_with_status(resp, 202).await;
     let run_id = started["runId"].as_str().expect("runId").to_string();
     assert!(started["invocationId"].as_str().is_some(), "{started}");
-    assert_eq!(started["links"]["wait"], format!("/runs/{run_id}/wait"));
-    assert_eq!(started["links"]["stream"], format!("/runs/{run_id}/stream"));
+    // The links name the run under its user (one shard on Citus); the bare forms work too.
+    let at = format!("/apps/slow/users/{USER}/runs/{run_id}");
+    assert_eq!(started["links"]["wait"], format!("{at}/wait"));
+    assert_eq!(started["links"]["stream"], format!("{at}/stream"));
+    let early = json_with_status(s.get(&at).await, 200).await;
+    assert_eq!(early["runId"], run_id.as_str(), "{early}");
+    // Another user's path, or another app's, does not find it.
+    let other = s
+        .get(&format!("/apps/slow/users/someone-else/runs/{run_id}"))
+        .await;
+    assert_eq!(other.status(), 404);
+    let other = s
+        .get(&format!("/apps/echo/users/{USER}/runs/{run_id}"))
+        .await;
+    assert_eq!(other.status(), 404);
+    let user_wait = json_with_status(
+        s.post_json(&format!("{at}/wait?wait=30"), json!({})).await,
+        200,
+    )
+    .await;
+    assert_eq!(user_wait["status"], "completed", "{user_wait}");
+    let user_stream = Sse::open(s.get(&format!("{at}/stream")).await)
+        .await
+        .rest()
+        .await;
+    assert_eq!(done(&user_stream)["status"], "completed");
 
     // Nobody reads it; it ends on its own, and the long poll answers when it does.
     let waited = json_with_status(

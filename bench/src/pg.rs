@@ -44,7 +44,66 @@ impl Admin {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(name.clone());
-        with_database(&self.url, &name)
+        let url = with_database(&self.url, &name)?;
+        // A Citus coordinator: the database on every worker too, each with the extension,
+        // the workers registered; agentd's migration then distributes its tables.
+        let workers = self.citus_workers().await?;
+        if !workers.is_empty() {
+            for (host, port) in &workers {
+                let node = with_host_port(&self.url, &format!("{host}:{port}"))?;
+                let pool = connect(&node, 1).await?;
+                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&pool)
+                    .await?;
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&pool)
+                    .await?;
+                pool.close().await;
+                let pool = connect(&with_database(&node, &name)?, 1).await?;
+                sqlx::query("CREATE EXTENSION citus").execute(&pool).await?;
+                pool.close().await;
+            }
+            let pool = connect(&url, 1).await?;
+            sqlx::query("CREATE EXTENSION citus").execute(&pool).await?;
+            let me: (String, i32) = sqlx::query_as(
+                "SELECT nodename, nodeport FROM pg_dist_node WHERE groupid = 0 LIMIT 1",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .context("the coordinator's own entry (citus_set_coordinator_host)")?;
+            sqlx::query("SELECT citus_set_coordinator_host($1, $2)")
+                .bind(&me.0)
+                .bind(me.1)
+                .execute(&pool)
+                .await?;
+            for (host, port) in &workers {
+                sqlx::query("SELECT citus_add_node($1, $2)")
+                    .bind(host)
+                    .bind(port)
+                    .execute(&pool)
+                    .await?;
+            }
+            pool.close().await;
+        }
+        Ok(url)
+    }
+
+    /// The workers of the Citus cluster whose coordinator this is (none on plain PostgreSQL).
+    pub async fn citus_workers(&self) -> Result<Vec<(String, i32)>> {
+        let citus: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        if !citus {
+            return Ok(vec![]);
+        }
+        Ok(sqlx::query_as(
+            "SELECT nodename, nodeport FROM pg_dist_node
+              WHERE groupid <> 0 AND noderole = 'primary' ORDER BY nodeport",
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// The server's WAL insert position in bytes (what is written since is the WAL a phase made).
@@ -71,9 +130,24 @@ impl Admin {
         Ok(v)
     }
 
-    /// Drops every database this run created (best effort; reports failures).
+    /// Drops every database this run created (best effort; reports failures), on a Citus
+    /// coordinator's workers too.
     pub async fn drop_created(&self) {
         let names = std::mem::take(&mut *self.created.lock().unwrap_or_else(|p| p.into_inner()));
+        let workers = self.citus_workers().await.unwrap_or_default();
+        for name in &names {
+            for (host, port) in &workers {
+                let Ok(node) = with_host_port(&self.url, &format!("{host}:{port}")) else {
+                    continue;
+                };
+                if let Ok(pool) = connect(&node, 1).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&pool)
+                        .await;
+                    pool.close().await;
+                }
+            }
+        }
         for name in names {
             if let Err(e) = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                 .execute(&self.pool)

@@ -71,6 +71,14 @@ impl Report {
             args.backend,
             args.db_max_connections,
         );
+        let workers = admin.citus_workers().await?;
+        if !workers.is_empty() {
+            let _ = writeln!(
+                text,
+                "- Citus: agentd's database distributed by user over {} worker(s) on this machine (coordinator + workers: every `postgres` process counts as PostgreSQL CPU); the ceilings' tables are plain tables on the coordinator",
+                workers.len()
+            );
+        }
         let _ = writeln!(
             text,
             "- each run: create a session, `POST /run` with a {}-byte message; the echo agent streams {} partial events of {} bytes of text and one complete event, then `event: done`; every frame is parsed and checked",

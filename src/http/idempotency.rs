@@ -25,6 +25,8 @@ pub const HEADER: &str = "idempotency-key";
 /// A request that carries a key.
 #[derive(Debug, Clone)]
 pub struct Keyed {
+    /// The user the request names: the key's partition (one shard on Citus).
+    pub user: String,
     pub scope: String,
     pub key: String,
     hash: String,
@@ -40,11 +42,12 @@ pub enum Prior {
     Response(u16, String),
 }
 
-/// Reads the key (None without the header). `scope` names the caller; the hash covers the
-/// route and the body bytes.
+/// Reads the key (None without the header). The key is scoped to the app and user the request
+/// names; the hash covers the route and the body bytes.
 pub fn keyed(
     headers: &HeaderMap,
-    scope: String,
+    app: &str,
+    user: &str,
     route: &str,
     body: &[u8],
 ) -> ApiResult<Option<Keyed>> {
@@ -68,14 +71,15 @@ pub fn keyed(
     h.update(body);
     let hash = crate::hex(&h.finalize());
     Ok(Some(Keyed {
-        scope,
+        user: user.to_string(),
+        scope: scope(app, user),
         key: key.to_string(),
         hash,
     }))
 }
 
 /// The scope of a request naming `app` and `user`.
-pub fn scope(app: &str, user: &str) -> String {
+fn scope(app: &str, user: &str) -> String {
     format!("{app}\u{1f}{user}")
 }
 
@@ -87,7 +91,7 @@ pub async fn claim(state: &AppState, k: &Keyed) -> ApiResult<Prior> {
     let pending = state.runner.enqueue_timeout().as_secs_f64() + 60.0;
     match state
         .store
-        .claim_key(&k.scope, &k.key, &k.hash, ttl, pending)
+        .claim_key(&k.user, &k.scope, &k.key, &k.hash, ttl, pending)
         .await?
     {
         KeyClaim::Claimed => Ok(Prior::New),
@@ -111,7 +115,7 @@ pub async fn claim(state: &AppState, k: &Keyed) -> ApiResult<Prior> {
 
 /// Gives the key up after the first request failed without doing anything.
 pub async fn release(state: &AppState, k: &Keyed) {
-    if let Err(e) = state.store.release_key(&k.scope, &k.key).await {
+    if let Err(e) = state.store.release_key(&k.user, &k.scope, &k.key).await {
         tracing::warn!(error = %e, "could not release an idempotency key; it expires by itself");
     }
 }

@@ -70,6 +70,7 @@ pub async fn claim(store: &dyn Store, run: &NewRun, ticket: Option<i64>) -> Stor
 /// find the ticket still ahead of it.
 struct Ticket {
     id: i64,
+    user: String,
     store: Arc<dyn Store>,
     left: bool,
 }
@@ -77,7 +78,7 @@ struct Ticket {
 impl Ticket {
     async fn leave(mut self) {
         self.left = true;
-        if let Err(e) = self.store.dequeue(self.id).await {
+        if let Err(e) = self.store.dequeue(&self.user, self.id).await {
             tracing::warn!(ticket = self.id, error = %e, "could not leave the run queue; the ticket expires with this replica's heartbeat or its time to live");
         }
     }
@@ -90,9 +91,10 @@ impl Drop for Ticket {
         }
         let store = self.store.clone();
         let id = self.id;
+        let user = std::mem::take(&mut self.user);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if let Err(e) = store.dequeue(id).await {
+                if let Err(e) = store.dequeue(&user, id).await {
                     tracing::warn!(ticket = id, error = %e, "could not leave the run queue; the ticket expires with this replica's heartbeat or its time to live");
                 }
             });
@@ -180,7 +182,7 @@ impl Runner {
                             by: Some(format!("run {}", run.run_id)),
                             reason: Some("interrupted by a new message (onBusy: interrupt)".into()),
                         };
-                        self.cancel(&active.run_id, &why).await?;
+                        self.cancel(&active.user_id, &active.run_id, &why).await?;
                     }
                     interrupted = true;
                 }
@@ -195,6 +197,7 @@ impl Runner {
                 let id = self.store.enqueue(&run.key, &self.config.owner).await?;
                 ticket = Some(Ticket {
                     id,
+                    user: run.key.user_id.clone(),
                     store: self.store.clone(),
                     left: false,
                 });

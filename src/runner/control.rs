@@ -44,10 +44,11 @@ impl Runner {
     /// owner is told through the bus (and sees the flag at its next heartbeat at the latest).
     pub async fn cancel(
         &self,
+        user: &str,
         run_id: &str,
         req: &CancelRequest,
     ) -> Result<Option<RunRecord>, StoreError> {
-        let record = self.store.request_cancel(run_id, req).await?;
+        let record = self.store.request_cancel(user, run_id, req).await?;
         if record
             .as_ref()
             .is_some_and(|r| r.status == RunStatus::Running)
@@ -66,7 +67,7 @@ impl Runner {
     ) -> Result<Option<RunRecord>, StoreError> {
         match self.store.active_run(key).await? {
             Some(active) if active.status == RunStatus::Running => {
-                self.cancel(&active.run_id, req).await
+                self.cancel(&key.user_id, &active.run_id, req).await
             }
             _ => Ok(None),
         }

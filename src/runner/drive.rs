@@ -128,7 +128,11 @@ impl Runner {
             guard.finished();
         } else if !guard.finish(status, last_seq, error.as_deref()).await {
             // Taken over (or finished by reconciliation): report what the database says.
-            status = match self.store.get_run(&run_id).await {
+            status = match self
+                .store
+                .get_user_run(&ctx.session_key().user_id, &run_id)
+                .await
+            {
                 Ok(Some(r)) if r.status != RunStatus::Running => r.status,
                 _ => RunStatus::Abandoned,
             };

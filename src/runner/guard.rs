@@ -52,7 +52,15 @@ impl RunGuard {
         error: Option<&str>,
     ) -> bool {
         self.armed = false;
-        let owned = finish(&self.runner, &self.run_id, status, last_seq, error).await;
+        let owned = finish(
+            &self.runner,
+            &self.key.user_id,
+            &self.run_id,
+            status,
+            last_seq,
+            error,
+        )
+        .await;
         lock(&self.runner.local).remove(&self.run_id);
         self.runner.config.run_ended.notify_one();
         owned
@@ -61,6 +69,7 @@ impl RunGuard {
 
 async fn finish(
     runner: &Runner,
+    user: &str,
     run_id: &str,
     status: RunStatus,
     last_seq: Option<i64>,
@@ -70,7 +79,7 @@ async fn finish(
     for attempt in 0..8 {
         match runner
             .store
-            .finish_run(run_id, status, last_seq, error)
+            .finish_run(user, run_id, status, last_seq, error)
             .await
         {
             Ok(owned) => return owned,
@@ -99,7 +108,15 @@ impl Drop for RunGuard {
         };
         rt.spawn(async move {
             let error = "the run's task ended unexpectedly";
-            finish(&runner, &run_id, RunStatus::Failed, None, Some(error)).await;
+            finish(
+                &runner,
+                &key.user_id,
+                &run_id,
+                RunStatus::Failed,
+                None,
+                Some(error),
+            )
+            .await;
             lock(&runner.local).remove(&run_id);
             runner.config.run_ended.notify_one();
             runner.bus.publish(

@@ -69,7 +69,7 @@ impl Runner {
                 "queued" => false,
                 id => self
                     .store
-                    .get_run(id)
+                    .get_user_run(&key.user_id, id)
                     .await?
                     .is_some_and(|r| r.invocation_id.starts_with(HOLD_PREFIX)),
             };
@@ -82,7 +82,7 @@ impl Runner {
                         by: Some("a rewind".into()),
                         reason: Some("interrupted by a rewind (onBusy: interrupt)".into()),
                     };
-                    self.cancel(&holder, &why).await?;
+                    self.cancel(&key.user_id, &holder, &why).await?;
                 }
                 _ => {}
             }

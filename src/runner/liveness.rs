@@ -141,7 +141,13 @@ impl Runner {
                          the database lost it in a crash); its committed events are complete";
             if self
                 .store
-                .finish_run(&run.run_id, RunStatus::Failed, None, Some(error))
+                .finish_run(
+                    &run.user_id,
+                    &run.run_id,
+                    RunStatus::Failed,
+                    None,
+                    Some(error),
+                )
                 .await?
             {
                 self.bus.publish(

@@ -147,6 +147,15 @@ impl Runner {
         self.store.get_run(run_id).await
     }
 
+    /// A run of `user` (see [`crate::store::RunStore::get_user_run`]).
+    pub async fn get_user_run(
+        &self,
+        user: &str,
+        run_id: &str,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        self.store.get_user_run(user, run_id).await
+    }
+
     /// Turns the replica not-ready and refuses new runs (503), without stopping anything.
     pub fn begin_drain(&self) {
         self.draining.cancel();

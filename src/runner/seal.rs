@@ -133,7 +133,7 @@ pub(crate) async fn seal_dead(
         let stored = store.append_fenced(&key, event, vec![], fence).await?;
         sealed.push((stored.seq, stored.event));
     }
-    store.mark_sealed(&run.run_id).await?;
+    store.mark_sealed(&run.user_id, &run.run_id).await?;
     if !sealed.is_empty() {
         tracing::info!(run = %run.run_id, events = sealed.len(), "sealed the transcript of a dead run");
     }

@@ -94,7 +94,7 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
     let owner = runner.replica_id().to_string();
     // A tick taken over may have started its run before its claimer died.
     if taken_over {
-        if let Ok(Some(_)) = runner.get_run(&tick.run_id).await {
+        if let Ok(Some(_)) = runner.get_user_run(&tick.user_id, &tick.run_id).await {
             metrics::counter!("agentd_schedule_ticks_total", "outcome" => "started").increment(1);
             settle(&runner, &tick, &owner, "started", None).await;
             return;
@@ -138,7 +138,14 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
             ("skipped", Some(e.to_string()))
         }
         // Its first claimer (slow, not dead) started the run after all: the tick did fire.
-        Err(_) if matches!(runner.get_run(&tick.run_id).await, Ok(Some(_))) => ("started", None),
+        Err(_)
+            if matches!(
+                runner.get_user_run(&tick.user_id, &tick.run_id).await,
+                Ok(Some(_))
+            ) =>
+        {
+            ("started", None)
+        }
         Err(e) => {
             metrics::counter!("agentd_schedule_ticks_total", "outcome" => "failed").increment(1);
             tracing::warn!(error = %e, "schedule tick could not start its run");

@@ -35,6 +35,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// request died before it could record or release it: a retry must not wait for the TTL).
     async fn claim_key(
         &self,
+        user: &str,
         scope: &str,
         key: &str,
         hash: &str,
@@ -43,11 +44,12 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ) -> StoreResult<KeyClaim>;
 
     /// Records the run a claimed key started.
-    async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()>;
+    async fn key_run(&self, user: &str, scope: &str, key: &str, run_id: &str) -> StoreResult<()>;
 
     /// Records the answer a claimed key produced.
     async fn key_response(
         &self,
+        user: &str,
         scope: &str,
         key: &str,
         status: u16,
@@ -55,7 +57,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ) -> StoreResult<()>;
 
     /// Gives a claimed key up (its request did nothing: it may be retried).
-    async fn release_key(&self, scope: &str, key: &str) -> StoreResult<()>;
+    async fn release_key(&self, user: &str, scope: &str, key: &str) -> StoreResult<()>;
 
     /// Deletes keys older than `ttl_secs`; returns how many.
     async fn expire_keys(&self, ttl_secs: f64) -> StoreResult<u64>;
@@ -81,6 +83,7 @@ macro_rules! idempotency_store {
         impl IdempotencyStore for $store {
             async fn claim_key(
                 &self,
+                user: &str,
                 scope: &str,
                 key: &str,
                 hash: &str,
@@ -90,9 +93,9 @@ macro_rules! idempotency_store {
                 let now = now_ts();
                 // New, or expired (then it starts over with this request).
                 let claimed = sqlx::query(
-                    "INSERT INTO idempotency_keys (scope, key, request_hash, created_at)
-                     VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (scope, key) DO UPDATE
+                    "INSERT INTO idempotency_keys (scope, key, request_hash, created_at, user_id)
+                     VALUES ($1, $2, $3, $4, $7)
+                     ON CONFLICT (user_id, scope, key) DO UPDATE
                         SET request_hash = excluded.request_hash, run_id = NULL, status = NULL,
                             response = NULL, created_at = excluded.created_at
                       WHERE idempotency_keys.created_at < $4 - $5
@@ -105,6 +108,7 @@ macro_rules! idempotency_store {
                 .bind(now)
                 .bind(ttl_secs)
                 .bind(pending_secs)
+                .bind(user)
                 .execute(&self.$pool)
                 .await?
                 .rows_affected()
@@ -114,28 +118,38 @@ macro_rules! idempotency_store {
                 }
                 let row = sqlx::query(
                     "SELECT request_hash, run_id, status, response FROM idempotency_keys
-                      WHERE scope = $1 AND key = $2",
+                      WHERE user_id = $3 AND scope = $1 AND key = $2",
                 )
                 .bind(scope)
                 .bind(key)
+                .bind(user)
                 .fetch_optional(&self.$pool)
                 .await?;
                 match row {
                     Some(row) => Ok(KeyClaim::Seen(record_reader!(row))),
                     // Released in between (its first request failed): claim it afresh.
                     None => {
-                        Box::pin(self.claim_key(scope, key, hash, ttl_secs, pending_secs)).await
+                        Box::pin(self.claim_key(user, scope, key, hash, ttl_secs, pending_secs))
+                            .await
                     }
                 }
             }
 
-            async fn key_run(&self, scope: &str, key: &str, run_id: &str) -> StoreResult<()> {
+            async fn key_run(
+                &self,
+                user: &str,
+                scope: &str,
+                key: &str,
+                run_id: &str,
+            ) -> StoreResult<()> {
                 sqlx::query(
-                    "UPDATE idempotency_keys SET run_id = $3 WHERE scope = $1 AND key = $2",
+                    "UPDATE idempotency_keys SET run_id = $3
+                      WHERE user_id = $4 AND scope = $1 AND key = $2",
                 )
                 .bind(scope)
                 .bind(key)
                 .bind(run_id)
+                .bind(user)
                 .execute(&self.$pool)
                 .await?;
                 Ok(())
@@ -143,6 +157,7 @@ macro_rules! idempotency_store {
 
             async fn key_response(
                 &self,
+                user: &str,
                 scope: &str,
                 key: &str,
                 status: u16,
@@ -150,21 +165,25 @@ macro_rules! idempotency_store {
             ) -> StoreResult<()> {
                 sqlx::query(
                     "UPDATE idempotency_keys SET status = $3, response = $4
-                      WHERE scope = $1 AND key = $2",
+                      WHERE user_id = $5 AND scope = $1 AND key = $2",
                 )
                 .bind(scope)
                 .bind(key)
                 .bind(status as i32)
                 .bind(body)
+                .bind(user)
                 .execute(&self.$pool)
                 .await?;
                 Ok(())
             }
 
-            async fn release_key(&self, scope: &str, key: &str) -> StoreResult<()> {
-                sqlx::query("DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2")
-                    .bind(scope)
-                    .bind(key)
+            async fn release_key(&self, user: &str, scope: &str, key: &str) -> StoreResult<()> {
+                sqlx::query(
+                    "DELETE FROM idempotency_keys WHERE user_id = $3 AND scope = $1 AND key = $2",
+                )
+                .bind(scope)
+                .bind(key)
+                .bind(user)
                     .execute(&self.$pool)
                     .await?;
                 Ok(())

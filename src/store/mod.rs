@@ -103,10 +103,24 @@ impl StoreError {
     /// `Retry-After` rather than 500.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            StoreError::Database(e) => is_connection_error(e),
+            StoreError::Database(e) => is_connection_error(e) || is_transient(e),
             _ => false,
         }
     }
+
+    /// The database refused the statement for a reason of its own that a retry can clear,
+    /// having rolled it back: a serialization failure or deadlock (class 40), a system error
+    /// (class 58), or Citus' `CIINF`: a step of a distributed statement found no
+    /// intermediate result from the step before it, as happens while the user's shard group
+    /// is being moved (tests/citus.rs). Nothing of the statement was committed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Database(e) if is_transient(e))
+    }
+}
+
+fn is_transient(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db)
+        if db.code().is_some_and(|c| c.starts_with("40") || c.starts_with("58") || c == "CIINF"))
 }
 
 /// A connection-level failure: I/O, a closed or exhausted pool, or a server that is shutting
@@ -223,8 +237,20 @@ pub async fn open(
     }
 }
 
-/// Runs migrations only (`agentd migrate`).
-pub async fn migrate(url: &str) -> StoreResult<()> {
+/// Runs migrations only (`agentd migrate`); with `citus`, creates the extension first, so
+/// the tables are distributed (PostgreSQL only).
+pub async fn migrate(url: &str, citus: bool) -> StoreResult<()> {
+    if citus {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(StoreError::Database(sqlx::Error::Configuration(
+                "--citus needs a postgres:// database URL".into(),
+            )));
+        }
+        let store = postgres::PgStore::connect(url, 1, StoreLimits::default()).await?;
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
+            .execute(store.pool())
+            .await?;
+    }
     open(url, 1, StoreLimits::default()).await.map(|_| ())
 }
 

@@ -203,13 +203,14 @@ pub trait RunStore: Send + Sync + 'static {
     /// Abandoned runs of a session whose transcript still needs sealing.
     async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>>;
 
-    async fn mark_sealed(&self, run_id: &str) -> StoreResult<()>;
+    async fn mark_sealed(&self, user: &str, run_id: &str) -> StoreResult<()>;
 
     /// Records the outcome and frees the session, if the run still owns it (an asynchronous
     /// commit on PostgreSQL: see `ASYNC_COMMIT` for why that is safe). Returns false if the run
     /// had already lost the session (it was taken over); nothing is then changed.
     async fn finish_run(
         &self,
+        user: &str,
         run_id: &str,
         status: RunStatus,
         last_seq: Option<i64>,
@@ -219,11 +220,17 @@ pub trait RunStore: Send + Sync + 'static {
     /// Flags a running run for cancellation (idempotent). `None` if no such run.
     async fn request_cancel(
         &self,
+        user: &str,
         run_id: &str,
         req: &CancelRequest,
     ) -> StoreResult<Option<RunRecord>>;
 
     async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>>;
+
+    /// A run of `user`: the same row as [`RunStore::get_run`], found with its user (one shard
+    /// on Citus, where a bare id has to ask every shard). Every caller that knows the user
+    /// (the runner, the routes naming it) uses this one.
+    async fn get_user_run(&self, user: &str, run_id: &str) -> StoreResult<Option<RunRecord>>;
 
     /// A user's runs in an app, newest first: at most `limit`, only `status` if given, and
     /// only those before `before` (`(created_at, run id)` of the last run of the previous
@@ -253,7 +260,7 @@ pub trait RunStore: Send + Sync + 'static {
     async fn enqueue(&self, key: &SessionKey, owner: &str) -> StoreResult<i64>;
 
     /// Leaves the queue (admitted, timed out, or the client went away).
-    async fn dequeue(&self, ticket: i64) -> StoreResult<()>;
+    async fn dequeue(&self, user: &str, ticket: i64) -> StoreResult<()>;
 }
 
 pub(crate) const RUN_COLUMNS: &str =

@@ -43,6 +43,9 @@ pub struct ScheduleRecord {
 #[serde(rename_all = "camelCase")]
 pub struct TickRecord {
     pub schedule_id: String,
+    /// The schedule's user: with the schedule id and the tick's time, the tick's key.
+    #[serde(skip)]
+    pub user_id: String,
     /// The tick's time (seconds since the epoch), as the pattern defines it.
     pub tick_time: f64,
     pub run_id: String,
@@ -133,7 +136,7 @@ pub trait ScheduleStore: Send + Sync + 'static {
 const SCHEDULE_COLUMNS: &str = "id, app_name, user_id, cron, timezone, message, session_id, \
      on_busy, catch_up, webhook, enabled, next_tick, created_at, updated_at";
 const TICK_COLUMNS: &str =
-    "t.schedule_id, t.tick_time, t.run_id, t.session_id, t.status, t.error, t.fired_at";
+    "t.schedule_id, t.user_id, t.tick_time, t.run_id, t.session_id, t.status, t.error, t.fired_at";
 
 macro_rules! readers {
     ($row:ty, $sched:ident, $tick:ident) => {
@@ -159,6 +162,7 @@ macro_rules! readers {
         fn $tick(r: &$row) -> StoreResult<TickRecord> {
             Ok(TickRecord {
                 schedule_id: r.try_get("schedule_id")?,
+                user_id: r.try_get("user_id")?,
                 tick_time: r.try_get("tick_time")?,
                 run_id: r.try_get("run_id")?,
                 session_id: r.try_get("session_id")?,
@@ -296,8 +300,9 @@ macro_rules! schedule_store {
                 .await?
                 .rows_affected();
                 if n > 0 {
-                    sqlx::query("DELETE FROM schedule_ticks WHERE schedule_id = $1")
+                    sqlx::query("DELETE FROM schedule_ticks WHERE user_id = $2 AND schedule_id = $1")
                         .bind(id)
+                        .bind(user)
                         .execute(&mut *tx)
                         .await?;
                 }
@@ -330,27 +335,46 @@ macro_rules! schedule_store {
                 plan: &Planner,
                 limit: u32,
             ) -> StoreResult<Vec<(ScheduleRecord, TickRecord)>> {
-                let mut tx = self.$pool.begin_with($begin).await?;
                 let now: f64 = sqlx::query_scalar(&format!("SELECT {}", $now))
-                    .fetch_one(&mut *tx)
+                    .fetch_one(&self.$pool)
                     .await?;
-                let rows = sqlx::query(&format!(
-                    "SELECT {SCHEDULE_COLUMNS} FROM schedules
+                // Due schedules are found without a lock (across users: on Citus, across
+                // shards); each is then taken in a transaction about that one schedule, which
+                // checks again that it is due (another replica may have fired it meanwhile).
+                let due = sqlx::query(
+                    "SELECT user_id, id FROM schedules
                       WHERE enabled AND next_tick <= $1
-                      ORDER BY next_tick LIMIT $2 {}",
-                    $skip_locked
-                ))
+                      ORDER BY next_tick LIMIT $2",
+                )
                 .bind(now)
                 .bind(i64::from(limit))
-                .fetch_all(&mut *tx)
+                .fetch_all(&self.$pool)
                 .await?;
                 let mut fired = Vec::new();
-                for row in &rows {
-                    let s = $sched(row)?;
+                for row in &due {
+                    let user: String = row.try_get("user_id")?;
+                    let id: String = row.try_get("id")?;
+                    let mut tx = self.$pool.begin_with($begin).await?;
+                    let row = sqlx::query(&format!(
+                        "SELECT {SCHEDULE_COLUMNS} FROM schedules
+                          WHERE user_id = $1 AND id = $2 AND enabled AND next_tick <= $3 {}",
+                        $skip_locked
+                    ))
+                    .bind(&user)
+                    .bind(&id)
+                    .bind(now)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    let Some(row) = row else {
+                        tx.rollback().await?;
+                        continue;
+                    };
+                    let s = $sched(&row)?;
                     let p = plan(&s, now);
                     if let Some(at) = p.fire {
                         let tick = TickRecord {
                             schedule_id: s.id.clone(),
+                            user_id: s.user_id.clone(),
                             tick_time: at,
                             run_id: format!("run-{}", uuid::Uuid::new_v4()),
                             session_id: tick_session(&s, at),
@@ -359,12 +383,13 @@ macro_rules! schedule_store {
                             fired_at: now,
                         };
                         let n = sqlx::query(
-                            "INSERT INTO schedule_ticks (schedule_id, tick_time, run_id, session_id,
-                                                         status, claimed_by, fired_at)
-                             VALUES ($1, $2, $3, $4, 'claimed', $5, $6)
-                             ON CONFLICT (schedule_id, tick_time) DO NOTHING",
+                            "INSERT INTO schedule_ticks (schedule_id, user_id, tick_time, run_id,
+                                                         session_id, status, claimed_by, fired_at)
+                             VALUES ($1, $2, $3, $4, $5, 'claimed', $6, $7)
+                             ON CONFLICT (user_id, schedule_id, tick_time) DO NOTHING",
                         )
                         .bind(&tick.schedule_id)
+                        .bind(&tick.user_id)
                         .bind(tick.tick_time)
                         .bind(&tick.run_id)
                         .bind(&tick.session_id)
@@ -377,13 +402,14 @@ macro_rules! schedule_store {
                             fired.push((s.clone(), tick));
                         }
                     }
-                    sqlx::query("UPDATE schedules SET next_tick = $2 WHERE id = $1")
-                        .bind(&s.id)
+                    sqlx::query("UPDATE schedules SET next_tick = $3 WHERE user_id = $1 AND id = $2")
+                        .bind(&user)
+                        .bind(&id)
                         .bind(p.next)
                         .execute(&mut *tx)
                         .await?;
+                    tx.commit().await?;
                 }
-                tx.commit().await?;
                 Ok(fired)
             }
 
@@ -392,38 +418,61 @@ macro_rules! schedule_store {
                 owner: &str,
                 stale_secs: f64,
             ) -> StoreResult<Vec<(ScheduleRecord, TickRecord)>> {
-                let mut tx = self.$pool.begin_with($begin).await?;
                 let now: f64 = sqlx::query_scalar(&format!("SELECT {}", $now))
-                    .fetch_one(&mut *tx)
+                    .fetch_one(&self.$pool)
                     .await?;
-                let taken = sqlx::query(
-                    "UPDATE schedule_ticks SET claimed_by = $1, fired_at = $2
-                      WHERE status = 'claimed'
-                        AND (fired_at < $2 - $3
-                             OR NOT EXISTS (SELECT 1 FROM replicas r
-                                             WHERE r.id = schedule_ticks.claimed_by
-                                               AND r.heartbeat_at > $2 - r.lease_secs))
-                  RETURNING schedule_id, tick_time, run_id, session_id, status, error, fired_at",
-                )
-                .bind(owner)
+                // A claimed tick whose claimer is dead (or that is stale), found without a
+                // lock, then taken by a statement about that one tick that checks again.
+                let orphaned = |now: &str, stale: &str| {
+                    format!(
+                        "status = 'claimed'
+                         AND (fired_at < {now} - {stale}
+                              OR NOT EXISTS (SELECT 1 FROM replicas r
+                                              WHERE r.id = schedule_ticks.claimed_by
+                                                AND r.heartbeat_at > {now} - r.lease_secs))"
+                    )
+                };
+                let candidates = sqlx::query(&format!(
+                    "SELECT user_id, schedule_id, tick_time FROM schedule_ticks WHERE {}",
+                    orphaned("$1", "$2")
+                ))
                 .bind(now)
                 .bind(stale_secs)
-                .fetch_all(&mut *tx)
+                .fetch_all(&self.$pool)
                 .await?;
                 let mut out = Vec::new();
-                for row in &taken {
-                    let tick = $tick(row)?;
-                    let row = sqlx::query(&format!(
-                        "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = $1"
+                for c in &candidates {
+                    let user: String = c.try_get("user_id")?;
+                    let schedule: String = c.try_get("schedule_id")?;
+                    let at: f64 = c.try_get("tick_time")?;
+                    let taken = sqlx::query(&format!(
+                        "UPDATE schedule_ticks SET claimed_by = $1, fired_at = $2
+                          WHERE user_id = $4 AND schedule_id = $5 AND tick_time = $6 AND {}
+                      RETURNING schedule_id, user_id, tick_time, run_id, session_id, status,
+                                error, fired_at",
+                        orphaned("$2", "$3")
                     ))
-                    .bind(&tick.schedule_id)
-                    .fetch_optional(&mut *tx)
+                    .bind(owner)
+                    .bind(now)
+                    .bind(stale_secs)
+                    .bind(&user)
+                    .bind(&schedule)
+                    .bind(at)
+                    .fetch_optional(&self.$pool)
+                    .await?;
+                    let Some(taken) = taken else { continue };
+                    let tick = $tick(&taken)?;
+                    let row = sqlx::query(&format!(
+                        "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE user_id = $1 AND id = $2"
+                    ))
+                    .bind(&user)
+                    .bind(&schedule)
+                    .fetch_optional(&self.$pool)
                     .await?;
                     if let Some(row) = row {
                         out.push(($sched(&row)?, tick));
                     }
                 }
-                tx.commit().await?;
                 Ok(out)
             }
 
@@ -436,13 +485,15 @@ macro_rules! schedule_store {
             ) -> StoreResult<bool> {
                 let n = sqlx::query(
                     "UPDATE schedule_ticks SET status = $4, error = $5
-                      WHERE schedule_id = $1 AND tick_time = $2 AND claimed_by = $3",
+                      WHERE user_id = $6 AND schedule_id = $1 AND tick_time = $2
+                        AND claimed_by = $3",
                 )
                 .bind(&tick.schedule_id)
                 .bind(tick.tick_time)
                 .bind(owner)
                 .bind(status)
                 .bind(error)
+                .bind(&tick.user_id)
                 .execute(&self.$pool)
                 .await?
                 .rows_affected();
@@ -455,7 +506,7 @@ macro_rules! schedule_store {
 schedule_store!(
     PgStore,
     pool,
-    "extract(epoch from clock_timestamp())::double precision",
+    "extract(epoch from statement_timestamp())::double precision",
     "FOR UPDATE SKIP LOCKED",
     "BEGIN",
     pg_schedule,

@@ -1,5 +1,5 @@
-//! Webhook deliveries: the outbox the run's end writes (a trigger, see
-//! `migrations/postgres/0009_webhooks.sql`), claimed by any replica's sender.
+//! Webhook deliveries: the outbox the run's end writes (on PostgreSQL the statement that ends
+//! the run, see `postgres/outbox.rs`; on SQLite a trigger), claimed by any replica's sender.
 //!
 //! A claim moves the row's due time one lease ahead and counts the attempt; the attempt's
 //! outcome is written only by the claimer of that attempt (`claimed_by` and `attempts` in the
@@ -18,6 +18,8 @@ use sqlx::Row;
 pub struct Delivery {
     pub id: String,
     pub run_id: String,
+    /// The run's user: with `id`, the delivery's key (one shard on Citus).
+    pub user_id: String,
     pub event_type: String,
     /// The target as stored on the run (`WebhookTarget` JSON).
     pub target: serde_json::Value,
@@ -96,9 +98,9 @@ pub trait WebhookStore: Send + Sync + 'static {
     async fn run_deliveries(&self, run_id: &str) -> StoreResult<Vec<DeliveryRecord>>;
 }
 
-/// Both backends run the same statements; only the clock and the row locking differ.
+/// Both backends run the same statements; only the clock differs.
 macro_rules! webhook_store {
-    ($store:ty, $pool:ident, $now:expr, $skip_locked:expr) => {
+    ($store:ty, $pool:ident, $now:expr) => {
         #[async_trait]
         impl WebhookStore for $store {
             async fn claim_deliveries(
@@ -107,34 +109,50 @@ macro_rules! webhook_store {
                 lease_secs: f64,
                 limit: u32,
             ) -> StoreResult<Vec<Delivery>> {
-                let rows = sqlx::query(&format!(
-                    "UPDATE webhook_deliveries
-                        SET claimed_by = $1, attempts = attempts + 1,
-                            next_attempt_at = {now} + $2
-                      WHERE id IN (SELECT id FROM webhook_deliveries
-                                    WHERE status = 'pending' AND next_attempt_at <= {now}
-                                    ORDER BY next_attempt_at LIMIT $3 {skip})
-                  RETURNING id, run_id, event_type, target, attempts, created_at",
+                // Due deliveries are found without a lock (across users: on Citus, across
+                // shards), then each is claimed by a statement about that one row, which
+                // checks again that it is still due: of two senders, one wins each row.
+                let due = sqlx::query(&format!(
+                    "SELECT user_id, id FROM webhook_deliveries
+                      WHERE status = 'pending' AND next_attempt_at <= {now}
+                      ORDER BY next_attempt_at LIMIT $1",
                     now = $now,
-                    skip = $skip_locked,
                 ))
-                .bind(owner)
-                .bind(lease_secs)
                 .bind(i64::from(limit))
                 .fetch_all(&self.$pool)
                 .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok(Delivery {
+                let mut claimed = Vec::with_capacity(due.len());
+                for row in &due {
+                    let user: String = row.try_get("user_id")?;
+                    let id: String = row.try_get("id")?;
+                    let r = sqlx::query(&format!(
+                        "UPDATE webhook_deliveries
+                            SET claimed_by = $1, attempts = attempts + 1,
+                                next_attempt_at = {now} + $2
+                          WHERE user_id = $3 AND id = $4
+                            AND status = 'pending' AND next_attempt_at <= {now}
+                      RETURNING id, run_id, user_id, event_type, target, attempts, created_at",
+                        now = $now,
+                    ))
+                    .bind(owner)
+                    .bind(lease_secs)
+                    .bind(&user)
+                    .bind(&id)
+                    .fetch_optional(&self.$pool)
+                    .await?;
+                    if let Some(r) = r {
+                        claimed.push(Delivery {
                             id: r.try_get("id")?,
                             run_id: r.try_get("run_id")?,
+                            user_id: r.try_get("user_id")?,
                             event_type: r.try_get("event_type")?,
                             target: r.try_get("target")?,
                             attempt: r.try_get("attempts")?,
                             created_at: r.try_get("created_at")?,
-                        })
-                    })
-                    .collect()
+                        });
+                    }
+                }
+                Ok(claimed)
             }
 
             async fn settle_delivery(
@@ -156,18 +174,17 @@ macro_rules! webhook_store {
                     }
                     Settle::Skipped => ("skipped", None, None, None),
                 };
-                let n = sqlx::query(&format!(
+                let n = sqlx::query(
                     "UPDATE webhook_deliveries
                         SET status = $4, last_status = $5, last_error = $6,
                             next_attempt_at = COALESCE($7, next_attempt_at), claimed_by = NULL,
-                            delivered_at = CASE WHEN $4 = 'delivered' THEN {now} END,
+                            delivered_at = CASE WHEN $4 = 'delivered' THEN $10 END,
                             event_type = COALESCE($8, event_type),
                             -- Skipped: nothing was sent.
                             attempts = CASE WHEN $4 = 'skipped' THEN attempts - 1
                                             ELSE attempts END
-                      WHERE id = $1 AND claimed_by = $2 AND attempts = $3",
-                    now = $now
-                ))
+                      WHERE user_id = $9 AND id = $1 AND claimed_by = $2 AND attempts = $3",
+                )
                 .bind(&d.id)
                 .bind(owner)
                 .bind(d.attempt)
@@ -176,6 +193,10 @@ macro_rules! webhook_store {
                 .bind(error)
                 .bind(retry_at)
                 .bind(event_type)
+                .bind(&d.user_id)
+                // The sender's clock: Citus takes no clock function inside a CASE, and this
+                // time is only shown (no lease or due time is compared with it).
+                .bind(crate::event::now_ts())
                 .execute(&self.$pool)
                 .await?
                 .rows_affected();
@@ -220,13 +241,10 @@ macro_rules! webhook_store {
 webhook_store!(
     PgStore,
     pool,
-    "extract(epoch from clock_timestamp())::double precision",
-    "FOR UPDATE SKIP LOCKED"
+    "extract(epoch from statement_timestamp())::double precision"
 );
-// One writer at a time: nothing to skip.
 webhook_store!(
     SqliteStore,
     writer,
-    "((julianday('now') - 2440587.5) * 86400.0)",
-    ""
+    "((julianday('now') - 2440587.5) * 86400.0)"
 );

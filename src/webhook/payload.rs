@@ -19,7 +19,7 @@ pub(super) async fn build(
     let timestamp = chrono::DateTime::from_timestamp_millis((d.created_at * 1000.0) as i64)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
         .unwrap_or_default();
-    let Some(run) = store.get_run(&d.run_id).await? else {
+    let Some(run) = store.get_user_run(&d.user_id, &d.run_id).await? else {
         // Pruned since: what the delivery row itself knows.
         let body = json!({"type": d.event_type, "timestamp": timestamp,
                           "data": {"runId": d.run_id}});
@@ -55,7 +55,7 @@ pub(super) async fn build(
 
 /// The event type and body of an A2A push notification (see [`super::a2a`]).
 pub(super) async fn build_a2a(store: &dyn Store, d: &Delivery) -> StoreResult<(String, Vec<u8>)> {
-    let Some(run) = store.get_run(&d.run_id).await? else {
+    let Some(run) = store.get_user_run(&d.user_id, &d.run_id).await? else {
         return Ok((d.event_type.clone(), b"{}".to_vec()));
     };
     let (_, waiting) = final_response(store, &run).await?;

@@ -1,11 +1,13 @@
-//! Shared test harness: a fresh PostgreSQL database or SQLite file per test, an agentd
-//! server on a real port, and the macro that runs one test body against both backends.
+//! Shared test harness: a fresh PostgreSQL database, Citus database or SQLite file per test,
+//! an agentd server on a real port, and the macro that runs one test body against every
+//! backend (SQLite, PostgreSQL, and Citus when `AGENTD_TEST_CITUS_URL` names a cluster).
 //!
 //! PostgreSQL comes from `AGENTD_TEST_DATABASE_URL` (set by `scripts/test.sh`), else
 //! `DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/postgres`. If none answers, the
 //! test FAILS with a message saying what to start; it never skips.
 #![allow(dead_code)]
 
+pub mod citus;
 pub mod clients;
 pub mod model_server;
 pub mod pg_proxy;
@@ -23,6 +25,15 @@ use std::time::Duration;
 pub enum Backend {
     Postgres,
     Sqlite,
+    /// PostgreSQL with the tables distributed by Citus (a coordinator and its workers).
+    Citus,
+}
+
+impl Backend {
+    /// PostgreSQL's SQL and semantics: PostgreSQL itself, or Citus.
+    pub fn is_postgres(self) -> bool {
+        matches!(self, Backend::Postgres | Backend::Citus)
+    }
 }
 
 /// A throwaway database: a fresh PostgreSQL database (dropped afterwards) or a temp file.
@@ -30,6 +41,8 @@ pub struct TestDb {
     pub backend: Backend,
     pub url: String,
     admin: Option<(String, String)>,
+    /// On Citus: every node holding a database of the test's name.
+    citus_nodes: Vec<(String, i32)>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -62,6 +75,22 @@ impl TestDb {
         match backend {
             Backend::Postgres => Self::postgres().await,
             Backend::Sqlite => Self::sqlite().await,
+            Backend::Citus => Self::citus().await,
+        }
+    }
+
+    /// A database on the Citus cluster at `AGENTD_TEST_CITUS_URL` (the macro checks that it
+    /// is set before it calls a test).
+    pub async fn citus() -> TestDb {
+        let admin = citus::admin_url().expect("AGENTD_TEST_CITUS_URL names a Citus coordinator");
+        let name = format!("agentd_test_{}", uuid::Uuid::new_v4().simple());
+        let (url, nodes) = citus::create(&admin, &name).await;
+        TestDb {
+            backend: Backend::Citus,
+            url,
+            admin: Some((admin, name)),
+            citus_nodes: nodes,
+            _dir: None,
         }
     }
 
@@ -86,6 +115,7 @@ impl TestDb {
             backend: Backend::Postgres,
             url: with_database(&admin, &name),
             admin: Some((admin, name)),
+            citus_nodes: vec![],
             _dir: None,
         }
     }
@@ -97,6 +127,7 @@ impl TestDb {
             backend: Backend::Sqlite,
             url,
             admin: None,
+            citus_nodes: vec![],
             _dir: Some(dir),
         }
     }
@@ -116,6 +147,7 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some((admin, name)) = self.admin.take() {
+            let nodes = std::mem::take(&mut self.citus_nodes);
             // Drop from a thread with its own runtime: Drop cannot await.
             let _ = std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
@@ -123,6 +155,10 @@ impl Drop for TestDb {
                     .build();
                 if let Ok(rt) = rt {
                     rt.block_on(async {
+                        if !nodes.is_empty() {
+                            citus::drop(&nodes, &name).await;
+                            return;
+                        }
                         if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
                             let _ = sqlx::query(&format!(
                                 "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
@@ -279,7 +315,8 @@ pub async fn json_with_status(resp: reqwest::Response, status: u16) -> serde_jso
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("body is not JSON ({e}): {text}"))
 }
 
-/// Runs each named `async fn(Backend)` test once per backend: `name::postgres`, `name::sqlite`.
+/// Runs each named `async fn(Backend)` test once per backend: `name::postgres`, `name::sqlite`,
+/// `name::citus` (which says so, loudly, when no Citus cluster was given).
 #[macro_export]
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {
@@ -292,6 +329,39 @@ macro_rules! both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
                     super::$name($crate::common::Backend::Sqlite).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn citus() {
+                    if $crate::common::citus::admin_url().is_none() {
+                        $crate::common::citus::not_run(concat!(module_path!(), "::citus"));
+                        return;
+                    }
+                    super::$name($crate::common::Backend::Citus).await
+                }
+            }
+        )*
+    };
+}
+
+/// Runs each named `async fn(Backend)` test on the PostgreSQL backends only: `name::postgres`,
+/// `name::citus` (tests of several agentd processes sharing one database, which SQLite, a
+/// file of one process, does not serve).
+#[macro_export]
+macro_rules! postgres_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::common::Backend::Postgres).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn citus() {
+                    if $crate::common::citus::admin_url().is_none() {
+                        $crate::common::citus::not_run(concat!(module_path!(), "::citus"));
+                        return;
+                    }
+                    super::$name($crate::common::Backend::Citus).await
                 }
             }
         )*

@@ -13,6 +13,7 @@ use crate::runner::OnDisconnect;
 use crate::store::RunRecord;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -45,6 +46,13 @@ pub struct RunLinks {
     cancel: String,
 }
 
+/// A path segment: everything but RFC 3986's unreserved characters is escaped.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 /// Admits the run exactly as `/run` does (same body, same errors before anything starts,
 /// `onBusy`, `Idempotency-Key`), then answers 202 with the run and lets it go on alone.
 pub(crate) async fn background(
@@ -56,6 +64,7 @@ pub(crate) async fn background(
     raw: &[u8],
 ) -> ApiResult<Response> {
     let mut run_req = req.into_run_request(caller, state).await?;
+    let user = run_req.key.user_id.clone();
     // Nobody reads this run's stream: a client that "goes away" must not cancel it.
     run_req.on_disconnect = OnDisconnect::Continue;
     let (keyed, prior) = idempotent_prior(state, headers, &run_req, route, raw).await?;
@@ -71,14 +80,21 @@ pub(crate) async fn background(
     };
     let run = state
         .runner
-        .get_run(&run_id)
+        .get_user_run(&user, &run_id)
         .await?
         .ok_or_else(super::runs::run_not_found)?;
+    // The routes under the run's user: found with the user, one shard on Citus.
+    let this = format!(
+        "/apps/{}/users/{}/runs/{}",
+        utf8_percent_encode(&run.app_name, SEGMENT),
+        utf8_percent_encode(&run.user_id, SEGMENT),
+        utf8_percent_encode(&run_id, SEGMENT)
+    );
     let links = RunLinks {
-        this: format!("/runs/{run_id}"),
-        wait: format!("/runs/{run_id}/wait"),
-        stream: format!("/runs/{run_id}/stream"),
-        cancel: format!("/runs/{run_id}/cancel"),
+        wait: format!("{this}/wait"),
+        stream: format!("{this}/stream"),
+        cancel: format!("{this}/cancel"),
+        this,
     };
     // The run's ids as `/run` sends them, and where it is.
     let mut resp_headers = run_headers(&run);

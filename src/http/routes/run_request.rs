@@ -273,8 +273,8 @@ pub(crate) async fn idempotent_prior(
     route: &str,
     raw: &[u8],
 ) -> ApiResult<(Option<idempotency::Keyed>, Option<String>)> {
-    let scope = idempotency::scope(&req.key.app_name, &req.key.user_id);
-    let Some(keyed) = idempotency::keyed(headers, scope, route, raw)? else {
+    let Some(keyed) = idempotency::keyed(headers, &req.key.app_name, &req.key.user_id, route, raw)?
+    else {
         return Ok((None, None));
     };
     match idempotency::claim(state, &keyed).await? {
@@ -298,7 +298,11 @@ pub(crate) async fn start_keyed(
     if let Some(k) = keyed {
         match &started {
             Ok(handle) => {
-                if let Err(e) = state.store.key_run(&k.scope, &k.key, &handle.run_id).await {
+                if let Err(e) = state
+                    .store
+                    .key_run(&k.user, &k.scope, &k.key, &handle.run_id)
+                    .await
+                {
                     tracing::warn!(error = %e, "could not record the run on its idempotency key");
                 }
             }

@@ -3,6 +3,10 @@
 //! (re-attach: the committed events after `Last-Event-ID` or `?after=` replayed from the
 //! database, then live with exactly the frames `POST /run` sends; a finished run: replay, then
 //! `done`); and a user's runs, newest first (`GET /apps/{app}/users/{user}/runs`).
+//!
+//! Each route on one run also lives under its user (`/apps/{app}/users/{user}/runs/{id}…`):
+//! that form finds the run with its user, one shard on Citus; the bare form has to ask every
+//! shard for the id, then goes on with the run's user (docs/citus.md).
 
 use crate::auth::Caller;
 use crate::http::error::{problem, ApiError, ApiResult};
@@ -29,6 +33,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(wait_run))
         .routes(routes!(cancel_run))
         .routes(routes!(run_stream))
+        .routes(routes!(get_user_run))
+        .routes(routes!(wait_user_run))
+        .routes(routes!(cancel_user_run))
+        .routes(routes!(user_run_stream))
         .routes(routes!(list_runs))
 }
 
@@ -55,11 +63,32 @@ async fn run_stream(
 ) -> ApiResult<Response> {
     let after = resume_point(&headers, &query)?;
     let run = visible_run(&state, &caller, &run_id).await?;
+    stream_from(&state, run, after).await
+}
+
+/// `GET /runs/{run_id}/stream` for a run found with its user.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/runs/{run_id}/stream", tag = "runs",
+    params(UserPath, ("run_id" = String, Path, description = "From `x-agentd-run-id`"), AfterQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "The last seq the client has")),
+    responses((status = 200, description = "`POST /run`'s SSE frames, from the resume point.",
+        content_type = "text/event-stream", body = EventStream), Errors))]
+async fn user_run_stream(
+    state: axum::extract::State<AppState>,
+    Path((app, user, run_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    query: axum::extract::Query<AfterQuery>,
+) -> ApiResult<Response> {
+    let after = resume_point(&headers, &query)?;
+    let run = user_run(&state, &app, &user, &run_id).await?;
+    stream_from(&state, run, after).await
+}
+
+async fn stream_from(state: &AppState, run: RunRecord, after: Option<i64>) -> ApiResult<Response> {
     // Follow before reading anything else: whatever happens from here on is heard.
     let sub = state.runner.bus().subscribe(&run.key());
     let run = state
         .runner
-        .get_run(&run_id)
+        .get_user_run(&run.user_id, &run.run_id)
         .await?
         .ok_or_else(run_not_found)?;
     let head = state
@@ -73,7 +102,7 @@ async fn run_stream(
         }
     }
     let extra = run_headers(&run);
-    let rx = RunFollower::spawn_frames(state.0.clone(), run, after, sub);
+    let rx = RunFollower::spawn_frames(state.clone(), run, after, sub);
     Ok(sse_body(rx, extra))
 }
 
@@ -88,6 +117,16 @@ pub async fn visible_run(state: &AppState, caller: &Caller, run_id: &str) -> Api
         .get_run(run_id)
         .await?
         .filter(|r| caller.may_access(&r.app_name, &r.user_id))
+        .ok_or_else(run_not_found)
+}
+
+/// The run of `user` in `app` (the path's app and user, which the auth layer checked).
+async fn user_run(state: &AppState, app: &str, user: &str, run_id: &str) -> ApiResult<RunRecord> {
+    state
+        .runner
+        .get_user_run(user, run_id)
+        .await?
+        .filter(|r| r.app_name == app)
         .ok_or_else(run_not_found)
 }
 
@@ -137,6 +176,23 @@ async fn get_run(
     with_deliveries(&state, run).await
 }
 
+/// `GET /runs/{run_id}` for a run found with its user.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/runs/{run_id}", tag = "runs",
+    params(UserPath, ("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
+    responses((status = 200, description = "The run.", body = RunView), Errors))]
+async fn get_user_run(
+    state: axum::extract::State<AppState>,
+    Path((app, user, run_id)): Path<(String, String, String)>,
+    Query(q): Query<WaitQuery>,
+) -> ApiResult<axum::Json<RunView>> {
+    let run = user_run(&state, &app, &user, &run_id).await?;
+    let run = match q.wait {
+        None | Some(0) => run,
+        Some(secs) => wait_for_end(&state, run, secs).await?,
+    };
+    with_deliveries(&state, run).await
+}
+
 /// Waits for a run to end (a long poll, for clients of background runs): the run when it has
 /// ended, or as it is after `?wait=` seconds (default 30, at most 60).
 #[utoipa::path(post, path = "/runs/{run_id}/wait", tag = "runs",
@@ -155,6 +211,22 @@ async fn wait_run(
     with_deliveries(&state, run).await
 }
 
+/// `POST /runs/{run_id}/wait` for a run found with its user.
+#[utoipa::path(post, path = "/apps/{app}/users/{user}/runs/{run_id}/wait", tag = "runs",
+    params(UserPath, ("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
+    responses((status = 200, description = "The run, ended or as it is when the wait is over.",
+        body = RunView), Errors))]
+async fn wait_user_run(
+    state: axum::extract::State<AppState>,
+    Path((app, user, run_id)): Path<(String, String, String)>,
+    Query(q): Query<WaitQuery>,
+) -> ApiResult<axum::Json<RunView>> {
+    let run = user_run(&state, &app, &user, &run_id).await?;
+    let secs = q.wait.unwrap_or(DEFAULT_WAIT_SECS);
+    let run = wait_for_end(&state, run, secs).await?;
+    with_deliveries(&state, run).await
+}
+
 /// `run` once it has ended (read from the database, so it works for a run on any replica), or
 /// as it is after `secs` (bounded by [`MAX_WAIT_SECS`]). The bus says when the session's run
 /// ends; a one-second re-read covers a lost notification.
@@ -165,12 +237,12 @@ pub async fn wait_for_end(state: &AppState, run: RunRecord, secs: u64) -> ApiRes
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs.min(MAX_WAIT_SECS));
     // Ends only: a waiter must not make the run publish its partial events.
     let mut sub = state.runner.bus().subscribe_ends(&run.key());
-    let run_id = run.run_id;
+    let (user, run_id) = (run.user_id, run.run_id);
     loop {
         // Subscribed first, then read: an end in between is not missed.
         let current = state
             .runner
-            .get_run(&run_id)
+            .get_user_run(&user, &run_id)
             .await?
             .ok_or_else(run_not_found)?;
         if current.status != RunStatus::Running {
@@ -184,7 +256,11 @@ pub async fn wait_for_end(state: &AppState, run: RunRecord, secs: u64) -> ApiRes
             _ = state.runner.stopped() => return Ok(current),
         }
         if tokio::time::Instant::now() >= deadline {
-            return Ok(state.runner.get_run(&run_id).await?.unwrap_or(current));
+            return Ok(state
+                .runner
+                .get_user_run(&user, &run_id)
+                .await?
+                .unwrap_or(current));
         }
     }
 }
@@ -307,16 +383,44 @@ async fn cancel_run(
     crate::http::extract::Json(body): crate::http::extract::Json<CancelBody>,
 ) -> ApiResult<Response> {
     let req = cancel_request(&headers, body)?;
-    visible_run(&state, &caller, &run_id).await?;
+    let run = visible_run(&state, &caller, &run_id).await?;
+    cancel_found(&state, run, &req).await
+}
+
+/// `POST /runs/{run_id}/cancel` for a run found with its user.
+#[utoipa::path(post, path = "/apps/{app}/users/{user}/runs/{run_id}/cancel", tag = "runs",
+    params(UserPath, ("run_id" = String, Path, description = "From `x-agentd-run-id`")),
+    request_body(content = Option<CancelBody>, description = "Optional"),
+    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors))]
+async fn cancel_user_run(
+    state: axum::extract::State<AppState>,
+    Path((app, user, run_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    crate::http::extract::Json(body): crate::http::extract::Json<CancelBody>,
+) -> ApiResult<Response> {
+    let req = cancel_request(&headers, body)?;
+    let run = user_run(&state, &app, &user, &run_id).await?;
+    cancel_found(&state, run, &req).await
+}
+
+async fn cancel_found(
+    state: &AppState,
+    run: RunRecord,
+    req: &CancelRequest,
+) -> ApiResult<Response> {
     let record = state
         .runner
-        .cancel(&run_id, &req)
+        .cancel(&run.user_id, &run.run_id, req)
         .await?
         .ok_or_else(run_not_found)?;
     if record.status != RunStatus::Running {
         return Err(ApiError::conflict(
             "run_not_active",
-            format!("Run {run_id} already ended ({}).", record.status.as_str()),
+            format!(
+                "Run {} already ended ({}).",
+                record.run_id,
+                record.status.as_str()
+            ),
         ));
     }
     Ok((StatusCode::ACCEPTED, axum::Json(record)).into_response())

@@ -482,7 +482,11 @@ async fn schedule_runs(
     let mut out = Vec::with_capacity(ticks.len());
     for tick in ticks {
         let run_status = match tick.status.as_str() {
-            "started" | "claimed" => state.store.get_run(&tick.run_id).await?.map(|r| r.status),
+            "started" | "claimed" => state
+                .store
+                .get_user_run(&tick.user_id, &tick.run_id)
+                .await?
+                .map(|r| r.status),
             _ => None,
         };
         out.push(TickView { tick, run_status });

@@ -118,9 +118,8 @@ async fn create_session(
         .flatten()
         .flat_map(|e| e.actions.state_delta.keys());
     crate::http::auth::check_app_state(&state.gate, &caller, initial_keys.chain(event_keys))?;
-    let scope = crate::http::idempotency::scope(&app, &user);
     let route = format!("/apps/{app}/users/{user}/sessions");
-    let keyed = crate::http::idempotency::keyed(&headers, scope, &route, &raw)?;
+    let keyed = crate::http::idempotency::keyed(&headers, &app, &user, &route, &raw)?;
     if let Some(k) = &keyed {
         match crate::http::idempotency::claim(&state, k).await? {
             crate::http::idempotency::Prior::New => {}
@@ -152,7 +151,11 @@ async fn create_session(
         match &created {
             Ok(session) => match serde_json::to_string(session) {
                 Ok(body) => {
-                    if let Err(e) = state.store.key_response(&k.scope, &k.key, 200, &body).await {
+                    if let Err(e) = state
+                        .store
+                        .key_response(&k.user, &k.scope, &k.key, 200, &body)
+                        .await
+                    {
                         tracing::warn!(error = %e, "could not record the response on its idempotency key");
                     }
                 }

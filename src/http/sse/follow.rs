@@ -202,7 +202,12 @@ impl RunFollower {
         if !self.replay().await.ok()? {
             return Some(true);
         }
-        let row = self.state.store.get_run(&self.run.run_id).await.ok()??;
+        let row = self
+            .state
+            .store
+            .get_user_run(&self.run.user_id, &self.run.run_id)
+            .await
+            .ok()??;
         // An abandoned run is over once its transcript is sealed (a sweeper does it within
         // moments), so the replay includes the seal.
         if row.status == RunStatus::Running || (row.status == RunStatus::Abandoned && !row.sealed) {
@@ -388,7 +393,12 @@ impl SessionFollower {
     /// The fallback for a lost end-of-run notification: the run's row says it is over.
     async fn poll_current_run(&mut self) -> Option<Bytes> {
         let run_id = self.current.clone()?;
-        let row = self.state.store.get_run(&run_id).await.ok()??;
+        let row = self
+            .state
+            .store
+            .get_user_run(&self.key.user_id, &run_id)
+            .await
+            .ok()??;
         if row.status == RunStatus::Running || (row.status == RunStatus::Abandoned && !row.sealed) {
             return None;
         }

@@ -88,7 +88,8 @@ impl MemoryBackend for PgStore {
                    SELECT $1, $2, $3, e.event_id, e.author, e.ts, e.text, e.content::jsonb
                      FROM UNNEST($4::text[], $5::text[], $6::float8[], $7::text[], $8::text[])
                           AS e(event_id, author, ts, text, content)
-                   ON CONFLICT DO NOTHING"#,
+                   ON CONFLICT DO NOTHING
+                   RETURNING 1"#,
             )
             .bind(&key.app_name)
             .bind(&key.user_id)
@@ -108,9 +109,11 @@ impl MemoryBackend for PgStore {
             .bind(entries.iter().map(|e| e.timestamp).collect::<Vec<_>>())
             .bind(entries.iter().map(|e| e.text.as_str()).collect::<Vec<_>>())
             .bind(contents)
-            .execute(&mut *tx)
+            // Counted from RETURNING: on Citus, an INSERT … SELECT's command tag counts the
+            // rows it tried, not those it inserted.
+            .fetch_all(&mut *tx)
             .await?
-            .rows_affected() as usize;
+            .len();
         }
         sqlx::query(
             "INSERT INTO memory_sessions AS t

@@ -11,12 +11,17 @@
 //! idempotency keys share one implementation with SQLite (`super::keys`, `super::idempotency`).
 
 mod artifacts;
+pub mod citus;
 mod memory;
+mod outbox;
 mod prune;
 mod runs;
 mod sessions;
 
-pub use runs::{list_runs_sql, list_session_runs_sql, pg_insert_run_sql};
+pub use runs::{
+    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, CANCEL_RUN_SQL,
+    DEQUEUE_SQL, ENQUEUE_SQL, EXPIRE_RUN_SQL, FINISH_RUN_SQL, USER_RUN_SQL,
+};
 pub use sessions::{
     APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL,
     LIST_SESSIONS_SQL,
@@ -61,8 +66,11 @@ const SUSPECT_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 /// A pooled connection idle for this long is pinged before use (see [`PgStore::connect`]).
 const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// PostgreSQL's clock, as epoch seconds.
-pub(crate) const PG_NOW: &str = "extract(epoch from clock_timestamp())::double precision";
+/// PostgreSQL's clock, as epoch seconds: the time the current statement started. A `STABLE`
+/// function, not `clock_timestamp()`: Citus refuses a volatile function in a write to a
+/// distributed table, and evaluates a stable one once, on the coordinator, for the whole
+/// statement (so all replicas still read one clock).
+pub(crate) const PG_NOW: &str = "extract(epoch from statement_timestamp())::double precision";
 
 /// Makes the statement's own (implicit) transaction commit without waiting for its WAL to
 /// reach disk (`SET LOCAL synchronous_commit = off`, inside the one statement, so it costs no
@@ -70,6 +78,10 @@ pub(crate) const PG_NOW: &str = "extract(epoch from clock_timestamp())::double p
 /// without a client: admission without its user event, heartbeats, a run's outcome when it
 /// did not ride on its last event. Why each is safe: docs/storage.md, "Asynchronous commits".
 const ASYNC_COMMIT: &str = "SELECT set_config('synchronous_commit', 'off', true)";
+
+/// How often an append refused for a transient reason ([`StoreError::is_transient`]) is
+/// tried again (after 100, 200, 400 ms): enough to outlast a shard move's switch-over.
+const TRANSIENT_RETRIES: u32 = 3;
 
 /// How often a write that lost the race for an artifact version is retried. Every conflict
 /// means a concurrent writer committed that version, so a writer retries at most once per
@@ -117,9 +129,16 @@ impl PgStore {
     }
 
     /// Applies pending migrations. sqlx holds a PostgreSQL advisory lock while it migrates,
-    /// so replicas starting at the same moment apply each migration exactly once.
+    /// so replicas starting at the same moment apply each migration exactly once. On Citus,
+    /// then distributes what is not yet distributed ([`citus`]).
     pub async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await?;
+        if self.is_citus().await? {
+            let n = self.distribute().await?;
+            if n > 0 {
+                tracing::info!(tables = n, "distributed the tables by user (Citus)");
+            }
+        }
         Ok(())
     }
 
@@ -146,9 +165,25 @@ pub(crate) fn bind_event<'q>(
         .bind(Json(event))
 }
 
+/// Whether a database error is a violation of the index or constraint `name`. On Citus the
+/// error comes from a shard, whose index is named `name_<shard id>`, and a worker's error may
+/// reach the coordinator without the constraint field, only in its message.
+pub(crate) fn violates(db: &dyn sqlx::error::DatabaseError, name: &str) -> bool {
+    let names = |c: &str| {
+        c == name
+            || c.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix('_'))
+                .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match db.constraint() {
+        Some(c) => names(c),
+        None => db.is_unique_violation() && db.message().split('"').nth(1).is_some_and(names),
+    }
+}
+
 fn map_unique_to_conflict(e: sqlx::Error) -> StoreError {
     match &e {
-        sqlx::Error::Database(db) if db.constraint() == Some("events_by_id") => {
+        sqlx::Error::Database(db) if violates(db.as_ref(), "events_by_id") => {
             StoreError::DuplicateEvent(String::new())
         }
         sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict,

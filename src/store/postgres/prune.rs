@@ -131,19 +131,30 @@ impl PruneStore for PgStore {
     }
 
     async fn delete_old_runs(&self, req: &PruneRequest) -> StoreResult<u64> {
-        let runs = sqlx::query(
+        // The runs and their webhook deliveries in one transaction (a trigger did the second
+        // part before migration 0011; see `outbox.rs`).
+        let mut tx = self.pool().begin().await?;
+        let ids: Vec<String> = sqlx::query_scalar(
             "DELETE FROM runs WHERE id IN (
                  SELECT id FROM runs WHERE status <> 'running' AND finished_at < $1
                     AND ($2::text IS NULL OR app_name = $2)
-                  LIMIT $3)",
+                  LIMIT $3)
+             RETURNING id",
         )
         .bind(req.runs_before)
         .bind(&req.app)
         .bind(i64::from(req.batch.max(1)))
-        .execute(self.pool())
-        .await?
-        .rows_affected();
-        // Schedule ticks as old (their runs' webhook deliveries go with the runs: a trigger).
+        .fetch_all(&mut *tx)
+        .await?;
+        if !ids.is_empty() {
+            sqlx::query("DELETE FROM webhook_deliveries WHERE run_id = ANY($1)")
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        let runs = ids.len() as u64;
+        // Schedule ticks as old.
         sqlx::query(
             "DELETE FROM schedule_ticks WHERE (schedule_id, tick_time) IN (
                  SELECT schedule_id, tick_time FROM schedule_ticks

@@ -1,21 +1,25 @@
 //! Runs on PostgreSQL: admission, ownership, liveness and outcomes (see [`crate::store::runs`]
 //! for the rules). Times come from PostgreSQL's clock, so replicas with skewed clocks agree.
+//! Every statement about one run names its user (the distribution column on Citus), so it
+//! touches one shard; only the liveness queries (`heartbeat`, `owned_runs`, `sweep`'s
+//! candidates) read across users, and they lock nothing.
 
 use super::*;
 use std::time::Duration;
 
+use super::outbox::outbox_cte;
 use crate::store::runs::{record_pg, Opened, RUN_COLUMNS, RUN_INVOCATIONS};
 
 /// A live ticket: its waiter's replica is heartbeating.
 const PG_LIVE_TICKET: &str = "EXISTS (SELECT 1 FROM replicas r WHERE r.id = q.owner
-                                AND r.heartbeat_at > extract(epoch from clock_timestamp())::double precision - r.lease_secs)";
+                                AND r.heartbeat_at > extract(epoch from statement_timestamp())::double precision - r.lease_secs)";
 
 /// The owner of a `runs` row is dead: no fresh heartbeat. A row written by a replica of an
 /// older version (before per-replica heartbeats) carries a per-run lease that its owner
 /// renews: while that lease runs, the run is alive (a rolling upgrade must not abandon it).
-const PG_OWNER_DEAD: &str = "runs.lease_expires_at < extract(epoch from clock_timestamp())::double precision
+const PG_OWNER_DEAD: &str = "runs.lease_expires_at < extract(epoch from statement_timestamp())::double precision
                              AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
-                               AND p.heartbeat_at > extract(epoch from clock_timestamp())::double precision - p.lease_secs)";
+                               AND p.heartbeat_at > extract(epoch from statement_timestamp())::double precision - p.lease_secs)";
 
 /// Admission on PostgreSQL (see [`RunStore::insert_run`]); public for the plan tests.
 ///
@@ -49,7 +53,7 @@ pub fn pg_insert_run_sql() -> &'static str {
                  SELECT min(q.ticket) AS first FROM run_queue q
                   WHERE q.app_name = $2 AND q.user_id = $3 AND q.session_id = $4 AND {PG_LIVE_TICKET}
                     AND q.created_at > {PG_NOW} - $9
-             ), snap AS (
+             ), snap AS MATERIALIZED (
                  SELECT last_seq FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4
              ), dead AS (
                  SELECT EXISTS (SELECT 1 FROM runs WHERE app_name = $2 AND user_id = $3
@@ -140,6 +144,7 @@ pub fn list_runs_sql(status: bool, cursor: bool) -> String {
         "SELECT {RUN_COLUMNS} FROM runs
           WHERE (app_name || E'\\x1f' || user_id) = ($1 || E'\\x1f' || $2)
             AND char_length(app_name) = char_length($1)
+            AND user_id = $2
             {status} {cursor}
           ORDER BY created_at DESC, id DESC
           LIMIT ${limit}"
@@ -162,6 +167,94 @@ pub fn list_session_runs_sql(cursor: bool) -> String {
           LIMIT {limit}"
     )
 }
+
+/// A run's outcome, freeing its session and writing its webhook deliveries
+/// (`RunStore::finish_run`). Parameters: $1 run, $2 status, $3 last seq, $4 error, $5 user.
+pub static FINISH_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH async_commit AS ({ASYNC_COMMIT}), r AS (
+                 UPDATE runs SET status = $2, finished_at = {PG_NOW}, last_seq = $3, error = $4
+                   FROM async_commit
+                  WHERE user_id = $5 AND id = $1 AND status = 'running'
+                 RETURNING app_name, user_id, session_id, id, status, webhooks
+             ), s AS (
+                 UPDATE sessions SET active_run = NULL FROM r
+                  WHERE sessions.app_name = r.app_name AND sessions.user_id = $5
+                    AND sessions.id = r.session_id AND sessions.active_run = r.id
+             ){outbox}
+             SELECT count(*) FROM r",
+        outbox = outbox_cte("r")
+    )
+});
+
+/// Flags a running run for cancellation and reads it back (`RunStore::request_cancel`).
+/// Parameters: $1 run, $2 by, $3 reason, $4 user.
+pub static CANCEL_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH c AS (
+                 UPDATE runs SET cancel_requested = true,
+                        cancelled_by = COALESCE(cancelled_by, $2),
+                        cancel_reason = COALESCE(cancel_reason, $3)
+                  WHERE user_id = $4 AND id = $1 AND status = 'running'
+                 RETURNING {RUN_COLUMNS}
+             )
+             SELECT {RUN_COLUMNS} FROM c
+             UNION ALL
+             SELECT {RUN_COLUMNS} FROM runs
+              WHERE user_id = $4 AND id = $1 AND NOT EXISTS (SELECT 1 FROM c)"
+    )
+});
+
+/// A run found with its user (`RunStore::get_user_run`). Parameters: $1 run, $2 user.
+pub static USER_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("SELECT {RUN_COLUMNS} FROM runs WHERE user_id = $2 AND id = $1")
+});
+
+/// Abandons a run whose owner is dead and frees its session (the takeover). Parameters: $1
+/// run, $2 user.
+pub static EXPIRE_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH r AS (
+                 UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
+                        error = 'its replica stopped heartbeating'
+                  WHERE user_id = $2 AND id = $1 AND status = 'running' AND {PG_OWNER_DEAD}
+                 RETURNING {RUN_COLUMNS}, webhooks
+             ), s AS (
+                 UPDATE sessions SET active_run = NULL FROM r
+                  WHERE sessions.app_name = r.app_name AND sessions.user_id = $2
+                    AND sessions.id = r.session_id AND sessions.active_run = r.id
+             ){outbox}
+             SELECT {RUN_COLUMNS} FROM r",
+        outbox = outbox_cte("r")
+    )
+});
+
+/// The run that owns a session (`RunStore::active_run`). Parameters: $1 app, $2 user, $3
+/// session.
+pub static ACTIVE_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {RUN_COLUMNS} FROM runs
+              WHERE user_id = $2
+                AND id = (SELECT active_run FROM sessions
+                           WHERE app_name = $1 AND user_id = $2 AND id = $3)
+             UNION ALL
+             SELECT {RUN_COLUMNS} FROM runs
+              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND status = 'running'
+             LIMIT 1"
+    )
+});
+
+/// A place in a session's queue (`RunStore::enqueue`). Parameters: $1 app, $2 user, $3
+/// session, $4 the waiter's replica.
+pub static ENQUEUE_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "INSERT INTO run_queue (app_name, user_id, session_id, owner, created_at)
+         VALUES ($1, $2, $3, $4, {PG_NOW}) RETURNING ticket"
+    )
+});
+
+/// Leaves the queue. Parameters: $1 ticket, $2 user.
+pub const DEQUEUE_SQL: &str = "DELETE FROM run_queue WHERE user_id = $2 AND ticket = $1";
 
 #[async_trait]
 impl RunStore for PgStore {
@@ -203,7 +296,7 @@ impl RunStore for PgStore {
         let row = match row {
             // A running row without a session owner (written before migration 0003).
             Err(sqlx::Error::Database(db))
-                if db.constraint() == Some("runs_one_active_per_session") =>
+                if violates(db.as_ref(), "runs_one_active_per_session") =>
             {
                 return Ok(Insert::Occupied)
             }
@@ -274,40 +367,7 @@ impl RunStore for PgStore {
     }
 
     async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
-        let run_id = run.run_id.as_str();
-        let n: i64 = sqlx::query_scalar(&format!(
-            "WITH r AS (
-                 UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
-                        error = 'its replica stopped heartbeating'
-                  WHERE id = $1 AND status = 'running' AND {PG_OWNER_DEAD}
-                 RETURNING app_name, user_id, session_id, id
-             ), s AS (
-                 UPDATE sessions SET active_run = NULL FROM r
-                  WHERE sessions.app_name = r.app_name AND sessions.user_id = r.user_id
-                    AND sessions.id = r.session_id AND sessions.active_run = r.id
-             )
-             SELECT count(*) FROM r"
-        ))
-        .bind(run_id)
-        .fetch_one(self.pool())
-        .await?;
-        if n > 0 {
-            return Ok(true);
-        }
-        // A session pointing at a run that is no longer running (cannot happen through these
-        // statements; repaired rather than left busy for ever).
-        let healed = sqlx::query(
-            "UPDATE sessions SET active_run = NULL
-              WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run = $1
-                AND NOT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND status = 'running')",
-        )
-        .bind(run_id)
-        .bind(&run.app_name)
-        .bind(&run.user_id)
-        .bind(&run.session_id)
-        .execute(self.pool())
-        .await?;
-        Ok(healed.rows_affected() > 0)
+        Ok(self.expire(run).await?.is_some() || self.heal(run).await?)
     }
 
     async fn heartbeat(
@@ -354,22 +414,22 @@ impl RunStore for PgStore {
     }
 
     async fn sweep(&self, me: &str) -> StoreResult<Vec<RunRecord>> {
-        let rows = sqlx::query(&format!(
-            "WITH dead AS (
-                 UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
-                        error = 'its replica stopped heartbeating'
-                  WHERE status = 'running' AND owner <> $1 AND {PG_OWNER_DEAD}
-                 RETURNING {RUN_COLUMNS}
-             ), s AS (
-                 UPDATE sessions SET active_run = NULL FROM dead
-                  WHERE sessions.app_name = dead.app_name AND sessions.user_id = dead.user_id
-                    AND sessions.id = dead.session_id AND sessions.active_run = dead.id
-             )
-             SELECT {RUN_COLUMNS} FROM dead"
+        // Candidates are read without a lock (across users: on Citus, across shards), then
+        // each is taken by a statement about that one run, which checks again that its owner
+        // is dead: a run renewed or finished in between is left alone.
+        let candidates = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
+              WHERE status = 'running' AND owner <> $1 AND {PG_OWNER_DEAD}"
         ))
         .bind(me)
         .fetch_all(self.pool())
         .await?;
+        let mut dead = Vec::new();
+        for row in &candidates {
+            if let Some(run) = self.expire(&record_pg(row)?).await? {
+                dead.push(run);
+            }
+        }
         // Tickets whose waiters are long gone.
         sqlx::query(&format!(
             "DELETE FROM run_queue WHERE created_at < {PG_NOW} - 3600"
@@ -383,7 +443,7 @@ impl RunStore for PgStore {
         .bind(me)
         .execute(self.pool())
         .await?;
-        rows.iter().map(record_pg).collect()
+        Ok(dead)
     }
 
     async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>> {
@@ -400,9 +460,10 @@ impl RunStore for PgStore {
         rows.iter().map(record_pg).collect()
     }
 
-    async fn mark_sealed(&self, run_id: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE runs SET sealed = true WHERE id = $1")
+    async fn mark_sealed(&self, user: &str, run_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE runs SET sealed = true WHERE user_id = $2 AND id = $1")
             .bind(run_id)
+            .bind(user)
             .execute(self.pool())
             .await?;
         Ok(())
@@ -410,55 +471,51 @@ impl RunStore for PgStore {
 
     async fn finish_run(
         &self,
+        user: &str,
         run_id: &str,
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
     ) -> StoreResult<bool> {
-        let n: i64 = sqlx::query_scalar(&format!(
-            "WITH async_commit AS ({ASYNC_COMMIT}), r AS (
-                 UPDATE runs SET status = $2, finished_at = {PG_NOW}, last_seq = $3, error = $4
-                   FROM async_commit
-                  WHERE id = $1 AND status = 'running'
-                 RETURNING app_name, user_id, session_id, id
-             ), s AS (
-                 UPDATE sessions SET active_run = NULL FROM r
-                  WHERE sessions.app_name = r.app_name AND sessions.user_id = r.user_id
-                    AND sessions.id = r.session_id AND sessions.active_run = r.id
-             )
-             SELECT count(*) FROM r"
-        ))
-        .bind(run_id)
-        .bind(status.as_str())
-        .bind(last_seq)
-        .bind(error)
-        .fetch_one(self.pool())
-        .await?;
+        let n: i64 = sqlx::query_scalar(&FINISH_RUN_SQL)
+            .bind(run_id)
+            .bind(status.as_str())
+            .bind(last_seq)
+            .bind(error)
+            .bind(user)
+            .fetch_one(self.pool())
+            .await?;
         Ok(n > 0)
     }
 
     async fn request_cancel(
         &self,
+        user: &str,
         run_id: &str,
         req: &CancelRequest,
     ) -> StoreResult<Option<RunRecord>> {
-        sqlx::query(
-            "UPDATE runs SET cancel_requested = true,
-                    cancelled_by = COALESCE(cancelled_by, $2),
-                    cancel_reason = COALESCE(cancel_reason, $3)
-              WHERE id = $1 AND status = 'running'",
-        )
-        .bind(run_id)
-        .bind(&req.by)
-        .bind(&req.reason)
-        .execute(self.pool())
-        .await?;
-        self.get_run(run_id).await
+        let row = sqlx::query(&CANCEL_RUN_SQL)
+            .bind(run_id)
+            .bind(&req.by)
+            .bind(&req.reason)
+            .bind(user)
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(record_pg).transpose()
     }
 
     async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
         let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
             .bind(run_id)
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(record_pg).transpose()
+    }
+
+    async fn get_user_run(&self, user: &str, run_id: &str) -> StoreResult<Option<RunRecord>> {
+        let row = sqlx::query(&USER_RUN_SQL)
+            .bind(run_id)
+            .bind(user)
             .fetch_optional(self.pool())
             .await?;
         row.as_ref().map(record_pg).transpose()
@@ -503,41 +560,62 @@ impl RunStore for PgStore {
     }
 
     async fn active_run(&self, key: &SessionKey) -> StoreResult<Option<RunRecord>> {
-        let row = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs
-              WHERE id = (SELECT active_run FROM sessions
-                           WHERE app_name = $1 AND user_id = $2 AND id = $3)
-             UNION ALL
-             SELECT {RUN_COLUMNS} FROM runs
-              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND status = 'running'
-             LIMIT 1"
-        ))
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .fetch_optional(self.pool())
-        .await?;
+        let row = sqlx::query(&ACTIVE_RUN_SQL)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .fetch_optional(self.pool())
+            .await?;
         row.as_ref().map(record_pg).transpose()
     }
 
     async fn enqueue(&self, key: &SessionKey, owner: &str) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(&format!(
-            "INSERT INTO run_queue (app_name, user_id, session_id, owner, created_at)
-             VALUES ($1, $2, $3, $4, {PG_NOW}) RETURNING ticket"
-        ))
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .bind(owner)
-        .fetch_one(self.pool())
-        .await?)
+        Ok(sqlx::query_scalar(&ENQUEUE_SQL)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(owner)
+            .fetch_one(self.pool())
+            .await?)
     }
 
-    async fn dequeue(&self, ticket: i64) -> StoreResult<()> {
-        sqlx::query("DELETE FROM run_queue WHERE ticket = $1")
+    async fn dequeue(&self, user: &str, ticket: i64) -> StoreResult<()> {
+        sqlx::query(DEQUEUE_SQL)
             .bind(ticket)
+            .bind(user)
             .execute(self.pool())
             .await?;
         Ok(())
+    }
+}
+
+impl PgStore {
+    /// Marks `run` abandoned (unsealed) and frees its session, if it is still running and its
+    /// owner is dead; returns the run as it is now. One statement about one run (one shard).
+    async fn expire(&self, run: &RunRecord) -> StoreResult<Option<RunRecord>> {
+        let row = sqlx::query(&EXPIRE_RUN_SQL)
+            .bind(&run.run_id)
+            .bind(&run.user_id)
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(record_pg).transpose()
+    }
+
+    /// Frees a session pointing at a run that is no longer running (cannot happen through
+    /// these statements; repaired rather than left busy for ever).
+    async fn heal(&self, run: &RunRecord) -> StoreResult<bool> {
+        let healed = sqlx::query(
+            "UPDATE sessions SET active_run = NULL
+              WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run = $1
+                AND NOT EXISTS (SELECT 1 FROM runs
+                                 WHERE user_id = $3 AND id = $1 AND status = 'running')",
+        )
+        .bind(&run.run_id)
+        .bind(&run.app_name)
+        .bind(&run.user_id)
+        .bind(&run.session_id)
+        .execute(self.pool())
+        .await?;
+        Ok(healed.rows_affected() > 0)
     }
 }

@@ -13,7 +13,7 @@ WITH s AS (
      WHERE app_name = $1 AND user_id = $2 AND id = $3
        AND ($12::text IS NULL OR active_run = $12)
        AND ($13::text IS NULL
-            OR (active_run IS NULL AND EXISTS (SELECT 1 FROM runs r WHERE r.id = $13 AND NOT r.sealed)))
+            OR (active_run IS NULL AND EXISTS (SELECT 1 FROM runs r WHERE r.user_id = $2 AND r.id = $13 AND NOT r.sealed)))
  RETURNING last_seq
 ), a AS (
     INSERT INTO app_states AS t (app_name, state, update_time)
@@ -50,7 +50,7 @@ pub static APPEND_END_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::ne
         .replacen(
             start,
             "WITH lk AS (
-    SELECT 1 FROM runs WHERE id = $12 AND status = 'running' FOR UPDATE
+    SELECT 1 FROM runs WHERE user_id = $2 AND id = $12 AND status = 'running' FOR UPDATE
 ), s AS (",
             1,
         )
@@ -66,9 +66,11 @@ pub static APPEND_END_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::ne
                 "), r AS (
     UPDATE runs SET status = 'completed', finished_at = {now}, last_seq = s.last_seq, error = NULL
       FROM s
-     WHERE runs.id = $12 AND runs.status = 'running'
-), a AS (",
-                now = PG_NOW
+     WHERE runs.user_id = $2 AND runs.id = $12 AND runs.status = 'running'
+ RETURNING runs.id, runs.app_name, runs.user_id, runs.status, runs.webhooks
+){outbox}, a AS (",
+                now = PG_NOW,
+                outbox = super::outbox::outbox_cte("r")
             ),
             1,
         )
@@ -105,6 +107,7 @@ SELECT s.id, s.state, s.update_time,
   LEFT JOIN user_states u ON u.app_name = s.app_name AND u.user_id = s.user_id
  WHERE (s.app_name || E'\x1f' || s.user_id) = ($1 || E'\x1f' || $2)
    AND char_length(s.app_name) = char_length($1)
+   AND s.user_id = $2
    AND ($3::double precision IS NULL OR (s.update_time, s.id) > ($3, $4))
    AND s.id NOT LIKE 'adk-eval-session-%' AND s.id NOT LIKE '\_\_\_eval\_\_\_session\_\_\_%'
  ORDER BY s.update_time, s.id
@@ -552,12 +555,24 @@ impl SessionStore for PgStore {
         // are shared by all of a user's sessions): the append rolls back and is retried whole.
         let mut attempt = 0;
         let mut resolved_once = false;
+        let mut transient = 0;
         let (seq, versions) = loop {
             match self
                 .append_once(key, &event, &split, &artifacts, fence)
                 .await
             {
                 Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => attempt += 1,
+                // Refused and rolled back for a reason a retry clears (see `is_transient`):
+                // after a short pause, the same append again (the event id still makes a
+                // second commit impossible).
+                Err(e) if e.is_transient() && transient < TRANSIENT_RETRIES => {
+                    transient += 1;
+                    tracing::warn!(event = %event.id, error = %e, attempt = transient, "append refused for a transient reason; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << transient)).await;
+                    if let Some(stored) = self.resolve_by_id(key, &event.id).await? {
+                        return Ok(stored);
+                    }
+                }
                 // Stored already (a retry of a commit whose acknowledgement was lost).
                 Err(StoreError::DuplicateEvent(_)) => {
                     return match self.find_event(key, &event.id).await? {

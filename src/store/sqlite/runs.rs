@@ -258,9 +258,10 @@ impl RunStore for SqliteStore {
         rows.iter().map(record_sqlite).collect()
     }
 
-    async fn mark_sealed(&self, run_id: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE runs SET sealed = 1 WHERE id = ?")
+    async fn mark_sealed(&self, user: &str, run_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE runs SET sealed = 1 WHERE user_id = ?2 AND id = ?1")
             .bind(run_id)
+            .bind(user)
             .execute(self.writer())
             .await?;
         Ok(())
@@ -268,6 +269,7 @@ impl RunStore for SqliteStore {
 
     async fn finish_run(
         &self,
+        _user: &str,
         run_id: &str,
         status: RunStatus,
         last_seq: Option<i64>,
@@ -281,6 +283,7 @@ impl RunStore for SqliteStore {
 
     async fn request_cancel(
         &self,
+        user: &str,
         run_id: &str,
         req: &CancelRequest,
     ) -> StoreResult<Option<RunRecord>> {
@@ -288,14 +291,15 @@ impl RunStore for SqliteStore {
             "UPDATE runs SET cancel_requested = 1,
                     cancelled_by = COALESCE(cancelled_by, ?2),
                     cancel_reason = COALESCE(cancel_reason, ?3)
-              WHERE id = ?1 AND status = 'running'",
+              WHERE user_id = ?4 AND id = ?1 AND status = 'running'",
         )
         .bind(run_id)
         .bind(&req.by)
         .bind(&req.reason)
+        .bind(user)
         .execute(self.writer())
         .await?;
-        self.get_run(run_id).await
+        self.get_user_run(user, run_id).await
     }
 
     async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
@@ -303,6 +307,17 @@ impl RunStore for SqliteStore {
             .bind(run_id)
             .fetch_optional(self.writer())
             .await?;
+        row.as_ref().map(record_sqlite).transpose()
+    }
+
+    async fn get_user_run(&self, user: &str, run_id: &str) -> StoreResult<Option<RunRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE user_id = ?2 AND id = ?1"
+        ))
+        .bind(run_id)
+        .bind(user)
+        .fetch_optional(self.writer())
+        .await?;
         row.as_ref().map(record_sqlite).transpose()
     }
 
@@ -391,9 +406,10 @@ impl RunStore for SqliteStore {
         .await?)
     }
 
-    async fn dequeue(&self, ticket: i64) -> StoreResult<()> {
-        sqlx::query("DELETE FROM run_queue WHERE ticket = ?")
+    async fn dequeue(&self, user: &str, ticket: i64) -> StoreResult<()> {
+        sqlx::query("DELETE FROM run_queue WHERE user_id = ?2 AND ticket = ?1")
             .bind(ticket)
+            .bind(user)
             .execute(self.writer())
             .await?;
         Ok(())

@@ -76,8 +76,8 @@ pub async fn task_run(state: &AppState, scope: &Scope, id: &str) -> A2aResult<Ru
     }
     state
         .runner
-        .get_run(id)
+        .get_user_run(&scope.user, id)
         .await?
-        .filter(|r| r.app_name == scope.app && r.user_id == scope.user)
+        .filter(|r| r.app_name == scope.app)
         .ok_or_else(not_found)
 }

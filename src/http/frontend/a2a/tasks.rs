@@ -388,7 +388,7 @@ pub async fn cancel(
     }
     let req: CancelRequest =
         crate::http::routes::runs::cancel_request(headers, Default::default())?;
-    state.runner.cancel(&run.run_id, &req).await?;
+    state.runner.cancel(&run.user_id, &run.run_id, &req).await?;
     crate::http::routes::runs::wait_for_end(state, run, CANCEL_WAIT.as_secs()).await?;
     get_task(state, scope, id, None).await
 }

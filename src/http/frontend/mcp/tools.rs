@@ -126,7 +126,7 @@ impl AgentTools {
         let run_id = map::run_id(call.session, &call.user, &request_id);
         // A request id the client already used in this session names a run that exists: a
         // second run cannot take its id (and must not disturb the first).
-        if let Ok(Some(_)) = self.state.runner.get_run(&run_id).await {
+        if let Ok(Some(_)) = self.state.runner.get_user_run(&call.user, &run_id).await {
             return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                 "request id {request_id} was already used in this MCP session; \
                  send each call with a new id"
@@ -157,7 +157,7 @@ impl AgentTools {
         };
         let span = tracing::info_span!("mcp_call", app = %app, user = %call.user,
             session = %session, run = %run_id);
-        self.follow(handle, &run_id, &session, progress, context)
+        self.follow(handle, &call.user, &run_id, &session, progress, context)
             .instrument(span)
             .await
     }
@@ -167,6 +167,7 @@ impl AgentTools {
     async fn follow(
         &self,
         handle: crate::runner::RunHandle,
+        user: &str,
         run_id: &str,
         session: &str,
         progress: Option<rmcp::model::ProgressToken>,
@@ -187,7 +188,7 @@ impl AgentTools {
                 _ = context.ct.cancelled(), if !cancelled => {
                     cancelled = true;
                     let why = cancel_request("the MCP client went away or cancelled the request");
-                    if let Err(e) = self.state.runner.cancel(run_id, &why).await {
+                    if let Err(e) = self.state.runner.cancel(user, run_id, &why).await {
                         tracing::warn!(run = %run_id, error = %e, "could not cancel an MCP call's run");
                     }
                     continue;
@@ -254,14 +255,14 @@ impl AgentTools {
             return;
         };
         let run_id = map::run_id(Some(session), &call.user, request_id);
-        match self.state.runner.get_run(&run_id).await {
-            Ok(Some(run)) if run.user_id == call.user && run.status == RunStatus::Running => {
+        match self.state.runner.get_user_run(&call.user, &run_id).await {
+            Ok(Some(run)) if run.status == RunStatus::Running => {
                 let reason = reason.unwrap_or_else(|| "cancelled by the MCP client".into());
                 let reason: String = reason.chars().take(1000).collect();
                 if let Err(e) = self
                     .state
                     .runner
-                    .cancel(&run_id, &cancel_request(&reason))
+                    .cancel(&call.user, &run_id, &cancel_request(&reason))
                     .await
                 {
                     tracing::warn!(run = %run_id, error = %e, "could not cancel an MCP call's run");

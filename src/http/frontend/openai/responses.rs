@@ -268,7 +268,7 @@ pub(super) async fn create_response(
     let extra = run_headers(&handle.run_id, &handle.invocation_id, &key.session_id);
     let run = state
         .runner
-        .get_run(&handle.run_id)
+        .get_user_run(&key.user_id, &handle.run_id)
         .await?
         .ok_or_else(|| ApiError::internal("the run started but its row is missing"))?;
     if req.stream {
@@ -354,7 +354,7 @@ pub(super) async fn cancel_response(
     let req: CancelRequest =
         crate::http::routes::runs::cancel_request(&headers, Default::default())?;
     if run.status == RunStatus::Running {
-        state.runner.cancel(&run.run_id, &req).await?;
+        state.runner.cancel(&run.user_id, &run.run_id, &req).await?;
         crate::http::routes::runs::wait_for_end(&state, run, CANCEL_WAIT.as_secs()).await?;
     }
     let run = response_run(&state, &caller, &headers, &id).await?;

@@ -1,0 +1,88 @@
+//! Distributing the schema on Citus (docs/citus.md): every user-owned table hash-distributed
+//! by `user_id`, all colocated with `sessions` (so one user's rows of every table live on one
+//! node, and a statement about one user is one shard group's), and the cluster-wide tables
+//! (`app_states`, `api_keys`, `replicas`) as reference tables, copied to every node.
+//!
+//! Runs after the migrations, when the database has the `citus` extension; idempotent (a
+//! table already distributed is left alone), so every replica may run it at start.
+
+use super::PgStore;
+use crate::store::StoreResult;
+
+/// Cluster-wide tables: small, read everywhere.
+pub const REFERENCE_TABLES: &[&str] = &["app_states", "api_keys", "replicas"];
+
+/// User-owned tables, distributed by `user_id`; the first is the colocation group's anchor.
+pub const DISTRIBUTED_TABLES: &[&str] = &[
+    "sessions",
+    "events",
+    "artifacts",
+    "user_states",
+    "memory_entries",
+    "memory_sessions",
+    "runs",
+    "run_queue",
+    "idempotency_keys",
+    "webhook_deliveries",
+    "schedules",
+    "schedule_ticks",
+];
+
+/// An arbitrary constant: the advisory lock replicas starting together take, so that one of
+/// them distributes the tables and the others then find them distributed.
+const DISTRIBUTE_LOCK: i64 = 0x6167_656e_7464_6369;
+
+impl PgStore {
+    /// Whether the database has the Citus extension.
+    pub async fn is_citus(&self) -> StoreResult<bool> {
+        Ok(sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+        )
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// Distributes the tables not yet distributed; returns how many it distributed.
+    pub async fn distribute(&self) -> StoreResult<usize> {
+        let mut conn = self.pool().acquire().await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(DISTRIBUTE_LOCK)
+            .execute(&mut *conn)
+            .await?;
+        let result = async {
+            let mut done = 0;
+            for table in REFERENCE_TABLES.iter().chain(DISTRIBUTED_TABLES) {
+                let known: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+                                     WHERE logicalrelid = to_regclass($1))",
+                )
+                .bind(table)
+                .fetch_one(&mut *conn)
+                .await?;
+                if known {
+                    continue;
+                }
+                let sql = if REFERENCE_TABLES.contains(table) {
+                    format!("SELECT create_reference_table('{table}')")
+                } else if *table == DISTRIBUTED_TABLES[0] {
+                    format!("SELECT create_distributed_table('{table}', 'user_id')")
+                } else {
+                    format!(
+                        "SELECT create_distributed_table('{table}', 'user_id', \
+                         colocate_with => '{}')",
+                        DISTRIBUTED_TABLES[0]
+                    )
+                };
+                sqlx::query(&sql).execute(&mut *conn).await?;
+                done += 1;
+            }
+            StoreResult::Ok(done)
+        }
+        .await;
+        let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(DISTRIBUTE_LOCK)
+            .execute(&mut *conn)
+            .await;
+        result
+    }
+}
