@@ -592,7 +592,7 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
     claim(store.as_ref(), &run, None).await.expect("admitted");
     assert!(
         store
-            .run_deliveries("run-1")
+            .run_deliveries(&run.key.user_id, "run-1")
             .await
             .expect("read")
             .is_empty(),
@@ -602,7 +602,10 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         .finish_run(&run.key.user_id, "run-1", RunStatus::Completed, None, None)
         .await
         .expect("finish"));
-    let written = store.run_deliveries("run-1").await.expect("read");
+    let written = store
+        .run_deliveries(&run.key.user_id, "run-1")
+        .await
+        .expect("read");
     let urls: Vec<&str> = written.iter().map(|d| d.url.as_str()).collect();
     // `run.input_required` is told apart from `run.completed` by the sender.
     assert_eq!(
@@ -676,7 +679,10 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         )
         .await
         .expect("settle"));
-    let shown = store.run_deliveries("run-1").await.expect("read");
+    let shown = store
+        .run_deliveries(&run.key.user_id, "run-1")
+        .await
+        .expect("read");
     let a = shown.iter().find(|x| x.id == d.id).expect("a");
     assert_eq!(
         (a.status.as_str(), a.attempts, a.last_status),
@@ -758,7 +764,7 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
     };
     assert_eq!(store.delete_old_runs(&prune).await.expect("prune"), 1);
     assert!(store
-        .run_deliveries("run-1")
+        .run_deliveries(&run.key.user_id, "run-1")
         .await
         .expect("read")
         .is_empty());
@@ -790,6 +796,50 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         .await
         .expect("ticks")
         .is_empty());
+
+    // Deleting a session takes its runs' deliveries with them (no delivery is sent for a run
+    // of a session its user deleted).
+    store
+        .create_session(NewSession {
+            app_name: "echo".into(),
+            user_id: USER.into(),
+            session_id: Some("s2".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("session");
+    let doomed = NewRun {
+        run_id: "run-2".into(),
+        key: SessionKey::new("echo", USER, "s2"),
+        ..run.clone()
+    };
+    claim(store.as_ref(), &doomed, None)
+        .await
+        .expect("admitted");
+    assert!(store
+        .finish_run(USER, "run-2", RunStatus::Completed, None, None)
+        .await
+        .expect("finish"));
+    assert_eq!(
+        store
+            .run_deliveries(USER, "run-2")
+            .await
+            .expect("read")
+            .len(),
+        2
+    );
+    assert!(store.delete_session(&doomed.key).await.expect("delete"));
+    assert!(store
+        .run_deliveries(USER, "run-2")
+        .await
+        .expect("read")
+        .is_empty());
+    assert!(store
+        .claim_deliveries("live", 30.0, 100)
+        .await
+        .expect("claim")
+        .iter()
+        .all(|d| d.run_id != "run-2"));
 }
 
 both_backends!(the_outboxes_are_database_facts);

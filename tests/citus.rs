@@ -8,9 +8,9 @@
 mod common;
 
 use agentd::store::postgres::{
-    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND_END_SQL,
-    APPEND_SQL, CANCEL_RUN_SQL, CREATE_SQL, DEQUEUE_SQL, ENQUEUE_SQL, EVENTS_AFTER_SQL,
-    EVENT_BY_ID_SQL, EXPIRE_RUN_SQL, FINISH_RUN_SQL, HEAD_SQL, LIST_SESSIONS_SQL, USER_RUN_SQL,
+    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
+    CANCEL_RUN, CREATE_SQL, DEQUEUE_SQL, ENQUEUE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL,
+    EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, USER_RUN_SQL,
 };
 use agentd::store::runs::RUN_INVOCATIONS;
 use common::{citus, TestDb};
@@ -131,11 +131,11 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL";
     let cases: Vec<(&str, &str, &str)> = vec![
         ("session head", HEAD_SQL, "'echo', 'u1', 's5'"),
-        ("append (fenced by the run)", APPEND_SQL, append_args),
-        ("append ending the run", APPEND_END_SQL.as_str(), append_args),
+        ("append (fenced by the run)", APPEND.citus.as_str(), append_args),
+        ("append ending the run", APPEND_END.citus.as_str(), append_args),
         (
             "append (sealing a dead run)",
-            APPEND_SQL,
+            APPEND.citus.as_str(),
             "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-1'",
         ),
         ("create session", CREATE_SQL, "'echo', 'u1', 'new', '{}', 1.0, 1.0"),
@@ -159,11 +159,11 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         ("the session's active run", ACTIVE_RUN_SQL.as_str(), "'echo', 'u1', 's5'"),
         (
             "outcome",
-            FINISH_RUN_SQL.as_str(),
+            FINISH_RUN.citus.as_str(),
             "'run-1', 'completed', 2, NULL, 'u1'",
         ),
-        ("cancel", CANCEL_RUN_SQL.as_str(), "'run-1', 'me', 'why', 'u1'"),
-        ("takeover of a dead run", EXPIRE_RUN_SQL.as_str(), "'run-1', 'u1'"),
+        ("cancel", CANCEL_RUN.citus.as_str(), "'run-1', 'me', 'why', 'u1'"),
+        ("takeover of a dead run", EXPIRE_RUN.citus.as_str(), "'run-1', 'u1'"),
         ("enqueue", ENQUEUE_SQL.as_str(), "'echo', 'u1', 's5', 'r1'"),
         ("dequeue", DEQUEUE_SQL, "1, 'u1'"),
         ("a user's runs", &first_page, "'echo', 'u1', 51"),
@@ -224,38 +224,60 @@ async fn every_hot_statement_is_routed_to_one_shard() {
     );
 }
 
-/// One client's runs on its session, one after the other, until `stop`: each run's committed
-/// event ids and its `done` status. A request that fails before its stream starts is retried
-/// once (counted); a second failure fails the test.
+/// What one client saw: the committed reply ids, how many runs, how many requests it had to
+/// retry, and when each run started and ended.
+struct ClientLog {
+    committed: Vec<String>,
+    runs: usize,
+    retries: usize,
+    spans: Vec<(std::time::Instant, std::time::Instant)>,
+}
+
+/// One client's runs on its session, one after the other, until `stop`. A request refused
+/// before its stream starts (a 503 while the shard group switches nodes) is retried after a
+/// pause, for up to 10 s (each retry counted); every run must then complete.
 async fn runs_until(
     replica: &common::procs::Replica,
     session: String,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> (Vec<String>, usize, usize) {
-    let (mut committed, mut runs, mut retries) = (vec![], 0, 0);
+) -> ClientLog {
+    use std::time::{Duration, Instant};
+    let mut log = ClientLog {
+        committed: vec![],
+        runs: 0,
+        retries: 0,
+        spans: vec![],
+    };
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let body = serde_json::json!({
             "appName": "slow", "userId": common::procs::USER, "sessionId": session,
-            "newMessage": {"role": "user", "parts": [{"text": format!("turn {runs}")}]},
+            "newMessage": {"role": "user", "parts": [{"text": format!("turn {}", log.runs)}]},
         });
+        let started = Instant::now();
         let mut resp = replica.post("/run", body.clone()).await;
-        if resp.status() != 200 {
-            retries += 1;
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            resp = replica.post("/run", body).await;
+        while resp.status() != 200 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "refused for 10 s: {}",
+                resp.text().await.unwrap_or_default()
+            );
+            log.retries += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            resp = replica.post("/run", body.clone()).await;
         }
         let msgs = common::sse_client::read_all(resp).await;
         let done = msgs.last().expect("messages");
         assert_eq!(done.event, "done", "{msgs:#?}");
         assert_eq!(done.data["status"], "completed", "{msgs:#?}");
-        committed.extend(
+        log.committed.extend(
             msgs.iter()
                 .filter(|m| m.is_committed() && m.data["author"] != "user")
                 .filter_map(|m| m.data["id"].as_str().map(str::to_string)),
         );
-        runs += 1;
+        log.runs += 1;
+        log.spans.push((started, Instant::now()));
     }
-    (committed, runs, retries)
+    log
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,6 +336,7 @@ async fn a_shard_move_while_runs_stream_loses_nothing() {
     // other worker. `block_writes`: writes to the group wait while it is copied (logical
     // replication, the online mode, needs `wal_level = logical`).
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let move_started = std::time::Instant::now();
     sqlx::query(
         "SELECT citus_move_shard_placement($1, $2, $3, $4, $5, shard_transfer_mode => 'block_writes')",
     )
@@ -325,6 +348,7 @@ async fn a_shard_move_while_runs_stream_loses_nothing() {
     .execute(&mut conn)
     .await
     .expect("citus_move_shard_placement");
+    let move_ended = std::time::Instant::now();
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     stop.store(true, Ordering::Relaxed);
 
@@ -338,15 +362,21 @@ async fn a_shard_move_while_runs_stream_loses_nothing() {
         (to_host, to_port),
         "the group moved"
     );
-    let (mut total_runs, mut total_retries) = (0, 0);
+    let (mut total_runs, mut total_retries, mut across) = (0, 0, 0);
     for (client, session) in clients.into_iter().zip(&sessions) {
-        let (committed, runs, retries) = client.await.expect("client");
+        let log = client.await.expect("client");
         assert!(
-            runs > 1,
-            "runs went on around the move ({runs} on {session})"
+            log.runs > 1,
+            "runs went on around the move ({} on {session})",
+            log.runs
         );
-        total_runs += runs;
-        total_retries += retries;
+        total_runs += log.runs;
+        total_retries += log.retries;
+        across += log
+            .spans
+            .iter()
+            .filter(|(start, end)| *start < move_ended && *end > move_started)
+            .count();
         // Every event a client saw committed is stored, in order, and nothing else is.
         let stored = common::json_with_status(
             a.get(&format!("/apps/slow/users/{USER}/sessions/{session}"))
@@ -365,11 +395,19 @@ async fn a_shard_move_while_runs_stream_loses_nothing() {
             .filter_map(|e| e["id"].as_str().map(str::to_string))
             .collect();
         assert_eq!(
-            replies, committed,
+            replies, log.committed,
             "what {session}'s clients saw is what is stored"
         );
-        assert_eq!(stored.len(), 2 * runs, "a user event and a reply per run");
+        let users = stored.iter().filter(|e| e["author"] == "user").count();
+        assert_eq!(
+            users, log.runs,
+            "one user event per completed run: a refused request left none"
+        );
     }
+    assert!(
+        across > 0,
+        "some run was in flight while the shard group moved"
+    );
     // No run is left running (none stuck past its lease).
     let running = common::json_with_status(
         b.get(&format!("/apps/slow/users/{USER}/runs?status=running"))
@@ -379,4 +417,86 @@ async fn a_shard_move_while_runs_stream_loses_nothing() {
     .await;
     assert_eq!(running["runs"], serde_json::json!([]), "{running}");
     eprintln!("shard move: {total_runs} runs across the move, {total_retries} retried request(s)");
+}
+
+/// An existing single-PostgreSQL database distributed in place, as docs/citus.md tells an
+/// operator: agentd used it as a plain PostgreSQL (a session, its events, memory), then the
+/// extension and the workers are added and `agentd migrate --citus` distributes it. Its data
+/// is all there, on the shards, and memory search works (its SQL function reached the
+/// workers, although it was created before the extension).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_database_is_distributed_in_place() {
+    use agentd::event::{Content, Event};
+    use agentd::store::{NewSession, SessionKey, StoreLimits};
+    let Some(admin) = citus::admin_url() else {
+        citus::not_run("citus::an_existing_database_is_distributed_in_place");
+        return;
+    };
+    let name = format!("agentd_test_{}", uuid::Uuid::new_v4().simple());
+    let (url, nodes) = citus::create_plain(&admin, &name).await;
+    let key = SessionKey::new("echo", "u1", "s1");
+    {
+        let store = agentd::store::open(&url, 2, StoreLimits::default())
+            .await
+            .expect("a plain PostgreSQL store");
+        store
+            .create_session(NewSession {
+                app_name: "echo".into(),
+                user_id: "u1".into(),
+                session_id: Some("s1".into()),
+                ..Default::default()
+            })
+            .await
+            .expect("session");
+        for text in ["a zebra at the zoo", "the zebra sleeps"] {
+            let mut e = Event::new(uuid::Uuid::new_v4().to_string(), "user");
+            e.content = Some(Content::text("user", text));
+            store.append_event(&key, e, vec![]).await.expect("append");
+        }
+        assert_eq!(store.add_session_to_memory(&key).await.expect("memory"), 2);
+        let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+        let citus: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("extensions");
+        assert!(!citus, "the premise: a plain PostgreSQL database");
+    }
+    citus::register(&admin, &url).await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .args(["migrate", "--citus", "--database-url", &url])
+        .output()
+        .expect("agentd migrate");
+    assert!(
+        out.status.success(),
+        "agentd migrate --citus: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+    let distributed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_dist_partition WHERE partmethod = 'h'")
+            .fetch_one(&mut conn)
+            .await
+            .expect("pg_dist_partition");
+    assert_eq!(
+        distributed as usize,
+        agentd::store::postgres::citus::DISTRIBUTED_TABLES.len()
+    );
+    let store = agentd::store::open(&url, 2, StoreLimits::default())
+        .await
+        .expect("the distributed store");
+    let session = store
+        .get_session(&key, Default::default())
+        .await
+        .expect("read")
+        .expect("the session survived");
+    assert_eq!(session.events.len(), 2);
+    let found = store
+        .search_memory("echo", "u1", "zebra", 10)
+        .await
+        .expect("memory search on the workers");
+    assert_eq!(found.len(), 2);
+    drop(store);
+    citus::drop(&nodes, &name).await;
 }

@@ -14,8 +14,8 @@
 mod common;
 
 use agentd::store::postgres::{
-    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, APPEND_END_SQL, APPEND_SQL,
-    CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
+    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, APPEND, APPEND_END, CREATE_SQL,
+    EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
 };
 use agentd::store::runs::RUN_INVOCATIONS;
 use common::TestDb;
@@ -106,22 +106,28 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         ),
         (
             "append (fenced by the run)",
-            APPEND_SQL,
+            APPEND.plain.as_str(),
             "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL",
             // A custom plan drops the sealing branch (its parameter is NULL).
             vec![("sessions", &["sessions_pkey"]), ("?runs", &["runs_pkey"])],
         ),
         (
             "append ending the run (reply with the outcome)",
-            APPEND_END_SQL.as_str(),
+            APPEND_END.plain.as_str(),
             "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL",
             vec![("sessions", &["sessions_pkey"]), ("runs", &["runs_pkey"])],
         ),
         (
             "append (sealing a dead run)",
-            APPEND_SQL,
+            APPEND.plain.as_str(),
             "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-1'",
             vec![("sessions", &["sessions_pkey"]), ("runs", &["runs_pkey"])],
+        ),
+        (
+            "a run's outcome",
+            agentd::store::postgres::FINISH_RUN.plain.as_str(),
+            "'run-1', 'completed', 2, NULL, 'u1'",
+            vec![("runs", &["runs_pkey"]), ("?sessions", &["sessions_pkey"])],
         ),
         (
             "create session",

@@ -137,6 +137,8 @@ pub enum RunError {
 /// database, see [`Runner::get_run`](super::Runner::get_run)).
 pub struct RunHandle {
     pub run_id: String,
+    /// The run's user: with the run id, what finds its row on one shard (Citus).
+    pub user_id: String,
     pub invocation_id: String,
     pub items: mpsc::Receiver<RunItem>,
     /// Cancels the run when dropped before the run ends, if the request asked for

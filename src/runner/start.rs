@@ -170,6 +170,7 @@ impl Runner {
                 };
                 let handle = RunHandle {
                     run_id: run_id.clone(),
+                    user_id: req.key.user_id.clone(),
                     invocation_id: invocation_id.clone(),
                     items,
                     guard: (req.on_disconnect == OnDisconnect::Cancel)

@@ -120,7 +120,10 @@ impl StoreError {
 
 fn is_transient(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db)
-        if db.code().is_some_and(|c| c.starts_with("40") || c.starts_with("58") || c == "CIINF"))
+    if db.code().is_some_and(|c| {
+        // 40003 (statement completion unknown) is not a refusal: it may have committed.
+        (c.starts_with("40") && c != "40003") || c.starts_with("58") || c == "CIINF"
+    }))
 }
 
 /// A connection-level failure: I/O, a closed or exhausted pool, or a server that is shutting

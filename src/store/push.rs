@@ -2,7 +2,8 @@
 //! listed from and removed from `runs.webhooks`, the list the run's end turns into
 //! deliveries (the outbox of `webhooks.rs`). Adding is fenced by the run still running, in
 //! the same statement: a config added as the run ends is either in the list its end reads,
-//! or refused — never stored and then silently not sent.
+//! or refused — never stored and then silently not sent. Each statement names the run's user
+//! (one shard on Citus).
 
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
@@ -23,19 +24,25 @@ pub enum AddTarget {
 #[async_trait]
 pub trait PushStore: Send + Sync + 'static {
     /// The run's targets (none if it has none; `None` if there is no such run).
-    async fn run_targets(&self, run_id: &str) -> StoreResult<Option<Vec<Value>>>;
+    async fn run_targets(&self, user: &str, run_id: &str) -> StoreResult<Option<Vec<Value>>>;
 
     /// Appends `target` to a running run's targets, if it has fewer than `max` A2A push
     /// configs (the app's webhooks do not count).
     async fn add_run_target(
         &self,
+        user: &str,
         run_id: &str,
         target: &Value,
         max: usize,
     ) -> StoreResult<AddTarget>;
 
     /// Removes the A2A push config `config_id` from the run's targets; false if it had none.
-    async fn remove_push_config(&self, run_id: &str, config_id: &str) -> StoreResult<bool>;
+    async fn remove_push_config(
+        &self,
+        user: &str,
+        run_id: &str,
+        config_id: &str,
+    ) -> StoreResult<bool>;
 }
 
 fn parse(raw: Option<String>) -> Vec<Value> {
@@ -45,10 +52,11 @@ fn parse(raw: Option<String>) -> Vec<Value> {
 
 #[async_trait]
 impl PushStore for PgStore {
-    async fn run_targets(&self, run_id: &str) -> StoreResult<Option<Vec<Value>>> {
+    async fn run_targets(&self, user: &str, run_id: &str) -> StoreResult<Option<Vec<Value>>> {
         let row: Option<(Option<String>,)> =
-            sqlx::query_as("SELECT webhooks::text FROM runs WHERE id = $1")
+            sqlx::query_as("SELECT webhooks::text FROM runs WHERE user_id = $2 AND id = $1")
                 .bind(run_id)
+                .bind(user)
                 .fetch_optional(self.pool())
                 .await?;
         Ok(row.map(|(raw,)| parse(raw)))
@@ -56,44 +64,54 @@ impl PushStore for PgStore {
 
     async fn add_run_target(
         &self,
+        user: &str,
         run_id: &str,
         target: &Value,
         max: usize,
     ) -> StoreResult<AddTarget> {
         let done = sqlx::query(
             "UPDATE runs SET webhooks = COALESCE(webhooks, '[]'::jsonb) || jsonb_build_array($2::jsonb)
-              WHERE id = $1 AND status = 'running'
+              WHERE user_id = $4 AND id = $1 AND status = 'running'
                 AND (SELECT count(*) FROM jsonb_array_elements(COALESCE(webhooks, '[]'::jsonb)) t
                       WHERE t ? 'a2a') < $3",
         )
         .bind(run_id)
         .bind(target.to_string())
         .bind(max as i64)
+        .bind(user)
         .execute(self.pool())
         .await?;
         if done.rows_affected() > 0 {
             return Ok(AddTarget::Added);
         }
         // Not added: read why now (a run that ended meanwhile reads as ended).
-        let status: Option<(String,)> = sqlx::query_as("SELECT status FROM runs WHERE id = $1")
-            .bind(run_id)
-            .fetch_optional(self.pool())
-            .await?;
+        let status: Option<(String,)> =
+            sqlx::query_as("SELECT status FROM runs WHERE user_id = $2 AND id = $1")
+                .bind(run_id)
+                .bind(user)
+                .fetch_optional(self.pool())
+                .await?;
         Ok(why_not(status))
     }
 
-    async fn remove_push_config(&self, run_id: &str, config_id: &str) -> StoreResult<bool> {
+    async fn remove_push_config(
+        &self,
+        user: &str,
+        run_id: &str,
+        config_id: &str,
+    ) -> StoreResult<bool> {
         let done = sqlx::query(
             "UPDATE runs SET webhooks = (
                     SELECT COALESCE(jsonb_agg(t.target ORDER BY t.ord), '[]'::jsonb)
                       FROM jsonb_array_elements(webhooks) WITH ORDINALITY AS t(target, ord)
                      WHERE t.target->'a2a'->>'id' IS DISTINCT FROM $2)
-              WHERE id = $1
+              WHERE user_id = $3 AND id = $1
                 AND EXISTS (SELECT 1 FROM jsonb_array_elements(webhooks) AS t(target)
                              WHERE t.target->'a2a'->>'id' = $2)",
         )
         .bind(run_id)
         .bind(config_id)
+        .bind(user)
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() > 0)
@@ -109,10 +127,11 @@ fn why_not(status: Option<(String,)>) -> AddTarget {
 
 #[async_trait]
 impl PushStore for SqliteStore {
-    async fn run_targets(&self, run_id: &str) -> StoreResult<Option<Vec<Value>>> {
+    async fn run_targets(&self, user: &str, run_id: &str) -> StoreResult<Option<Vec<Value>>> {
         let row: Option<(Option<String>,)> =
-            sqlx::query_as("SELECT webhooks FROM runs WHERE id = ?1")
+            sqlx::query_as("SELECT webhooks FROM runs WHERE user_id = ?2 AND id = ?1")
                 .bind(run_id)
+                .bind(user)
                 .fetch_optional(self.writer())
                 .await?;
         Ok(row.map(|(raw,)| parse(raw)))
@@ -120,6 +139,7 @@ impl PushStore for SqliteStore {
 
     async fn add_run_target(
         &self,
+        user: &str,
         run_id: &str,
         target: &Value,
         max: usize,
@@ -127,37 +147,46 @@ impl PushStore for SqliteStore {
         // One writer: the check and the update see the same row.
         let done = sqlx::query(
             "UPDATE runs SET webhooks = json_insert(COALESCE(webhooks, '[]'), '$[#]', json(?2))
-              WHERE id = ?1 AND status = 'running'
+              WHERE user_id = ?4 AND id = ?1 AND status = 'running'
                 AND (SELECT count(*) FROM json_each(COALESCE(runs.webhooks, '[]'))
                       WHERE json_extract(value, '$.a2a') IS NOT NULL) < ?3",
         )
         .bind(run_id)
         .bind(target.to_string())
         .bind(max as i64)
+        .bind(user)
         .execute(self.writer())
         .await?;
         if done.rows_affected() > 0 {
             return Ok(AddTarget::Added);
         }
-        let status: Option<(String,)> = sqlx::query_as("SELECT status FROM runs WHERE id = ?1")
-            .bind(run_id)
-            .fetch_optional(self.writer())
-            .await?;
+        let status: Option<(String,)> =
+            sqlx::query_as("SELECT status FROM runs WHERE user_id = ?2 AND id = ?1")
+                .bind(run_id)
+                .bind(user)
+                .fetch_optional(self.writer())
+                .await?;
         Ok(why_not(status))
     }
 
-    async fn remove_push_config(&self, run_id: &str, config_id: &str) -> StoreResult<bool> {
+    async fn remove_push_config(
+        &self,
+        user: &str,
+        run_id: &str,
+        config_id: &str,
+    ) -> StoreResult<bool> {
         let done = sqlx::query(
             "UPDATE runs SET webhooks = (
                     SELECT json_group_array(json(value)) FROM
                       (SELECT value FROM json_each(runs.webhooks)
                         WHERE json_extract(value, '$.a2a.id') IS NOT ?2 ORDER BY key))
-              WHERE id = ?1
+              WHERE user_id = ?3 AND id = ?1
                 AND EXISTS (SELECT 1 FROM json_each(runs.webhooks)
                              WHERE json_extract(value, '$.a2a.id') = ?2)",
         )
         .bind(run_id)
         .bind(config_id)
+        .bind(user)
         .execute(self.writer())
         .await?;
         Ok(done.rows_affected() > 0)

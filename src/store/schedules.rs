@@ -354,61 +354,80 @@ macro_rules! schedule_store {
                 for row in &due {
                     let user: String = row.try_get("user_id")?;
                     let id: String = row.try_get("id")?;
-                    let mut tx = self.$pool.begin_with($begin).await?;
-                    let row = sqlx::query(&format!(
-                        "SELECT {SCHEDULE_COLUMNS} FROM schedules
-                          WHERE user_id = $1 AND id = $2 AND enabled AND next_tick <= $3 {}",
-                        $skip_locked
-                    ))
-                    .bind(&user)
-                    .bind(&id)
-                    .bind(now)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    let Some(row) = row else {
-                        tx.rollback().await?;
-                        continue;
-                    };
-                    let s = $sched(&row)?;
-                    let p = plan(&s, now);
-                    if let Some(at) = p.fire {
-                        let tick = TickRecord {
-                            schedule_id: s.id.clone(),
-                            user_id: s.user_id.clone(),
-                            tick_time: at,
-                            run_id: format!("run-{}", uuid::Uuid::new_v4()),
-                            session_id: tick_session(&s, at),
-                            status: "claimed".into(),
-                            error: None,
-                            fired_at: now,
-                        };
-                        let n = sqlx::query(
-                            "INSERT INTO schedule_ticks (schedule_id, user_id, tick_time, run_id,
-                                                         session_id, status, claimed_by, fired_at)
-                             VALUES ($1, $2, $3, $4, $5, 'claimed', $6, $7)
-                             ON CONFLICT (user_id, schedule_id, tick_time) DO NOTHING",
-                        )
-                        .bind(&tick.schedule_id)
-                        .bind(&tick.user_id)
-                        .bind(tick.tick_time)
-                        .bind(&tick.run_id)
-                        .bind(&tick.session_id)
-                        .bind(owner)
+                    let one = async {
+                        let mut tx = self.$pool.begin_with($begin).await?;
+                        let row = sqlx::query(&format!(
+                            "SELECT {SCHEDULE_COLUMNS} FROM schedules
+                              WHERE user_id = $1 AND id = $2 AND enabled AND next_tick <= $3 {}",
+                            $skip_locked
+                        ))
+                        .bind(&user)
+                        .bind(&id)
                         .bind(now)
-                        .execute(&mut *tx)
-                        .await?
-                        .rows_affected();
-                        if n > 0 {
-                            fired.push((s.clone(), tick));
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        let Some(row) = row else {
+                            tx.rollback().await?;
+                            return StoreResult::Ok(None);
+                        };
+                        let s = $sched(&row)?;
+                        let p = plan(&s, now);
+                        let mut fire = None;
+                        if let Some(at) = p.fire {
+                            let tick = TickRecord {
+                                schedule_id: s.id.clone(),
+                                user_id: s.user_id.clone(),
+                                tick_time: at,
+                                run_id: format!("run-{}", uuid::Uuid::new_v4()),
+                                session_id: tick_session(&s, at),
+                                status: "claimed".into(),
+                                error: None,
+                                fired_at: now,
+                            };
+                            let n = sqlx::query(
+                                "INSERT INTO schedule_ticks (schedule_id, user_id, tick_time,
+                                                             run_id, session_id, status,
+                                                             claimed_by, fired_at)
+                                 VALUES ($1, $2, $3, $4, $5, 'claimed', $6, $7)
+                                 ON CONFLICT (user_id, schedule_id, tick_time) DO NOTHING",
+                            )
+                            .bind(&tick.schedule_id)
+                            .bind(&tick.user_id)
+                            .bind(tick.tick_time)
+                            .bind(&tick.run_id)
+                            .bind(&tick.session_id)
+                            .bind(owner)
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected();
+                            if n > 0 {
+                                fire = Some((s.clone(), tick));
+                            }
                         }
-                    }
-                    sqlx::query("UPDATE schedules SET next_tick = $3 WHERE user_id = $1 AND id = $2")
+                        sqlx::query(
+                            "UPDATE schedules SET next_tick = $3 WHERE user_id = $1 AND id = $2",
+                        )
                         .bind(&user)
                         .bind(&id)
                         .bind(p.next)
                         .execute(&mut *tx)
                         .await?;
-                    tx.commit().await?;
+                        tx.commit().await?;
+                        Ok(fire)
+                    }
+                    .await;
+                    // Ticks claimed so far are fired whatever happens to the rest (a failed
+                    // schedule's transaction rolled back: it is due again next time).
+                    match one {
+                        Ok(Some(f)) => fired.push(f),
+                        Ok(None) => {}
+                        Err(e) if fired.is_empty() => return Err(e),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not claim a schedule's tick; firing those claimed");
+                            break;
+                        }
+                    }
                 }
                 Ok(fired)
             }
@@ -459,7 +478,16 @@ macro_rules! schedule_store {
                     .bind(&schedule)
                     .bind(at)
                     .fetch_optional(&self.$pool)
-                    .await?;
+                    .await;
+                    // Ticks taken so far are fired whatever happens to the rest.
+                    let taken = match taken {
+                        Ok(taken) => taken,
+                        Err(e) if out.is_empty() => return Err(e.into()),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not take over a tick; firing those taken");
+                            break;
+                        }
+                    };
                     let Some(taken) = taken else { continue };
                     let tick = $tick(&taken)?;
                     let row = sqlx::query(&format!(
@@ -468,9 +496,16 @@ macro_rules! schedule_store {
                     .bind(&user)
                     .bind(&schedule)
                     .fetch_optional(&self.$pool)
-                    .await?;
-                    if let Some(row) = row {
-                        out.push(($sched(&row)?, tick));
+                    .await;
+                    match row {
+                        Ok(Some(row)) => out.push(($sched(&row)?, tick)),
+                        Ok(None) => {}
+                        Err(e) => {
+                            // Taken but its schedule unread: the tick goes stale and is taken
+                            // over again later.
+                            tracing::warn!(error = %e, "could not read a taken tick's schedule");
+                            break;
+                        }
                     }
                 }
                 Ok(out)

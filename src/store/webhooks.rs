@@ -95,7 +95,7 @@ pub trait WebhookStore: Send + Sync + 'static {
     ) -> StoreResult<bool>;
 
     /// A run's deliveries, oldest first.
-    async fn run_deliveries(&self, run_id: &str) -> StoreResult<Vec<DeliveryRecord>>;
+    async fn run_deliveries(&self, user: &str, run_id: &str) -> StoreResult<Vec<DeliveryRecord>>;
 }
 
 /// Both backends run the same statements; only the clock differs.
@@ -139,7 +139,16 @@ macro_rules! webhook_store {
                     .bind(&user)
                     .bind(&id)
                     .fetch_optional(&self.$pool)
-                    .await?;
+                    .await;
+                    // Those claimed so far are sent whatever happens to the rest.
+                    let r = match r {
+                        Ok(r) => r,
+                        Err(e) if claimed.is_empty() => return Err(e.into()),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not claim a webhook delivery; sending those claimed");
+                            break;
+                        }
+                    };
                     if let Some(r) = r {
                         claimed.push(Delivery {
                             id: r.try_get("id")?,
@@ -203,13 +212,18 @@ macro_rules! webhook_store {
                 Ok(n > 0)
             }
 
-            async fn run_deliveries(&self, run_id: &str) -> StoreResult<Vec<DeliveryRecord>> {
+            async fn run_deliveries(
+                &self,
+                user: &str,
+                run_id: &str,
+            ) -> StoreResult<Vec<DeliveryRecord>> {
                 let rows = sqlx::query(
                     "SELECT id, url, event_type, status, attempts, next_attempt_at, last_status,
                             last_error, created_at, delivered_at
-                       FROM webhook_deliveries WHERE run_id = $1 ORDER BY id",
+                       FROM webhook_deliveries WHERE user_id = $2 AND run_id = $1 ORDER BY id",
                 )
                 .bind(run_id)
+                .bind(user)
                 .fetch_all(&self.$pool)
                 .await?;
                 rows.iter()

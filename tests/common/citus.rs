@@ -21,12 +21,25 @@ pub fn not_run(test: &str) {
     );
 }
 
-fn node_url(host: &str, port: i32, db: &str) -> String {
-    format!("postgres://postgres@{host}:{port}/{db}")
+/// The admin URL (its user and password) pointed at `host:port`, database `db`.
+fn node_url(admin: &str, host: &str, port: i32, db: &str) -> String {
+    let mut url = reqwest::Url::parse(admin).expect("AGENTD_TEST_CITUS_URL is a URL");
+    let _ = url.set_host(Some(host));
+    let _ = url.set_port(u16::try_from(port).ok());
+    url.set_path(&format!("/{db}"));
+    url.to_string()
 }
 
-/// Creates database `name` on every node; returns the coordinator's URL for it and the nodes.
-pub async fn create(admin: &str, name: &str) -> (String, Vec<(String, i32)>) {
+/// Creates database `name` on every node; returns the coordinator's URL for it and the nodes
+/// (each as its admin URL).
+pub async fn create(admin: &str, name: &str) -> (String, Vec<String>) {
+    let (url, nodes) = create_plain(admin, name).await;
+    register(admin, &url).await;
+    (url, nodes)
+}
+
+/// The coordinator (host, port) of `admin` and its workers.
+async fn topology(admin: &str) -> ((String, i32), Vec<(String, i32)>) {
     let mut coord = PgConnection::connect(admin).await.unwrap_or_else(|e| {
         panic!(
             "the Citus coordinator at {admin} did not answer ({e}); start one with \
@@ -51,10 +64,21 @@ pub async fn create(admin: &str, name: &str) -> (String, Vec<(String, i32)>) {
     .map(|r| (r.get::<String, _>(0), r.get::<i32, _>(1)))
     .collect();
     let _ = coord.close().await;
+    (me, workers)
+}
+
+/// Database `name` on every node, with the extension on the workers only: on the coordinator
+/// it is a plain PostgreSQL database until [`register`] makes it a Citus one.
+pub async fn create_plain(admin: &str, name: &str) -> (String, Vec<String>) {
+    let (me, workers) = topology(admin).await;
     let mut nodes = vec![me.clone()];
     nodes.extend(workers.iter().cloned());
+    let node_admins: Vec<String> = nodes
+        .iter()
+        .map(|(host, port)| node_url(admin, host, *port, "postgres"))
+        .collect();
     for (host, port) in &nodes {
-        let mut c = PgConnection::connect(&node_url(host, *port, "postgres"))
+        let mut c = PgConnection::connect(&node_url(admin, host, *port, "postgres"))
             .await
             .expect("a Citus node answers");
         sqlx::query(&format!("CREATE DATABASE {name}"))
@@ -62,7 +86,10 @@ pub async fn create(admin: &str, name: &str) -> (String, Vec<(String, i32)>) {
             .await
             .expect("CREATE DATABASE on a Citus node");
         let _ = c.close().await;
-        let mut c = PgConnection::connect(&node_url(host, *port, name))
+        if (host, port) == (&me.0, &me.1) {
+            continue;
+        }
+        let mut c = PgConnection::connect(&node_url(admin, host, *port, name))
             .await
             .expect("the new database");
         sqlx::query("CREATE EXTENSION citus")
@@ -71,10 +98,25 @@ pub async fn create(admin: &str, name: &str) -> (String, Vec<(String, i32)>) {
             .expect("CREATE EXTENSION citus");
         let _ = c.close().await;
     }
-    let url = node_url(&me.0, me.1, name);
-    let mut c = PgConnection::connect(&url)
+    (node_url(admin, &me.0, me.1, name), node_admins)
+}
+
+/// Makes the coordinator's database `url` a Citus one: the extension, the coordinator's own
+/// address, the workers (as `docs/citus.md` tells an operator to).
+pub async fn register(admin: &str, url: &str) {
+    let (me, workers) = topology(admin).await;
+    let name = reqwest::Url::parse(url)
+        .expect("a URL")
+        .path()
+        .trim_start_matches('/')
+        .to_string();
+    let mut c = PgConnection::connect(url)
         .await
         .expect("the coordinator's database");
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
+        .execute(&mut c)
+        .await
+        .expect("CREATE EXTENSION citus");
     sqlx::query("SELECT citus_set_coordinator_host($1, $2)")
         .bind(&me.0)
         .bind(me.1)
@@ -95,13 +137,12 @@ pub async fn create(admin: &str, name: &str) -> (String, Vec<(String, i32)>) {
         .await
         .expect("shard count");
     let _ = c.close().await;
-    (url, nodes)
 }
 
-/// Drops database `name` from every node.
-pub async fn drop(nodes: &[(String, i32)], name: &str) {
-    for (host, port) in nodes {
-        if let Ok(mut c) = PgConnection::connect(&node_url(host, *port, "postgres")).await {
+/// Drops database `name` from every node (each given by its admin URL).
+pub async fn drop(nodes: &[String], name: &str) {
+    for node in nodes {
+        if let Ok(mut c) = PgConnection::connect(node).await {
             let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                 .execute(&mut c)
                 .await;

@@ -41,8 +41,8 @@ pub struct TestDb {
     pub backend: Backend,
     pub url: String,
     admin: Option<(String, String)>,
-    /// On Citus: every node holding a database of the test's name.
-    citus_nodes: Vec<(String, i32)>,
+    /// On Citus: every node holding a database of the test's name (its admin URL).
+    citus_nodes: Vec<String>,
     _dir: Option<tempfile::TempDir>,
 }
 

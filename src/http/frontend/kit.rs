@@ -330,6 +330,7 @@ pub fn handle_items(
 ) -> impl Stream<Item = RunItem> + Send + 'static {
     let RunHandle {
         run_id,
+        user_id,
         items,
         guard,
         ..
@@ -341,27 +342,31 @@ pub fn handle_items(
             i
         },
     );
-    with_end(state.clone(), run_id, items)
+    with_end(state.clone(), user_id, run_id, items)
 }
 
-/// Follows run `run_id` from its start (from the database, then live), ending with `Done`.
+/// Follows run `run_id` of `user` from its start (from the database, then live), ending
+/// with `Done`.
 pub async fn follow(
     state: &AppState,
+    user: &str,
     run_id: &str,
 ) -> ApiResult<impl Stream<Item = RunItem> + Send + 'static> {
-    follow_after(state, run_id, None).await
+    follow_after(state, user, run_id, None).await
 }
 
 /// Follows run `run_id` after its committed seq `after` (from the database, then live),
 /// ending with `Done`: a protocol that already sent a snapshot up to `after` goes on from it.
 pub async fn follow_after(
     state: &AppState,
+    user: &str,
     run_id: &str,
     after: Option<i64>,
 ) -> ApiResult<impl Stream<Item = RunItem> + Send + 'static> {
-    let rx = crate::http::sse::follow::follow_run_items(state, run_id, after).await?;
+    let rx = crate::http::sse::follow::follow_run_items(state, user, run_id, after).await?;
     Ok(with_end(
         state.clone(),
+        user.to_string(),
         run_id.to_string(),
         tokio_stream::wrappers::ReceiverStream::new(rx),
     ))
@@ -376,28 +381,29 @@ const END_WAIT: Duration = Duration::from_secs(5);
 /// stream ends with an error saying so (the client can re-attach where its protocol allows).
 pub fn with_end(
     state: AppState,
+    user: String,
     run_id: String,
     items: impl Stream<Item = RunItem> + Send + 'static,
 ) -> impl Stream<Item = RunItem> + Send + 'static {
     let source = Box::pin(items);
     let steps = futures::stream::unfold(Some(source), move |st| {
-        let (state, run_id) = (state.clone(), run_id.clone());
+        let (state, user, run_id) = (state.clone(), user.clone(), run_id.clone());
         async move {
             let mut source = st?;
             match futures::StreamExt::next(&mut source).await {
                 Some(item @ RunItem::Done { .. }) => Some((vec![item], None)),
                 Some(item) => Some((vec![item], Some(source))),
-                None => Some((recorded_end(&state, &run_id).await, None)),
+                None => Some((recorded_end(&state, &user, &run_id).await, None)),
             }
         }
     });
     futures::StreamExt::flat_map(steps, futures::stream::iter)
 }
 
-async fn recorded_end(state: &AppState, run_id: &str) -> Vec<RunItem> {
+async fn recorded_end(state: &AppState, user: &str, run_id: &str) -> Vec<RunItem> {
     let deadline = tokio::time::Instant::now() + END_WAIT;
     loop {
-        match state.runner.get_run(run_id).await {
+        match state.runner.get_user_run(user, run_id).await {
             Ok(Some(r)) if r.status != RunStatus::Running => {
                 return vec![RunItem::Done {
                     status: r.status,

@@ -82,6 +82,7 @@ async fn run_sse(
     if let Some(run_id) = prior {
         return crate::http::sse::follow::replay_run(
             &state,
+            &key.user_id,
             &run_id,
             Framing::Adk { split_artifacts },
         )
@@ -164,10 +165,11 @@ async fn run(
     let run_req = req.into_run_request(&caller, &state).await?;
     let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run", &raw).await?;
     if let Some(run_id) = prior {
+        let user = &run_req.key.user_id;
         if wants_json(&headers) {
-            return replay_json(&state, &run_id).await;
+            return replay_json(&state, user, &run_id).await;
         }
-        return crate::http::sse::follow::replay_run(&state, &run_id, Framing::Agentd).await;
+        return crate::http::sse::follow::replay_run(&state, user, &run_id, Framing::Agentd).await;
     }
     let handle = start_keyed(&state, run_req, keyed)
         .await
@@ -180,6 +182,7 @@ async fn run(
     resp_headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     let RunHandle {
         run_id,
+        user_id,
         invocation_id,
         items,
         guard,
@@ -189,7 +192,8 @@ async fn run(
     let frames = stream::unfold(
         (items, false, (guard, open)),
         move |(mut items, done, guard)| {
-            let (run_id, invocation_id) = (run_id.clone(), invocation_id.clone());
+            let (run_id, user_id, invocation_id) =
+                (run_id.clone(), user_id.clone(), invocation_id.clone());
             let runner = runner.clone();
             async move {
                 if done {
@@ -200,7 +204,11 @@ async fn run(
                     // The run dropped this client as a reader (it did not read while the run was
                     // stopping): its end is in the database, so the stream still ends with `done`.
                     Ok(None) => {
-                        let record = runner.get_run(&run_id).await.ok().flatten()?;
+                        let record = runner
+                            .get_user_run(&user_id, &run_id)
+                            .await
+                            .ok()
+                            .flatten()?;
                         if record.status == RunStatus::Running {
                             return None;
                         }
@@ -262,10 +270,10 @@ async fn collect_json(mut handle: RunHandle, headers: HeaderMap) -> ApiResult<Re
 
 /// A repeated JSON-mode `/run`: waits for the first run to end, then answers its committed
 /// events (the first answer also had its partial events; a retry gets the durable ones).
-async fn replay_json(state: &AppState, run_id: &str) -> ApiResult<Response> {
+async fn replay_json(state: &AppState, user: &str, run_id: &str) -> ApiResult<Response> {
     let mut record = state
         .runner
-        .get_run(run_id)
+        .get_user_run(user, run_id)
         .await?
         .ok_or_else(run_not_found)?;
     // Ends only: every partial event of a followed run would wake this loop for a read.
@@ -274,7 +282,7 @@ async fn replay_json(state: &AppState, run_id: &str) -> ApiResult<Response> {
         let _ = tokio::time::timeout(Duration::from_secs(1), sub.rx.recv()).await;
         record = state
             .runner
-            .get_run(run_id)
+            .get_user_run(user, run_id)
             .await?
             .ok_or_else(run_not_found)?;
     }

@@ -144,7 +144,10 @@ async fn with_deliveries(state: &AppState, run: RunRecord) -> ApiResult<axum::Js
     let webhooks = if run.status == RunStatus::Running {
         vec![]
     } else {
-        state.store.run_deliveries(&run.run_id).await?
+        state
+            .store
+            .run_deliveries(&run.user_id, &run.run_id)
+            .await?
     };
     Ok(axum::Json(RunView { run, webhooks }))
 }

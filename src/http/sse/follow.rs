@@ -55,14 +55,19 @@ impl Out {
     }
 }
 
-/// Streams run `run_id` from its start as `framing` (an idempotent retry of the request that
+/// Streams run `run_id` of `user` from its start as `framing` (an idempotent retry of the request that
 /// started it gets the same stream, replayed and then live, from any replica).
-pub async fn replay_run(state: &AppState, run_id: &str, framing: Framing) -> ApiResult<Response> {
-    let Some(run) = state.runner.get_run(run_id).await? else {
+pub async fn replay_run(
+    state: &AppState,
+    user: &str,
+    run_id: &str,
+    framing: Framing,
+) -> ApiResult<Response> {
+    let Some(run) = state.runner.get_user_run(user, run_id).await? else {
         return Err(ApiError::not_found("run_not_found", "Run not found"));
     };
     let sub = state.runner.bus().subscribe(&run.key());
-    let Some(run) = state.runner.get_run(run_id).await? else {
+    let Some(run) = state.runner.get_user_run(user, run_id).await? else {
         return Err(ApiError::not_found("run_not_found", "Run not found"));
     };
     let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
@@ -74,20 +79,21 @@ pub async fn replay_run(state: &AppState, run_id: &str, framing: Framing) -> Api
     Ok(sse_body(rx, extra))
 }
 
-/// Follows run `run_id` as items, for a protocol adapter: its committed events after
+/// Follows run `run_id` of `user` as items, for a protocol adapter: its committed events after
 /// `after` (from its start when `None`) from the database, then live (partial events
 /// included), ending with [`RunItem::Done`]. Works for a run on any replica, running or not.
 pub async fn follow_run_items(
     state: &AppState,
+    user: &str,
     run_id: &str,
     after: Option<i64>,
 ) -> ApiResult<mpsc::Receiver<RunItem>> {
-    let Some(run) = state.runner.get_run(run_id).await? else {
+    let Some(run) = state.runner.get_user_run(user, run_id).await? else {
         return Err(ApiError::not_found("run_not_found", "Run not found"));
     };
     // Subscribe before the second read: whatever happens from here on is heard.
     let sub = state.runner.bus().subscribe(&run.key());
-    let Some(run) = state.runner.get_run(run_id).await? else {
+    let Some(run) = state.runner.get_user_run(user, run_id).await? else {
         return Err(ApiError::not_found("run_not_found", "Run not found"));
     };
     let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);

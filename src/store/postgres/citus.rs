@@ -44,12 +44,51 @@ impl PgStore {
 
     /// Distributes the tables not yet distributed; returns how many it distributed.
     pub async fn distribute(&self) -> StoreResult<usize> {
-        let mut conn = self.pool().acquire().await?;
+        // A connection of its own, out of the pool: the session-level lock goes with it when
+        // it is closed, whatever happens in between (a pooled one would carry it on).
+        let mut conn = self.pool().acquire().await?.detach();
         sqlx::query("SELECT pg_advisory_lock($1)")
             .bind(DISTRIBUTE_LOCK)
-            .execute(&mut *conn)
+            .execute(&mut conn)
             .await?;
         let result = async {
+            // What only a plain PostgreSQL keeps for replicas older than migration 0011 (see
+            // there): triggers that write other tables, unique keys without the user.
+            // (Citus refuses even `DROP TRIGGER IF EXISTS` on a distributed table: only a
+            // trigger that exists is dropped, which is before `runs` is distributed.)
+            let triggers: Vec<String> = sqlx::query_scalar(
+                "SELECT tgname::text FROM pg_trigger
+                  WHERE tgrelid = 'runs'::regclass AND NOT tgisinternal",
+            )
+            .fetch_all(&mut conn)
+            .await?;
+            for t in triggers
+                .iter()
+                .filter(|t| ["runs_webhooks", "runs_deleted"].contains(&t.as_str()))
+            {
+                sqlx::query(&format!("DROP TRIGGER {t} ON runs"))
+                    .execute(&mut conn)
+                    .await?;
+            }
+            for sql in [
+                "DROP INDEX IF EXISTS idempotency_keys_compat",
+                "DROP INDEX IF EXISTS schedule_ticks_compat",
+            ] {
+                sqlx::query(sql).execute(&mut conn).await?;
+            }
+            // The memory search's function, on every node (Citus copies a function created
+            // after the extension by itself, not one from before it).
+            let known: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_dist_object
+                                 WHERE objid = 'memory_tsquery(text)'::regprocedure)",
+            )
+            .fetch_one(&mut conn)
+            .await?;
+            if !known {
+                sqlx::query("SELECT create_distributed_function('memory_tsquery(text)')")
+                    .execute(&mut conn)
+                    .await?;
+            }
             let mut done = 0;
             for table in REFERENCE_TABLES.iter().chain(DISTRIBUTED_TABLES) {
                 let known: bool = sqlx::query_scalar(
@@ -57,10 +96,20 @@ impl PgStore {
                                      WHERE logicalrelid = to_regclass($1))",
                 )
                 .bind(table)
-                .fetch_one(&mut *conn)
+                .fetch_one(&mut conn)
                 .await?;
                 if known {
                     continue;
+                }
+                if *table == "runs" {
+                    // A plain PostgreSQL keys runs by id alone (migration 0011 says why);
+                    // distributed, the key must hold the user.
+                    sqlx::query(
+                        "ALTER TABLE runs DROP CONSTRAINT runs_pkey,
+                                          ADD CONSTRAINT runs_pkey PRIMARY KEY (id, user_id)",
+                    )
+                    .execute(&mut conn)
+                    .await?;
                 }
                 let sql = if REFERENCE_TABLES.contains(table) {
                     format!("SELECT create_reference_table('{table}')")
@@ -73,16 +122,13 @@ impl PgStore {
                         DISTRIBUTED_TABLES[0]
                     )
                 };
-                sqlx::query(&sql).execute(&mut *conn).await?;
+                sqlx::query(&sql).execute(&mut conn).await?;
                 done += 1;
             }
             StoreResult::Ok(done)
         }
         .await;
-        let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-            .bind(DISTRIBUTE_LOCK)
-            .execute(&mut *conn)
-            .await;
+        let _ = sqlx::Connection::close(conn).await;
         result
     }
 }

@@ -19,12 +19,11 @@ mod runs;
 mod sessions;
 
 pub use runs::{
-    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, CANCEL_RUN_SQL,
-    DEQUEUE_SQL, ENQUEUE_SQL, EXPIRE_RUN_SQL, FINISH_RUN_SQL, USER_RUN_SQL,
+    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, CANCEL_RUN,
+    DEQUEUE_SQL, ENQUEUE_SQL, EXPIRE_RUN, FINISH_RUN, USER_RUN_SQL,
 };
 pub use sessions::{
-    APPEND_END_SQL, APPEND_SQL, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL,
-    LIST_SESSIONS_SQL,
+    APPEND, APPEND_END, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
 };
 
 use super::*;
@@ -40,6 +39,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 #[derive(Clone)]
 pub struct PgStore {
     pub(crate) pool: PgPool,
+    /// The database has the Citus extension: statements carry their routing quals.
+    pub(crate) citus: bool,
     limits: StoreLimits,
     /// Until when every connection is pinged before use (see [`Store::connection_lost`]).
     suspect: Arc<Suspect>,
@@ -65,6 +66,46 @@ const SUSPECT_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A pooled connection idle for this long is pinged before use (see [`PgStore::connect`]).
 const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Marks a `user_id = $n AND ` on `runs` that only Citus needs (to route the statement to the
+/// user's shard). A plain PostgreSQL gets the statement without it ([`Routed`]): there a run's
+/// id alone is its key, and with the user's qual as well PostgreSQL without statistics reads
+/// the run through the small partial indexes (running or unsealed runs, whose predicates the
+/// statement's own `status`/`sealed` quals match) instead of the key (tests/plans.rs).
+pub(crate) const ROUTE: &str = "/*route*/ ";
+
+/// A statement in both forms: for Citus (with its routing quals) and for a plain PostgreSQL
+/// (each [`ROUTE`]-marked qual removed).
+pub struct Routed {
+    pub citus: String,
+    pub plain: String,
+}
+
+impl Routed {
+    pub fn new(citus: String) -> Routed {
+        let mut plain = String::with_capacity(citus.len());
+        let mut rest = citus.as_str();
+        while let Some(i) = rest.find(ROUTE) {
+            plain.push_str(&rest[..i]);
+            // Up to and including the next " AND ".
+            let after = &rest[i..];
+            match after.find(" AND ") {
+                Some(j) => rest = &after[j + " AND ".len()..],
+                None => rest = "",
+            }
+        }
+        plain.push_str(rest);
+        Routed { citus, plain }
+    }
+
+    pub fn pick(&self, citus: bool) -> &str {
+        if citus {
+            &self.citus
+        } else {
+            &self.plain
+        }
+    }
+}
 
 /// PostgreSQL's clock, as epoch seconds: the time the current statement started. A `STABLE`
 /// function, not `clock_timestamp()`: Citus refuses a volatile function in a write to a
@@ -121,8 +162,14 @@ impl PgStore {
             })
             .connect_with(opts)
             .await?;
+        let citus = sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+        )
+        .fetch_one(&pool)
+        .await?;
         Ok(PgStore {
             pool,
+            citus,
             limits,
             suspect,
         })
@@ -147,7 +194,7 @@ impl PgStore {
     }
 }
 
-/// Binds an event to append, in the order both [`APPEND_SQL`] and admission
+/// Binds an event to append, in the order both [`APPEND`] and admission
 /// ([`super::runs::pg_insert_run_sql`]) number them: its state delta split by prefix
 /// (session, `app:`, `user:`), then time, id, invocation, author and the event's JSON.
 pub(crate) fn bind_event<'q>(
@@ -221,5 +268,25 @@ impl Store for PgStore {
 
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Routed;
+
+    #[test]
+    fn a_plain_statement_loses_only_its_routing_quals() {
+        let r = Routed::new(
+            "SELECT 1 FROM runs WHERE /*route*/ user_id = $2 AND id = $1 AND status = 'running'"
+                .to_string(),
+        );
+        assert_eq!(
+            r.plain,
+            "SELECT 1 FROM runs WHERE id = $1 AND status = 'running'"
+        );
+        assert!(r.citus.contains("user_id = $2 AND id = $1"));
+        assert_eq!(r.pick(true), r.citus);
+        assert_eq!(r.pick(false), r.plain);
     }
 }

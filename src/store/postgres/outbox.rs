@@ -30,3 +30,12 @@ pub(crate) fn outbox_cte(ended: &str) -> String {
 )"
     )
 }
+
+/// Deletes the webhook deliveries of a session's runs (`$1` app, `$2` user, `$3` session),
+/// before the runs themselves go: a session deleted or pruned takes its runs' deliveries with
+/// it (a trigger did this before migration 0011, and still does on a plain PostgreSQL for
+/// older replicas; on Citus only this statement does).
+pub(crate) const DELETE_SESSION_DELIVERIES: &str = "DELETE FROM webhook_deliveries
+      WHERE user_id = $2
+        AND run_id IN (SELECT id FROM runs
+                        WHERE app_name = $1 AND user_id = $2 AND session_id = $3)";

@@ -95,6 +95,14 @@ impl PruneStore for PgStore {
                 continue;
             }
             report.sessions += 1;
+            if !req.dry_run {
+                sqlx::query(super::outbox::DELETE_SESSION_DELIVERIES)
+                    .bind(&k.app_name)
+                    .bind(&k.user_id)
+                    .bind(&k.session_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             for (table, column) in SESSION_TABLES {
                 let verb = if req.dry_run {
                     "SELECT count(*) FROM"

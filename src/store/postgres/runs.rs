@@ -170,12 +170,12 @@ pub fn list_session_runs_sql(cursor: bool) -> String {
 
 /// A run's outcome, freeing its session and writing its webhook deliveries
 /// (`RunStore::finish_run`). Parameters: $1 run, $2 status, $3 last seq, $4 error, $5 user.
-pub static FINISH_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
+pub static FINISH_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
+    Routed::new(format!(
         "WITH async_commit AS ({ASYNC_COMMIT}), r AS (
                  UPDATE runs SET status = $2, finished_at = {PG_NOW}, last_seq = $3, error = $4
                    FROM async_commit
-                  WHERE user_id = $5 AND id = $1 AND status = 'running'
+                  WHERE /*route*/ user_id = $5 AND id = $1 AND status = 'running'
                  RETURNING app_name, user_id, session_id, id, status, webhooks
              ), s AS (
                  UPDATE sessions SET active_run = NULL FROM r
@@ -184,25 +184,25 @@ pub static FINISH_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::ne
              ){outbox}
              SELECT count(*) FROM r",
         outbox = outbox_cte("r")
-    )
+    ))
 });
 
 /// Flags a running run for cancellation and reads it back (`RunStore::request_cancel`).
 /// Parameters: $1 run, $2 by, $3 reason, $4 user.
-pub static CANCEL_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
+pub static CANCEL_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
+    Routed::new(format!(
         "WITH c AS (
                  UPDATE runs SET cancel_requested = true,
                         cancelled_by = COALESCE(cancelled_by, $2),
                         cancel_reason = COALESCE(cancel_reason, $3)
-                  WHERE user_id = $4 AND id = $1 AND status = 'running'
+                  WHERE /*route*/ user_id = $4 AND id = $1 AND status = 'running'
                  RETURNING {RUN_COLUMNS}
              )
              SELECT {RUN_COLUMNS} FROM c
              UNION ALL
              SELECT {RUN_COLUMNS} FROM runs
               WHERE user_id = $4 AND id = $1 AND NOT EXISTS (SELECT 1 FROM c)"
-    )
+    ))
 });
 
 /// A run found with its user (`RunStore::get_user_run`). Parameters: $1 run, $2 user.
@@ -212,12 +212,12 @@ pub static USER_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(
 
 /// Abandons a run whose owner is dead and frees its session (the takeover). Parameters: $1
 /// run, $2 user.
-pub static EXPIRE_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
+pub static EXPIRE_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
+    Routed::new(format!(
         "WITH r AS (
                  UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
                         error = 'its replica stopped heartbeating'
-                  WHERE user_id = $2 AND id = $1 AND status = 'running' AND {PG_OWNER_DEAD}
+                  WHERE /*route*/ user_id = $2 AND id = $1 AND status = 'running' AND {PG_OWNER_DEAD}
                  RETURNING {RUN_COLUMNS}, webhooks
              ), s AS (
                  UPDATE sessions SET active_run = NULL FROM r
@@ -226,7 +226,7 @@ pub static EXPIRE_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::ne
              ){outbox}
              SELECT {RUN_COLUMNS} FROM r",
         outbox = outbox_cte("r")
-    )
+    ))
 });
 
 /// The run that owns a session (`RunStore::active_run`). Parameters: $1 app, $2 user, $3
@@ -424,25 +424,35 @@ impl RunStore for PgStore {
         .bind(me)
         .fetch_all(self.pool())
         .await?;
+        // A run that cannot be taken now is left for the next sweep; those taken so far are
+        // returned whatever happens to the rest (their sessions are already free and they
+        // still need sealing).
         let mut dead = Vec::new();
         for row in &candidates {
-            if let Some(run) = self.expire(&record_pg(row)?).await? {
-                dead.push(run);
+            match self.expire(&record_pg(row)?).await {
+                Ok(Some(run)) => dead.push(run),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not take over a dead replica's run; the next sweep tries again");
+                    break;
+                }
             }
         }
-        // Tickets whose waiters are long gone.
-        sqlx::query(&format!(
-            "DELETE FROM run_queue WHERE created_at < {PG_NOW} - 3600"
-        ))
-        .execute(self.pool())
-        .await?;
-        // Replicas gone for an hour are forgotten (their runs were swept long ago).
-        sqlx::query(&format!(
-            "DELETE FROM replicas WHERE heartbeat_at < {PG_NOW} - 3600 AND id <> $1"
-        ))
-        .bind(me)
-        .execute(self.pool())
-        .await?;
+        // Tickets whose waiters are long gone; replicas gone for an hour (their runs were
+        // swept long ago). Housekeeping: a failure waits for the next sweep.
+        let old_tickets = format!("DELETE FROM run_queue WHERE created_at < {PG_NOW} - 3600");
+        let old_replicas =
+            format!("DELETE FROM replicas WHERE heartbeat_at < {PG_NOW} - 3600 AND id <> $1");
+        let housekeeping = [
+            sqlx::query(&old_tickets).execute(self.pool()).await,
+            sqlx::query(&old_replicas)
+                .bind(me)
+                .execute(self.pool())
+                .await,
+        ];
+        for e in housekeeping.into_iter().filter_map(Result::err) {
+            tracing::warn!(error = %e, "sweep housekeeping failed; the next sweep tries again");
+        }
         Ok(dead)
     }
 
@@ -477,7 +487,7 @@ impl RunStore for PgStore {
         last_seq: Option<i64>,
         error: Option<&str>,
     ) -> StoreResult<bool> {
-        let n: i64 = sqlx::query_scalar(&FINISH_RUN_SQL)
+        let n: i64 = sqlx::query_scalar(FINISH_RUN.pick(self.citus))
             .bind(run_id)
             .bind(status.as_str())
             .bind(last_seq)
@@ -494,7 +504,7 @@ impl RunStore for PgStore {
         run_id: &str,
         req: &CancelRequest,
     ) -> StoreResult<Option<RunRecord>> {
-        let row = sqlx::query(&CANCEL_RUN_SQL)
+        let row = sqlx::query(CANCEL_RUN.pick(self.citus))
             .bind(run_id)
             .bind(&req.by)
             .bind(&req.reason)
@@ -593,7 +603,7 @@ impl PgStore {
     /// Marks `run` abandoned (unsealed) and frees its session, if it is still running and its
     /// owner is dead; returns the run as it is now. One statement about one run (one shard).
     async fn expire(&self, run: &RunRecord) -> StoreResult<Option<RunRecord>> {
-        let row = sqlx::query(&EXPIRE_RUN_SQL)
+        let row = sqlx::query(EXPIRE_RUN.pick(self.citus))
             .bind(&run.run_id)
             .bind(&run.user_id)
             .fetch_optional(self.pool())

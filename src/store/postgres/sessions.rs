@@ -6,14 +6,20 @@
 
 use super::*;
 
-pub const APPEND_SQL: &str = r#"
+/// The append of one complete event (see the module docs of [`super`]), in both forms
+/// ([`Routed`]): parameters $1 app, $2 user, $3 session, then [`bind_event`]'s, then $12 the
+/// run that must own the session (or NULL), $13 the dead run being sealed (or NULL).
+pub static APPEND: std::sync::LazyLock<Routed> =
+    std::sync::LazyLock::new(|| Routed::new(APPEND_ROUTED.to_string()));
+
+const APPEND_ROUTED: &str = r#"
 WITH s AS (
     UPDATE sessions
        SET state = state || $4::jsonb, update_time = $7, last_seq = last_seq + 1
      WHERE app_name = $1 AND user_id = $2 AND id = $3
        AND ($12::text IS NULL OR active_run = $12)
        AND ($13::text IS NULL
-            OR (active_run IS NULL AND EXISTS (SELECT 1 FROM runs r WHERE r.user_id = $2 AND r.id = $13 AND NOT r.sealed)))
+            OR (active_run IS NULL AND EXISTS (SELECT 1 FROM runs r WHERE /*route*/ r.user_id = $2 AND r.id = $13 AND NOT r.sealed)))
  RETURNING last_seq
 ), a AS (
     INSERT INTO app_states AS t (app_name, state, update_time)
@@ -31,26 +37,26 @@ SELECT $1, $2, $3, s.last_seq, $8, $9, $10, $7, $11::jsonb FROM s
 RETURNING seq
 "#;
 
-/// [`APPEND_SQL`] for [`Fence::RunEnd`]: the same append, fenced by the run (`$12`), which
+/// [`APPEND`] for [`Fence::RunEnd`]: the same append, fenced by the run (`$12`), which
 /// also frees the session and records the run as completed with the event's seq. One
 /// statement, one synchronous commit: the reply and the outcome are durable together.
 ///
 /// It locks the run's row before the session's (`lk`, which the session's `UPDATE` waits on),
 /// the order in which finishing, expiring and sweeping a run take them: two statements taking
 /// them in opposite orders could deadlock.
-pub static APPEND_END_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
     let start = "WITH s AS (";
     let fence = "AND ($12::text IS NULL OR active_run = $12)";
     let free = "last_seq = last_seq + 1\n";
     let finish = "), a AS (";
     assert!([start, fence, free, finish]
         .iter()
-        .all(|part| APPEND_SQL.contains(part)));
-    APPEND_SQL
+        .all(|part| APPEND_ROUTED.contains(part)));
+    let sql = APPEND_ROUTED
         .replacen(
             start,
             "WITH lk AS (
-    SELECT 1 FROM runs WHERE user_id = $2 AND id = $12 AND status = 'running' FOR UPDATE
+    SELECT 1 FROM runs WHERE /*route*/ user_id = $2 AND id = $12 AND status = 'running' FOR UPDATE
 ), s AS (",
             1,
         )
@@ -66,14 +72,15 @@ pub static APPEND_END_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::ne
                 "), r AS (
     UPDATE runs SET status = 'completed', finished_at = {now}, last_seq = s.last_seq, error = NULL
       FROM s
-     WHERE runs.user_id = $2 AND runs.id = $12 AND runs.status = 'running'
+     WHERE /*route*/ runs.user_id = $2 AND runs.id = $12 AND runs.status = 'running'
  RETURNING runs.id, runs.app_name, runs.user_id, runs.status, runs.webhooks
 ){outbox}, a AS (",
                 now = PG_NOW,
                 outbox = super::outbox::outbox_cte("r")
             ),
             1,
-        )
+        );
+    Routed::new(sql)
 });
 
 /// Creating a session with no initial events and no `app:`/`user:` state (the usual case) is
@@ -297,10 +304,10 @@ impl PgStore {
         fence: Fence<'q>,
     ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
         let (sql, run, sealing) = match fence {
-            Fence::Unfenced => (APPEND_SQL, None, None),
-            Fence::Run(run) => (APPEND_SQL, Some(run), None),
-            Fence::RunEnd(run) => (APPEND_END_SQL.as_str(), Some(run), None),
-            Fence::Sealing(dead) => (APPEND_SQL, None, Some(dead)),
+            Fence::Unfenced => (APPEND.pick(self.citus), None, None),
+            Fence::Run(run) => (APPEND.pick(self.citus), Some(run), None),
+            Fence::RunEnd(run) => (APPEND_END.pick(self.citus), Some(run), None),
+            Fence::Sealing(dead) => (APPEND.pick(self.citus), None, Some(dead)),
         };
         let q = sqlx::query(sql)
             .bind(&key.app_name)
@@ -521,8 +528,14 @@ impl SessionStore for PgStore {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-        // Its runs and queue tickets go too: a session re-created under the same id must not
-        // inherit a dead run to seal or a waiter's place.
+        // Its runs (with their webhook deliveries) and queue tickets go too: a session
+        // re-created under the same id must not inherit a dead run to seal or a waiter's place.
+        sqlx::query(super::outbox::DELETE_SESSION_DELIVERIES)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .execute(&mut *tx)
+            .await?;
         for table in ["events", "artifacts", "runs", "run_queue"] {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE app_name = $1 AND user_id = $2 AND session_id = $3"

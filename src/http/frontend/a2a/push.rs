@@ -70,7 +70,7 @@ async fn configs(state: &AppState, scope: &Scope, task_id: &str) -> A2aResult<Ve
     let run = task_run(state, scope, task_id).await?;
     let targets = state
         .store
-        .run_targets(&run.run_id)
+        .run_targets(&run.user_id, &run.run_id)
         .await?
         .unwrap_or_default();
     Ok(targets
@@ -101,7 +101,7 @@ pub async fn create(
     }
     match state
         .store
-        .add_run_target(&run.run_id, &stored, MAX_CONFIGS)
+        .add_run_target(&run.user_id, &run.run_id, &stored, MAX_CONFIGS)
         .await?
     {
         AddTarget::Added => config_of(&target)
@@ -154,7 +154,11 @@ pub async fn list(
 /// `DeleteTaskPushNotificationConfig`: deliveries already written (the task ended) are sent.
 pub async fn delete(state: &AppState, scope: &Scope, task_id: &str, id: &str) -> A2aResult<()> {
     let run = task_run(state, scope, task_id).await?;
-    if state.store.remove_push_config(&run.run_id, id).await? {
+    if state
+        .store
+        .remove_push_config(&run.user_id, &run.run_id, id)
+        .await?
+    {
         Ok(())
     } else {
         Err(A2aError::TaskNotFound(format!(

@@ -361,7 +361,7 @@ pub async fn subscribe(
     let mut stream = TaskStream::new(&run.run_id, &run.session_id);
     stream.seed(&view.events);
     let first = stream.start(task);
-    let items = kit::follow_after(state, &run.run_id, Some(view.upto)).await?;
+    let items = kit::follow_after(state, &run.user_id, &run.run_id, Some(view.upto)).await?;
     let body = items.flat_map(move |item| futures::stream::iter(stream.item(&item)));
     Ok(futures::stream::iter([first]).chain(body))
 }

@@ -385,7 +385,7 @@ async fn resume(
         ),
         None => (format!("msg_{}", run.invocation_id), vec![]),
     };
-    let followed = crate::http::frontend::kit::follow(&state, &run.run_id).await?;
+    let followed = crate::http::frontend::kit::follow(&state, &run.user_id, &run.run_id).await?;
     let earlier = stream::iter(earlier.into_iter().map(|e| RunItem::Event {
         event: Box::new(e.event),
         seq: Some(e.seq),

@@ -92,11 +92,14 @@ async fn response_run(
         .get(crate::http::frontend::kit::USER_HEADER)
         .and_then(|v| v.to_str().ok())
         .filter(|_| caller.user_id.is_none() || caller.admin);
-    state
-        .runner
-        .get_run(run_id)
-        .await?
-        .filter(|r| caller.may_access(&r.app_name, &r.user_id))
+    // The user, when the caller is one or names one: the run is then found with it (one
+    // shard on Citus); an admin naming no one asks by id alone.
+    let user = named.or(caller.user_id.as_deref().filter(|_| !caller.admin));
+    let run = match user {
+        Some(user) => state.runner.get_user_run(user, run_id).await?,
+        None => state.runner.get_run(run_id).await?,
+    };
+    run.filter(|r| caller.may_access(&r.app_name, &r.user_id))
         .filter(|r| named.is_none_or(|u| u == r.user_id))
         .ok_or_else(|| {
             ApiError::not_found("response_not_found", format!("No response with id {id:?}"))
@@ -331,7 +334,7 @@ pub(super) async fn get_response(
     if !q.stream {
         return Ok(axum::Json(stored_response(&state, &run).await?).into_response());
     }
-    let items = crate::http::frontend::kit::follow(&state, &run.run_id).await?;
+    let items = crate::http::frontend::kit::follow(&state, &run.user_id, &run.run_id).await?;
     let mapper = ResponsesStream::new(meta_of(&run, None, None), false);
     let extra = run_headers(&run.run_id, &run.invocation_id, &run.session_id);
     Ok(sse_response(
