@@ -18,15 +18,32 @@ pub(crate) struct RunGuard {
     run_id: String,
     key: SessionKey,
     armed: bool,
+    /// The run had webhook targets at admission: its end wakes this replica's webhook sender
+    /// at once. Other runs' ends do not (the sender's look for due deliveries reads every
+    /// shard on Citus); a target added later (an A2A push config) is found by the sender's
+    /// periodic look, within a second.
+    webhooks: bool,
 }
 
 impl RunGuard {
-    pub(crate) fn new(runner: Arc<Runner>, run_id: String, key: SessionKey) -> Self {
+    pub(crate) fn new(
+        runner: Arc<Runner>,
+        run_id: String,
+        key: SessionKey,
+        webhooks: bool,
+    ) -> Self {
         RunGuard {
             runner,
             run_id,
             key,
             armed: true,
+            webhooks,
+        }
+    }
+
+    fn wake_sender(&self) {
+        if self.webhooks {
+            self.runner.config.run_ended.notify_one();
         }
     }
 
@@ -39,7 +56,7 @@ impl RunGuard {
     pub(crate) fn finished(mut self) {
         self.armed = false;
         lock(&self.runner.local).remove(&self.run_id);
-        self.runner.config.run_ended.notify_one();
+        self.wake_sender();
     }
 
     /// Records the outcome (synchronously committed) and frees the session. A database that
@@ -62,7 +79,7 @@ impl RunGuard {
         )
         .await;
         lock(&self.runner.local).remove(&self.run_id);
-        self.runner.config.run_ended.notify_one();
+        self.wake_sender();
         owned
     }
 }

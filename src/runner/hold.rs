@@ -132,7 +132,7 @@ impl Runner {
         );
         match super::claim(self.store.as_ref(), &new_run, None).await {
             Ok(Claim::Acquired { unsealed, .. }) => Ok(Held {
-                guard: RunGuard::new(self.clone(), run_id.clone(), key.clone()),
+                guard: RunGuard::new(self.clone(), run_id.clone(), key.clone(), false),
                 run_id,
                 unsealed,
                 cancel,

@@ -26,8 +26,8 @@ pub struct RunnerConfig {
     pub idempotency_ttl: Duration,
     /// Concurrent runs per user on this replica; 0: no limit.
     pub max_runs_per_user: usize,
-    /// Notified whenever a run of this replica ends (the webhook sender looks for the
-    /// deliveries its end wrote at once instead of at its next poll).
+    /// Notified when a run of this replica that has webhook targets ends (the webhook sender
+    /// looks for the deliveries its end wrote at once instead of at its next poll).
     pub run_ended: Arc<Notify>,
 }
 

@@ -79,6 +79,8 @@ impl Runner {
             .new_message
             .clone()
             .map(|m| user_event(&invocation_id, m, &req.state_delta, &req.run_config));
+        // Only a run with webhook targets wakes the sender when it ends (see `RunGuard`).
+        let has_webhooks = webhooks.is_some();
         let new_run = NewRun {
             run_id: run_id.clone(),
             key: req.key.clone(),
@@ -133,7 +135,12 @@ impl Runner {
                 };
                 metrics::counter!("agentd_runs_started_total", "app" => req.key.app_name.clone())
                     .increment(1);
-                let guard = RunGuard::new(runner.clone(), run_id.clone(), req.key.clone());
+                let guard = RunGuard::new(
+                    runner.clone(),
+                    run_id.clone(),
+                    req.key.clone(),
+                    has_webhooks,
+                );
                 let begun = runner
                     .begin(
                         &req,
