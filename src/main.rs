@@ -1,11 +1,12 @@
-use agentd::config::{Cli, Command, KeysArgs, KeysCommand, LogFormat};
+use agentd::config::{Cli, Command, KeysArgs, KeysCommand};
 use agentd::server::Server;
 use clap::Parser;
 use std::time::Duration;
 
 /// Logs only (the one-shot commands).
-fn init_tracing(format: LogFormat) {
-    if let Err(e) = agentd::telemetry::init(format, None) {
+/// Logging for the one-shot commands: to standard error (standard output is their answer).
+fn init_tracing() {
+    if let Err(e) = agentd::telemetry::init_cli() {
         eprintln!("cannot set up logging: {e}");
     }
 }
@@ -44,7 +45,7 @@ async fn main() -> anyhow::Result<()> {
             served
         }
         Command::Prune(args) => {
-            init_tracing(LogFormat::Text);
+            init_tracing();
             if args.older_than.is_zero() {
                 anyhow::bail!(
                     "--older-than must be more than 0 (it would delete every idle session)"
@@ -90,7 +91,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Keys(args) => keys(args).await,
         Command::Migrate(args) => {
-            init_tracing(LogFormat::Text);
+            init_tracing();
             agentd::store::migrate(&args.database.database_url, args.citus)
                 .await
                 .map_err(|e| anyhow::anyhow!("migration failed: {e}"))?;
@@ -102,7 +103,7 @@ async fn main() -> anyhow::Result<()> {
 
 /// `agentd keys create|list|revoke`.
 async fn keys(args: KeysArgs) -> anyhow::Result<()> {
-    init_tracing(LogFormat::Text);
+    init_tracing();
     let store = agentd::store::open(&args.database_url, 2, agentd::store::StoreLimits::default())
         .await
         .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;

@@ -42,6 +42,22 @@ impl Telemetry {
     }
 }
 
+/// The subscriber of a one-shot command (`migrate`, `prune`, `keys`): log lines to standard
+/// error, so that standard output holds only the command's answer (the JSON a script reads;
+/// a slow statement's warning there once broke `agentd prune`'s report under load).
+pub fn init_cli() -> anyhow::Result<()> {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("agentd=info,tower_http=info"));
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
+        )
+        .try_init()?;
+    Ok(())
+}
+
 /// Installs the global subscriber: log lines in `format`, filtered by `RUST_LOG`, plus the
 /// OpenTelemetry layer when `otlp` is given (it sees every span at INFO and above, whatever
 /// `RUST_LOG` says, so traces are whole even when logs are quiet).

@@ -124,12 +124,26 @@ pub async fn register(admin: &str, url: &str) {
         .await
         .expect("citus_set_coordinator_host");
     for (host, port) in &workers {
-        sqlx::query("SELECT citus_add_node($1, $2)")
-            .bind(host)
-            .bind(port)
-            .execute(&mut c)
-            .await
-            .expect("citus_add_node");
+        // Adding a node syncs the metadata to it over a connection of its own, which another
+        // test's database being created or dropped on that worker can break ("failure on
+        // connection marked as essential"): the add rolls back and is tried again.
+        let mut attempt = 0;
+        loop {
+            let added = sqlx::query("SELECT citus_add_node($1, $2)")
+                .bind(host)
+                .bind(port)
+                .execute(&mut c)
+                .await;
+            match added {
+                Ok(_) => break,
+                Err(e) if attempt < 5 => {
+                    attempt += 1;
+                    eprintln!("citus_add_node({host}, {port}) failed, retrying: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+                }
+                Err(e) => panic!("citus_add_node({host}, {port}): {e}"),
+            }
+        }
     }
     // Four shards per table rather than 32: distributing a schema per test stays quick.
     sqlx::query(&format!("ALTER DATABASE {name} SET citus.shard_count = 4"))
