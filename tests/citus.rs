@@ -67,6 +67,18 @@ fn routing(plan: &str) -> Routing {
     r
 }
 
+/// The coordinator's `EXPLAIN` of `sql`, as text.
+async fn explain(conn: &mut sqlx::PgConnection, sql: &str, name: &str) -> String {
+    let rows = sqlx::query(&format!("EXPLAIN {sql}"))
+        .fetch_all(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}\n{sql}"));
+    rows.iter()
+        .map(|r| r.get::<String, _>(0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `sql` with `$1`, `$2`, … replaced by the comma-separated SQL literals of `args`.
 fn with_arguments(sql: &str, args: &str) -> String {
     let mut values = vec![];
@@ -181,16 +193,7 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         // its parameters' values (the router picks the shard from them), and a PREPAREd
         // modifying statement cannot be EXPLAINed on the coordinator ("could not create
         // distributed plan").
-        let sql = with_arguments(sql, args);
-        let rows = sqlx::query(&format!("EXPLAIN {sql}"))
-            .fetch_all(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}\n{sql}"));
-        let plan: String = rows
-            .iter()
-            .map(|r| r.get::<String, _>(0))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let plan = explain(&mut conn, &with_arguments(sql, args), name).await;
         let r = routing(&plan);
         if r.task_counts.is_empty()
             || r.task_counts.iter().any(|&n| n != 1)
@@ -208,15 +211,7 @@ async fn every_hot_statement_is_routed_to_one_shard() {
     // The check can tell: a run found by its id alone (the bare `/runs/{id}`) asks every
     // shard of `runs`.
     let bare = with_arguments("SELECT * FROM runs WHERE id = $1", "'run-1'");
-    let rows = sqlx::query(&format!("EXPLAIN {bare}"))
-        .fetch_all(&mut conn)
-        .await
-        .expect("explain");
-    let plan: String = rows
-        .iter()
-        .map(|r| r.get::<String, _>(0))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let plan = explain(&mut conn, &bare, "a run by its id alone").await;
     let r = routing(&plan);
     assert!(
         r.task_counts.iter().any(|&n| n > 1),

@@ -99,8 +99,9 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 impl StoreError {
     /// The database could not be reached or dropped the connection (a restart, a network
-    /// cut, an exhausted pool): the request may succeed if repeated, so HTTP answers 503 with
-    /// `Retry-After` rather than 500.
+    /// cut, an exhausted pool), or refused the statement for a reason a retry clears
+    /// ([`StoreError::is_transient`]): the request may succeed if repeated, so HTTP answers
+    /// 503 with `Retry-After` rather than 500.
     pub fn is_unavailable(&self) -> bool {
         match self {
             StoreError::Database(e) => is_connection_error(e) || is_transient(e),

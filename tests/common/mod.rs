@@ -315,29 +315,36 @@ pub async fn json_with_status(resp: reqwest::Response, status: u16) -> serde_jso
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("body is not JSON ({e}): {text}"))
 }
 
+/// One `#[tokio::test]` named after `$backend` (`postgres`, `sqlite`, `citus`) that runs the
+/// test function `$name` of the enclosing module's parent on it. A Citus test without a
+/// cluster says so, loudly, and does not run.
+#[macro_export]
+macro_rules! backend_test {
+    ($name:ident, $test:ident, $backend:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let backend = $crate::common::Backend::$backend;
+            if backend == $crate::common::Backend::Citus
+                && $crate::common::citus::admin_url().is_none()
+            {
+                $crate::common::citus::not_run(concat!(module_path!(), "::citus"));
+                return;
+            }
+            super::$name(backend).await
+        }
+    };
+}
+
 /// Runs each named `async fn(Backend)` test once per backend: `name::postgres`, `name::sqlite`,
-/// `name::citus` (which says so, loudly, when no Citus cluster was given).
+/// `name::citus`.
 #[macro_export]
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::$name($crate::common::Backend::Postgres).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$name($crate::common::Backend::Sqlite).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn citus() {
-                    if $crate::common::citus::admin_url().is_none() {
-                        $crate::common::citus::not_run(concat!(module_path!(), "::citus"));
-                        return;
-                    }
-                    super::$name($crate::common::Backend::Citus).await
-                }
+                $crate::backend_test!($name, postgres, Postgres);
+                $crate::backend_test!($name, sqlite, Sqlite);
+                $crate::backend_test!($name, citus, Citus);
             }
         )*
     };
@@ -351,18 +358,8 @@ macro_rules! postgres_backends {
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::$name($crate::common::Backend::Postgres).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn citus() {
-                    if $crate::common::citus::admin_url().is_none() {
-                        $crate::common::citus::not_run(concat!(module_path!(), "::citus"));
-                        return;
-                    }
-                    super::$name($crate::common::Backend::Citus).await
-                }
+                $crate::backend_test!($name, postgres, Postgres);
+                $crate::backend_test!($name, citus, Citus);
             }
         )*
     };
