@@ -10,9 +10,8 @@ mod common;
 use agentd::store::postgres::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
     CANCEL_RUN, CREATE_SQL, DEQUEUE_SQL, ENQUEUE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL,
-    EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, USER_RUN_SQL,
+    EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RUN_INVOCATIONS_SQL, USER_RUN_SQL,
 };
-use agentd::store::runs::RUN_INVOCATIONS;
 use common::{citus, TestDb};
 use serde_json::Value;
 use sqlx::{Connection, Executor, Row};
@@ -130,7 +129,10 @@ async fn every_hot_statement_is_routed_to_one_shard() {
            FROM generate_series(1, 2) g;
          INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
                            lease_expires_at, created_at, sealed)
-         VALUES ('run-1', 'echo', 'u1', 's5', 'e-1', 'running', 'r1', 0, 1, true);",
+         VALUES ('run-0', 'echo', 'u1', 's5', 'e-0', 'completed', 'r1', 0, 1, true);
+         UPDATE sessions SET active_run = 'run-1', run_invocation = 'e-1', run_owner = 'r1',
+                run_created_at = 2, run_base_seq = 2
+          WHERE app_name = 'echo' AND user_id = 'u1' AND id = 's5';",
     )
     .await
     .expect("rows");
@@ -166,8 +168,9 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         ),
         ("replay: events after a seq", EVENTS_AFTER_SQL, "'echo', 'u1', 's5', 1, 501"),
         ("event by id", EVENT_BY_ID_SQL, "'echo', 'u1', 's5', 'ev-1'"),
-        ("a session's run invocations", RUN_INVOCATIONS, "'echo', 'u1', 's5'"),
+        ("a session's run invocations", RUN_INVOCATIONS_SQL, "'echo', 'u1', 's5'"),
         ("a run, by its user", USER_RUN_SQL.as_str(), "'run-1', 'u1'"),
+        ("an ended run, by its user", USER_RUN_SQL.as_str(), "'run-0', 'u1'"),
         ("the session's active run", ACTIVE_RUN_SQL.as_str(), "'echo', 'u1', 's5'"),
         (
             "outcome",
@@ -210,7 +213,7 @@ async fn every_hot_statement_is_routed_to_one_shard() {
 
     // The check can tell: a run found by its id alone (the bare `/runs/{id}`) asks every
     // shard of `runs`.
-    let bare = with_arguments("SELECT * FROM runs WHERE id = $1", "'run-1'");
+    let bare = with_arguments("SELECT * FROM runs WHERE id = $1", "'run-0'");
     let plan = explain(&mut conn, &bare, "a run by its id alone").await;
     let r = routing(&plan);
     assert!(

@@ -170,3 +170,103 @@ async fn unsupported_database_url_is_a_clear_error() {
         .expect("mysql is not supported");
     assert!(err.to_string().contains("postgres://"), "{err}");
 }
+
+/// Migration 0012 moves runs in flight onto their sessions (where a running run now lives):
+/// an upgraded database still knows them as running, with everything they had, and they end
+/// as any run does. A session that pointed at no running run comes out free, and a running
+/// row that its session did not point at comes out abandoned, awaiting its seal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_in_flight_move_onto_their_sessions() {
+    use agentd::store::{RunStatus, SessionKey};
+    let db = TestDb::new(Backend::Postgres).await;
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    let mut before = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/postgres"
+    )))
+    .await
+    .expect("migrations");
+    before.migrations = before
+        .migrations
+        .iter()
+        .filter(|m| m.version < 12)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    before.run(&pool).await.expect("migrate to 0011");
+    sqlx::raw_sql(
+        "INSERT INTO sessions (app_name, user_id, id, create_time, update_time, last_seq, active_run)
+         VALUES ('echo', 'u1', 'busy', 1, 1, 3, 'run-live'),
+                ('echo', 'u1', 'stale', 1, 1, 0, 'run-nowhere'),
+                ('echo', 'u1', 'free', 1, 1, 2, NULL);
+         INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
+                           lease_expires_at, created_at, started_at, base_seq, user_event,
+                           cancel_requested, cancelled_by, webhooks, sealed)
+         VALUES ('run-live', 'echo', 'u1', 'busy', 'e-live', 'running', 'replica-a', 0, 10, 10,
+                 2, true, true, 'ops', '[{\"url\": \"http://127.0.0.1:9/hook\"}]', true),
+                ('run-lost', 'echo', 'u1', 'free', 'e-lost', 'running', 'replica-a', 0, 5, 5,
+                 1, true, false, NULL, NULL, true),
+                ('run-done', 'echo', 'u1', 'free', 'e-done', 'completed', 'replica-a', 0, 1, 1,
+                 0, true, false, NULL, NULL, true);",
+    )
+    .execute(&pool)
+    .await
+    .expect("rows written by a replica before 0012");
+    pool.close().await;
+
+    let store = db.store().await; // the rest of the migrations
+    let key = |s: &str| SessionKey::new("echo", "u1", s);
+    let live = store
+        .get_user_run("u1", "run-live")
+        .await
+        .unwrap()
+        .expect("the run in flight is still there");
+    assert_eq!(live.status, RunStatus::Running);
+    assert_eq!(
+        (
+            live.session_id.as_str(),
+            live.invocation_id.as_str(),
+            live.owner.as_str()
+        ),
+        ("busy", "e-live", "replica-a")
+    );
+    assert_eq!((live.base_seq, live.user_event), (Some(2), true));
+    assert!(live.cancel_requested);
+    assert_eq!(live.cancelled_by.as_deref(), Some("ops"));
+    assert_eq!(live.created_at, 10.0);
+    assert_eq!(
+        store.active_run(&key("busy")).await.unwrap().as_ref(),
+        Some(&live),
+        "it still owns its session"
+    );
+    assert_eq!(
+        store
+            .heartbeat("replica-a", std::time::Duration::from_secs(30), false)
+            .await
+            .unwrap(),
+        vec!["run-live".to_string()],
+        "its owner still hears of the cancel"
+    );
+    assert!(store.active_run(&key("stale")).await.unwrap().is_none());
+    let lost = store.get_user_run("u1", "run-lost").await.unwrap().unwrap();
+    assert_eq!(lost.status, RunStatus::Abandoned);
+    assert_eq!(
+        store.unsealed_runs(&key("free")).await.unwrap(),
+        vec![lost],
+        "to be sealed"
+    );
+    let done = store.get_user_run("u1", "run-done").await.unwrap().unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+
+    assert!(store
+        .finish_run("u1", "run-live", RunStatus::Cancelled, Some(3), None)
+        .await
+        .unwrap());
+    let ended = store.get_user_run("u1", "run-live").await.unwrap().unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    assert_eq!(
+        (ended.last_seq, ended.base_seq, ended.created_at),
+        (Some(3), Some(2), 10.0)
+    );
+    assert!(store.active_run(&key("busy")).await.unwrap().is_none());
+}

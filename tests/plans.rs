@@ -6,18 +6,18 @@
 //! listing index plus a top-N sort, or as an ordered scan of it: either way it reads that
 //! index, never the primary key or the whole table.
 //!
-//! The data: 10,000 sessions of one user (and a few of others), 2,000 events and 2,000 runs
-//! in one of them. Each statement is checked with a custom plan (what the first executions of
+//! The data: 10,000 sessions of one user (and a few of others), 2,000 events and 2,000 ended
+//! runs in one of them, which is running another run (on its session row). Each statement is checked with a custom plan (what the first executions of
 //! a prepared statement get) and with the generic plan (what PostgreSQL may switch to after
 //! five), since sqlx prepares every statement.
 
 mod common;
 
 use agentd::store::postgres::{
-    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, APPEND, APPEND_END, CREATE_SQL,
-    EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
+    list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
+    CANCEL_RUN, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, EXPIRE_RUN, FINISH_RUN, HEAD_SQL,
+    LIST_SESSIONS_SQL, RUN_INVOCATIONS_SQL, USER_RUN_SQL,
 };
-use agentd::store::runs::RUN_INVOCATIONS;
 use common::TestDb;
 use serde_json::Value;
 use sqlx::{Connection, Executor, Row};
@@ -74,7 +74,10 @@ async fn hot_statements_use_their_indexes_without_statistics() {
          INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
                            lease_expires_at, created_at, sealed)
          SELECT 'run-' || g, 'echo', 'u1', 's5', 'e-' || g, 'completed', 'r1', 0, g, true
-           FROM generate_series(1, 2000) g;",
+           FROM generate_series(1, 2000) g;
+         UPDATE sessions SET active_run = 'run-live', run_invocation = 'e-live', run_owner = 'r1',
+                run_created_at = 3000, run_base_seq = 2000
+          WHERE app_name = 'echo' AND user_id = 'u1' AND id = 's5';",
     )
     .await
     .unwrap();
@@ -114,8 +117,9 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         (
             "append ending the run (reply with the outcome)",
             APPEND_END.plain.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL",
-            vec![("sessions", &["sessions_pkey"]), ("runs", &["runs_pkey"])],
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-live', NULL",
+            // The generic plan keeps the sealing branch (its parameter is NULL here).
+            vec![("sessions", &["sessions_pkey"]), ("?runs", &["runs_pkey"])],
         ),
         (
             "append (sealing a dead run)",
@@ -125,9 +129,36 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         ),
         (
             "a run's outcome",
-            agentd::store::postgres::FINISH_RUN.plain.as_str(),
-            "'run-1', 'completed', 2, NULL, 'u1'",
-            vec![("runs", &["runs_pkey"]), ("?sessions", &["sessions_pkey"])],
+            FINISH_RUN.plain.as_str(),
+            "'run-live', 'completed', 2, NULL, 'u1'",
+            vec![("sessions", &["sessions_running"])],
+        ),
+        (
+            "cancel",
+            CANCEL_RUN.plain.as_str(),
+            "'run-live', 'me', 'why', 'u1'",
+            vec![("sessions", &["sessions_running"])],
+        ),
+        (
+            "takeover of a dead run",
+            EXPIRE_RUN.plain.as_str(),
+            "'run-live', 'u1'",
+            vec![("sessions", &["sessions_running"])],
+        ),
+        (
+            "a run, by its user",
+            USER_RUN_SQL.as_str(),
+            "'run-7', 'u1'",
+            vec![
+                ("runs", &["runs_pkey"]),
+                ("sessions", &["sessions_running"]),
+            ],
+        ),
+        (
+            "the session's active run",
+            ACTIVE_RUN_SQL.as_str(),
+            "'echo', 'u1', 's5'",
+            vec![("sessions", &["sessions_pkey"])],
         ),
         (
             "create session",
@@ -183,33 +214,48 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         ),
         (
             "a session's run invocations",
-            RUN_INVOCATIONS,
+            RUN_INVOCATIONS_SQL,
             "'echo', 'u1', 's5'",
-            vec![("runs", &["runs_by_session", "runs_unsealed"])],
+            vec![
+                ("runs", &["runs_by_session", "runs_unsealed"]),
+                ("sessions", &["sessions_pkey"]),
+            ],
         ),
         (
             "a user's runs, newest first (first page)",
             &first_page,
             "'echo', 'u1', 51",
-            vec![("runs", &["runs_by_owner_created"])],
+            vec![
+                ("runs", &["runs_by_owner_created"]),
+                ("sessions", &["sessions_pkey", "sessions_running"]),
+            ],
         ),
         (
             "a user's runs, a later page filtered by status",
             &later_page,
             "'echo', 'u1', 'completed', 1000.0, 'run-1000', 51",
-            vec![("runs", &["runs_by_owner_created"])],
+            vec![
+                ("runs", &["runs_by_owner_created"]),
+                ("?sessions", &["sessions_pkey", "sessions_running"]),
+            ],
         ),
         (
             "a session's runs (A2A ListTasks by context), first page",
             &session_runs,
             "'echo', 'u1', 's5', 51",
-            vec![("runs", &["runs_by_session"])],
+            vec![
+                ("runs", &["runs_by_session"]),
+                ("sessions", &["sessions_pkey"]),
+            ],
         ),
         (
             "a session's runs, after a cursor",
             &session_runs_later,
             "'echo', 'u1', 's5', 1000.0, 'run-1000', 51",
-            vec![("runs", &["runs_by_session"])],
+            vec![
+                ("runs", &["runs_by_session"]),
+                ("sessions", &["sessions_pkey"]),
+            ],
         ),
     ];
 

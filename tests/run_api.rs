@@ -1401,6 +1401,65 @@ async fn a_users_runs_are_listed_newest_first(backend: Backend) {
     }
 }
 
+/// A run is found by its id, bare and under its user, at every moment from its admission to
+/// its end: on PostgreSQL a running run lives on its session row and moves into `runs` as it
+/// ends, and no reader may fall between the two (on Citus the bare lookup reads every shard,
+/// each in a snapshot of its own). Running, it is listed first, and as `running`.
+async fn a_run_is_found_by_its_id_at_every_moment(backend: Backend) {
+    let apps = Apps::new().echo("e", "chunks: 1").echo("slow", SLOW);
+    let s = apps.serve(backend).await;
+    create_session(&s, "e", "s1").await;
+    let mut reads = 0;
+    for i in 0..20 {
+        let mut sse = run_sse(&s, run_body("e", "s1", &format!("m{i}"))).await;
+        let id = sse.run_id();
+        let poll = async {
+            let mut n = 0;
+            loop {
+                for path in [
+                    format!("/runs/{id}"),
+                    format!("/apps/e/users/{USER}/runs/{id}"),
+                ] {
+                    let record = json_with_status(s.get(&path).await, 200).await;
+                    n += 1;
+                    if record["status"] != "running" {
+                        assert_eq!(record["status"], "completed", "{record}");
+                        return n;
+                    }
+                }
+            }
+        };
+        let (n, _) = tokio::join!(poll, sse.rest());
+        reads += n;
+    }
+    assert!(
+        reads >= 20,
+        "every run was read at least once ({reads} reads)"
+    );
+
+    create_session(&s, "slow", "s2").await;
+    let mut sse = run_sse(&s, run_body("slow", "s2", "still going")).await;
+    let id = sse.run_id();
+    sse.until(Msg::is_partial).await;
+    let listing = format!("/apps/slow/users/{USER}/runs");
+    let running = json_with_status(s.get(&format!("{listing}?status=running")).await, 200).await;
+    let running = running["runs"].as_array().unwrap();
+    assert_eq!(running.len(), 1, "{running:?}");
+    assert_eq!(
+        (running[0]["runId"].as_str(), running[0]["status"].as_str()),
+        (Some(id.as_str()), Some("running"))
+    );
+    let session_runs = json_with_status(s.get(&listing).await, 200).await;
+    assert_eq!(
+        session_runs["runs"][0]["runId"],
+        id.as_str(),
+        "newest first"
+    );
+    let run = json_with_status(s.get(&format!("{listing}/{id}")).await, 200).await;
+    assert_eq!(run["sessionId"], "s2");
+    sse.rest().await;
+}
+
 // ---------------------------------------------------------------------------------------
 // A crashed replica
 // ---------------------------------------------------------------------------------------
@@ -1485,6 +1544,7 @@ async fn a_killed_replica_leaves_only_complete_events_and_its_lease_expires(back
 
 both_backends!(
     selection_looks_at_the_newest_events_of_a_long_session,
+    a_run_is_found_by_its_id_at_every_moment,
     run_sse_framing_is_byte_exact_adk,
     partial_events_are_streamed_but_never_stored,
     run_streams_seq_ids_and_ends_with_done,

@@ -1,4 +1,4 @@
-//! Stopping runs: cancel from any replica (recorded on the run's row, then the owner is told),
+//! Stopping runs: cancel from any replica (recorded on the run's record, then the owner is told),
 //! local stops by cause (cancel, timeout, drain, liveness), and the listener for cancels
 //! accepted on other replicas.
 

@@ -54,7 +54,13 @@ fn parse(raw: Option<String>) -> Vec<Value> {
 impl PushStore for PgStore {
     async fn run_targets(&self, user: &str, run_id: &str) -> StoreResult<Option<Vec<Value>>> {
         let row: Option<(Option<String>,)> =
-            sqlx::query_as("SELECT webhooks::text FROM runs WHERE user_id = $2 AND id = $1")
+            // Running, the run's targets are on its session row (migration 0012).
+            sqlx::query_as(
+                "SELECT webhooks::text FROM runs WHERE user_id = $2 AND id = $1
+                 UNION ALL
+                 SELECT run_webhooks::text FROM sessions WHERE user_id = $2 AND active_run = $1
+                 LIMIT 1",
+            )
                 .bind(run_id)
                 .bind(user)
                 .fetch_optional(self.pool())
@@ -70,9 +76,10 @@ impl PushStore for PgStore {
         max: usize,
     ) -> StoreResult<AddTarget> {
         let done = sqlx::query(
-            "UPDATE runs SET webhooks = COALESCE(webhooks, '[]'::jsonb) || jsonb_build_array($2::jsonb)
-              WHERE user_id = $4 AND id = $1 AND status = 'running'
-                AND (SELECT count(*) FROM jsonb_array_elements(COALESCE(webhooks, '[]'::jsonb)) t
+            "UPDATE sessions
+                SET run_webhooks = COALESCE(run_webhooks, '[]'::jsonb) || jsonb_build_array($2::jsonb)
+              WHERE user_id = $4 AND active_run = $1
+                AND (SELECT count(*) FROM jsonb_array_elements(COALESCE(run_webhooks, '[]'::jsonb)) t
                       WHERE t ? 'a2a') < $3",
         )
         .bind(run_id)
@@ -85,12 +92,16 @@ impl PushStore for PgStore {
             return Ok(AddTarget::Added);
         }
         // Not added: read why now (a run that ended meanwhile reads as ended).
-        let status: Option<(String,)> =
-            sqlx::query_as("SELECT status FROM runs WHERE user_id = $2 AND id = $1")
-                .bind(run_id)
-                .bind(user)
-                .fetch_optional(self.pool())
-                .await?;
+        let status: Option<(String,)> = sqlx::query_as(
+            "SELECT 'running'::text FROM sessions WHERE user_id = $2 AND active_run = $1
+                 UNION ALL
+                 SELECT status FROM runs WHERE user_id = $2 AND id = $1
+                 LIMIT 1",
+        )
+        .bind(run_id)
+        .bind(user)
+        .fetch_optional(self.pool())
+        .await?;
         Ok(why_not(status))
     }
 
@@ -100,21 +111,42 @@ impl PushStore for PgStore {
         run_id: &str,
         config_id: &str,
     ) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE runs SET webhooks = (
-                    SELECT COALESCE(jsonb_agg(t.target ORDER BY t.ord), '[]'::jsonb)
-                      FROM jsonb_array_elements(webhooks) WITH ORDINALITY AS t(target, ord)
-                     WHERE t.target->'a2a'->>'id' IS DISTINCT FROM $2)
-              WHERE user_id = $3 AND id = $1
-                AND EXISTS (SELECT 1 FROM jsonb_array_elements(webhooks) AS t(target)
-                             WHERE t.target->'a2a'->>'id' = $2)",
-        )
+        // The run's targets, on its session row while it runs, else on its `runs` row.
+        let drop = |list: &str| {
+            format!(
+                "(SELECT COALESCE(jsonb_agg(t.target ORDER BY t.ord), '[]'::jsonb)
+                    FROM jsonb_array_elements({list}) WITH ORDINALITY AS t(target, ord)
+                   WHERE t.target->'a2a'->>'id' IS DISTINCT FROM $2)"
+            )
+        };
+        let has = |list: &str| {
+            format!(
+                "EXISTS (SELECT 1 FROM jsonb_array_elements({list}) AS t(target)
+                          WHERE t.target->'a2a'->>'id' = $2)"
+            )
+        };
+        let done: i64 = sqlx::query_scalar(&format!(
+            "WITH s AS (
+                 UPDATE sessions SET run_webhooks = {drop_running}
+                  WHERE user_id = $3 AND active_run = $1 AND {has_running}
+                 RETURNING 1
+             ), r AS (
+                 UPDATE runs SET webhooks = {drop_ended}
+                  WHERE user_id = $3 AND id = $1 AND {has_ended}
+                 RETURNING 1
+             )
+             SELECT (SELECT count(*) FROM s) + (SELECT count(*) FROM r)",
+            drop_running = drop("run_webhooks"),
+            has_running = has("run_webhooks"),
+            drop_ended = drop("webhooks"),
+            has_ended = has("webhooks"),
+        ))
         .bind(run_id)
         .bind(config_id)
         .bind(user)
-        .execute(self.pool())
+        .fetch_one(self.pool())
         .await?;
-        Ok(done.rows_affected() > 0)
+        Ok(done > 0)
     }
 }
 

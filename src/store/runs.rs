@@ -1,13 +1,15 @@
 //! Run admission and ownership, as database facts.
 //!
-//! - **One run per session**: admission sets `sessions.active_run` only where it is NULL (and
-//!   inserts the `runs` row in the same statement); the partial unique index on running runs
-//!   stays as a second guard. Every append on behalf of a run is fenced by `active_run` in the
-//!   statement that assigns its seq (see [`super::Fence`]).
+//! - **One run per session**: admission sets `sessions.active_run` only where it is NULL.
+//!   Every append on behalf of a run is fenced by `active_run` in the statement that assigns
+//!   its seq (see [`super::Fence`]).
+//! - **The run record**: on PostgreSQL a running run lives on its session's row and gets its
+//!   one `runs` row from the statement that ends it (`postgres/run_record.rs`); SQLite keeps a
+//!   `runs` row from admission on. Readers see one record either way.
 //! - **Liveness per replica**: each process writes one heartbeat row every lease/3; a run is
 //!   alive while its owner's heartbeat is younger than the owner's lease. No per-run writes
 //!   while a run is healthy.
-//! - **Dead runs**: a run whose owner stopped heartbeating is marked `abandoned` (by the next
+//! - **Dead runs**: a run whose owner stopped heartbeating is recorded `abandoned` (by the next
 //!   admission on its session, or by any replica's sweeper) and its session freed in the same
 //!   statement; it is left `sealed = false` until its transcript has been sealed.
 //! - **Cancel** is a flag plus who/why on the row (the first request's values are kept); the
@@ -161,17 +163,13 @@ pub struct CancelRequest {
     pub reason: Option<String>,
 }
 
-/// Same SQL on both backends (SQLite binds `$N` by position).
-pub const RUN_INVOCATIONS: &str =
-    "SELECT invocation_id FROM runs WHERE app_name = $1 AND user_id = $2 AND session_id = $3";
-
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
     /// The invocation ids of the session's runs on this server. Events a client imported with
     /// create-session carry other ids: their tool calls are never executed by `resume`.
     async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>>;
 
-    /// Makes `run` the session's owner and inserts it as `running`, if the session exists, has
+    /// Makes `run` the session's owner and records it as `running`, if the session exists, has
     /// no active run, and no earlier live ticket waits for it (`ticket`: the caller's own).
     /// One statement (SQLite: one transaction) that also commits `run.opening` (see
     /// [`NewRun::opening`]).

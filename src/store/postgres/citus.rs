@@ -52,30 +52,6 @@ impl PgStore {
             .execute(&mut conn)
             .await?;
         let result = async {
-            // What only a plain PostgreSQL keeps for replicas older than migration 0011 (see
-            // there): triggers that write other tables, unique keys without the user.
-            // (Citus refuses even `DROP TRIGGER IF EXISTS` on a distributed table: only a
-            // trigger that exists is dropped, which is before `runs` is distributed.)
-            let triggers: Vec<String> = sqlx::query_scalar(
-                "SELECT tgname::text FROM pg_trigger
-                  WHERE tgrelid = 'runs'::regclass AND NOT tgisinternal",
-            )
-            .fetch_all(&mut conn)
-            .await?;
-            for t in triggers
-                .iter()
-                .filter(|t| ["runs_webhooks", "runs_deleted"].contains(&t.as_str()))
-            {
-                sqlx::query(&format!("DROP TRIGGER {t} ON runs"))
-                    .execute(&mut conn)
-                    .await?;
-            }
-            for sql in [
-                "DROP INDEX IF EXISTS idempotency_keys_compat",
-                "DROP INDEX IF EXISTS schedule_ticks_compat",
-            ] {
-                sqlx::query(sql).execute(&mut conn).await?;
-            }
             // The memory search's function, on every node (Citus copies a function created
             // after the extension by itself, not one from before it).
             let known: bool = sqlx::query_scalar(

@@ -15,12 +15,13 @@ pub mod citus;
 mod memory;
 mod outbox;
 mod prune;
+mod run_record;
 mod runs;
 mod sessions;
 
 pub use runs::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, CANCEL_RUN,
-    DEQUEUE_SQL, ENQUEUE_SQL, EXPIRE_RUN, FINISH_RUN, USER_RUN_SQL,
+    DEQUEUE_SQL, ENQUEUE_SQL, EXPIRE_RUN, FINISH_RUN, RUN_INVOCATIONS_SQL, USER_RUN_SQL,
 };
 pub use sessions::{
     APPEND, APPEND_END, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,

@@ -33,8 +33,7 @@ pub(crate) fn outbox_cte(ended: &str) -> String {
 
 /// Deletes the webhook deliveries of a session's runs (`$1` app, `$2` user, `$3` session),
 /// before the runs themselves go: a session deleted or pruned takes its runs' deliveries with
-/// it (a trigger did this before migration 0011, and still does on a plain PostgreSQL for
-/// older replicas; on Citus only this statement does).
+/// it (a trigger did this before migration 0011, and on a plain PostgreSQL until 0012).
 pub(crate) const DELETE_SESSION_DELIVERIES: &str = "DELETE FROM webhook_deliveries
       WHERE user_id = $2
         AND run_id IN (SELECT id FROM runs

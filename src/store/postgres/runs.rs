@@ -8,17 +8,15 @@ use super::*;
 use std::time::Duration;
 
 use super::outbox::outbox_cte;
-use crate::store::runs::{record_pg, Opened, RUN_COLUMNS, RUN_INVOCATIONS};
+use super::run_record;
+use crate::store::runs::{record_pg, Opened, RUN_COLUMNS};
 
 /// A live ticket: its waiter's replica is heartbeating.
 const PG_LIVE_TICKET: &str = "EXISTS (SELECT 1 FROM replicas r WHERE r.id = q.owner
                                 AND r.heartbeat_at > extract(epoch from statement_timestamp())::double precision - r.lease_secs)";
 
-/// The owner of a `runs` row is dead: no fresh heartbeat. A row written by a replica of an
-/// older version (before per-replica heartbeats) carries a per-run lease that its owner
-/// renews: while that lease runs, the run is alive (a rolling upgrade must not abandon it).
-const PG_OWNER_DEAD: &str = "runs.lease_expires_at < extract(epoch from statement_timestamp())::double precision
-                             AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
+/// The owner of the run on a session row (`sessions`) is dead: no fresh heartbeat.
+const PG_OWNER_DEAD: &str = "NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = sessions.run_owner
                                AND p.heartbeat_at > extract(epoch from statement_timestamp())::double precision - p.lease_secs)";
 
 /// Admission on PostgreSQL (see [`RunStore::insert_run`]); public for the plan tests.
@@ -60,7 +58,10 @@ pub fn pg_insert_run_sql() -> &'static str {
                                    AND session_id = $4 AND NOT sealed) AS unsealed
              ), s AS (
                  UPDATE sessions
-                    SET active_run = $1,
+                    SET active_run = $1, run_invocation = $5, run_owner = $6,
+                        run_created_at = {PG_NOW}, run_base_seq = last_seq, run_user_event = $7,
+                        run_webhooks = $19::jsonb, run_cancel_requested = false,
+                        run_cancelled_by = NULL, run_cancel_reason = NULL,
                         state = CASE WHEN o.with_event THEN state || $11::jsonb ELSE state END,
                         update_time = CASE WHEN o.with_event THEN GREATEST($14, update_time)
                                            ELSE update_time END,
@@ -69,14 +70,7 @@ pub fn pg_insert_run_sql() -> &'static str {
                   WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run IS NULL
                     AND ((SELECT first FROM q) IS NULL OR (SELECT first FROM q) = $8)
                  RETURNING sessions.last_seq, sessions.state, o.with_event,
-                           sessions.update_time AS ts
-             ), ins AS (
-                 INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
-                                   lease_expires_at, created_at, started_at, base_seq, user_event,
-                                   webhooks)
-                 SELECT $1, $2, $3, $4, $5, 'running', $6, 0, {PG_NOW}, {PG_NOW},
-                        s.last_seq - CASE WHEN s.with_event THEN 1 ELSE 0 END, $7, $19::jsonb FROM s
-                 RETURNING base_seq
+                           sessions.update_time AS ts, sessions.run_base_seq AS base_seq
              ), a AS (
                  INSERT INTO app_states AS t (app_name, state, update_time)
                  SELECT $2, $12::jsonb, $14 FROM s WHERE s.with_event AND $12::jsonb <> '{{}}'::jsonb
@@ -99,7 +93,7 @@ pub fn pg_insert_run_sql() -> &'static str {
              )
              SELECT EXISTS (SELECT 1 FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4)
                         AS session,
-                    (SELECT base_seq FROM ins) AS base_seq,
+                    (SELECT base_seq FROM s) AS base_seq,
                     d.unsealed,
                     (SELECT seq FROM e) AS seq,
                     (SELECT \"timestamp\" FROM e) AS ts,
@@ -117,132 +111,169 @@ pub fn pg_insert_run_sql() -> &'static str {
     &SQL
 }
 
-/// A user's runs, newest first (`RunStore::list_runs`), with a status filter and a cursor
-/// only where asked: a generic plan keeps `$n IS NULL OR …` as a filter, so a deep page would
-/// scan every newer run of the user instead of starting at the cursor. Parameters: $1 app,
-/// $2 user, then the status, the cursor's time and id when present, then the limit. Public
-/// for the plan tests.
+/// A user's runs, newest first (`RunStore::list_runs`): the ended runs in `runs` and the
+/// running ones on their sessions, each side ordered and limited on its own index, then
+/// merged. A status filter and a cursor only where asked: a generic plan keeps `$n IS NULL OR
+/// …` as a filter, so a deep page would scan every newer run of the user instead of starting
+/// at the cursor. Parameters: $1 app, $2 user, then the status, the cursor's time and id when
+/// present, then the limit. Public for the plan tests.
 pub fn list_runs_sql(status: bool, cursor: bool) -> String {
     let mut n = 2;
     let mut next = || {
         n += 1;
         n
     };
-    let status = if status {
-        format!("AND status = ${}", next())
+    let (status_ended, status_running) = if status {
+        let k = next();
+        (
+            format!("AND status = ${k}"),
+            format!("AND ${k} = 'running'"),
+        )
     } else {
-        String::new()
+        (String::new(), String::new())
     };
-    let cursor = if cursor {
+    let (cursor_ended, cursor_running) = if cursor {
         let (at, id) = (next(), next());
-        format!("AND (created_at, id) < (${at}, ${id})")
+        (
+            format!("AND (created_at, id) < (${at}, ${id})"),
+            format!("AND (s.run_created_at, s.active_run) < (${at}, ${id})"),
+        )
     } else {
-        String::new()
+        (String::new(), String::new())
     };
     let limit = next();
+    let running = run_record::running_columns_only("s.active_run", "s");
     format!(
-        "SELECT {RUN_COLUMNS} FROM runs
-          WHERE (app_name || E'\\x1f' || user_id) = ($1 || E'\\x1f' || $2)
-            AND char_length(app_name) = char_length($1)
-            AND user_id = $2
-            {status} {cursor}
-          ORDER BY created_at DESC, id DESC
-          LIMIT ${limit}"
+        "(SELECT {RUN_COLUMNS} FROM runs
+           WHERE (app_name || E'\\x1f' || user_id) = ($1 || E'\\x1f' || $2)
+             AND char_length(app_name) = char_length($1)
+             AND user_id = $2
+             {status_ended} {cursor_ended}
+           ORDER BY created_at DESC, id DESC
+           LIMIT ${limit})
+         UNION ALL
+         (SELECT {running} FROM sessions s
+           WHERE s.app_name = $1 AND s.user_id = $2 AND s.active_run IS NOT NULL
+             {status_running} {cursor_running}
+           ORDER BY s.run_created_at DESC, s.active_run DESC
+           LIMIT ${limit})
+         ORDER BY created_at DESC, id DESC
+         LIMIT ${limit}"
     )
 }
 
-/// A session's runs, newest first (`RunStore::list_session_runs`), on `runs_by_session`; the
-/// cursor only where asked, as in [`list_runs_sql`]. Parameters: $1 app, $2 user, $3 session,
-/// then the cursor's time and id when present, then the limit. Public for the plan tests.
+/// A session's runs, newest first (`RunStore::list_session_runs`): its ended runs on
+/// `runs_by_session`, and its running run from the session row; the cursor only where asked,
+/// as in [`list_runs_sql`]. Parameters: $1 app, $2 user, $3 session, then the cursor's time
+/// and id when present, then the limit. Public for the plan tests.
 pub fn list_session_runs_sql(cursor: bool) -> String {
-    let (cursor, limit) = if cursor {
-        ("AND (created_at, id) < ($4, $5)", "$6")
+    let (cursor_ended, cursor_running, limit) = if cursor {
+        (
+            "AND (created_at, id) < ($4, $5)",
+            "AND (s.run_created_at, s.active_run) < ($4, $5)",
+            "$6",
+        )
     } else {
-        ("", "$4")
+        ("", "", "$4")
     };
+    let running = run_record::running_columns_only("s.active_run", "s");
     format!(
-        "SELECT {RUN_COLUMNS} FROM runs
-          WHERE app_name = $1 AND user_id = $2 AND session_id = $3 {cursor}
-          ORDER BY created_at DESC, id DESC
-          LIMIT {limit}"
+        "(SELECT {RUN_COLUMNS} FROM runs
+           WHERE app_name = $1 AND user_id = $2 AND session_id = $3 {cursor_ended}
+           ORDER BY created_at DESC, id DESC
+           LIMIT {limit})
+         UNION ALL
+         SELECT {running} FROM sessions s
+          WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3 AND s.active_run IS NOT NULL
+            {cursor_running}
+         ORDER BY created_at DESC, id DESC
+         LIMIT {limit}"
     )
 }
 
-/// A run's outcome, freeing its session and writing its webhook deliveries
-/// (`RunStore::finish_run`). Parameters: $1 run, $2 status, $3 last seq, $4 error, $5 user.
+/// A run's outcome, freeing its session, writing its one `runs` row and its webhook
+/// deliveries (`RunStore::finish_run`). Parameters: $1 run, $2 status, $3 last seq, $4 error,
+/// $5 user.
 pub static FINISH_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
     Routed::new(format!(
-        "WITH async_commit AS ({ASYNC_COMMIT}), r AS (
-                 UPDATE runs SET status = $2, finished_at = {PG_NOW}, last_seq = $3, error = $4
+        "WITH async_commit AS ({ASYNC_COMMIT}), s AS (
+                 UPDATE sessions SET active_run = NULL
                    FROM async_commit
-                  WHERE /*route*/ user_id = $5 AND id = $1 AND status = 'running'
-                 RETURNING app_name, user_id, session_id, id, status, webhooks
-             ), s AS (
-                 UPDATE sessions SET active_run = NULL FROM r
-                  WHERE sessions.app_name = r.app_name AND sessions.user_id = $5
-                    AND sessions.id = r.session_id AND sessions.active_run = r.id
-             ){outbox}
+                  WHERE user_id = $5 AND active_run = $1
+                 RETURNING {ending}
+             ), r AS ({insert}){outbox}
              SELECT count(*) FROM r",
+        ending = run_record::ENDING_RETURNING,
+        insert = run_record::insert_ended("s", "$1", "$2", "$3", "$4", "true"),
         outbox = outbox_cte("r")
     ))
 });
 
-/// Flags a running run for cancellation and reads it back (`RunStore::request_cancel`).
+/// Flags a running run for cancellation, on its session row, and reads it back
+/// (`RunStore::request_cancel`; a run that is not running is read by the caller).
 /// Parameters: $1 run, $2 by, $3 reason, $4 user.
 pub static CANCEL_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
     Routed::new(format!(
-        "WITH c AS (
-                 UPDATE runs SET cancel_requested = true,
-                        cancelled_by = COALESCE(cancelled_by, $2),
-                        cancel_reason = COALESCE(cancel_reason, $3)
-                  WHERE /*route*/ user_id = $4 AND id = $1 AND status = 'running'
-                 RETURNING {RUN_COLUMNS}
-             )
-             SELECT {RUN_COLUMNS} FROM c
-             UNION ALL
-             SELECT {RUN_COLUMNS} FROM runs
-              WHERE user_id = $4 AND id = $1 AND NOT EXISTS (SELECT 1 FROM c)"
+        "UPDATE sessions SET run_cancel_requested = true,
+                run_cancelled_by = COALESCE(run_cancelled_by, $2),
+                run_cancel_reason = COALESCE(run_cancel_reason, $3)
+          WHERE user_id = $4 AND active_run = $1
+         RETURNING {running}",
+        running = run_record::running_columns_only("sessions.active_run", "sessions"),
     ))
 });
 
-/// A run found with its user (`RunStore::get_user_run`). Parameters: $1 run, $2 user.
+/// A run found with its user (`RunStore::get_user_run`): ended, or running on its session.
+/// Parameters: $1 run, $2 user.
 pub static USER_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!("SELECT {RUN_COLUMNS} FROM runs WHERE user_id = $2 AND id = $1")
+    format!(
+        "{} LIMIT 1",
+        run_record::union_sql(
+            "user_id = $2 AND id = $1",
+            "s.user_id = $2 AND s.active_run = $1"
+        )
+    )
 });
 
-/// Abandons a run whose owner is dead and frees its session (the takeover). Parameters: $1
-/// run, $2 user.
+/// Abandons a run whose owner is dead: frees its session and writes its `runs` row, unsealed
+/// (the takeover). Parameters: $1 run, $2 user.
 pub static EXPIRE_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
     Routed::new(format!(
-        "WITH r AS (
-                 UPDATE runs SET status = 'abandoned', finished_at = {PG_NOW}, sealed = false,
-                        error = 'its replica stopped heartbeating'
-                  WHERE /*route*/ user_id = $2 AND id = $1 AND status = 'running' AND {PG_OWNER_DEAD}
-                 RETURNING {RUN_COLUMNS}, webhooks
-             ), s AS (
-                 UPDATE sessions SET active_run = NULL FROM r
-                  WHERE sessions.app_name = r.app_name AND sessions.user_id = $2
-                    AND sessions.id = r.session_id AND sessions.active_run = r.id
-             ){outbox}
+        "WITH s AS (
+                 UPDATE sessions SET active_run = NULL
+                  WHERE user_id = $2 AND active_run = $1 AND {PG_OWNER_DEAD}
+                 RETURNING {ending}
+             ), r AS ({insert}){outbox}
              SELECT {RUN_COLUMNS} FROM r",
+        ending = run_record::ENDING_RETURNING,
+        insert = run_record::insert_ended(
+            "s",
+            "$1",
+            "'abandoned'",
+            "NULL::bigint",
+            "'its replica stopped heartbeating'",
+            "false"
+        ),
         outbox = outbox_cte("r")
     ))
 });
 
-/// The run that owns a session (`RunStore::active_run`). Parameters: $1 app, $2 user, $3
-/// session.
+/// The run that owns a session (`RunStore::active_run`), from the session row. Parameters:
+/// $1 app, $2 user, $3 session.
 pub static ACTIVE_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT {RUN_COLUMNS} FROM runs
-              WHERE user_id = $2
-                AND id = (SELECT active_run FROM sessions
-                           WHERE app_name = $1 AND user_id = $2 AND id = $3)
-             UNION ALL
-             SELECT {RUN_COLUMNS} FROM runs
-              WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND status = 'running'
-             LIMIT 1"
+        "SELECT {} FROM sessions s
+          WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3 AND s.active_run IS NOT NULL",
+        run_record::running_columns_only("s.active_run", "s")
     )
 });
+
+/// The invocation ids of a session's runs, ended and running (`RunStore::run_invocations`).
+pub const RUN_INVOCATIONS_SQL: &str = "SELECT invocation_id FROM runs
+      WHERE app_name = $1 AND user_id = $2 AND session_id = $3
+     UNION ALL
+     SELECT run_invocation FROM sessions
+      WHERE app_name = $1 AND user_id = $2 AND id = $3 AND active_run IS NOT NULL";
 
 /// A place in a session's queue (`RunStore::enqueue`). Parameters: $1 app, $2 user, $3
 /// session, $4 the waiter's replica.
@@ -259,7 +290,7 @@ pub const DEQUEUE_SQL: &str = "DELETE FROM run_queue WHERE user_id = $2 AND tick
 #[async_trait]
 impl RunStore for PgStore {
     async fn run_invocations(&self, key: &SessionKey) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(RUN_INVOCATIONS)
+        Ok(sqlx::query_scalar(RUN_INVOCATIONS_SQL)
             .bind(&key.app_name)
             .bind(&key.user_id)
             .bind(&key.session_id)
@@ -294,12 +325,6 @@ impl RunStore for PgStore {
             .fetch_one(self.pool())
             .await;
         let row = match row {
-            // A running row without a session owner (written before migration 0003).
-            Err(sqlx::Error::Database(db))
-                if violates(db.as_ref(), "runs_one_active_per_session") =>
-            {
-                return Ok(Insert::Occupied)
-            }
             // The connection broke with the statement sent: it committed whole or not at all.
             // With a user event, its id tells which (as for an append); without one, the
             // admission alone is ambiguous as before and reconciliation repairs a stray one.
@@ -367,7 +392,7 @@ impl RunStore for PgStore {
     }
 
     async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
-        Ok(self.expire(run).await?.is_some() || self.heal(run).await?)
+        Ok(self.expire(run).await?.is_some())
     }
 
     async fn heartbeat(
@@ -384,7 +409,8 @@ impl RunStore for PgStore {
                     SET heartbeat_at = EXCLUDED.heartbeat_at, lease_secs = EXCLUDED.lease_secs,
                         draining = EXCLUDED.draining
              )
-             SELECT id FROM runs WHERE owner = $1 AND status = 'running' AND cancel_requested"
+             SELECT active_run FROM sessions
+              WHERE active_run IS NOT NULL AND run_owner = $1 AND run_cancel_requested"
         ))
         .bind(replica)
         .bind(lease.as_secs_f64())
@@ -397,12 +423,12 @@ impl RunStore for PgStore {
     }
 
     async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT id FROM runs WHERE owner = $1 AND status = 'running'")
-                .bind(replica)
-                .fetch_all(self.pool())
-                .await?,
+        Ok(sqlx::query_scalar(
+            "SELECT active_run FROM sessions WHERE active_run IS NOT NULL AND run_owner = $1",
         )
+        .bind(replica)
+        .fetch_all(self.pool())
+        .await?)
     }
 
     async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
@@ -418,8 +444,9 @@ impl RunStore for PgStore {
         // each is taken by a statement about that one run, which checks again that its owner
         // is dead: a run renewed or finished in between is left alone.
         let candidates = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs
-              WHERE status = 'running' AND owner <> $1 AND {PG_OWNER_DEAD}"
+            "SELECT {running} FROM sessions
+              WHERE active_run IS NOT NULL AND run_owner <> $1 AND {PG_OWNER_DEAD}",
+            running = run_record::running_columns_only("sessions.active_run", "sessions")
         ))
         .bind(me)
         .fetch_all(self.pool())
@@ -511,10 +538,28 @@ impl RunStore for PgStore {
             .bind(user)
             .fetch_optional(self.pool())
             .await?;
-        row.as_ref().map(record_pg).transpose()
+        match row {
+            Some(row) => Ok(Some(record_pg(&row)?)),
+            // Not running: read it as it is now (a run that ended while the UPDATE waited
+            // for its session row is in `runs` only for a newer snapshot than that one).
+            None => self.get_user_run(user, run_id).await,
+        }
     }
 
     async fn get_run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
+        // By id alone every shard is asked on Citus, where the two tables' shards are read
+        // in separate snapshots: a run ending in between could be missed by a union. Asked
+        // in this order, a run that has left its session is in `runs` for the second read.
+        let running = sqlx::query(&format!(
+            "SELECT {} FROM sessions s WHERE s.active_run = $1",
+            run_record::running_columns_only("s.active_run", "s")
+        ))
+        .bind(run_id)
+        .fetch_optional(self.pool())
+        .await?;
+        if let Some(row) = running {
+            return Ok(Some(record_pg(&row)?));
+        }
         let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
             .bind(run_id)
             .fetch_optional(self.pool())
@@ -609,23 +654,5 @@ impl PgStore {
             .fetch_optional(self.pool())
             .await?;
         row.as_ref().map(record_pg).transpose()
-    }
-
-    /// Frees a session pointing at a run that is no longer running (cannot happen through
-    /// these statements; repaired rather than left busy for ever).
-    async fn heal(&self, run: &RunRecord) -> StoreResult<bool> {
-        let healed = sqlx::query(
-            "UPDATE sessions SET active_run = NULL
-              WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run = $1
-                AND NOT EXISTS (SELECT 1 FROM runs
-                                 WHERE user_id = $3 AND id = $1 AND status = 'running')",
-        )
-        .bind(&run.run_id)
-        .bind(&run.app_name)
-        .bind(&run.user_id)
-        .bind(&run.session_id)
-        .execute(self.pool())
-        .await?;
-        Ok(healed.rows_affected() > 0)
     }
 }

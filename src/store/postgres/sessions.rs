@@ -38,44 +38,34 @@ RETURNING seq
 "#;
 
 /// [`APPEND`] for [`Fence::RunEnd`]: the same append, fenced by the run (`$12`), which
-/// also frees the session and records the run as completed with the event's seq. One
-/// statement, one synchronous commit: the reply and the outcome are durable together.
-///
-/// It locks the run's row before the session's (`lk`, which the session's `UPDATE` waits on),
-/// the order in which finishing, expiring and sweeping a run take them: two statements taking
-/// them in opposite orders could deadlock.
+/// also frees the session and writes the run's one `runs` row, `completed` with the event's
+/// seq (see [`super::run_record`]). One statement, one synchronous commit: the reply and the
+/// outcome are durable together. It locks only the session row, as every statement about a
+/// running run does.
 pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
-    let start = "WITH s AS (";
     let fence = "AND ($12::text IS NULL OR active_run = $12)";
     let free = "last_seq = last_seq + 1\n";
-    let finish = "), a AS (";
-    assert!([start, fence, free, finish]
+    let finish = " RETURNING last_seq\n), a AS (";
+    assert!([fence, free, finish]
         .iter()
         .all(|part| APPEND_ROUTED.contains(part)));
     let sql = APPEND_ROUTED
-        .replacen(
-            start,
-            "WITH lk AS (
-    SELECT 1 FROM runs WHERE /*route*/ user_id = $2 AND id = $12 AND status = 'running' FOR UPDATE
-), s AS (",
-            1,
-        )
-        .replacen(
-            fence,
-            "AND active_run = $12 AND EXISTS (SELECT 1 FROM lk)",
-            1,
-        )
+        .replacen(fence, "AND active_run = $12", 1)
         .replacen(free, "last_seq = last_seq + 1, active_run = NULL\n", 1)
         .replacen(
             finish,
             &format!(
-                "), r AS (
-    UPDATE runs SET status = 'completed', finished_at = {now}, last_seq = s.last_seq, error = NULL
-      FROM s
-     WHERE /*route*/ runs.user_id = $2 AND runs.id = $12 AND runs.status = 'running'
- RETURNING runs.id, runs.app_name, runs.user_id, runs.status, runs.webhooks
-){outbox}, a AS (",
-                now = PG_NOW,
+                " RETURNING last_seq, {ending}
+), r AS ({insert}){outbox}, a AS (",
+                ending = super::run_record::ENDING_RETURNING,
+                insert = super::run_record::insert_ended(
+                    "s",
+                    "$12",
+                    "'completed'",
+                    "f.last_seq",
+                    "NULL::text",
+                    "true"
+                ),
                 outbox = super::outbox::outbox_cte("r")
             ),
             1,

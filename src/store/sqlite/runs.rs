@@ -4,7 +4,11 @@
 use super::*;
 use std::time::Duration;
 
-use crate::store::runs::{record_sqlite, unique_violation, Opened, RUN_COLUMNS, RUN_INVOCATIONS};
+use crate::store::runs::{record_sqlite, unique_violation, Opened, RUN_COLUMNS};
+
+/// The invocation ids of a session's runs (every run has its row here, running or not).
+const RUN_INVOCATIONS: &str =
+    "SELECT invocation_id FROM runs WHERE app_name = $1 AND user_id = $2 AND session_id = $3";
 
 /// SQLite's form of [`PG_OWNER_DEAD`]; `?2` is now.
 const SQLITE_OWNER_DEAD: &str = "runs.lease_expires_at < ?2
