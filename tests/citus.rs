@@ -129,7 +129,8 @@ async fn every_hot_statement_is_routed_to_one_shard() {
            FROM generate_series(1, 2) g;
          INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
                            lease_expires_at, created_at, sealed)
-         VALUES ('run-0', 'echo', 'u1', 's5', 'e-0', 'completed', 'r1', 0, 1, true);
+         VALUES ('run-0', 'echo', 'u1', 's5', 'e-0', 'completed', 'r1', 0, 1, true),
+                ('run-dead', 'echo', 'u1', 's5', 'e-dead', 'abandoned', 'r0', 0, 0, false);
          UPDATE sessions SET active_run = 'run-1', run_invocation = 'e-1', run_owner = 'r1',
                 run_created_at = 2, run_base_seq = 2
           WHERE app_name = 'echo' AND user_id = 'u1' AND id = 's5';",
@@ -150,7 +151,7 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         (
             "append (sealing a dead run)",
             APPEND.citus.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-1'",
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-dead'",
         ),
         ("create session", CREATE_SQL, "'echo', 'u1', 'new', '{}', 1.0, 1.0"),
         ("list sessions", LIST_SESSIONS_SQL, "'echo', 'u1', NULL, '', 51"),
@@ -181,10 +182,10 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         ("takeover of a dead run", EXPIRE_RUN.citus.as_str(), "'run-1', 'u1'"),
         ("enqueue", ENQUEUE_SQL.as_str(), "'echo', 'u1', 's5', 'r1'"),
         ("dequeue", DEQUEUE_SQL, "1, 'u1'"),
-        ("a user's runs", &first_page, "'echo', 'u1', 51"),
+        ("a user's runs", first_page.citus.as_str(), "'echo', 'u1', 51"),
         (
             "a user's runs, a later page",
-            &later_page,
+            later_page.citus.as_str(),
             "'echo', 'u1', 'completed', 1000.0, 'run-1000', 51",
         ),
         ("a session's runs", &session_runs, "'echo', 'u1', 's5', 51"),

@@ -270,3 +270,96 @@ async fn runs_in_flight_move_onto_their_sessions() {
     );
     assert!(store.active_run(&key("busy")).await.unwrap().is_none());
 }
+
+/// The live run's webhook targets moved with it, and what 0011 kept for older replicas is
+/// gone (no replica older than 0012 can run); and 0012 refuses to run while a replica is
+/// heartbeating, changing nothing, with a message saying what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_0012_needs_the_older_replicas_stopped() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    let mut before = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/postgres"
+    )))
+    .await
+    .expect("migrations");
+    before.migrations = before
+        .migrations
+        .iter()
+        .filter(|m| m.version < 12)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    before.run(&pool).await.expect("migrate to 0011");
+    sqlx::raw_sql(
+        "INSERT INTO sessions (app_name, user_id, id, create_time, update_time, last_seq, active_run)
+         VALUES ('echo', 'u1', 'busy', 1, 1, 3, 'run-live');
+         INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
+                           lease_expires_at, created_at, started_at, base_seq, user_event, webhooks)
+         VALUES ('run-live', 'echo', 'u1', 'busy', 'e-live', 'running', 'replica-old', 0, 10, 10,
+                 2, true, '[{\"url\": \"http://127.0.0.1:9/hook\", \"events\": [\"run.completed\"]}]');
+         INSERT INTO replicas (id, heartbeat_at, lease_secs, started_at)
+         VALUES ('replica-old', extract(epoch from now()), 30, 1);",
+    )
+    .execute(&pool)
+    .await
+    .expect("an older replica, still serving");
+
+    let refused = agentd::store::migrate(&db.url, false)
+        .await
+        .expect_err("0012 runs while an older replica serves");
+    assert!(
+        format!("{refused:?}").contains("needs every agentd replica stopped"),
+        "{refused:?}"
+    );
+    let version: i64 =
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(version, 11, "nothing of 0012 applied");
+    let status: String = sqlx::query_scalar("SELECT status FROM runs WHERE id = 'run-live'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "running", "the older replica's run untouched");
+
+    // The older replica stops (it retires its heartbeat), and the migration goes through.
+    sqlx::query("UPDATE replicas SET heartbeat_at = 0 WHERE id = 'replica-old'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let store = db.store().await;
+    let targets = store.run_targets("u1", "run-live").await.unwrap().unwrap();
+    assert_eq!(targets.len(), 1, "{targets:?}");
+    assert_eq!(targets[0]["url"], "http://127.0.0.1:9/hook");
+    let leftovers: Vec<String> = sqlx::query_scalar(
+        "SELECT tgname::text FROM pg_trigger WHERE tgrelid = 'runs'::regclass AND NOT tgisinternal
+         UNION ALL
+         SELECT indexname::text FROM pg_indexes
+          WHERE indexname IN ('idempotency_keys_compat', 'schedule_ticks_compat',
+                              'runs_one_active_per_session', 'runs_running_by_owner')",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Its end writes the delivery its target asked for.
+    assert!(store
+        .finish_run(
+            "u1",
+            "run-live",
+            agentd::store::RunStatus::Completed,
+            Some(3),
+            None
+        )
+        .await
+        .unwrap());
+    let deliveries: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries WHERE run_id = 'run-live'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(deliveries, 1);
+}

@@ -7,7 +7,17 @@
 -- `active_run` is set; admission overwrites all of them.
 --
 -- Replicas older than this migration must be stopped before it runs: they write running
--- runs into `runs`, which newer replicas no longer read as running (docs/storage.md).
+-- runs into `runs`, which newer replicas no longer read as running (docs/storage.md). So it
+-- refuses to run while any replica is heartbeating (the replica running it has not yet).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM replicas
+                WHERE heartbeat_at > extract(epoch from now())::double precision - lease_secs) THEN
+        RAISE EXCEPTION 'migration 0012 needs every agentd replica stopped: % replica(s) still heartbeating; stop them (a Recreate deployment, not a rolling update) and start again',
+            (SELECT count(*) FROM replicas
+              WHERE heartbeat_at > extract(epoch from now())::double precision - lease_secs);
+    END IF;
+END $$;
 
 -- Multi-shard statements after DDL in one transaction need one connection per worker when
 -- the tables are already distributed (Citus); a plain PostgreSQL takes the setting as an
@@ -52,9 +62,17 @@ DELETE FROM runs WHERE status = 'running';
 DROP INDEX IF EXISTS runs_one_active_per_session;
 DROP INDEX IF EXISTS runs_running_by_owner;
 
--- A running run by its id (`GET …/runs/{id}`, cancel, the end of a run), and a replica's
--- running runs (heartbeat, reconciliation, the sweep). Both small: only running runs.
-CREATE INDEX sessions_running ON sessions (active_run) WHERE active_run IS NOT NULL;
+-- A running run by its id (`GET …/runs/{id}`, cancel, the end of a run); unique, as the key
+-- of `runs` was for a running run (with the user: Citus wants the distribution column in
+-- every unique index). A user's running runs, newest first (list runs: keyed by the same
+-- expression as the sessions listing of 0007, which only that query names, so no lookup of
+-- one session is planned on it without statistics), and a replica's (heartbeat,
+-- reconciliation, the sweep). All small: only running runs. Built without
+-- `CONCURRENTLY` (migrations run in a transaction): on a large `sessions` table, writes wait.
+CREATE UNIQUE INDEX sessions_running ON sessions (active_run, user_id) WHERE active_run IS NOT NULL;
+CREATE INDEX sessions_running_by_user
+    ON sessions ((app_name || E'\x1f' || user_id), run_created_at, active_run)
+    WHERE active_run IS NOT NULL;
 CREATE INDEX sessions_running_by_owner ON sessions (run_owner) WHERE active_run IS NOT NULL;
 
 -- What migration 0011 kept for replicas older than it (none can run past this migration):

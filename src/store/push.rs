@@ -1,5 +1,6 @@
 //! A run's own webhook targets after admission: A2A push notification configs are added to,
-//! listed from and removed from `runs.webhooks`, the list the run's end turns into
+//! listed from and removed from the run's list (`runs.webhooks`; on PostgreSQL a running
+//! run's is `sessions.run_webhooks`, migration 0012), the list the run's end turns into
 //! deliveries (the outbox of `webhooks.rs`). Adding is fenced by the run still running, in
 //! the same statement: a config added as the run ends is either in the list its end reads,
 //! or refused — never stored and then silently not sent. Each statement names the run's user
@@ -146,7 +147,22 @@ impl PushStore for PgStore {
         .bind(user)
         .fetch_one(self.pool())
         .await?;
-        Ok(done > 0)
+        if done > 0 {
+            return Ok(true);
+        }
+        // A run that ended while the session's UPDATE waited for its row is in `runs` only for
+        // a newer snapshot than this statement's: ask `runs` again.
+        let done = sqlx::query(&format!(
+            "UPDATE runs SET webhooks = {drop_ended} WHERE user_id = $3 AND id = $1 AND {has_ended}",
+            drop_ended = drop("webhooks"),
+            has_ended = has("webhooks"),
+        ))
+        .bind(run_id)
+        .bind(config_id)
+        .bind(user)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() > 0)
     }
 }
 

@@ -71,8 +71,8 @@ const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// Marks a `user_id = $n AND ` on `runs` that only Citus needs (to route the statement to the
 /// user's shard). A plain PostgreSQL gets the statement without it ([`Routed`]): there a run's
 /// id alone is its key, and with the user's qual as well PostgreSQL without statistics reads
-/// the run through the small partial indexes (running or unsealed runs, whose predicates the
-/// statement's own `status`/`sealed` quals match) instead of the key (tests/plans.rs).
+/// the run through a small partial index (unsealed runs, whose predicate the statement's own
+/// `sealed` qual matches) instead of the key (tests/plans.rs).
 pub(crate) const ROUTE: &str = "/*route*/ ";
 
 /// A statement in both forms: for Citus (with its routing quals) and for a plain PostgreSQL

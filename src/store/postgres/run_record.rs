@@ -38,7 +38,9 @@ pub(crate) const ENDING_RETURNING: &str = "sessions.app_name, sessions.user_id, 
 /// A CTE body inserting the ended run's one `runs` row from `from` (a CTE returning
 /// [`ENDING_RETURNING`]): `id`, `status`, `last_seq`, `error` and `sealed` are SQL
 /// expressions. It returns [`RUN_COLUMNS`] and `webhooks`, what the outbox CTE and the
-/// caller read.
+/// caller read. Admission refuses a run id that a running or ended run has, but it cannot see
+/// a run ending concurrently elsewhere with the same id; a row already there is kept, and the
+/// session is freed all the same (a session never stays held by a run that cannot end).
 pub(crate) fn insert_ended(
     from: &str,
     id: &str,
@@ -57,6 +59,7 @@ pub(crate) fn insert_ended(
                 f.run_cancel_reason, f.run_created_at, f.run_created_at, {PG_NOW},
                 f.run_base_seq, f.run_user_event, {last_seq}, {error}, {sealed}, f.run_webhooks
            FROM {from} f
+         ON CONFLICT DO NOTHING
          RETURNING {RUN_COLUMNS}, webhooks"
     )
 }

@@ -55,7 +55,8 @@ pub fn pg_insert_run_sql() -> &'static str {
                  SELECT last_seq FROM sessions WHERE app_name = $2 AND user_id = $3 AND id = $4
              ), dead AS (
                  SELECT EXISTS (SELECT 1 FROM runs WHERE app_name = $2 AND user_id = $3
-                                   AND session_id = $4 AND NOT sealed) AS unsealed
+                                   AND session_id = $4 AND NOT sealed) AS unsealed,
+                        EXISTS (SELECT 1 FROM runs WHERE user_id = $3 AND id = $1) AS taken
              ), s AS (
                  UPDATE sessions
                     SET active_run = $1, run_invocation = $5, run_owner = $6,
@@ -66,8 +67,9 @@ pub fn pg_insert_run_sql() -> &'static str {
                         update_time = CASE WHEN o.with_event THEN GREATEST($14, update_time)
                                            ELSE update_time END,
                         last_seq = last_seq + CASE WHEN o.with_event THEN 1 ELSE 0 END
-                   FROM (SELECT $10 AND NOT d.unsealed AS with_event FROM dead d) o
+                   FROM (SELECT $10 AND NOT d.unsealed AS with_event, d.taken FROM dead d) o
                   WHERE app_name = $2 AND user_id = $3 AND id = $4 AND active_run IS NULL
+                    AND NOT o.taken
                     AND ((SELECT first FROM q) IS NULL OR (SELECT first FROM q) = $8)
                  RETURNING sessions.last_seq, sessions.state, o.with_event,
                            sessions.update_time AS ts, sessions.run_base_seq AS base_seq
@@ -95,6 +97,7 @@ pub fn pg_insert_run_sql() -> &'static str {
                         AS session,
                     (SELECT base_seq FROM s) AS base_seq,
                     d.unsealed,
+                    d.taken,
                     (SELECT seq FROM e) AS seq,
                     (SELECT \"timestamp\" FROM e) AS ts,
                     (SELECT state FROM s) AS state,
@@ -111,13 +114,16 @@ pub fn pg_insert_run_sql() -> &'static str {
     &SQL
 }
 
-/// A user's runs, newest first (`RunStore::list_runs`): the ended runs in `runs` and the
-/// running ones on their sessions, each side ordered and limited on its own index, then
-/// merged. A status filter and a cursor only where asked: a generic plan keeps `$n IS NULL OR
+/// A user's runs, newest first (`RunStore::list_runs`): the ended runs in `runs`
+/// (`runs_by_owner_created`) and the running ones on their sessions
+/// (`sessions_running_by_user`), each side ordered and limited on its own index, then merged;
+/// a status filter reads only the side that can hold that status. The user's own qual on the
+/// sessions side is for Citus only ([`Routed`]): on a plain PostgreSQL without statistics it
+/// made the planner combine the index with the key's (every session of the user). A status filter and a cursor only where asked: a generic plan keeps `$n IS NULL OR
 /// …` as a filter, so a deep page would scan every newer run of the user instead of starting
 /// at the cursor. Parameters: $1 app, $2 user, then the status, the cursor's time and id when
 /// present, then the limit. Public for the plan tests.
-pub fn list_runs_sql(status: bool, cursor: bool) -> String {
+pub fn list_runs_sql(status: bool, cursor: bool) -> Routed {
     let mut n = 2;
     let mut next = || {
         n += 1;
@@ -126,7 +132,7 @@ pub fn list_runs_sql(status: bool, cursor: bool) -> String {
     let (status_ended, status_running) = if status {
         let k = next();
         (
-            format!("AND status = ${k}"),
+            format!("AND status = ${k} AND ${k} <> 'running'"),
             format!("AND ${k} = 'running'"),
         )
     } else {
@@ -143,7 +149,7 @@ pub fn list_runs_sql(status: bool, cursor: bool) -> String {
     };
     let limit = next();
     let running = run_record::running_columns_only("s.active_run", "s");
-    format!(
+    Routed::new(format!(
         "(SELECT {RUN_COLUMNS} FROM runs
            WHERE (app_name || E'\\x1f' || user_id) = ($1 || E'\\x1f' || $2)
              AND char_length(app_name) = char_length($1)
@@ -153,13 +159,15 @@ pub fn list_runs_sql(status: bool, cursor: bool) -> String {
            LIMIT ${limit})
          UNION ALL
          (SELECT {running} FROM sessions s
-           WHERE s.app_name = $1 AND s.user_id = $2 AND s.active_run IS NOT NULL
+           WHERE (s.app_name || E'\\x1f' || s.user_id) = ($1 || E'\\x1f' || $2)
+             AND char_length(s.app_name) = char_length($1)
+             AND /*route*/ s.user_id = $2 AND s.active_run IS NOT NULL
              {status_running} {cursor_running}
            ORDER BY s.run_created_at DESC, s.active_run DESC
            LIMIT ${limit})
          ORDER BY created_at DESC, id DESC
          LIMIT ${limit}"
-    )
+    ))
 }
 
 /// A session's runs, newest first (`RunStore::list_session_runs`): its ended runs on
@@ -202,7 +210,7 @@ pub static FINISH_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
                   WHERE user_id = $5 AND active_run = $1
                  RETURNING {ending}
              ), r AS ({insert}){outbox}
-             SELECT count(*) FROM r",
+             SELECT count(*) FROM s",
         ending = run_record::ENDING_RETURNING,
         insert = run_record::insert_ended("s", "$1", "$2", "$3", "$4", "true"),
         outbox = outbox_cte("r")
@@ -325,6 +333,10 @@ impl RunStore for PgStore {
             .fetch_one(self.pool())
             .await;
         let row = match row {
+            // Another session's running run has this id (`sessions_running` is unique).
+            Err(sqlx::Error::Database(db)) if violates(db.as_ref(), "sessions_running") => {
+                return Err(StoreError::Conflict)
+            }
             // The connection broke with the statement sent: it committed whole or not at all.
             // With a user event, its id tells which (as for an append); without one, the
             // admission alone is ambiguous as before and reconciliation repairs a stray one.
@@ -349,6 +361,11 @@ impl RunStore for PgStore {
             }
             Ok(row) => row,
         };
+        // An ended run has this id: a run id names one run, ever (a schedule's re-fired tick,
+        // an MCP request id used twice).
+        if row.try_get::<bool, _>("taken")? {
+            return Err(StoreError::Conflict);
+        }
         let session: bool = row.try_get("session")?;
         let base_seq: Option<i64> = row.try_get("base_seq")?;
         let unsealed: bool = row.try_get("unsealed")?;
@@ -585,7 +602,7 @@ impl RunStore for PgStore {
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>> {
         let sql = list_runs_sql(status.is_some(), before.is_some());
-        let mut q = sqlx::query(&sql).bind(app).bind(user);
+        let mut q = sqlx::query(sql.pick(self.citus)).bind(app).bind(user);
         if let Some(status) = status {
             q = q.bind(status.as_str());
         }
