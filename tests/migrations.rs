@@ -171,14 +171,8 @@ async fn unsupported_database_url_is_a_clear_error() {
     assert!(err.to_string().contains("postgres://"), "{err}");
 }
 
-/// Migration 0012 moves runs in flight onto their sessions (where a running run now lives):
-/// an upgraded database still knows them as running, with everything they had, and they end
-/// as any run does. A session that pointed at no running run comes out free, and a running
-/// row that its session did not point at comes out abandoned, awaiting its seal.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_in_flight_move_onto_their_sessions() {
-    use agentd::store::{RunStatus, SessionKey};
-    let db = TestDb::new(Backend::Postgres).await;
+/// A pool on `db`, migrated up to 0011 (the schema an agentd before 0012 left).
+async fn migrated_to_0011(db: &TestDb) -> sqlx::PgPool {
     let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
     let mut before = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -194,6 +188,18 @@ async fn runs_in_flight_move_onto_their_sessions() {
         .collect::<Vec<_>>()
         .into();
     before.run(&pool).await.expect("migrate to 0011");
+    pool
+}
+
+/// Migration 0012 moves runs in flight onto their sessions (where a running run now lives):
+/// an upgraded database still knows them as running, with everything they had, and they end
+/// as any run does. A session that pointed at no running run comes out free, and a running
+/// row that its session did not point at comes out abandoned, awaiting its seal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_in_flight_move_onto_their_sessions() {
+    use agentd::store::{RunStatus, SessionKey};
+    let db = TestDb::new(Backend::Postgres).await;
+    let pool = migrated_to_0011(&db).await;
     sqlx::raw_sql(
         "INSERT INTO sessions (app_name, user_id, id, create_time, update_time, last_seq, active_run)
          VALUES ('echo', 'u1', 'busy', 1, 1, 3, 'run-live'),
@@ -277,21 +283,7 @@ async fn runs_in_flight_move_onto_their_sessions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migration_0012_needs_the_older_replicas_stopped() {
     let db = TestDb::new(Backend::Postgres).await;
-    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
-    let mut before = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/migrations/postgres"
-    )))
-    .await
-    .expect("migrations");
-    before.migrations = before
-        .migrations
-        .iter()
-        .filter(|m| m.version < 12)
-        .cloned()
-        .collect::<Vec<_>>()
-        .into();
-    before.run(&pool).await.expect("migrate to 0011");
+    let pool = migrated_to_0011(&db).await;
     sqlx::raw_sql(
         "INSERT INTO sessions (app_name, user_id, id, create_time, update_time, last_seq, active_run)
          VALUES ('echo', 'u1', 'busy', 1, 1, 3, 'run-live');

@@ -11,9 +11,8 @@ use super::PG_NOW;
 use crate::store::runs::RUN_COLUMNS;
 
 /// The columns of a session row read as its running run's record, named and ordered as
-/// [`RUN_COLUMNS`], then `webhooks`. `id` is the run id's expression (`active_run`, or the
-/// statement's parameter after an `UPDATE` has cleared `active_run`); `t` qualifies the
-/// session's columns.
+/// [`RUN_COLUMNS`]. `id` is the run id's expression (`active_run`, or the statement's
+/// parameter after an `UPDATE` has cleared `active_run`); `t` qualifies the session's columns.
 pub(crate) fn running_columns(id: &str, t: &str) -> String {
     format!(
         "{id} AS id, {t}.app_name, {t}.user_id, {t}.id AS session_id,
@@ -22,8 +21,7 @@ pub(crate) fn running_columns(id: &str, t: &str) -> String {
          {t}.run_cancel_reason AS cancel_reason, {t}.run_created_at AS created_at,
          {t}.run_created_at AS started_at, NULL::double precision AS finished_at,
          {t}.run_base_seq AS base_seq, {t}.run_user_event AS user_event,
-         NULL::bigint AS last_seq, NULL::text AS error, true AS sealed,
-         {t}.run_webhooks AS webhooks"
+         NULL::bigint AS last_seq, NULL::text AS error, true AS sealed"
     )
 }
 
@@ -72,15 +70,6 @@ pub(crate) fn union_sql(runs_where: &str, sessions_where: &str) -> String {
         "SELECT {RUN_COLUMNS} FROM runs WHERE {runs_where}
          UNION ALL
          SELECT {running} FROM sessions s WHERE s.active_run IS NOT NULL AND {sessions_where}",
-        running = running_columns_only("s.active_run", "s"),
+        running = running_columns("s.active_run", "s"),
     )
-}
-
-/// [`running_columns`] without `webhooks` (to stand beside [`RUN_COLUMNS`] in a union).
-pub(crate) fn running_columns_only(id: &str, t: &str) -> String {
-    let all = running_columns(id, t);
-    match all.rsplit_once(',') {
-        Some((head, _webhooks)) => head.to_string(),
-        None => all,
-    }
 }

@@ -148,7 +148,7 @@ pub fn list_runs_sql(status: bool, cursor: bool) -> Routed {
         (String::new(), String::new())
     };
     let limit = next();
-    let running = run_record::running_columns_only("s.active_run", "s");
+    let running = run_record::running_columns("s.active_run", "s");
     Routed::new(format!(
         "(SELECT {RUN_COLUMNS} FROM runs
            WHERE (app_name || E'\\x1f' || user_id) = ($1 || E'\\x1f' || $2)
@@ -184,7 +184,7 @@ pub fn list_session_runs_sql(cursor: bool) -> String {
     } else {
         ("", "", "$4")
     };
-    let running = run_record::running_columns_only("s.active_run", "s");
+    let running = run_record::running_columns("s.active_run", "s");
     format!(
         "(SELECT {RUN_COLUMNS} FROM runs
            WHERE app_name = $1 AND user_id = $2 AND session_id = $3 {cursor_ended}
@@ -227,7 +227,7 @@ pub static CANCEL_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
                 run_cancel_reason = COALESCE(run_cancel_reason, $3)
           WHERE user_id = $4 AND active_run = $1
          RETURNING {running}",
-        running = run_record::running_columns_only("sessions.active_run", "sessions"),
+        running = run_record::running_columns("sessions.active_run", "sessions"),
     ))
 });
 
@@ -272,7 +272,7 @@ pub static ACTIVE_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::ne
     format!(
         "SELECT {} FROM sessions s
           WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3 AND s.active_run IS NOT NULL",
-        run_record::running_columns_only("s.active_run", "s")
+        run_record::running_columns("s.active_run", "s")
     )
 });
 
@@ -463,7 +463,7 @@ impl RunStore for PgStore {
         let candidates = sqlx::query(&format!(
             "SELECT {running} FROM sessions
               WHERE active_run IS NOT NULL AND run_owner <> $1 AND {PG_OWNER_DEAD}",
-            running = run_record::running_columns_only("sessions.active_run", "sessions")
+            running = run_record::running_columns("sessions.active_run", "sessions")
         ))
         .bind(me)
         .fetch_all(self.pool())
@@ -569,7 +569,7 @@ impl RunStore for PgStore {
         // in this order, a run that has left its session is in `runs` for the second read.
         let running = sqlx::query(&format!(
             "SELECT {} FROM sessions s WHERE s.active_run = $1",
-            run_record::running_columns_only("s.active_run", "s")
+            run_record::running_columns("s.active_run", "s")
         ))
         .bind(run_id)
         .fetch_optional(self.pool())
