@@ -31,9 +31,17 @@ case "${1:-}" in
   install)
     if installed; then echo "citus: already installed" >&2; exit 0; fi
     # The Citus source and its build script sit beside the repository (../shared/citus); a
-    # clone elsewhere names them with AGENTD_CITUS_SOURCE.
-    src=${AGENTD_CITUS_SOURCE:-$here/../shared/citus}
-    [ -x "$src/build.sh" ] || [ ! -x /work/shared/citus/build.sh ] || src=/work/shared/citus
+    # clone further down finds them in the nearest folder above it that has shared/citus, and
+    # any other names them with AGENTD_CITUS_SOURCE.
+    src=${AGENTD_CITUS_SOURCE:-}
+    if [ -z "$src" ]; then
+      d=$here
+      while [ "$d" != / ] && [ -z "$src" ]; do
+        d=$(dirname "$d")
+        [ -x "$d/shared/citus/build.sh" ] && src="$d/shared/citus"
+      done
+      src=${src:-$here/../shared/citus}
+    fi
     build="$src/build.sh"
     if [ ! -x "$build" ]; then
       echo "citus: not installed, and $build (the Citus source and its build script) is missing" >&2

@@ -1,5 +1,6 @@
 //! Command-line flags, each with an environment-variable fallback (flags win).
 
+use crate::telemetry::LogFormat;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -534,12 +535,6 @@ impl BackgroundArgs {
             default_secret: self.webhook_secret.clone(),
         })
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 impl ServeArgs {

@@ -41,15 +41,16 @@ pub mod auth;
 pub mod config;
 pub mod event;
 pub mod http;
+pub mod invocation;
 pub mod metrics;
 pub mod model;
-pub mod run;
 pub mod runner;
 pub mod schedule;
 pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod transcript;
 pub mod webhook;
 
 /// Lower-case hex of `bytes` (key ids, SHA-256 digests of key secrets and request bodies).

@@ -7,7 +7,6 @@
 //! usage), `execute_tool` and `commit`. Model and HTTP-tool requests carry the current span's
 //! `traceparent`, so the trace continues in the provider's or the tool's own traces.
 
-use crate::config::LogFormat;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
@@ -56,6 +55,13 @@ pub fn init_cli() -> anyhow::Result<()> {
         )
         .try_init()?;
     Ok(())
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// Installs the global subscriber: log lines in `format`, filtered by `RUST_LOG`, plus the

@@ -59,7 +59,7 @@ async fn compacting(backend: Backend, m: &ScriptedModel, interval: usize) -> Tes
     apps.set_compaction(
         "chat",
         agentd::apps::settings::Compaction {
-            policy: agentd::run::compaction::CompactionPolicy {
+            policy: agentd::transcript::compaction::CompactionPolicy {
                 interval: Some(interval),
                 overlap: 0,
                 token_threshold: None,

@@ -13,9 +13,9 @@
 //! allow_private: [10.0.0.0/8]        # optional: as for HTTP tools (SSRF rules)
 //! ```
 
-use super::context::InvocationContext;
 use super::{Agent, AgentError, AgentResult};
 use crate::event::{Content, Event, JsonMap};
+use crate::invocation::InvocationContext;
 use crate::store::EventRange;
 use crate::tools::egress::{EgressPolicy, Resolver};
 use async_trait::async_trait;

@@ -62,14 +62,14 @@ pub struct CompactionSettings {
 /// An app's compaction: when, which model, what instruction.
 #[derive(Clone)]
 pub struct Compaction {
-    pub policy: crate::run::compaction::CompactionPolicy,
+    pub policy: crate::transcript::compaction::CompactionPolicy,
     pub model: std::sync::Arc<dyn crate::model::Model>,
     pub prompt: String,
 }
 
 impl CompactionSettings {
     pub fn build(&self) -> Result<Compaction, String> {
-        let policy = crate::run::compaction::CompactionPolicy {
+        let policy = crate::transcript::compaction::CompactionPolicy {
             interval: self.interval,
             overlap: self.overlap,
             token_threshold: self.token_threshold,
@@ -84,7 +84,7 @@ impl CompactionSettings {
             prompt: self
                 .prompt
                 .clone()
-                .unwrap_or_else(|| crate::run::compaction::DEFAULT_PROMPT.to_string()),
+                .unwrap_or_else(|| crate::transcript::compaction::DEFAULT_PROMPT.to_string()),
         })
     }
 }

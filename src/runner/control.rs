@@ -2,7 +2,8 @@
 //! local stops by cause (cancel, timeout, drain, liveness), and the listener for cancels
 //! accepted on other replicas.
 
-use super::*;
+use super::quota::Slot;
+use super::{lock, Runner};
 use crate::store::{CancelRequest, RunRecord, RunStatus, SessionKey, StoreError};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -38,7 +39,50 @@ pub(super) struct LocalRun {
     pub(super) cause: Arc<Mutex<Option<StopCause>>>,
 }
 
+/// A run in this process's registry, with its place in its user's quota; dropping it takes the
+/// run out of both (whatever way the run's task ends: its [`RunGuard`](super::life::RunGuard)
+/// owns it).
+pub(super) struct Registration {
+    runner: Arc<Runner>,
+    run_id: String,
+    pub(super) cancel: CancellationToken,
+    pub(super) cause: Arc<Mutex<Option<StopCause>>>,
+    _slot: Option<Slot>,
+}
+
+impl Registration {
+    pub(super) fn run_id(&self) -> &str {
+        &self.run_id
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        lock(&self.runner.local).remove(&self.run_id);
+    }
+}
+
 impl Runner {
+    /// Registers `run_id` as running here (before it is admitted, so reconciliation never
+    /// mistakes it for a leak), holding `slot` of its user's quota.
+    pub(super) fn register(self: &Arc<Self>, run_id: &str, slot: Option<Slot>) -> Registration {
+        let (cancel, cause) = (CancellationToken::new(), Arc::new(Mutex::new(None)));
+        lock(&self.local).insert(
+            run_id.to_string(),
+            LocalRun {
+                cancel: cancel.clone(),
+                cause: cause.clone(),
+            },
+        );
+        Registration {
+            runner: self.clone(),
+            run_id: run_id.to_string(),
+            cancel,
+            cause,
+            _slot: slot,
+        }
+    }
+
     /// Cancels a run on whichever replica executes it: the request is recorded on the run's
     /// row (who and why; idempotent), the run is stopped at once if it is local, else its
     /// owner is told through the bus (and sees the flag at its next heartbeat at the latest).

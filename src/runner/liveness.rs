@@ -14,6 +14,7 @@
 
 use super::bus::BusMsg;
 use super::control::StopCause;
+use super::life::seal;
 use super::{lock, Runner};
 use crate::store::{Fence, RunStatus, StoreError};
 use std::sync::Arc;
@@ -92,7 +93,7 @@ impl Runner {
         for dead in self.store.sweep(&self.config.owner).await? {
             tracing::warn!(run = %dead.run_id, owner = %dead.owner, "run of a dead replica abandoned");
             let root = self.root_name(&dead.app_name);
-            match super::seal::seal_dead(
+            match seal::seal_dead(
                 self.store.as_ref(),
                 &dead,
                 &root,
@@ -100,7 +101,7 @@ impl Runner {
             )
             .await
             {
-                Ok(sealed) => self.publish_sealed(&dead, sealed),
+                Ok(sealed) => seal::publish_sealed(self, &dead, sealed),
                 // A new run took the session first; it seals the transcript itself.
                 Err(StoreError::NotOwner) => {}
                 Err(e) => {

@@ -1,50 +1,39 @@
 //! The run loop: one user message in, the agent's events out.
 //!
-//! For `(app, user, session, new message)`, [`Runner::start`] does everything that can fail
-//! because of the request before the caller sends a byte: admit the run (the session's
-//! ownership is taken in the database, see [`admission`]; the same statement commits the user
-//! event and reads the run's starting state), then, on the runner's task tracker, seal any dead
-//! predecessor and, where admission could not, read the state and commit the user event. The caller
-//! gets the result of that; the same task then picks the agent ([`selection`]) and runs it —
-//! partial events stream to the client at once, complete events are committed first, fenced
-//! by the run's ownership (see [`crate::agent::InvocationContext::emit`]) — and ends by
-//! sealing a stopped transcript ([`seal`]), recording the outcome and telling the client.
+//! [`Runner`] is the facade every caller (the HTTP routes, the scheduler, embedding code)
+//! holds; it owns what all runs share (the store, the apps, plugins, the bus, this process's
+//! registry of runs) and starts each run on its way through [`life`]: prepared, admitted (the
+//! session's ownership taken in the database), begun (the user event committed), driven (the
+//! agent) and ended (sealed if stopped, recorded, `done`), each stage a value of its own.
+//! Partial events stream to the client at once; complete events are committed first, fenced
+//! by the run's ownership (the outbox, [`crate::transcript`]).
 //!
-//! Everything after admission runs on the tracker under a [`guard::RunGuard`], so a client
-//! that goes away, a panicking agent or a failed commit can never leave a session busy:
-//! whatever way the task ends, the run is finished in the database. Liveness is per replica
-//! ([`liveness`]); followers and cross-replica cancel go through the [`bus`].
-//!
-//! One file per step: [`request`] (what a run request is), [`start`] (validation, admission,
-//! the begin step), [`admission`] (taking the session by `onBusy`), [`drive`] (the agent to
-//! the run's end), [`control`] (cancel and stops), [`seal`], [`guard`], [`liveness`],
-//! [`quota`], [`selection`], and the [`bus`].
+//! Everything after admission runs on the tracker under a guard, so a client that goes away,
+//! a panicking agent or a failed commit can never leave a session busy: whatever way the task
+//! ends, the run is finished in the database. Beside the life of a run: [`admission`] (the
+//! claim and the queue), [`control`] (cancel and stops), [`liveness`] (heartbeat, sweeper,
+//! reconciliation), [`quota`], [`selection`] (which agent answers), `edits` (rewind,
+//! compaction, fork: writes that hold a session and are not turns) and the [`bus`].
 
 mod admission;
 pub mod bus;
-mod compact;
 mod control;
-mod drive;
-mod fork;
-mod guard;
-mod hold;
+mod edits;
+mod life;
 mod liveness;
 mod quota;
 mod request;
-mod rewind;
-mod seal;
 mod selection;
-mod start;
 
 pub use admission::{claim, Claim};
-pub use fork::ForkPoint;
-pub use hold::HOLD_PREFIX;
+pub use edits::fork::ForkPoint;
+pub use edits::hold::HOLD_PREFIX;
+pub use edits::rewind::RewindError;
+pub use life::seal::INVOCATION_ABORTED;
 pub use request::{EditPoint, OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig};
-pub use rewind::RewindError;
-pub use seal::INVOCATION_ABORTED;
 
-use crate::agent::PluginSet;
 use crate::apps::AppRegistry;
+use crate::invocation::PluginSet;
 use crate::store::{RunRecord, Store, StoreError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -110,6 +99,22 @@ impl Runner {
         runner.spawn_cancel_listener(cancels);
         runner.spawn_liveness();
         Ok(runner)
+    }
+
+    /// Validates and admits a run, commits its user event, then runs the agent in the
+    /// background ([`life`]). Everything that can fail because of the request fails here,
+    /// before the caller has sent a byte: unknown app, missing session, busy session, a user
+    /// message the store refuses (e.g. an oversize blob saved as an artifact).
+    pub async fn start_run(self: &Arc<Self>, req: RunRequest) -> Result<RunHandle, RunError> {
+        life::start(self, req).await
+    }
+
+    /// The name of `app`'s root agent (the author of the events that seal its runs).
+    fn root_name(&self, app: &str) -> String {
+        self.apps
+            .get(app)
+            .and_then(|e| e.tree.as_ref().ok().map(|t| t.root().name().to_string()))
+            .unwrap_or_else(|| "agentd".to_string())
     }
 
     /// Resolves when the runner has shut down: open followers end then, so a graceful

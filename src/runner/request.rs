@@ -2,8 +2,8 @@
 
 use crate::agent::RunConfig;
 use crate::event::{Content, JsonMap};
-use crate::run::RunItem;
 use crate::store::{SessionKey, StoreError};
+use crate::transcript::RunItem;
 use crate::webhook::WebhookTarget;
 use serde::Deserialize;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Agent selection: which agent of the app answers the new message.
 
-use super::seal::INVOCATION_ABORTED;
+use super::INVOCATION_ABORTED;
 use crate::agent::{Agent, AgentTree};
 use crate::store::{EventRange, SessionKey, Store, StoreError};
 use std::sync::Arc;

@@ -6,9 +6,50 @@
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 use super::{SessionKey, StoreResult};
-use crate::run::rewind::Rewound;
 use async_trait::async_trait;
 use sqlx::Row;
+
+/// `crate::transcript::rewind::live` by seq ranges, for a reader that streams a session: given each rewind event's seq
+/// and the first seq of the invocation it names (oldest first), the inclusive seq ranges a
+/// rewind annulled (rewind events included), oldest first.
+pub fn rewound_ranges(marks: &[(i64, Option<i64>)]) -> Vec<(i64, i64)> {
+    let mut out = vec![];
+    let mut floor = i64::MAX;
+    for &(seq, first) in marks.iter().rev() {
+        // Inside a range already annulled: hidden, and its own range does not count.
+        if seq >= floor {
+            continue;
+        }
+        let from = first.filter(|f| *f < seq).unwrap_or(seq);
+        out.push((from, seq));
+        floor = from;
+    }
+    out.reverse();
+    out
+}
+
+/// What a session's rewinds annulled, as seq ranges ([`rewound_ranges`]): asked of each
+/// event by readers that page through a session without holding it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rewound(Vec<(i64, i64)>);
+
+impl Rewound {
+    /// From each rewind event's seq and the first seq of the invocation it names, oldest
+    /// first.
+    pub fn new(marks: &[(i64, Option<i64>)]) -> Self {
+        Rewound(rewound_ranges(marks))
+    }
+
+    /// Whether the event at `seq` was annulled (or is a rewind event).
+    pub fn hides(&self, seq: i64) -> bool {
+        self.0.iter().any(|(a, b)| (*a..=*b).contains(&seq))
+    }
+
+    /// The annulled seq ranges, inclusive, oldest first.
+    pub fn ranges(&self) -> &[(i64, i64)] {
+        &self.0
+    }
+}
 
 /// One rewind event of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

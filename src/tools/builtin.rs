@@ -1,8 +1,8 @@
 //! Built-in tools: `transfer_to_agent`, `exit_loop`, `load_artifacts`, `load_memory`.
 
 use super::{Tool, ToolContext, ToolError, ToolResult};
-use crate::agent::{transfer_targets, InvocationContext};
 use crate::event::JsonMap;
+use crate::invocation::{transfer_targets, InvocationContext};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 

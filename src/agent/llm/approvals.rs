@@ -144,7 +144,7 @@ impl<'a> Turn<'a> {
             .history
             .events
             .iter()
-            .rposition(crate::run::rewind::is_user_turn)
+            .rposition(crate::transcript::rewind::is_user_turn)
             .unwrap_or(0);
         // Only calls the model made in a run of this server: events a client imported with
         // create-session may carry calls of any shape, and running them would let a client

@@ -3,8 +3,8 @@
 //! that returns a result answers instead of the tool; after-callbacks may replace what came
 //! back. Runner plugins get the same four hooks (see [`crate::agent::Plugin`]) and run first.
 
-use crate::agent::{AgentResult, CallbackContext};
-use crate::event::JsonMap;
+use crate::invocation::{AgentResult, CallbackContext, ToolCall};
+
 use crate::model::{LlmRequest, LlmResponse};
 use crate::tools::ToolContext;
 use futures::future::BoxFuture;
@@ -30,13 +30,6 @@ pub type AfterModelCallback = Arc<
         + Send
         + Sync,
 >;
-
-/// A tool call as callbacks see it.
-#[derive(Debug, Clone)]
-pub struct ToolCall {
-    pub name: String,
-    pub args: JsonMap,
-}
 
 pub type BeforeToolCallback = Arc<
     dyn Fn(ToolCall, ToolContext) -> BoxFuture<'static, AgentResult<Option<Value>>> + Send + Sync,

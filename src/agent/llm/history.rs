@@ -6,7 +6,7 @@
 //! - other agents' turns as user-role context ("For context: \[agent\] said: …"), so the
 //!   model neither impersonates them nor sees tool calls it cannot answer;
 //! - ADK-internal confirmation calls left out;
-//! - a compaction's summary in place of the events it summarised ([`crate::run::compaction`]);
+//! - a compaction's summary in place of the events it summarised ([`crate::transcript::compaction`]);
 //! - each function response placed right after its call, using the latest response for a
 //!   call answered twice (a confirmation round trip) and a clear placeholder for a call that
 //!   never got one (providers reject unanswered calls).
@@ -21,9 +21,9 @@ use crate::agent::{AgentError, AgentResult, InvocationContext};
 use crate::event::{
     Content, Event, FunctionResponse, JsonMap, Part, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION,
 };
-use crate::run::compaction::ViewItem;
-use crate::run::rewind::is_user_turn;
 use crate::store::{EventRange, SessionKey, Store, StoredEvent};
+use crate::transcript::compaction::ViewItem;
+use crate::transcript::rewind::is_user_turn;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
@@ -63,13 +63,13 @@ pub fn written_by(event: &Event, agent: &str, runs: &HashSet<String>) -> bool {
     event.author != "user" && event.author == agent && runs.contains(&event.invocation_id)
 }
 
-/// Drops the events a rewind annulled, and the rewind events ([`crate::run::rewind::live`]).
+/// Drops the events a rewind annulled, and the rewind events ([`crate::transcript::rewind::live`]).
 fn drop_rewound(events: &mut Vec<Event>) {
     if events
         .iter()
         .any(|e| e.actions.rewind_before_invocation_id.is_some())
     {
-        let mut keep = crate::run::rewind::live(events).into_iter();
+        let mut keep = crate::transcript::rewind::live(events).into_iter();
         events.retain(|_| keep.next().unwrap_or(true));
     }
 }
@@ -337,11 +337,11 @@ pub fn contents(
 
     let mut out: Vec<Content> = vec![];
     // Summaries stand in for the events they compacted.
-    for item in crate::run::compaction::view(events) {
+    for item in crate::transcript::compaction::view(events) {
         let event = match item {
             ViewItem::Event(e) => e,
             ViewItem::Summary(c) => {
-                out.push(crate::run::compaction::summary_turn(&c));
+                out.push(crate::transcript::compaction::summary_turn(&c));
                 continue;
             }
         };

@@ -15,9 +15,10 @@ pub mod instruction;
 mod model_step;
 mod tool_calls;
 
+pub use crate::invocation::ToolCall;
 pub use callbacks::{
     AfterModelCallback, AfterToolCallback, BeforeModel, BeforeModelCallback, BeforeToolCallback,
-    LlmCallbacks, ToolCall,
+    LlmCallbacks,
 };
 pub use history::IncludeContents;
 

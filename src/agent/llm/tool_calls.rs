@@ -1,11 +1,11 @@
 //! A round of function calls in an LLM agent's turn: each call through the before/after-tool
 //! callbacks, run in parallel, answered in one event.
 
-use super::callbacks::ToolCall;
 use super::flow::{CallsOutcome, Turn};
 use crate::agent::{AgentError, AgentResult};
 use crate::event::{Content, EventActions, FunctionCall, FunctionResponse, JsonMap, Part};
 use crate::event::{CONFIRMATION_REJECTED, CONFIRMATION_REQUIRED};
+use crate::invocation::ToolCall;
 use crate::tools::{response_object, Tool, ToolConfirmation, ToolContext};
 use serde_json::{json, Value};
 use std::collections::HashMap;

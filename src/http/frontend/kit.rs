@@ -10,9 +10,9 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::sse::KEEP_ALIVE_EVERY;
 use crate::http::AppState;
 use crate::model::ToolDeclaration;
-use crate::run::RunItem;
 use crate::runner::{OnBusy, OnDisconnect, RunHandle, RunRequest};
 use crate::store::{EventRange, RunStatus, SessionKey};
+use crate::transcript::RunItem;
 use axum::http::{HeaderMap, HeaderValue};
 use bytes::Bytes;
 use futures::Stream;
@@ -167,7 +167,7 @@ pub async fn recent_events(
 pub fn waiting_calls(events: &[Event]) -> BTreeMap<String, String> {
     let mut open = BTreeMap::new();
     // A call in a rewound turn waits for nothing.
-    let live = crate::run::rewind::live(events);
+    let live = crate::transcript::rewind::live(events);
     for e in events.iter().zip(live).filter(|(_, l)| *l).map(|(e, _)| e) {
         let long: &[String] = e.long_running_tool_ids.as_deref().unwrap_or(&[]);
         for c in e.function_calls() {

@@ -9,7 +9,7 @@
 use crate::event::JsonMap;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::AppState;
-use crate::run::rewind::Rewound;
+use crate::store::Rewound;
 use crate::store::{EventRange, SessionHead, SessionKey};
 use axum::body::Body;
 use axum::http::{header, HeaderValue};

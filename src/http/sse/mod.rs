@@ -13,7 +13,7 @@ pub mod follow;
 pub mod resume;
 
 use crate::event::{now_ts, Event};
-use crate::run::RunItem;
+use crate::transcript::RunItem;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;

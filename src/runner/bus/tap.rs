@@ -1,8 +1,8 @@
 //! The tap that forwards a run's items to its session's followers.
 
 use super::{Bus, BusMsg};
-use crate::run::{RunItem, RunObserver};
 use crate::store::SessionKey;
+use crate::transcript::{RunItem, RunObserver};
 use std::sync::Arc;
 
 /// Forwards a run's items to its session's followers (see [`bus`]). Costs nothing per item

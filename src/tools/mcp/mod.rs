@@ -42,8 +42,8 @@ pub use tool::McpTool;
 use super::egress::{EgressPolicy, McpResolver};
 use super::http::{check_env_refs, expand_env};
 use super::{Tool, ToolContext, ToolError, ToolResult, Toolset};
-use crate::agent::InvocationContext;
 use crate::event::JsonMap;
+use crate::invocation::InvocationContext;
 use async_trait::async_trait;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{

@@ -9,8 +9,8 @@
 
 use super::error::{A2aError, A2aResult};
 use crate::event::{Blob, Bytes64, Content, Event, FunctionCall, FunctionResponse, JsonMap};
-use crate::run::RunItem;
 use crate::store::{RunRecord, RunStatus};
+use crate::transcript::RunItem;
 use a2a_types as a2a;
 use a2a_types::{part, stream_response};
 use serde_json::Value;

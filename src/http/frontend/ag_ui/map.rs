@@ -15,8 +15,8 @@
 
 use crate::event::{Event, JsonMap};
 use crate::http::frontend::kit::{answer_text, Streamed};
-use crate::run::RunItem;
 use crate::store::RunStatus;
+use crate::transcript::RunItem;
 use serde_json::{json, Value};
 
 #[derive(Debug)]
@@ -251,7 +251,7 @@ impl AgUiStream {
 pub fn messages(events: &[Event]) -> Vec<Value> {
     let mut out = vec![];
     // The conversation as it is now: what a rewind annulled is not in it.
-    let live = crate::run::rewind::live(events);
+    let live = crate::transcript::rewind::live(events);
     for e in events.iter().zip(live).filter(|(_, l)| *l).map(|(e, _)| e) {
         let text = answer_text(e);
         if e.author == "user" {

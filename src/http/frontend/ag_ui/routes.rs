@@ -23,9 +23,9 @@ use crate::http::frontend::kit::{
 };
 use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
 use crate::http::AppState;
-use crate::run::RunItem;
 use crate::runner::{EditPoint, OnDisconnect, RunRequest};
 use crate::store::{EventRange, RunStatus, SessionKey};
+use crate::transcript::RunItem;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -130,7 +130,7 @@ async fn diverged(
         .map(|p| p.events)
         .unwrap_or_default();
     let events: Vec<_> = after.into_iter().map(|e| e.event).collect();
-    let live = crate::run::rewind::live(&events);
+    let live = crate::transcript::rewind::live(&events);
     Ok(events
         .iter()
         .zip(live)

@@ -16,8 +16,8 @@
 use crate::event::Event;
 use crate::event::{CONFIRMATION_REJECTED, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION};
 use crate::http::frontend::kit::{answer_text, thought_text, Streamed};
-use crate::run::RunItem;
 use crate::store::RunStatus;
+use crate::transcript::RunItem;
 use serde_json::{json, Value};
 
 /// The mapping state of one response stream.

@@ -23,10 +23,10 @@ use crate::http::frontend::kit::{
 };
 use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
 use crate::http::AppState;
-use crate::run::RunItem;
 use crate::runner::{EditPoint, OnDisconnect, RunRequest};
 use crate::store::RunRecord;
 use crate::store::{EventRange, RunStatus, SessionKey, StoredEvent};
+use crate::transcript::RunItem;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -373,7 +373,7 @@ async fn resume(
     let base = run.base_seq.unwrap_or(0);
     let start = recent
         .iter()
-        .rposition(|e| crate::run::rewind::is_user_turn(&e.event));
+        .rposition(|e| crate::transcript::rewind::is_user_turn(&e.event));
     let (message_id, earlier): (String, Vec<StoredEvent>) = match start {
         Some(i) => (
             format!("msg_{}", recent[i].event.invocation_id),

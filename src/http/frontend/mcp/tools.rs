@@ -6,9 +6,9 @@ use super::map;
 use crate::auth::Caller;
 use crate::http::frontend::kit::{self, USER_HEADER};
 use crate::http::AppState;
-use crate::run::RunItem;
 use crate::runner::OnDisconnect;
 use crate::store::{CancelRequest, RunStatus, SessionKey};
+use crate::transcript::RunItem;
 use axum::http::request::Parts;
 use futures::StreamExt;
 use rmcp::model::{

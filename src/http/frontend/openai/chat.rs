@@ -13,9 +13,9 @@ use crate::http::frontend::kit::{
 };
 use crate::http::openapi::{EventStream, OpenAiErrors, UserHeader};
 use crate::http::AppState;
-use crate::run::RunItem;
 use crate::runner::OnDisconnect;
 use crate::store::{RunStatus, SessionKey};
+use crate::transcript::RunItem;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -11,8 +11,8 @@
 
 use crate::event::Event;
 use crate::http::frontend::kit::{answer_text, Streamed};
-use crate::run::RunItem;
 use crate::store::RunStatus;
+use crate::transcript::RunItem;
 use serde_json::{json, Value};
 
 /// Token counts summed over the run's model responses.

@@ -11,9 +11,9 @@ use crate::http::extract::{Json, Path};
 use crate::http::frontend::kit::{check_app, resolve_user, run_headers, sse_response, turn};
 use crate::http::openapi::{EventStream, OpenAiErrors, UserHeader};
 use crate::http::AppState;
-use crate::run::RunItem;
 use crate::runner::{ForkPoint, OnDisconnect, RunHandle};
 use crate::store::{CancelRequest, EventRange, RunRecord, RunStatus, SessionKey};
+use crate::transcript::RunItem;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -175,7 +175,7 @@ async fn branch_from(state: &AppState, run: &RunRecord) -> ApiResult<SessionKey>
         .unwrap_or_default();
     if after
         .iter()
-        .all(|e| crate::run::compaction::compaction_of(&e.event).is_some())
+        .all(|e| crate::transcript::compaction::compaction_of(&e.event).is_some())
     {
         return Ok(key);
     }

@@ -2,8 +2,8 @@
 //! artifact versions as of then ([`crate::store::fork`] copies in the database). The source is
 //! only read: its events before the point never change, so no ownership is taken.
 
+use super::super::{RunError, Runner};
 use super::rewind::RewindError;
-use super::{RunError, Runner};
 use crate::event::JsonMap;
 use crate::store::fork::Fork;
 use crate::store::{EventRange, SessionKey};
@@ -75,7 +75,7 @@ impl Runner {
                 .ok_or_else(|| RunError::SessionNotFound(source.session_id.clone()))?;
             for stored in &page.events {
                 let actions = &stored.event.actions;
-                crate::run::rewind::fold_state(&mut then, &actions.state_delta);
+                crate::transcript::rewind::fold_state(&mut then, &actions.state_delta);
                 for (f, v) in &actions.artifact_delta {
                     if !f.starts_with("user:") {
                         artifacts.insert(f.clone(), *v);

@@ -1,17 +1,16 @@
 //! Rewinding a session (ADK's `rewind_async`): one event that annuls the turns from an
 //! invocation on and restores the session's plain state and its artifacts as of just before
-//! it (the computation is [`crate::run::rewind`]'s). A rewind takes the session like a run:
+//! it (the computation is [`crate::transcript::rewind`]'s). A rewind takes the session like a run:
 //! admitted in the database (a busy session is refused, waited for or interrupted, by
 //! `onBusy`), its event committed fenced by that
 //! ownership, in the same commit as the run's end; a dead predecessor is sealed first.
 
-use super::EditPoint;
-use super::{RunError, Runner};
+use super::super::{EditPoint, RunError, Runner};
 use crate::event::{new_invocation_id, Blob, Bytes64, Event, Part};
-use crate::run::rewind::{changes_from, delta_from, fold_state, is_user_turn};
 use crate::store::{
     ArtifactScope, ArtifactWrite, EventRange, Fence, RunStatus, SessionKey, StoredEvent,
 };
+use crate::transcript::rewind::{changes_from, delta_from, fold_state, is_user_turn};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -55,7 +54,7 @@ impl Runner {
         self: &Arc<Self>,
         key: &SessionKey,
         invocation: &str,
-        on_busy: super::OnBusy,
+        on_busy: super::super::OnBusy,
     ) -> Result<StoredEvent, RewindError> {
         if self.is_draining() {
             return Err(RunError::ShuttingDown.into());
@@ -101,7 +100,7 @@ impl Runner {
         unsealed: bool,
     ) -> Result<StoredEvent, RewindError> {
         if unsealed {
-            self.seal_dead_runs(key, Fence::Run(run_id)).await?;
+            super::super::life::seal::seal_dead_runs(self, key, Fence::Run(run_id)).await?;
         }
         let head = self
             .store
@@ -123,7 +122,7 @@ impl Runner {
     /// The rewind event (and the artifact versions it writes) that takes the session back to
     /// before the turn `point` names, and that turn's user message. `None` when a
     /// [`EditPoint::Turn`] is past the session's turns. `state` is the session's state now.
-    pub(super) async fn plan_rewind(
+    pub(in crate::runner) async fn plan_rewind(
         &self,
         key: &SessionKey,
         point: &EditPoint,
@@ -254,7 +253,7 @@ impl Runner {
 }
 
 /// What a rewind writes, and the message of the turn it goes back before.
-pub(super) struct RewindPlan {
+pub(in crate::runner) struct RewindPlan {
     pub event: Event,
     pub writes: Vec<ArtifactWrite>,
     /// The user message that began the rewound turn (a regenerate runs it again).

@@ -28,48 +28,6 @@ pub fn live(events: &[Event]) -> Vec<bool> {
     keep
 }
 
-/// [`live`] by seq ranges, for a reader that streams a session: given each rewind event's seq
-/// and the first seq of the invocation it names (oldest first), the inclusive seq ranges a
-/// rewind annulled (rewind events included), oldest first.
-pub fn rewound_ranges(marks: &[(i64, Option<i64>)]) -> Vec<(i64, i64)> {
-    let mut out = vec![];
-    let mut floor = i64::MAX;
-    for &(seq, first) in marks.iter().rev() {
-        // Inside a range already annulled: hidden, and its own range does not count.
-        if seq >= floor {
-            continue;
-        }
-        let from = first.filter(|f| *f < seq).unwrap_or(seq);
-        out.push((from, seq));
-        floor = from;
-    }
-    out.reverse();
-    out
-}
-
-/// What a session's rewinds annulled, as seq ranges ([`rewound_ranges`]): asked of each
-/// event by readers that page through a session without holding it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rewound(Vec<(i64, i64)>);
-
-impl Rewound {
-    /// From each rewind event's seq and the first seq of the invocation it names, oldest
-    /// first.
-    pub fn new(marks: &[(i64, Option<i64>)]) -> Self {
-        Rewound(rewound_ranges(marks))
-    }
-
-    /// Whether the event at `seq` was annulled (or is a rewind event).
-    pub fn hides(&self, seq: i64) -> bool {
-        self.0.iter().any(|(a, b)| (*a..=*b).contains(&seq))
-    }
-
-    /// The annulled seq ranges, inclusive, oldest first.
-    pub fn ranges(&self) -> &[(i64, i64)] {
-        &self.0
-    }
-}
-
 fn shared(key: &str) -> bool {
     key.starts_with("app:") || key.starts_with("user:") || key.starts_with("temp:")
 }
@@ -137,6 +95,7 @@ pub fn is_user_turn(e: &Event) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::rewinds::rewound_ranges;
     use serde_json::json;
 
     fn ev(inv: &str, delta: Value) -> Event {

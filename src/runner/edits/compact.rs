@@ -1,7 +1,7 @@
 //! Compaction after a run (ADK's `EventsCompactionConfig`, the app's `compaction:` block):
 //! when a completed run leaves enough new turns, the due range is summarised by the app's
 //! compaction model and one event with `actions.compaction` is committed; models then read
-//! the summary instead of the range ([`crate::run::compaction`]).
+//! the summary instead of the range ([`crate::transcript::compaction`]).
 //!
 //! Whether a summary is due is read as the run ends (after its final event is committed); the
 //! session is then claimed for the compaction before the run's client hears of the end (a run
@@ -12,12 +12,12 @@
 //! committed fenced by that ownership. A failure leaves the history uncompacted; it is logged
 //! and counted.
 
-use super::{RunError, Runner};
+use super::super::{RunError, Runner};
 use crate::apps::settings::Compaction;
 use crate::event::{Content, Event, JsonMap, Part};
 use crate::model::{Delta, LlmRequest};
-use crate::run::compaction::{compaction_event, compaction_of, due_range, prompt};
 use crate::store::{EventRange, Fence, RunStatus, SessionKey};
+use crate::transcript::compaction::{compaction_event, compaction_of, due_range, prompt};
 use futures::StreamExt;
 use std::sync::Arc;
 use tracing::Instrument;
@@ -48,7 +48,7 @@ impl From<crate::store::StoreError> for CompactError {
 impl Runner {
     /// The app's compaction, if a summary of `key` is due: a look back from the newest events
     /// to the last summary (at most [`DUE_PAGES`] pages), made as the run ends.
-    pub(super) async fn compaction_due(&self, key: &SessionKey) -> Option<Compaction> {
+    pub(in crate::runner) async fn compaction_due(&self, key: &SessionKey) -> Option<Compaction> {
         let c = self.apps.get(&key.app_name)?.compaction.clone()?;
         let window = self.recent_live(key).await.ok()?;
         due_range(&window, &c.policy).map(|_| c)
@@ -100,7 +100,11 @@ impl Runner {
 
     /// Takes the session for a due compaction as the run ends (before its client hears of
     /// the end), then summarises and commits in the background.
-    pub(super) async fn compact_after(self: &Arc<Self>, key: &SessionKey, c: Compaction) {
+    pub(in crate::runner) async fn compact_after(
+        self: &Arc<Self>,
+        key: &SessionKey,
+        c: Compaction,
+    ) {
         if self.is_draining() {
             return;
         }
@@ -147,7 +151,7 @@ impl Runner {
         let limit = self.config.enqueue_timeout / 2;
         let work = async {
             if held.unsealed {
-                self.seal_dead_runs(key, Fence::Run(&run_id)).await?;
+                super::super::life::seal::seal_dead_runs(self, key, Fence::Run(&run_id)).await?;
             }
             let events = self.recent_live(key).await?;
             let Some(range) = due_range(&events, &c.policy) else {

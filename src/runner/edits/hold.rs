@@ -3,13 +3,13 @@
 //! like a run's event once committed. A run that arrives meanwhile waits for the hold to end (up to the
 //! enqueue timeout) rather than being refused.
 
-use super::bus::BusMsg;
-use super::control::LocalRun;
-use super::guard::RunGuard;
-use super::{lock, Claim, OnBusy, RunError, Runner};
+use super::super::admission::{claim, Claim};
+use super::super::bus::BusMsg;
+use super::super::life::RunGuard;
+use super::super::{OnBusy, RunError, Runner};
 use crate::event::new_invocation_id;
 use crate::store::{CancelRequest, NewRun, RunStatus, SessionKey, StoredEvent};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -121,24 +121,18 @@ impl Runner {
             opening: None,
             webhooks: None,
         };
-        let cancel = CancellationToken::new();
         // Registered before admission, so reconciliation never mistakes it for a leak.
-        lock(&self.local).insert(
-            run_id.clone(),
-            LocalRun {
-                cancel: cancel.clone(),
-                cause: Arc::new(Mutex::new(None)),
-            },
-        );
-        match super::claim(self.store.as_ref(), &new_run, None).await {
+        let local = self.register(&run_id, None);
+        let cancel = local.cancel.clone();
+        match claim(self.store.as_ref(), &new_run, None).await {
             Ok(Claim::Acquired { unsealed, .. }) => Ok(Held {
-                guard: RunGuard::new(self.clone(), run_id.clone(), key.clone(), false),
+                guard: RunGuard::new(self.clone(), key.clone(), false, local),
                 run_id,
                 unsealed,
                 cancel,
             }),
             other => {
-                lock(&self.local).remove(&run_id);
+                drop(local);
                 Err(match other {
                     Ok(Claim::Busy(active)) => {
                         RunError::Busy(active.map(|r| r.run_id).unwrap_or_else(|| "queued".into()))

@@ -5,19 +5,20 @@
 //! outcome itself; if the run's task ends any other way (a panic that escaped the agent
 //! boundary, the runtime shutting down, a bug), dropping the guard records the run as `failed`
 //! and frees the session, from a task of its own. The replica's reconciliation
-//! ([`super::liveness`]) is the last line behind this one.
+//! (`runner::liveness`) is the last line behind this one.
 
-use super::bus::BusMsg;
-use super::{lock, Runner};
+use super::super::bus::BusMsg;
+use super::super::control::Registration;
+use super::super::{RunError, Runner};
 use crate::store::{RunStatus, SessionKey};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) struct RunGuard {
+pub(in crate::runner) struct RunGuard {
     runner: Arc<Runner>,
-    run_id: String,
     key: SessionKey,
-    armed: bool,
+    /// The run in this process's registry; dropped (unregistered) once the outcome is written.
+    local: Option<Registration>,
     /// The run had webhook targets at admission: its end wakes this replica's webhook sender
     /// at once. Other runs' ends do not (the sender's look for due deliveries reads every
     /// shard on Citus); a target added later (an A2A push config) is found by the sender's
@@ -26,19 +27,22 @@ pub(crate) struct RunGuard {
 }
 
 impl RunGuard {
-    pub(crate) fn new(
+    pub(in crate::runner) fn new(
         runner: Arc<Runner>,
-        run_id: String,
         key: SessionKey,
         webhooks: bool,
+        local: Registration,
     ) -> Self {
         RunGuard {
             runner,
-            run_id,
             key,
-            armed: true,
+            local: Some(local),
             webhooks,
         }
+    }
+
+    pub(in crate::runner) fn run_id(&self) -> &str {
+        self.local.as_ref().map_or("", |l| l.run_id())
     }
 
     fn wake_sender(&self) {
@@ -47,40 +51,56 @@ impl RunGuard {
         }
     }
 
-    pub(crate) fn run_id(&self) -> &str {
-        &self.run_id
-    }
-
     /// The outcome was recorded with the run's last event ([`crate::store::Fence::RunEnd`]):
     /// nothing is left to write.
-    pub(crate) fn finished(mut self) {
-        self.armed = false;
-        lock(&self.runner.local).remove(&self.run_id);
+    pub(in crate::runner) fn finished(mut self) {
+        self.local.take();
         self.wake_sender();
     }
 
     /// Records the outcome (synchronously committed) and frees the session. A database that
     /// does not answer is retried for a while: a run must not leave its session busy. Returns
     /// false if the run no longer owned the session (it was taken over).
-    pub(crate) async fn finish(
+    pub(in crate::runner) async fn finish(
         mut self,
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
     ) -> bool {
-        self.armed = false;
+        let local = self.local.take();
+        let run_id = local.as_ref().map_or("", |l| l.run_id());
         let owned = finish(
             &self.runner,
             &self.key.user_id,
-            &self.run_id,
+            run_id,
             status,
             last_seq,
             error,
         )
         .await;
-        lock(&self.runner.local).remove(&self.run_id);
+        drop(local);
         self.wake_sender();
         owned
+    }
+
+    /// Ends a run that never began (its context or user event failed): recorded `failed`,
+    /// the session freed, and whoever waits for the session told at once.
+    pub(in crate::runner) async fn never_began(self, error: &RunError) {
+        let (runner, key, run_id) = (
+            self.runner.clone(),
+            self.key.clone(),
+            self.run_id().to_string(),
+        );
+        self.finish(RunStatus::Failed, None, Some(&error.to_string()))
+            .await;
+        runner.bus.publish(
+            &key,
+            BusMsg::Done {
+                run_id: run_id.as_str().into(),
+                status: RunStatus::Failed,
+                last_seq: None,
+            },
+        );
     }
 }
 
@@ -113,17 +133,17 @@ async fn finish(
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
-        if !self.armed {
+        let Some(local) = self.local.take() else {
             return;
-        }
-        tracing::error!(run = %self.run_id, "run task ended without recording an outcome; releasing the session");
+        };
+        tracing::error!(run = %local.run_id(), "run task ended without recording an outcome; releasing the session");
         let runner = self.runner.clone();
-        let run_id = std::mem::take(&mut self.run_id);
         let key = self.key.clone();
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         rt.spawn(async move {
+            let run_id = local.run_id().to_string();
             let error = "the run's task ended unexpectedly";
             finish(
                 &runner,
@@ -134,7 +154,7 @@ impl Drop for RunGuard {
                 Some(error),
             )
             .await;
-            lock(&runner.local).remove(&run_id);
+            drop(local);
             runner.config.run_ended.notify_one();
             runner.bus.publish(
                 &key,

@@ -7,11 +7,14 @@
 //! admission on its session (fenced by the new run) or a sweeper (fenced by the session being
 //! free). Sealing a dead run twice adds nothing the second time.
 
-use crate::agent::InvocationContext;
+use super::super::bus::BusMsg;
+use super::super::Runner;
 use crate::event::{Content, Event, FunctionResponse, JsonMap, Part};
-use crate::run::{EmitState, Outbox};
-use crate::store::{Fence, RunRecord, Store, StoreResult};
+use crate::invocation::InvocationContext;
+use crate::store::{Fence, RunRecord, RunStatus, SessionKey, Store, StoreResult};
+use crate::transcript::{EmitState, Outbox};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// `errorCode` of the event that seals a cancelled, timed-out, interrupted or abandoned run.
 pub const INVOCATION_ABORTED: &str = "INVOCATION_ABORTED";
@@ -68,7 +71,7 @@ fn seal_events(
 
 /// Seals a live run from its own tracking (holding its emit lock, so nothing interleaves).
 /// Each event is committed fenced by the run and streamed to its client.
-pub(crate) async fn seal_live(
+pub(in crate::runner) async fn seal_live(
     ctx: &InvocationContext,
     outbox: &Outbox,
     st: &mut EmitState,
@@ -94,7 +97,7 @@ pub(crate) async fn seal_live(
 
 /// Seals a run that died with its replica, from its stored events. Returns the seal's events
 /// (empty if it was already sealed), committed under `fence`.
-pub(crate) async fn seal_dead(
+pub(in crate::runner) async fn seal_dead(
     store: &dyn Store,
     run: &RunRecord,
     root: &str,
@@ -138,4 +141,48 @@ pub(crate) async fn seal_dead(
         tracing::info!(run = %run.run_id, events = sealed.len(), "sealed the transcript of a dead run");
     }
     Ok(sealed)
+}
+
+/// Seals the transcripts of `key`'s runs that died with their replica (under `fence`: the
+/// run that now holds the session), and tells followers each one ended.
+pub(in crate::runner) async fn seal_dead_runs(
+    runner: &Runner,
+    key: &SessionKey,
+    fence: Fence<'_>,
+) -> StoreResult<()> {
+    for dead in runner.store.unsealed_runs(key).await? {
+        let root = runner.root_name(&dead.app_name);
+        let sealed = seal_dead(runner.store.as_ref(), &dead, &root, fence).await?;
+        publish_sealed(runner, &dead, sealed);
+        runner.bus.publish(
+            key,
+            BusMsg::Done {
+                run_id: dead.run_id.as_str().into(),
+                status: RunStatus::Abandoned,
+                last_seq: None,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// Tells a dead run's followers about the events that sealed it.
+pub(in crate::runner) fn publish_sealed(
+    runner: &Runner,
+    run: &RunRecord,
+    sealed: Vec<(i64, Event)>,
+) {
+    let key = run.key();
+    let run_id: Arc<str> = run.run_id.as_str().into();
+    for (seq, event) in sealed {
+        runner.bus.publish(
+            &key,
+            BusMsg::Committed {
+                run_id: Some(run_id.clone()),
+                seq,
+                event: Some(Arc::new(event)),
+                in_run_stream: true,
+            },
+        );
+    }
 }

@@ -1,14 +1,14 @@
 //! The invocation context: everything an agent sees during one run.
 //!
 //! [`InvocationContext::emit`] is where an agent's event becomes a fact: it goes through the
-//! run's outbox ([`crate::run::Outbox`]), which streams partial events at once and commits a
+//! run's outbox ([`crate::transcript::Outbox`]), which streams partial events at once and commits a
 //! complete one (fenced by the run's ownership) before the client sees it.
 
 use super::plugin::PluginSet;
 use super::{AgentError, AgentResult, AgentTree};
 use crate::event::{Content, Event, JsonMap, Part};
-use crate::run::Outbox;
 use crate::store::{ArtifactScope, ArtifactWrite, SessionKey, Store};
+use crate::transcript::Outbox;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -273,7 +273,7 @@ impl InvocationContext {
     /// response. If the run ends right after it, the event is committed in the same
     /// transaction as the run's outcome, which saves a commit per run. Like [`Self::emit`]
     /// it reaches the client only once committed; it is committed before anything the run
-    /// reports next, and [`HOLD_LIMIT`](crate::run::HOLD_LIMIT) after this call at the latest, so a run that goes on
+    /// reports next, and [`HOLD_LIMIT`](crate::transcript::HOLD_LIMIT) after this call at the latest, so a run that goes on
     /// delays it by no more. The run's state includes its delta at once; the session's
     /// stored events include it once committed ([`Self::flush`] commits it at once). A commit
     /// that fails after this returned fails the run (the next `emit` returns the error).

@@ -1,11 +1,9 @@
 //! Runner plugins: cross-cutting hooks over every run of every app (logging, policy,
 //! redaction, metrics). Named (unique), run in registration order.
 
-use super::llm::ToolCall;
-use super::{AgentError, AgentResult, CallbackContext, InvocationContext};
+use super::{AgentError, AgentResult, CallbackContext, InvocationContext, ToolCall, ToolContext};
 use crate::event::{Content, Event};
 use crate::model::{LlmRequest, LlmResponse};
-use crate::tools::ToolContext;
 use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::Arc;
