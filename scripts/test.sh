@@ -159,6 +159,17 @@ fi
 
 export AGENTD_TEST_DATABASE_URL="$url"
 echo "tests use PostgreSQL at $AGENTD_TEST_DATABASE_URL" >&2
-cargo test --locked --all-targets "$@"
+# Every test binary runs, whatever failed before it (one flaky test must not hide the rest);
+# the failures are listed at the end and the script fails if there was any.
+status=0
+log=$(mktemp)
+cleanups+=("rm -f '$log'")
+cargo test --locked --all-targets --no-fail-fast "$@" 2>&1 | tee "$log" || status=1
 # `--all-targets` leaves doctests out.
-cargo test --locked --doc
+cargo test --locked --doc 2>&1 | tee -a "$log" || status=1
+if [ "$status" != 0 ]; then
+  echo >&2
+  echo "FAILED tests:" >&2
+  grep -E '^test .* FAILED$|^    [A-Za-z0-9_:]+$' "$log" | sed -n '/FAILED$/p;/^    /p' | sort -u >&2 || true
+  exit 1
+fi

@@ -491,6 +491,15 @@ pub struct BackgroundArgs {
     /// How often the scheduler looks for due ticks, in milliseconds.
     #[arg(long, env = "AGENTD_SCHEDULE_POLL_MS", default_value_t = 500)]
     pub schedule_poll_ms: u64,
+
+    /// Schedules one user may have in one app; 0: no limit.
+    #[arg(long, env = "AGENTD_MAX_SCHEDULES_PER_USER", default_value_t = 20)]
+    pub max_schedules_per_user: u32,
+
+    /// The shortest period a schedule's pattern may have, in seconds (`* * * * * *` fires
+    /// every second, so it is refused unless this is 1 or less).
+    #[arg(long, env = "AGENTD_SCHEDULE_MIN_INTERVAL_SECS", default_value_t = 60)]
+    pub schedule_min_interval_secs: u64,
 }
 
 // Not derived: the webhook secret stays out of logs.
@@ -506,6 +515,11 @@ impl std::fmt::Debug for BackgroundArgs {
             .field("webhook_retry_hours", &self.webhook_retry_hours)
             .field("scheduler", &self.scheduler)
             .field("schedule_poll_ms", &self.schedule_poll_ms)
+            .field("max_schedules_per_user", &self.max_schedules_per_user)
+            .field(
+                "schedule_min_interval_secs",
+                &self.schedule_min_interval_secs,
+            )
             .finish()
     }
 }
@@ -519,6 +533,16 @@ impl BackgroundArgs {
             webhook_retry_hours: 24.0,
             scheduler: true,
             schedule_poll_ms: 500,
+            max_schedules_per_user: 20,
+            schedule_min_interval_secs: 60,
+        }
+    }
+
+    /// What schedules may be.
+    pub fn schedule_limits(&self) -> crate::schedule::Limits {
+        crate::schedule::Limits {
+            max_per_user: self.max_schedules_per_user,
+            min_interval_secs: self.schedule_min_interval_secs,
         }
     }
 

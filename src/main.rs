@@ -172,6 +172,14 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("cannot revoke: {e}"))?
             {
                 eprintln!("revoked key {id}");
+                // Its schedules stop now (a replica would also pause them at their next tick).
+                let paused = store
+                    .pause_schedules_of_key(id, agentd::schedule::PAUSED_KEY_REVOKED)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("revoked, but cannot pause its schedules: {e}"))?;
+                if paused > 0 {
+                    eprintln!("paused {paused} schedule(s) the key made");
+                }
             } else {
                 anyhow::bail!("no active key {id:?}");
             }

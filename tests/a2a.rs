@@ -10,6 +10,10 @@ use common::procs::{Apps, Replica};
 use common::{json_with_status, Backend, TestDb};
 use serde_json::{json, Value};
 
+/// A message `long` (100 chunks, 100 ms apart) answers in ten seconds: the echo splits no
+/// finer than a character, so a shorter one ends sooner.
+const LONG: &str = "long work long work long work long work long work long work long work long work long work long work long work long work ";
+
 /// A slow echo (so a stream can be cut and a task cancelled mid-way) that waits for its user
 /// when a message starts with `ask:`.
 const SLOW: &str =
@@ -114,6 +118,8 @@ async fn the_python_sdk_drives_an_app_over_both_bindings(backend: Backend) {
         assert_eq!(push["authorization"], "Bearer s3cret");
         assert_eq!(push["created"], "c2");
         assert_eq!(push["got"], true);
+        assert_eq!(push["got_token"], "", "a token is never read back");
+        assert_eq!(push["listed_tokens"], json!([""]));
         assert_eq!(push["listed"], json!(["c2"]));
         assert_eq!(push["listed_after_delete"], json!([]));
         assert_eq!(
@@ -189,7 +195,8 @@ async fn stored(r: &Replica, user: &str) -> Value {
 
 async fn bad_input_gets_the_specs_errors_and_stores_nothing(backend: Backend) {
     let db = TestDb::new(backend).await;
-    // `long` works for ten seconds: long enough to add configs to it while it works.
+    // `long` works for ten seconds on a message of 100 characters or more (`LONG`): long
+    // enough to add configs to it while it works.
     let apps = Apps::new()
         .echo("slow", SLOW)
         .echo("long", "chunks: 100\nchunk_delay_ms: 100");
@@ -197,11 +204,46 @@ async fn bad_input_gets_the_specs_errors_and_stores_nothing(backend: Backend) {
     let before = stored(&r, "carol").await;
     let code = |v: &Value| v["error"]["code"].as_i64();
 
+    // A body not labelled JSON is 415, on both bindings, as on every other route: a page's
+    // `no-cors` form post runs nothing.
+    let message = serde_json::to_string(&send(9, json!({"message": text("x")}))).expect("json");
+    for (path, content_type) in [
+        ("/a2a/slow", Some("text/plain")),
+        ("/a2a/slow", None),
+        ("/a2a/slow/message:send", Some("text/plain")),
+        (
+            "/a2a/slow/message:send",
+            Some("application/x-www-form-urlencoded"),
+        ),
+    ] {
+        let mut req = r
+            .client
+            .post(r.url(path))
+            .header("x-agentd-user-id", "carol")
+            .body(message.clone());
+        if let Some(ct) = content_type {
+            req = req.header("content-type", ct);
+        }
+        let resp = req.send().await.expect("POST");
+        let got = json_with_status(resp, 415).await;
+        // JSON-RPC answers agentd's error (no JSON-RPC envelope was read); HTTP+JSON its
+        // `google.rpc.Status` with agentd's code in the `ErrorInfo`.
+        let code = match path.ends_with(":send") {
+            true => &got["error"]["details"][0]["metadata"]["agentdCode"],
+            false => &got["code"],
+        };
+        assert_eq!(
+            code, "unsupported_content_type",
+            "{path} {content_type:?}: {got}"
+        );
+    }
+
     // Malformed JSON-RPC.
     let resp = r
         .client
         .post(r.url("/a2a/slow"))
         .header("x-agentd-user-id", "carol")
+        .header("content-type", "application/json")
         .body("{not json")
         .send()
         .await
@@ -321,7 +363,7 @@ async fn bad_input_gets_the_specs_errors_and_stores_nothing(backend: Backend) {
         send(
             10,
             json!({"message": {"messageId": "m-long", "role": "ROLE_USER",
-            "parts": [{"text": "a long one"}]}, "configuration": {"returnImmediately": true}}),
+            "parts": [{"text": LONG}]}, "configuration": {"returnImmediately": true}}),
         ),
     )
     .await;
@@ -369,14 +411,15 @@ async fn bad_input_gets_the_specs_errors_and_stores_nothing(backend: Backend) {
         "an ended task takes no more configs"
     );
 
-    // 0.3's push config methods keep the config's token and credentials.
+    // 0.3's push config methods keep the config's token and credentials (each push carries
+    // them) but never answer them: they are the receiver's secrets.
     let long = rpc_to(
         &r,
         "long",
         "gina",
         json!({"jsonrpc": "2.0", "id": 20, "method": "message/send", "params": {
             "message": {"kind": "message", "messageId": "m-old-long", "role": "user",
-                        "parts": [{"kind": "text", "text": "long"}]},
+                        "parts": [{"kind": "text", "text": LONG}]},
             "configuration": {"blocking": false}}}),
     )
     .await;
@@ -394,8 +437,11 @@ async fn bad_input_gets_the_specs_errors_and_stores_nothing(backend: Backend) {
                 "authentication": {"schemes": ["Bearer"], "credentials": "s3cret"}}}}),
     )
     .await;
-    assert_eq!(
-        set["result"]["pushNotificationConfig"]["token"], "tok-03",
+    let config = &set["result"]["pushNotificationConfig"];
+    assert_eq!(config["url"], "https://93.184.216.34/hook", "{set}");
+    assert!(config.get("token").is_none(), "{set}");
+    assert!(
+        config["authentication"].get("credentials").is_none(),
         "{set}"
     );
     let got = rpc_to(
@@ -411,6 +457,7 @@ async fn bad_input_gets_the_specs_errors_and_stores_nothing(backend: Backend) {
         json!(["Bearer"]),
         "{got}"
     );
+    assert!(!got.to_string().contains("tok-03") && !got.to_string().contains("s3cret"));
     let cancelled = rpc_to(
         &r,
         "long",
@@ -600,7 +647,7 @@ async fn an_app_uses_another_agentd_as_a_remote_a2a_agent() {
     let started = json_with_status(
         a.post(
             "/apps/front_long/users/u1/sessions/s3/runs",
-            json!({"createSession": true, "newMessage": {"role": "user", "parts": [{"text": "long"}]}}),
+            json!({"createSession": true, "newMessage": {"role": "user", "parts": [{"text": LONG}]}}),
         )
         .await,
         202,

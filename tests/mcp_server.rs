@@ -28,7 +28,7 @@ async fn runs(r: &Replica, app: &str) -> Vec<Value> {
 
 async fn the_python_sdk_uses_apps_as_tools(backend: Backend) {
     let db = TestDb::new(backend).await;
-    // `long` answers in ten seconds: a call to cancel.
+    // `long` answers a message of 100 characters or more in ten seconds: a call to cancel.
     let apps = Apps::new()
         .echo("slow", SLOW)
         .echo("long", "chunks: 100\nchunk_delay_ms: 100");
@@ -76,7 +76,22 @@ async fn the_python_sdk_uses_apps_as_tools(backend: Backend) {
         assert_eq!(progress["text"], "hello");
 
         let before = runs(&r, "long").await.len();
-        let cancelled = driver("cancel", &long, "long").await;
+        // A message of 120 characters: `long` streams 100 chunks of it over ten seconds, so
+        // the run is working when the cancel comes (the echo splits no finer than a character).
+        let prompt = "x".repeat(120);
+        let cancelled = mcp(
+            "cancel",
+            &[
+                ("AGENTD_MCP_URL", long.as_str()),
+                ("AGENTD_TOOL", "long"),
+                ("AGENTD_PROMPT", prompt.as_str()),
+            ],
+        )
+        .await;
+        assert!(
+            cancelled.get("error").is_none(),
+            "cancel at {long}: {cancelled}"
+        );
         assert_eq!(cancelled["cancelled"], true);
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let last = loop {
@@ -133,7 +148,7 @@ async fn a_cancel_sent_to_another_replica_stops_the_call() {
     let a = Replica::spawn(&db, &apps, "a", &[]).await;
     let b = Replica::spawn(&db, &apps, "b", &[]).await;
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {"name": "slow", "arguments": {"message": "a long one"}}});
+        "params": {"name": "slow", "arguments": {"message": "long work ".repeat(12)}}});
     let pending = tokio::spawn(post(&a, "/mcp", "client-1", call).send());
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !runs(&a, "slow")

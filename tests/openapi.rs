@@ -6,7 +6,7 @@
 mod common;
 
 use common::{clients, json_with_status, Backend, TestServer};
-use serde_json::Value;
+use serde_json::{json as j, Value};
 use std::collections::BTreeSet;
 
 const METHODS: &[&str] = &["get", "post", "put", "patch", "delete", "head", "options"];
@@ -282,7 +282,287 @@ async fn schemathesis_finds_nothing(backend: Backend) {
     assert!(passed, "not every case passed:\n{stdout}");
 }
 
+/// The codes the document lists for each operation (`x-error-codes` of its responses).
+fn documented_codes(doc: &Value) -> Vec<(String, regex::Regex, BTreeSet<String>)> {
+    let mut out = vec![];
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        // `{path}` (an artifact's name) may hold slashes; every other parameter is one segment.
+        let pattern = path
+            .split('/')
+            .map(|seg| match seg {
+                "{path}" => ".+".to_string(),
+                s if s.starts_with('{') => "[^/]+".to_string(),
+                s => regex::escape(s),
+            })
+            .collect::<Vec<_>>()
+            .join("/");
+        let re = regex::Regex::new(&format!("^{pattern}$")).expect("path pattern");
+        for m in METHODS {
+            let Some(op) = item.get(*m) else { continue };
+            let mut codes = BTreeSet::new();
+            for resp in op["responses"]
+                .as_object()
+                .into_iter()
+                .flat_map(|r| r.values())
+            {
+                for c in resp["x-error-codes"].as_array().into_iter().flatten() {
+                    codes.insert(c.as_str().unwrap_or_default().to_string());
+                }
+            }
+            out.push((m.to_uppercase(), re.clone(), codes));
+        }
+    }
+    out
+}
+
+/// Every stable error code is listed by some operation of the document (but for the router's
+/// fallback for a path no operation has, and the MCP endpoint's Origin check: MCP is not an
+/// OpenAPI operation), and what routes really answer is listed where they answer it: one real
+/// request per error, each code checked against its operation's list.
+async fn every_error_is_documented_where_it_is_answered(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let doc = json_with_status(s.get("/openapi.json").await, 200).await;
+    let ops = documented_codes(&doc);
+    let listed: BTreeSet<&str> = ops
+        .iter()
+        .flat_map(|(_, _, c)| c.iter().map(String::as_str))
+        .collect();
+    for code in agentd::error_code::ErrorCode::ALL {
+        let exempt = matches!(code.as_str(), "route_not_found" | "origin_forbidden");
+        assert!(
+            exempt || listed.contains(code.as_str()),
+            "no operation of the document lists {code}"
+        );
+    }
+    s.post_json(
+        "/apps/echo/users/u1/sessions",
+        serde_json::json!({"sessionId": "s1"}),
+    )
+    .await;
+    let run = serde_json::json!({"appName": "echo", "userId": "u1", "sessionId": "s1",
+        "newMessage": {"role": "user", "parts": [{"text": "hi"}]}});
+
+    let probes: Vec<(&str, &str, Option<Value>, &str)> = vec![
+        (
+            "GET",
+            "/apps/echo/users/u1/sessions/missing",
+            None,
+            "session_not_found",
+        ),
+        (
+            "POST",
+            "/apps/echo/users/u1/sessions",
+            Some(j!({"sessionId": "s1"})),
+            "session_exists",
+        ),
+        (
+            "POST",
+            "/apps/echo/users/u1/sessions",
+            Some(j!({"state": 3})),
+            "validation_error",
+        ),
+        (
+            "PATCH",
+            "/apps/echo/users/u1/sessions/missing",
+            Some(j!({"stateDelta": {}})),
+            "session_not_found",
+        ),
+        (
+            "GET",
+            "/apps/echo/users/u1/sessions/s1/events?limit=-1",
+            None,
+            "validation_error",
+        ),
+        (
+            "GET",
+            "/apps/echo/users/u1/sessions/s1/stream?after=99",
+            None,
+            "after_beyond_end",
+        ),
+        (
+            "POST",
+            "/apps/echo/users/u1/sessions/s1/cancel",
+            Some(j!({})),
+            "no_active_run",
+        ),
+        (
+            "GET",
+            "/apps/echo/users/u1/sessions/s1/artifacts/nope",
+            None,
+            "artifact_not_found",
+        ),
+        (
+            "GET",
+            "/apps/echo/users/u1/sessions/s1/artifacts/nope/versions/x",
+            None,
+            "invalid_version",
+        ),
+        (
+            "POST",
+            "/apps/echo/users/u1/sessions/s1/fork",
+            Some(j!({"beforeInvocationId": "e-1", "atSeq": 1})),
+            "fork_point_ambiguous",
+        ),
+        (
+            "POST",
+            "/apps/echo/users/u1/sessions/s1/fork",
+            Some(j!({"atSeq": 99})),
+            "seq_out_of_range",
+        ),
+        (
+            "POST",
+            "/apps/echo/users/u1/sessions/s1/rewind",
+            Some(j!({"beforeInvocationId": "e-nope"})),
+            "invocation_not_found",
+        ),
+        (
+            "POST",
+            "/run",
+            Some(j!({"userId": "u1", "sessionId": "s1"})),
+            "app_name_required",
+        ),
+        (
+            "POST",
+            "/run",
+            Some(j!({"appName": "nope", "userId": "u1", "sessionId": "s1"})),
+            "app_not_found",
+        ),
+        (
+            "POST",
+            "/run",
+            Some(
+                j!({"appName": "echo", "userId": "u1", "sessionId": "gone", "newMessage": run["newMessage"]}),
+            ),
+            "session_not_found",
+        ),
+        (
+            "POST",
+            "/run",
+            Some(j!({"appName": "echo", "userId": "u1", "sessionId": "s1"})),
+            "new_message_required",
+        ),
+        (
+            "POST",
+            "/run",
+            Some(
+                j!({"appName": "echo", "userId": "u1", "sessionId": "s1", "regenerate": true, "editInvocationId": "e-1"}),
+            ),
+            "edit_ambiguous",
+        ),
+        (
+            "POST",
+            "/run_sse",
+            Some(j!({"appName": "echo", "userId": "u/1", "sessionId": "s1"})),
+            "invalid_id",
+        ),
+        (
+            "POST",
+            "/apps/echo/users/u1/sessions/s1/runs",
+            Some(j!({"webhook": {"url": "ftp://x"}})),
+            "webhook_url_invalid",
+        ),
+        ("GET", "/runs/run-nope", None, "run_not_found"),
+        (
+            "POST",
+            "/apps/echo/users/u1/runs/run-nope/cancel",
+            Some(j!({})),
+            "run_not_found",
+        ),
+        (
+            "GET",
+            "/apps/echo/users/u1/runs?limit=0",
+            None,
+            "validation_error",
+        ),
+        ("GET", "/apps/echo/app-info", None, "not_llm_agent"),
+        (
+            "POST",
+            "/apps/echo/users/u1/schedules",
+            Some(j!({"cron": "61 * * * *", "message": run["newMessage"]})),
+            "invalid_cron",
+        ),
+        (
+            "GET",
+            "/apps/echo/users/u1/schedules/sch-nope",
+            None,
+            "schedule_not_found",
+        ),
+        (
+            "GET",
+            "/apps/echo/users/u1/schedules?after=zz",
+            None,
+            "invalid_cursor",
+        ),
+        (
+            "PATCH",
+            "/apps/echo/users/u1/memory",
+            Some(j!({"sessionId": "missing"})),
+            "session_not_found",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            Some(j!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]})),
+            "app_not_found",
+        ),
+        ("GET", "/v1/responses/resp_nope", None, "response_not_found"),
+        (
+            "POST",
+            "/v1/responses",
+            Some(j!({"model": "echo", "input": 3})),
+            "invalid_input",
+        ),
+        (
+            "POST",
+            "/apps/echo/chat",
+            Some(j!({"id": "c1", "messages": []})),
+            "no_new_input",
+        ),
+    ];
+    let mut wrong = vec![];
+    for (method, path, body, expected) in probes {
+        let url = s.url(path);
+        let req = match method {
+            "GET" => s.client.get(&url),
+            "POST" => s.client.post(&url),
+            "PATCH" => s.client.patch(&url),
+            m => panic!("{m}"),
+        };
+        let req = match &body {
+            Some(b) => req.json(b),
+            None => req,
+        };
+        let resp = req
+            .header("x-agentd-user-id", "u1")
+            .send()
+            .await
+            .expect("request");
+        let status = resp.status().as_u16();
+        let answer: Value = resp.json().await.unwrap_or_default();
+        let code = answer["code"].as_str().unwrap_or_default().to_string();
+        if code != expected {
+            wrong.push(format!(
+                "{method} {path}: expected {expected}, got {status} {answer}"
+            ));
+            continue;
+        }
+        let route = path.split('?').next().unwrap_or(path);
+        let op = ops
+            .iter()
+            .find(|(m, re, _)| m == method && re.is_match(route));
+        match op {
+            Some((_, _, codes)) if codes.contains(&code) => {}
+            Some(_) => wrong.push(format!(
+                "{method} {path} answers {code}, which its operation does not list"
+            )),
+            None => wrong.push(format!("{method} {path}: no operation in the document")),
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 both_backends!(
+    every_error_is_documented_where_it_is_answered,
     document_covers_the_api,
     document_is_valid_openapi,
     docs_page_works_offline,

@@ -27,6 +27,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// `customMetadata` keys of the committed answer (ADK's names).
+/// The prefix of the metadata a remote A2A agent keeps on its events: agentd writes it, and a
+/// client may not (a run's `customMetadata`, imported events).
+pub const METADATA_PREFIX: &str = "a2a:";
 pub const CONTEXT_ID: &str = "a2a:context_id";
 pub const TASK_ID: &str = "a2a:task_id";
 const STATE: &str = "a2a:state";
@@ -139,45 +142,45 @@ impl RemoteA2aAgent {
                             req = req.header("authorization", auth);
                         }
                         let resp = req.timeout(CARD_TIMEOUT).send().await.map_err(|e| {
-                            remote(format!(
+                            card_error("it could not be read", format!(
                                 "cannot read the agent card at {url}: {}",
                                 cause(&e)
                             ))
                         })?;
                         if !resp.status().is_success() {
-                            return Err(remote(format!(
+                            return Err(card_error("it could not be read", format!(
                                 "the agent card at {url} answered {}",
                                 resp.status()
                             )));
                         }
                         let body = read_bounded(resp, MAX_CARD).await.map_err(|e| {
-                            remote(format!("cannot read the agent card at {url}: {e}"))
+                            card_error("it could not be read", format!("cannot read the agent card at {url}: {e}"))
                         })?;
                         serde_json::from_slice::<Value>(&body).map_err(|e| {
-                            remote(format!("the agent card at {url} is not JSON: {e}"))
+                            card_error("it is not JSON", format!("the agent card at {url} is not JSON: {e}"))
                         })?
                     }
                 };
                 let url = jsonrpc_url(&card).ok_or_else(|| {
-                    remote("the agent card offers no A2A 1.0 JSON-RPC interface".into())
+                    card_error("it offers no A2A 1.0 JSON-RPC interface", "the agent card offers no A2A 1.0 JSON-RPC interface".into())
                 })?;
                 let parsed = reqwest::Url::parse(&url)
-                    .map_err(|e| remote(format!("the card's URL is not a URL: {e}")))?;
+                    .map_err(|e| card_error("it could not be read", format!("the card's URL is not a URL: {e}")))?;
                 if !matches!(parsed.scheme(), "http" | "https") {
-                    return Err(remote("the card's interface is not http(s)".into()));
+                    return Err(card_error("its interface is not http(s)", "the card's interface is not http(s)".into()));
                 }
                 self.egress
                     .check_url(&parsed)
-                    .map_err(|e| remote(e.to_string()))?;
+                    .map_err(|e| card_error("its interface is not an address agents may reach", e.to_string()))?;
                 // The credential goes only where the card came from: a card must not send
                 // it to another host (or from https down to http).
                 if let (CardSource::Url(card_url), Some(_)) =
                     (&self.settings.agent_card, self.auth())
                 {
                     let card_url = reqwest::Url::parse(card_url)
-                        .map_err(|e| remote(format!("agent_card: {e}")))?;
+                        .map_err(|e| card_error("it could not be read", format!("agent_card: {e}")))?;
                     if card_url.origin() != parsed.origin() {
-                        return Err(remote(format!(
+                        return Err(card_error("its interface is on another origin than the card, and the credential goes only to the card's origin", format!(
                             "the card names an interface on another origin ({}) than the card's \
                              ({}); the credential of auth_header_env is only sent to the card's \
                              origin",
@@ -209,6 +212,20 @@ async fn read_bounded(resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, 
 
 fn remote(message: String) -> AgentError {
     AgentError::failed("RemoteA2aError", message)
+}
+
+/// What a remote agent said about a failure, cut to a bounded length for the run's error.
+fn bounded(text: &str) -> String {
+    text.chars().take(1024).collect()
+}
+
+/// A card that could not be read or used: the run's error says why in words of its own; the
+/// details (URLs of the operator's network, what a resolver said) go to the log only.
+fn card_error(reason: &str, detail: String) -> AgentError {
+    tracing::warn!(%detail, "a remote A2A agent's card could not be used");
+    remote(format!(
+        "the remote agent's card could not be used: {reason} (details in the server log)"
+    ))
 }
 
 /// The innermost cause of a request error (a refused address, a DNS failure).
@@ -378,8 +395,15 @@ impl RemoteA2aAgent {
             )
             .await
             .ok()??;
+        // Only what this server's own runs of the session wrote, and not an error or an abort:
+        // an imported event, or a run's client-chosen metadata on a seal, must not steer the
+        // remote context this agent's credential reaches.
+        let ours = ctx.store().run_invocations(key).await.ok()?;
         page.events.iter().rev().find_map(|e| {
-            if e.event.author != self.name {
+            let trusted = ours.contains(&e.event.invocation_id)
+                && e.event.error_code.is_none()
+                && e.event.interrupted != Some(true);
+            if e.event.author != self.name || !trusted {
                 return None;
             }
             let meta = e.event.custom_metadata.as_ref()?;
@@ -431,7 +455,10 @@ impl RemoteA2aAgent {
         let resp = tokio::select! {
             r = tokio::time::timeout_at(deadline, send) => r
                 .map_err(|_| late())?
-                .map_err(|e| remote(format!("cannot reach the remote agent: {}", cause(&e))))?,
+                .map_err(|e| {
+                    tracing::warn!(error = %cause(&e), "a remote A2A agent could not be reached");
+                    remote("cannot reach the remote agent (the reason is in the server log)".into())
+                })?,
             _ = ctx.cancellation().cancelled() => return Err(AgentError::Cancelled),
         };
         if !resp.status().is_success() {
@@ -452,7 +479,7 @@ impl RemoteA2aAgent {
             guard.armed = false;
             return Err(remote(format!(
                 "the remote agent refused the message: {}",
-                v["error"]["message"].as_str().unwrap_or("no reason given")
+                bounded(v["error"]["message"].as_str().unwrap_or("no reason given"))
             )));
         }
         // The whole stream is bounded: a remote agent cannot grow agentd's memory without end.
@@ -484,7 +511,7 @@ impl RemoteA2aAgent {
             if let Some(err) = v.get("error") {
                 return Err(remote(format!(
                     "the remote agent failed: {}",
-                    err["message"].as_str().unwrap_or("no reason given")
+                    bounded(err["message"].as_str().unwrap_or("no reason given"))
                 )));
             }
             let r = &v["result"];

@@ -10,6 +10,7 @@ pub mod revocation;
 
 pub use revocation::{KeyChanges, KEYS_CHANNEL};
 
+use crate::error_code::ErrorCode;
 use crate::store::Store;
 use std::sync::Arc;
 
@@ -97,15 +98,15 @@ pub enum AuthError {
 }
 
 impl AuthError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            AuthError::Missing => "unauthenticated",
-            AuthError::InvalidKey => "invalid_api_key",
-            AuthError::KeyRevoked => "api_key_revoked",
-            AuthError::KeyExpired => "api_key_expired",
-            AuthError::TokenExpired => "token_expired",
-            AuthError::InvalidToken(_) => "invalid_token",
-            AuthError::Unavailable => "auth_unavailable",
+            AuthError::Missing => ErrorCode::Unauthenticated,
+            AuthError::InvalidKey => ErrorCode::InvalidApiKey,
+            AuthError::KeyRevoked => ErrorCode::ApiKeyRevoked,
+            AuthError::KeyExpired => ErrorCode::ApiKeyExpired,
+            AuthError::TokenExpired => ErrorCode::TokenExpired,
+            AuthError::InvalidToken(_) => ErrorCode::InvalidToken,
+            AuthError::Unavailable => ErrorCode::AuthUnavailable,
         }
     }
 }

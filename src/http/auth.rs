@@ -10,13 +10,14 @@
 use super::error::ApiError;
 use super::AppState;
 use crate::auth::{AuthError, Authenticator, Caller};
+use crate::error_code::ErrorCode;
 use axum::extract::{ConnectInfo, FromRequestParts, RawPathParams, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -218,28 +219,42 @@ fn credentials(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn unauthenticated(e: AuthError) -> Response {
-    let status = if e == AuthError::Unavailable {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::UNAUTHORIZED
-    };
-    let mut err = ApiError::new(status, e.code(), e.to_string());
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        err.retry_after = Some(1);
-    }
+    let err = ApiError::new(e.code(), e.to_string());
+    let challenge = err.status == StatusCode::UNAUTHORIZED;
     let mut resp = err.into_response();
-    if status == StatusCode::UNAUTHORIZED {
+    if challenge {
         resp.headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     resp
 }
 
-/// 404 for an app the caller may not use, worded as for an app that does not exist.
-pub fn app_hidden(app: &str) -> ApiError {
-    ApiError::not_found("app_not_found", format!("Agent not found: '{app}'."))
+/// 404 for an app that does not exist, or that the caller may not use (worded the same):
+/// ADK's sentence, then the apps the caller may use, and, without authentication, the apps
+/// directory they come from.
+pub fn app_hidden(apps: &crate::apps::AppRegistry, caller: &Caller, app: &str) -> ApiError {
+    let served: Vec<&str> = apps.names().filter(|a| caller.may_use_app(a)).collect();
+    let mut hint = match served.is_empty() {
+        true => " No app is served to this caller".to_string(),
+        false => format!(" Served apps: {}", served.join(", ")),
+    };
+    // Where the apps come from, only without authentication (a developer's own server):
+    // a place on disk is nothing to show a caller of a deployed one, admins included.
+    if caller.via == crate::auth::Via::Nobody {
+        hint.push_str(&format!(" (from {})", apps.dir.display()));
+    }
+    let mut e = ApiError::app_not_found(app);
+    if let serde_json::Value::String(detail) = &mut e.detail {
+        detail.push_str(&hint);
+        detail.push('.');
+    }
+    e
 }
 
+/// The door in front of every route: open paths pass; then the host and origin checks, the
+/// per-address block after failed authentications, authentication, the rate limit, the admin
+/// check of `/metrics`, the path's `{app}`/`{user}`/`{session}` bound to the caller, and the
+/// body limit. The caller goes to the handler as a request extension.
 pub async fn guard(
     State(state): State<AppState>,
     params: Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
@@ -247,103 +262,26 @@ pub async fn guard(
     next: Next,
 ) -> Response {
     let gate = &state.gate;
-    let path = req.uri().path();
-    if OPEN_PATHS.contains(&path)
-        || (path == "/metrics" && !gate.protect_metrics)
-        || (gate.public_cards && is_agent_card(path))
-    {
+    if gate.is_open(req.uri().path()) {
         return next.run(req).await;
-    }
-    if gate.foreign_host(req.headers()) {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "host_forbidden",
-            "Without authentication agentd answers only to localhost names (protection \
-             against DNS rebinding); use --auth, or bind a non-loopback address with \
-             --allow-unauthenticated.",
-        )
-        .into_response();
-    }
-    if gate.cross_site(req.method(), req.headers()) {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "cross_origin_forbidden",
-            "A state-changing request from another origin needs an allowed origin \
-             (--allow-origin), or, with --auth on, a bearer token or API key.",
-        )
-        .into_response();
     }
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(addr)| addr.ip());
-    if let Some(wait) = peer.and_then(|ip| gate.blocked_for(ip)) {
-        let mut err = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_auth_failures",
-            format!("Too many failed authentications from this address; retry in {wait} s."),
-        );
-        err.retry_after = Some(wait);
-        return err.into_response();
-    }
-    let caller = match gate.auth.authenticate(credentials(req.headers())).await {
-        Ok(caller) => caller,
-        Err(e) => {
-            if let (Some(ip), false) = (peer, e == AuthError::Unavailable) {
-                gate.failed(ip);
-            }
-            return unauthenticated(e);
-        }
+    let caller = match gate.check_origin(&req) {
+        Ok(()) => match gate.admit(req.headers(), peer).await {
+            Ok(caller) => caller,
+            Err(refused) => return refused,
+        },
+        Err(e) => return e.into_response(),
     };
-    let limit_key = caller
-        .limit_key()
-        .or_else(|| peer.map(|ip| format!("ip:{ip}")));
-    if let Some(wait) = limit_key.and_then(|k| gate.over_rate(k)) {
-        metrics::counter!("agentd_rate_limited_total").increment(1);
-        let mut err = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            format!("Too many requests; retry in {wait} s."),
-        );
-        err.retry_after = Some(wait);
-        return err.into_response();
-    }
-    if path == "/metrics" && !caller.admin {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_required",
-            "/metrics needs an admin key.",
-        )
-        .into_response();
-    }
-    let params = match params {
-        Ok(params) => Some(params),
-        // No parameters on this route (or the fallback).
-        Err(axum::extract::rejection::RawPathParamsRejection::MissingPathParams(_)) => None,
-        // Never let a parameter the door cannot read pass unchecked.
-        Err(e) => {
-            return ApiError::bad_request("invalid_path", e.body_text()).into_response();
-        }
-    };
-    if let Some(params) = &params {
-        let mut has_session = false;
-        let mut denied = None;
-        for (name, value) in params.iter() {
-            match name {
-                "app" if !caller.may_use_app(value) => denied = Some(app_hidden(value)),
-                "user" if denied.is_none() && !caller.may_act_as(value) => {
-                    denied = Some(ApiError::not_found("not_found", "Not Found"))
-                }
-                "session" => has_session = true,
-                _ => {}
-            }
-        }
-        if let Some(mut err) = denied {
-            if has_session && err.code == "not_found" {
-                err = ApiError::session_not_found();
-            }
-            return err.into_response();
-        }
+    let checked = gate
+        .check_rate(&caller, peer)
+        .and_then(|()| check_metrics(req.uri().path(), &caller))
+        .and_then(|()| bind_params(&state.apps, &caller, params));
+    if let Err(e) = checked {
+        return e.into_response();
     }
     if let Some(declared) = super::body_limit::oversize(&req, gate.max_body_bytes) {
         return super::body_limit::drain_and_refuse(req, declared, gate.max_body_bytes).await;
@@ -352,18 +290,139 @@ pub async fn guard(
     next.run(req).await
 }
 
+impl Gate {
+    /// Paths open to anyone: the probes and the document, `/metrics` unless protected, agent
+    /// cards when they are public.
+    fn is_open(&self, path: &str) -> bool {
+        OPEN_PATHS.contains(&path)
+            || (path == "/metrics" && !self.protect_metrics)
+            || (self.public_cards && is_agent_card(path))
+    }
+
+    /// The DNS-rebinding and cross-site checks.
+    fn check_origin(&self, req: &Request<axum::body::Body>) -> Result<(), ApiError> {
+        if self.foreign_host(req.headers()) {
+            return Err(ApiError::new(
+                ErrorCode::HostForbidden,
+                "Without authentication agentd answers only to localhost names (protection \
+                 against DNS rebinding); use --auth, or bind a non-loopback address with \
+                 --allow-unauthenticated.",
+            ));
+        }
+        if self.cross_site(req.method(), req.headers()) {
+            return Err(ApiError::new(
+                ErrorCode::CrossOriginForbidden,
+                "A state-changing request from another origin needs an allowed origin \
+                 (--allow-origin), or, with --auth on, a bearer token or API key.",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Authenticates the request's credentials, unless its address is blocked for failing too
+    /// often; a failure counts against the address.
+    async fn admit(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Result<Caller, Response> {
+        if let Some(wait) = peer.and_then(|ip| self.blocked_for(ip)) {
+            let msg =
+                format!("Too many failed authentications from this address; retry in {wait} s.");
+            let err = ApiError::new(ErrorCode::TooManyAuthFailures, msg).retry_after(wait);
+            return Err(err.into_response());
+        }
+        self.auth
+            .authenticate(credentials(headers))
+            .await
+            .map_err(|e| {
+                if let (Some(ip), false) = (peer, e == AuthError::Unavailable) {
+                    self.failed(ip);
+                }
+                unauthenticated(e)
+            })
+    }
+
+    /// The request rate per caller (or, for a caller without a key, per address).
+    fn check_rate(&self, caller: &Caller, peer: Option<IpAddr>) -> Result<(), ApiError> {
+        let limit_key = caller
+            .limit_key()
+            .or_else(|| peer.map(|ip| format!("ip:{ip}")));
+        match limit_key.and_then(|k| self.over_rate(k)) {
+            Some(wait) => {
+                metrics::counter!("agentd_rate_limited_total").increment(1);
+                let msg = format!("Too many requests; retry in {wait} s.");
+                Err(ApiError::new(ErrorCode::RateLimited, msg).retry_after(wait))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// A protected `/metrics` needs an admin key.
+fn check_metrics(path: &str, caller: &Caller) -> Result<(), ApiError> {
+    if path == "/metrics" && !caller.admin {
+        return Err(admin_required(caller, "/metrics"));
+    }
+    Ok(())
+}
+
+/// 403 for what only an admin key may do, saying how to get one: without authentication
+/// there are no keys, so nobody is an admin.
+pub fn admin_required(caller: &Caller, what: &str) -> ApiError {
+    let how = match caller.via {
+        crate::auth::Via::Nobody => {
+            " This server runs without authentication (--auth none), where nobody is an admin: \
+             start it with --auth api-key and make an admin key with \
+             `agentd keys create --user <id> --admin`."
+        }
+        _ => " Make one with `agentd keys create --user <id> --admin`.",
+    };
+    ApiError::new(
+        ErrorCode::AdminRequired,
+        format!("{what} needs an admin key.{how}"),
+    )
+}
+
+/// The path's `{app}`, `{user}` and `{session}`, bound to the caller: an app it may not use
+/// does not exist, nor does another user (or, on a session's route, that user's session). A
+/// parameter the door cannot read never passes unchecked.
+fn bind_params(
+    apps: &crate::apps::AppRegistry,
+    caller: &Caller,
+    params: Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
+) -> Result<(), ApiError> {
+    let params = match params {
+        Ok(params) => params,
+        // No parameters on this route (or the fallback).
+        Err(axum::extract::rejection::RawPathParamsRejection::MissingPathParams(_)) => {
+            return Ok(())
+        }
+        Err(e) => return Err(ApiError::new(ErrorCode::InvalidPath, e.body_text())),
+    };
+    let has_session = params.iter().any(|(name, _)| name == "session");
+    for (name, value) in params.iter() {
+        if name == "app" && !caller.may_use_app(value) {
+            return Err(app_hidden(apps, caller, value));
+        }
+    }
+    for (name, value) in params.iter() {
+        if name == "user" && !caller.may_act_as(value) {
+            return Err(match has_session {
+                true => ApiError::session_not_found(),
+                false => ApiError::new(ErrorCode::NotFound, "Not Found"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The caller the door let in (handlers behind [`guard`] always have one).
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "missing credentials",
-            )
-        })
+        parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| ApiError::new(ErrorCode::Unauthenticated, "missing credentials"))
     }
 }
 
@@ -378,8 +437,7 @@ pub fn may_write_app_state(gate: &Gate, caller: &Caller) -> bool {
 /// 403 for a client write of `app:` state.
 pub fn app_state_forbidden() -> ApiError {
     ApiError::new(
-        StatusCode::FORBIDDEN,
-        "app_state_forbidden",
+        ErrorCode::AppStateForbidden,
         "`app:` state is shared by every user of the app; writing it needs an admin key \
          (or --allow-client-app-state).",
     )

@@ -1,9 +1,14 @@
-//! The one error type of the HTTP layer.
+//! The one error type of the HTTP layer, [`ApiError`]: a stable [`ErrorCode`] (the closed
+//! table in [`crate::error_code`] gives its status and `Retry-After`) and a detail.
 //!
-//! Bodies are ADK/FastAPI-shaped (`{"detail": ...}`) plus a stable machine-readable `code`:
+//! Bodies are ADK/FastAPI-shaped (`{"detail": ...}`) plus the stable machine-readable `code`:
 //! `{"detail":"Session not found","code":"session_not_found"}`. Internal failures are logged
-//! with their cause and answered with a generic 500 that leaks nothing.
+//! with their cause and answered with a generic 500 that leaks nothing. The other wires render
+//! the same error their own way: OpenAI's `{error}` (`frontend::openai`), JSON-RPC and
+//! `google.rpc.Status` (`frontend::a2a::error`), MCP's `ErrorData` (`frontend::mcp`).
 
+use crate::error_code::{ErrorCode, Retry};
+use crate::runner::{RewindError, RunError};
 use crate::store::StoreError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -11,11 +16,13 @@ use serde_json::{json, Value};
 
 #[derive(Debug)]
 pub struct ApiError {
+    /// The status the answer goes out with: the code's, but for the one override
+    /// [`ApiError::with_status`] allows.
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     /// A string, or a list of validation problems (422).
     pub detail: Value,
-    /// Seconds for a `Retry-After` header (503 and 429 answers).
+    /// Seconds for a `Retry-After` header (the table says which codes carry one).
     pub retry_after: Option<u64>,
 }
 
@@ -25,66 +32,77 @@ pub fn problem(kind: &str, loc: Vec<Value>, msg: impl Into<String>) -> Value {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+    /// An answer with `code`: its status and `Retry-After` from the table.
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self::with_detail(code, Value::String(detail.into()))
+    }
+
+    fn with_detail(code: ErrorCode, detail: Value) -> Self {
         ApiError {
-            status,
+            status: StatusCode::from_u16(code.status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             code,
-            detail: Value::String(detail.into()),
-            retry_after: None,
+            detail,
+            retry_after: match code.retry() {
+                Retry::After(secs) => Some(secs),
+                // The caller sets the wait it computed ([`ApiError::retry_after`]).
+                Retry::Computed => Some(1),
+                Retry::No => None,
+            },
         }
     }
 
-    pub fn not_found(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, code, detail)
+    /// `code` with a list of problems (422), as FastAPI reports body/query validation.
+    pub fn problems(code: ErrorCode, problems: Vec<Value>) -> Self {
+        Self::with_detail(code, Value::Array(problems))
     }
 
-    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, detail)
-    }
-
-    pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, code, detail)
-    }
-
-    /// 422 with a list of problems, as FastAPI reports body/query validation.
+    /// `validation_error` with its problems.
     pub fn validation(problems: Vec<Value>) -> Self {
+        Self::problems(ErrorCode::ValidationError, problems)
+    }
+
+    /// One problem whose `type` is the code itself, at `loc` (webhook and schedule checks).
+    pub fn problem(code: ErrorCode, loc: Vec<Value>, msg: impl Into<String>) -> Self {
+        Self::problems(code, vec![problem(code.as_str(), loc, msg)])
+    }
+
+    /// The wait a [`Retry::Computed`] code's answer carries.
+    pub fn retry_after(self, secs: u64) -> Self {
         ApiError {
-            status: StatusCode::UNPROCESSABLE_ENTITY,
-            code: "validation_error",
-            detail: Value::Array(problems),
-            retry_after: None,
+            retry_after: Some(secs),
+            ..self
         }
     }
 
-    /// 503 with `Retry-After`: the request did nothing and may be repeated.
-    pub fn unavailable(code: &'static str, detail: impl Into<String>, retry_after: u64) -> Self {
-        ApiError {
-            retry_after: Some(retry_after),
-            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, code, detail)
-        }
-    }
-
-    /// The same error with another status (e.g. a 409 that still carries `Retry-After`).
+    /// The same error with another status. One use: the OpenAI routes answer a message they
+    /// cannot use with 400 (`invalid_message`, 422 elsewhere), as OpenAI does.
     pub fn with_status(self, status: StatusCode) -> Self {
         ApiError { status, ..self }
     }
 
     pub fn session_not_found() -> Self {
-        Self::not_found("session_not_found", "Session not found")
+        Self::new(ErrorCode::SessionNotFound, "Session not found")
     }
 
     pub fn payload_too_large(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", detail)
+        Self::new(ErrorCode::PayloadTooLarge, detail)
+    }
+
+    /// ADK's "agent not found", without the apps directory's place on disk (ADK names its full
+    /// path; the app's name relative to the apps directory says as much to a client). An app
+    /// the caller may not use is answered with the same words.
+    pub fn app_not_found(app: &str) -> Self {
+        Self::new(
+            ErrorCode::AppNotFound,
+            format!("Agent not found: '{app}'. No matching directory or module exists in '{app}'."),
+        )
     }
 
     /// Logs `cause` and answers a bare 500.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "internal error");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "Internal Server Error",
-        )
+        Self::new(ErrorCode::Internal, "Internal Server Error")
     }
 }
 
@@ -97,7 +115,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "detail": self.detail, "code": self.code });
         let mut resp = (self.status, axum::Json(body)).into_response();
-        if self.code == "database_unavailable" {
+        if self.code == ErrorCode::DatabaseUnavailable {
             resp.extensions_mut().insert(DatabaseUnavailable);
         }
         if let Some(secs) = self.retry_after {
@@ -112,33 +130,30 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::SessionNotFound => ApiError::session_not_found(),
-            StoreError::SessionExists(id) => {
-                ApiError::conflict("session_exists", format!("Session already exists: {id}"))
-            }
-            e @ StoreError::ArtifactTooLarge { .. } => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "artifact_too_large",
-                e.to_string(),
+            StoreError::SessionExists(id) => ApiError::new(
+                ErrorCode::SessionExists,
+                format!("Session already exists: {id}"),
             ),
-            StoreError::InvalidArtifact(m) => ApiError::bad_request("invalid_artifact", m),
-            StoreError::Conflict => ApiError::conflict(
-                "write_conflict",
+            e @ StoreError::ArtifactTooLarge { .. } => {
+                ApiError::new(ErrorCode::ArtifactTooLarge, e.to_string())
+            }
+            StoreError::InvalidArtifact(m) => ApiError::new(ErrorCode::InvalidArtifact, m),
+            StoreError::Conflict => ApiError::new(
+                ErrorCode::WriteConflict,
                 "A concurrent write conflicted with this one; retry the request.",
             ),
             StoreError::Database(sqlx::Error::PoolTimedOut) => {
                 tracing::warn!("database pool exhausted");
-                ApiError::unavailable(
-                    "database_busy",
+                ApiError::new(
+                    ErrorCode::DatabaseBusy,
                     "The database is busy; retry the request.",
-                    1,
                 )
             }
             e if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unavailable");
-                ApiError::unavailable(
-                    "database_unavailable",
+                ApiError::new(
+                    ErrorCode::DatabaseUnavailable,
                     "The database is unavailable; retry the request.",
-                    1,
                 )
             }
             StoreError::DuplicateEvent(id) => ApiError::validation(vec![problem(
@@ -146,10 +161,76 @@ impl From<StoreError> for ApiError {
                 vec!["body".into(), "events".into()],
                 format!("Event ids must be unique within a session; {id:?} appears twice."),
             )]),
-            StoreError::NotOwner => {
-                ApiError::conflict("session_busy", "Another run owns the session; retry later.")
-            }
+            StoreError::CancelRequested => ApiError::new(
+                ErrorCode::RunCancelled,
+                "A cancel of the session's run came first; nothing was changed.",
+            ),
+            StoreError::NotOwner => ApiError::new(
+                ErrorCode::SessionBusy,
+                "Another run owns the session; retry later.",
+            ),
             other => ApiError::internal(other),
+        }
+    }
+}
+
+/// What a caller who may not see the server's internals reads instead of a load error (which
+/// names files and quotes YAML).
+pub const LOAD_FAILED: &str = "the app's configuration could not be loaded (see the server log)";
+
+impl From<RunError> for ApiError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::AppNotFound(app) => ApiError::app_not_found(&app),
+            // The load error names files and quotes YAML: it is in the log, and in `list-apps`
+            // for callers who may see it.
+            RunError::AppBroken(m) => {
+                tracing::warn!(error = %m, "run refused: the app failed to load");
+                ApiError::new(
+                    ErrorCode::AppLoadFailed,
+                    format!("Failed to load agent: {LOAD_FAILED}"),
+                )
+            }
+            RunError::SessionNotFound(sid) => ApiError::new(
+                ErrorCode::SessionNotFound,
+                format!(
+                    "Session not found: {sid}. To create it with the run, send \
+                     \"createSession\": true."
+                ),
+            ),
+            e @ RunError::NoMessage => ApiError::new(ErrorCode::NewMessageRequired, e.to_string()),
+            e @ RunError::InvocationNotFound(_) => {
+                ApiError::new(ErrorCode::InvocationNotFound, e.to_string())
+            }
+            e @ RunError::NoTurn => ApiError::new(ErrorCode::TurnNotFound, e.to_string()),
+            RunError::Busy(active) => ApiError::new(
+                ErrorCode::SessionBusy,
+                format!(
+                    "The session already has an active run ({active}). Retry later, or send \
+                     \"onBusy\": \"enqueue\" or \"interrupt\"."
+                ),
+            ),
+            e @ RunError::QueueTimeout(_) => {
+                ApiError::new(ErrorCode::SessionBusyTimeout, e.to_string())
+            }
+            RunError::ShuttingDown => ApiError::new(
+                ErrorCode::ShuttingDown,
+                "The server is shutting down; retry on another replica.",
+            ),
+            e @ RunError::TooManyRuns(_) => ApiError::new(ErrorCode::TooManyRuns, e.to_string()),
+            RunError::Internal(m) => ApiError::internal(m),
+            RunError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<RewindError> for ApiError {
+    fn from(e: RewindError) -> Self {
+        match e {
+            e @ RewindError::SeqOutOfRange(..) => {
+                ApiError::new(ErrorCode::SeqOutOfRange, e.to_string())
+            }
+            e => RunError::from(e).into(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! wrong content types, bad query strings, bad path segments.
 
 use super::error::{problem, ApiError, ApiResult};
+use crate::error_code::ErrorCode;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
@@ -51,28 +52,20 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
     req: Request,
     state: &S,
 ) -> Result<(T, axum::body::Bytes), ApiError> {
-    let content_type = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_ascii_lowercase);
+    let headers = req.headers().clone();
     let raw = axum::body::Bytes::from_request(req, state)
         .await
         .map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::payload_too_large("Request body is larger than the configured limit.")
             } else {
-                ApiError::bad_request("body_unreadable", rejection.body_text())
+                ApiError::new(ErrorCode::BodyUnreadable, rejection.body_text())
             }
         })?;
+    require_json(&headers, &raw)?;
     let bytes: &[u8] = if raw.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
-        match content_type.as_deref() {
-            Some(ct) if is_json_type(ct) => {}
-            Some(ct) => return Err(unsupported_content_type(&format!("got {ct}"))),
-            None => return Err(unsupported_content_type("the request has no Content-Type")),
-        }
         &raw
     };
     let value = parse_json(bytes)?;
@@ -81,10 +74,28 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
 }
 
 /// 415 for a body that is not labelled JSON; `what` says what the request sent instead.
+/// Every route's rule for a body: one with content must be labelled JSON
+/// (`application/json` or a `+json` type), else 415 `unsupported_content_type`; an empty (or
+/// all-whitespace) body needs no label. Routes that read their body themselves (A2A, MCP) ask
+/// this too.
+pub(crate) fn require_json(headers: &axum::http::HeaderMap, raw: &[u8]) -> ApiResult<()> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase);
+    match content_type.as_deref() {
+        Some(ct) if is_json_type(ct) => Ok(()),
+        Some(ct) => Err(unsupported_content_type(&format!("got {ct}"))),
+        None => Err(unsupported_content_type("the request has no Content-Type")),
+    }
+}
+
 fn unsupported_content_type(what: &str) -> ApiError {
     ApiError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_content_type",
+        ErrorCode::UnsupportedContentType,
         format!("Expected a JSON body (Content-Type: application/json); {what}."),
     )
 }
@@ -93,7 +104,7 @@ fn unsupported_content_type(what: &str) -> ApiError {
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if let Err(e) = std::str::from_utf8(bytes) {
         return Err(ApiError {
-            code: "invalid_utf8",
+            code: ErrorCode::InvalidUtf8,
             ..ApiError::validation(vec![problem(
                 "json_invalid",
                 vec![json!("body"), json!(e.valid_up_to())],
@@ -120,7 +131,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 
 fn json_invalid(err: &serde_json::Error) -> ApiError {
     ApiError {
-        code: "json_invalid",
+        code: ErrorCode::JsonInvalid,
         ..ApiError::validation(vec![problem(
             "json_invalid",
             vec![json!("body"), json!(err.column())],
@@ -195,8 +206,8 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
                 if matches!(name, "app" | "user" | "session" | "run_id") {
                     validate_id(name, value)?;
                 } else if value.chars().any(char::is_control) {
-                    return Err(ApiError::bad_request(
-                        "invalid_path",
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidPath,
                         format!("path segment `{name}` must be printable characters"),
                     ));
                 }
@@ -205,7 +216,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| Path(p.0))
-            .map_err(|r| ApiError::bad_request("invalid_path", r.body_text()))
+            .map_err(|r| ApiError::new(ErrorCode::InvalidPath, r.body_text()))
     }
 }
 
@@ -247,7 +258,7 @@ fn refuse_nul(bytes: &[u8]) -> Result<(), ApiError> {
     let mut path = vec![json!("body")];
     if find_nul(&v, &mut path) {
         return Err(ApiError {
-            code: "nul_character",
+            code: ErrorCode::NulCharacter,
             ..ApiError::validation(vec![problem(
                 "string_pattern_mismatch",
                 path,
@@ -275,8 +286,8 @@ fn is_json_type(ct: &str) -> bool {
 pub fn validate_id(kind: &str, id: &str) -> ApiResult<()> {
     // 128 bytes: every id is part of a primary key (PostgreSQL refuses huge index entries).
     if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control() || c == '/') {
-        return Err(ApiError::bad_request(
-            "invalid_id",
+        return Err(ApiError::new(
+            ErrorCode::InvalidId,
             format!("{kind} must be 1 to 128 printable characters without '/'"),
         ));
     }

@@ -15,8 +15,11 @@
 
 use super::error::{problem, ApiError, ApiResult};
 use super::AppState;
+use crate::error_code::ErrorCode;
 use crate::store::KeyClaim;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -57,7 +60,7 @@ pub fn keyed(
     let key = value.to_str().unwrap_or("");
     if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(ApiError {
-            code: "invalid_idempotency_key",
+            code: ErrorCode::InvalidIdempotencyKey,
             ..ApiError::validation(vec![problem(
                 "value_error",
                 vec![json!("header"), json!("Idempotency-Key")],
@@ -96,17 +99,15 @@ pub async fn claim(state: &AppState, k: &Keyed) -> ApiResult<Prior> {
     {
         KeyClaim::Claimed => Ok(Prior::New),
         KeyClaim::Seen(rec) if rec.request_hash != k.hash => Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "idempotency_key_reused",
+            ErrorCode::IdempotencyKeyReused,
             "This Idempotency-Key was used with a different request; use a new key.",
         )),
         KeyClaim::Seen(rec) => match (rec.run_id, rec.response) {
             (Some(run), _) => Ok(Prior::Run(run)),
             (None, Some((status, body))) => Ok(Prior::Response(status, body)),
-            (None, None) => Err(ApiError::unavailable(
-                "idempotency_key_in_progress",
+            (None, None) => Err(ApiError::new(
+                ErrorCode::IdempotencyKeyInProgress,
                 "The first request with this Idempotency-Key is still being processed.",
-                1,
             )
             .with_status(StatusCode::CONFLICT)),
         },
@@ -117,5 +118,66 @@ pub async fn claim(state: &AppState, k: &Keyed) -> ApiResult<Prior> {
 pub async fn release(state: &AppState, k: &Keyed) {
     if let Err(e) = state.store.release_key(&k.user, &k.scope, &k.key).await {
         tracing::warn!(error = %e, "could not release an idempotency key; it expires by itself");
+    }
+}
+
+/// What [`claim_response`] found for a request whose answer is a stored response (not a run).
+pub enum Claimed {
+    /// A repeat: the first request's answer, again (`idempotent-replayed: true`).
+    Replay(Response),
+    /// A new request: its key, if it has one (record its answer with [`record_response`]).
+    New(Option<Keyed>),
+}
+
+/// With an `Idempotency-Key`: the stored answer of a repeat, or the claim of a new key. A key
+/// that started a run answers 422 `idempotency_key_reused` (it was another request).
+pub async fn claim_response(
+    state: &AppState,
+    headers: &HeaderMap,
+    app: &str,
+    user: &str,
+    route: &str,
+    raw: &[u8],
+) -> ApiResult<Claimed> {
+    let Some(k) = keyed(headers, app, user, route, raw)? else {
+        return Ok(Claimed::New(None));
+    };
+    match claim(state, &k).await? {
+        Prior::New => Ok(Claimed::New(Some(k))),
+        Prior::Response(status, body) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            let mut resp = (status, body).into_response();
+            let h = resp.headers_mut();
+            h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            h.insert("idempotent-replayed", HeaderValue::from_static("true"));
+            Ok(Claimed::Replay(resp))
+        }
+        Prior::Run(_) => Err(ApiError::new(
+            ErrorCode::IdempotencyKeyReused,
+            "This Idempotency-Key was used with a different request; use a new key.",
+        )),
+    }
+}
+
+/// Records a request's answer on its key (a failure gives the key up: the request may be
+/// repeated and run again).
+pub async fn record_response<T: serde::Serialize>(
+    state: &AppState,
+    k: &Keyed,
+    answer: &ApiResult<T>,
+) {
+    let body = answer
+        .as_ref()
+        .ok()
+        .and_then(|v| serde_json::to_string(v).ok());
+    let Some(body) = body else {
+        return release(state, k).await;
+    };
+    if let Err(e) = state
+        .store
+        .key_response(&k.user, &k.scope, &k.key, 200, &body)
+        .await
+    {
+        tracing::warn!(error = %e, "could not record the response on its idempotency key");
     }
 }

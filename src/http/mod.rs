@@ -21,6 +21,7 @@ pub mod sse;
 
 use crate::apps::AppRegistry;
 use crate::config::ServeArgs;
+use crate::error_code::ErrorCode;
 use crate::runner::Runner;
 use crate::store::Store;
 use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode};
@@ -50,13 +51,16 @@ pub struct AppState {
     pub webhooks: Arc<crate::webhook::WebhookPolicy>,
     /// What A2A agent cards say about this server (its URL, how callers authenticate).
     pub interop: Arc<frontend::a2a::Interop>,
+    /// How many schedules a user may have, and how often they may fire.
+    pub schedules: crate::schedule::Limits,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Builds the full application router.
 pub fn router(state: AppState, args: &ServeArgs) -> Router {
-    let (api, doc) = api_routes().split_for_parts();
+    let (api, mut doc) = api_routes().split_for_parts();
+    openapi::add_door_errors(&mut doc);
     let api = api
         .merge(openapi::router(&doc))
         .merge(frontend::mcp::router(&state, args))
@@ -280,16 +284,11 @@ fn status_label(status: StatusCode) -> String {
 }
 
 async fn not_found() -> ApiError {
-    ApiError::not_found("route_not_found", "Not Found")
+    ApiError::new(ErrorCode::RouteNotFound, "Not Found")
 }
 
 async fn method_not_allowed() -> Response {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "Method Not Allowed",
-    )
-    .into_response()
+    ApiError::new(ErrorCode::MethodNotAllowed, "Method Not Allowed").into_response()
 }
 
 #[cfg(test)]

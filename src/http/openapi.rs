@@ -12,14 +12,21 @@
 //! deployment behind a firewall, or a browser without Internet access, still gets the page.
 
 use super::AppState;
+use crate::error_code::{ErrorCode, Retry};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use utoipa::openapi::content::ContentBuilder;
+use utoipa::openapi::example::ExampleBuilder;
+use utoipa::openapi::header::Header;
+use utoipa::openapi::response::Response as DocResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{Ref, RefOr};
 use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 /// The document's fixed parts; the paths come from the routers (see `http::router`).
@@ -35,7 +42,7 @@ use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
     paths(openapi_doc, docs_page),
-    components(schemas(ErrorBody, ValidationProblem, OpenAiErrorBody)),
+    components(schemas(ErrorBody, ValidationProblem, OpenAiErrorBody, A2aErrorBody)),
     modifiers(&Security),
     tags(
         (name = "service", description = "Health, readiness, version, metrics, this document."),
@@ -77,13 +84,20 @@ impl Modify for Security {
     }
 }
 
+/// A2A's error body: a `google.rpc.Status` (`{"error": {"code", "status", "message",
+/// "details"}}`) from the routes, or agentd's `{"detail", "code"}` from the door.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct A2aErrorBody(serde_json::Map<String, Value>);
+
 /// Every error: a stable `code` and a human-readable `detail`.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct ErrorBody {
     /// A message, or (422 `validation_error`) the list of problems found.
     detail: ErrorDetail,
-    /// Stable and machine-readable, e.g. `session_not_found`, `run_in_progress`.
+    /// Stable and machine-readable (the table in docs/api.md), e.g. `session_not_found`,
+    /// `session_busy`.
     code: String,
 }
 
@@ -152,6 +166,155 @@ pub enum OpenAiErrors {
     /// The server could not do it (503 with `Retry-After` is safe to repeat).
     #[response(status = "5XX")]
     Server(OpenAiErrorBody),
+}
+
+/// The codes every route may answer because of the door in front of it (authentication,
+/// origin and host checks, rate limits, the body limit, reading the body and the path) or the
+/// server behind it (the database, a fault): added to every operation by [`add_door_errors`].
+pub const DOOR_ERRORS: &[ErrorCode] = &[
+    ErrorCode::Unauthenticated,
+    ErrorCode::InvalidApiKey,
+    ErrorCode::ApiKeyRevoked,
+    ErrorCode::ApiKeyExpired,
+    ErrorCode::TokenExpired,
+    ErrorCode::InvalidToken,
+    ErrorCode::AuthUnavailable,
+    ErrorCode::HostForbidden,
+    ErrorCode::CrossOriginForbidden,
+    ErrorCode::TooManyAuthFailures,
+    ErrorCode::RateLimited,
+    ErrorCode::PayloadTooLarge,
+    ErrorCode::BodyUnreadable,
+    ErrorCode::UnsupportedContentType,
+    ErrorCode::JsonInvalid,
+    ErrorCode::InvalidUtf8,
+    ErrorCode::NulCharacter,
+    ErrorCode::InvalidPath,
+    ErrorCode::MethodNotAllowed,
+    ErrorCode::Internal,
+    ErrorCode::DatabaseBusy,
+    ErrorCode::DatabaseUnavailable,
+];
+
+/// The vendor extension on an error response that lists its codes, for clients and for the
+/// tests that hold the document against what routes answer.
+pub const CODES_EXTENSION: &str = "x-error-codes";
+
+/// Declares the error codes one or more operations answer (beyond [`DOOR_ERRORS`]), as a type
+/// their `#[utoipa::path(responses(…))]` names: one response per status, each code listed
+/// with its meaning and an example body. `error_set!(Name as "OpenAiErrorBody": …)` documents
+/// another body schema.
+macro_rules! error_set {
+    ($(#[$doc:meta])* $name:ident $(as $body:literal)?: $($code:ident),+ $(,)?) => {
+        $(#[$doc])*
+        pub(crate) struct $name;
+
+        impl utoipa::IntoResponses for $name {
+            fn responses() -> std::collections::BTreeMap<
+                String,
+                utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+            > {
+                $crate::http::openapi::error_responses(
+                    &[$($crate::error_code::ErrorCode::$code),+],
+                    $crate::http::openapi::error_set!(@body $($body)?),
+                )
+            }
+        }
+    };
+    (@body) => { "ErrorBody" };
+    (@body $body:literal) => { $body };
+}
+pub(crate) use error_set;
+
+/// The responses of an operation that answers `codes` with `body`: one per status.
+pub fn error_responses(codes: &[ErrorCode], body: &str) -> BTreeMap<String, RefOr<DocResponse>> {
+    let mut out = BTreeMap::new();
+    for code in codes {
+        add_code(&mut out, *code, body);
+    }
+    out
+}
+
+fn add_code(responses: &mut BTreeMap<String, RefOr<DocResponse>>, code: ErrorCode, body: &str) {
+    let status = code.status().to_string();
+    let entry = responses
+        .entry(status)
+        .or_insert_with(|| RefOr::T(DocResponse::new("")));
+    let RefOr::T(resp) = entry else {
+        return;
+    };
+    let listed = resp
+        .extensions
+        .get_or_insert_with(Default::default)
+        .entry(CODES_EXTENSION.to_string())
+        .or_insert_with(|| Value::Array(vec![]));
+    let Value::Array(list) = listed else {
+        return;
+    };
+    if list.iter().any(|c| c == code.as_str()) {
+        return;
+    }
+    list.push(Value::String(code.as_str().into()));
+    if !resp.description.is_empty() {
+        resp.description.push_str("\n\n");
+    }
+    resp.description
+        .push_str(&format!("`{}`: {}", code.as_str(), code.meaning()));
+    let content = resp
+        .content
+        .entry("application/json".to_string())
+        .or_insert_with(|| {
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name(body)))
+                .build()
+        });
+    content.examples.insert(
+        code.as_str().to_string(),
+        RefOr::T(
+            ExampleBuilder::new()
+                .summary(code.as_str())
+                .value(Some(
+                    json!({"detail": code.meaning(), "code": code.as_str()}),
+                ))
+                .build(),
+        ),
+    );
+    if code.retry() != Retry::No {
+        resp.headers.insert(
+            "Retry-After".to_string(),
+            Header::new(
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::Integer),
+            ),
+        );
+    }
+}
+
+/// Adds [`DOOR_ERRORS`] to every operation of `doc` (the door answers them before any route;
+/// the OpenAI routes' bodies carry their `error` object too).
+pub fn add_door_errors(doc: &mut utoipa::openapi::OpenApi) {
+    for item in doc.paths.paths.values_mut() {
+        let ops = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+            &mut item.head,
+            &mut item.options,
+        ];
+        for op in ops.into_iter().flatten() {
+            let openai = op.tags.iter().flatten().any(|t| t == "openai");
+            let body = if openai {
+                "OpenAiErrorBody"
+            } else {
+                "ErrorBody"
+            };
+            for code in DOOR_ERRORS {
+                add_code(&mut op.responses.responses, *code, body);
+            }
+        }
+    }
 }
 
 /// What a health or readiness probe answers.

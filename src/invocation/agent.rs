@@ -47,6 +47,12 @@ pub trait Agent: Send + Sync + 'static {
         vec![]
     }
 
+    /// The environment variables an agent of this tree needs set to reach its model (an LLM
+    /// agent whose provider would refuse every call for want of a key): named at start-up.
+    fn missing_keys(&self) -> Vec<String> {
+        vec![]
+    }
+
     /// The ADK class name shown by `app-info` (`LlmAgent`, `SequentialAgent`, …).
     fn agent_class(&self) -> &str {
         "BaseAgent"

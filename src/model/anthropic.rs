@@ -397,6 +397,12 @@ impl Model for AnthropicModel {
         "anthropic"
     }
 
+    fn missing_key(&self) -> Option<&str> {
+        self.endpoint
+            .keyless_default
+            .then_some(self.endpoint.key_env.as_str())
+    }
+
     async fn stream(&self, req: &LlmRequest) -> Result<DeltaStream, ModelError> {
         let body = request_body(&self.name, req);
         let url = format!("{}/messages", self.endpoint.base_url);

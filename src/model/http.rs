@@ -169,13 +169,7 @@ pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError
         detail = "the provider's own message is in agentd's log".into();
     }
     let (code, retryable, what) = match status.as_u16() {
-        401 | 403 => (
-            "UNAUTHENTICATED",
-            false,
-            "refused the credentials: it rejected the API key or what the key may do (check \
-             the key in the environment variable named by model_options.api_key_env, or the \
-             provider's default variable)",
-        ),
+        401 | 403 => ("UNAUTHENTICATED", false, "refused the credentials"),
         404 => (
             "MODEL_NOT_FOUND",
             false,
@@ -198,6 +192,24 @@ pub async fn status_error(provider: &str, resp: reqwest::Response) -> ModelError
         retryable,
         retry_after,
     }
+}
+
+/// A refusal of the credentials, saying which variable to set: none was sent (the variable is
+/// unset), or the one sent was refused.
+pub fn name_the_key(mut e: ModelError, ep: &Endpoint) -> ModelError {
+    if e.code != "UNAUTHENTICATED" {
+        return e;
+    }
+    let head = e.message.split(':').next().unwrap_or_default().to_string();
+    e.message = match &ep.api_key {
+        None => format!(
+            "{head}: no API key was sent; set {} (or point the model's base URL at a server that \
+             needs none)",
+            ep.key_env
+        ),
+        Some(_) => format!("{head}: check the key in {}", ep.key_env),
+    };
+    e
 }
 
 /// The human part of a provider's error body (`{"error":{"message":…}}` and friends).
@@ -458,7 +470,8 @@ pub async fn post_stream(
         crate::telemetry::inject_trace(&mut trace);
         rb.headers(trace)
     })
-    .await?;
+    .await
+    .map_err(|e| name_the_key(e, ep))?;
     Ok(decode_stream(
         provider,
         sse_messages(provider, resp, ep.idle_timeout).boxed(),

@@ -130,6 +130,13 @@ pub trait Model: Send + Sync + 'static {
     /// Starts a streamed generation. Errors before the first byte (after the provider's
     /// retries) come back here; errors mid-stream come as stream items.
     async fn stream(&self, request: &LlmRequest) -> Result<DeltaStream, ModelError>;
+
+    /// The environment variable to set, when the model calls its provider's own service with
+    /// no API key (a call would be refused). `None` with a key, or with another base URL (a
+    /// local or self-hosted server may need none).
+    fn missing_key(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Why a model call failed, classified so the agent can show a clear error event.
@@ -407,6 +414,12 @@ pub struct ModelOptions {
 pub struct Endpoint {
     pub base_url: String,
     pub api_key: Option<String>,
+    /// Where the key comes from (`OPENAI_API_KEY`, or the variable `api_key_env` names): what
+    /// a refusal of the credentials tells the operator to set.
+    pub key_env: String,
+    /// No key, and the provider's own service (not a base URL of the operator's): every call
+    /// would be refused.
+    pub keyless_default: bool,
     pub headers: Vec<(String, String)>,
     pub retry: http::RetryPolicy,
     pub timeout: Duration,
@@ -436,10 +449,49 @@ impl std::fmt::Debug for Endpoint {
 #[cfg(test)]
 mod endpoint_tests {
     #[test]
+    fn a_refused_key_names_the_variable_to_set() {
+        let refused = || crate::model::ModelError {
+            code: "UNAUTHENTICATED",
+            message: "openai refused the credentials (HTTP 401): see the log".into(),
+            retryable: false,
+            retry_after: None,
+        };
+        let unset = super::Endpoint {
+            base_url: "http://127.0.0.1:9".into(),
+            api_key: None,
+            key_env: "AGENTD_TEST_NEVER_SET_KEY (model_options.api_key_env)".into(),
+            keyless_default: false,
+            headers: vec![],
+            retry: crate::model::http::RetryPolicy {
+                max_retries: 0,
+                backoff: std::time::Duration::ZERO,
+            },
+            timeout: std::time::Duration::from_secs(1),
+            idle_timeout: std::time::Duration::from_secs(1),
+        };
+        let msg = crate::model::http::name_the_key(refused(), &unset).message;
+        assert!(
+            msg.starts_with("openai refused the credentials (HTTP 401): no API key was sent")
+                && msg.contains("set AGENTD_TEST_NEVER_SET_KEY"),
+            "{msg}"
+        );
+        let sent = super::Endpoint {
+            api_key: Some("sk-x".into()),
+            key_env: "OPENAI_API_KEY".into(),
+            ..unset
+        };
+        let msg = crate::model::http::name_the_key(refused(), &sent).message;
+        assert!(msg.ends_with("check the key in OPENAI_API_KEY"), "{msg}");
+        assert!(!msg.contains("sk-x"), "{msg}");
+    }
+
+    #[test]
     fn an_endpoint_debug_hides_its_key_and_header_values() {
         let ep = super::Endpoint {
             base_url: "https://api.example".into(),
             api_key: Some("sk-very-secret".into()),
+            key_env: "OPENAI_API_KEY".into(),
+            keyless_default: false,
             headers: vec![("x-auth".into(), "token-secret".into())],
             retry: crate::model::http::RetryPolicy {
                 max_retries: 0,
@@ -480,23 +532,7 @@ pub fn resolve(spec: &str, options: &ModelOptions) -> Result<Arc<dyn Model>, Str
         _ => Provider::Openai,
     });
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let (default_base, base_env, key_envs): (&str, &str, &[&str]) = match provider {
-        Provider::Openai => (
-            "https://api.openai.com/v1",
-            "OPENAI_BASE_URL",
-            &["OPENAI_API_KEY"],
-        ),
-        Provider::Anthropic => (
-            "https://api.anthropic.com/v1",
-            "ANTHROPIC_BASE_URL",
-            &["ANTHROPIC_API_KEY"],
-        ),
-        Provider::Gemini => (
-            "https://generativelanguage.googleapis.com/v1beta",
-            "GEMINI_BASE_URL",
-            &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
-        ),
-    };
+    let (default_base, base_env, key_envs) = provider_env(provider);
     let base_url = options
         .base_url
         .clone()
@@ -513,9 +549,16 @@ pub fn resolve(spec: &str, options: &ModelOptions) -> Result<Arc<dyn Model>, Str
         Some(var) => env(var),
         None => key_envs.iter().find_map(|k| env(k)),
     };
+    let key_env = match &options.api_key_env {
+        Some(var) => format!("{var} (model_options.api_key_env)"),
+        None => key_envs.join(" or "),
+    };
+    let keyless_default = api_key.is_none() && base_url == default_base;
     let endpoint = Endpoint {
         base_url,
         api_key,
+        key_env,
+        keyless_default,
         headers: options
             .headers
             .iter()
@@ -533,6 +576,39 @@ pub fn resolve(spec: &str, options: &ModelOptions) -> Result<Arc<dyn Model>, Str
         Provider::Anthropic => Arc::new(anthropic::AnthropicModel::new(name, endpoint)),
         Provider::Gemini => Arc::new(gemini::GeminiModel::new(name, endpoint)),
     })
+}
+
+/// A provider's own service, the variable that points elsewhere, and the variables its key is
+/// read from (the first set wins).
+fn provider_env(provider: Provider) -> (&'static str, &'static str, &'static [&'static str]) {
+    match provider {
+        Provider::Openai => (
+            "https://api.openai.com/v1",
+            "OPENAI_BASE_URL",
+            &["OPENAI_API_KEY"],
+        ),
+        Provider::Anthropic => (
+            "https://api.anthropic.com/v1",
+            "ANTHROPIC_BASE_URL",
+            &["ANTHROPIC_API_KEY"],
+        ),
+        Provider::Gemini => (
+            "https://generativelanguage.googleapis.com/v1beta",
+            "GEMINI_BASE_URL",
+            &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+        ),
+    }
+}
+
+/// Every environment variable the providers read (docs/configuration.md lists them).
+pub fn provider_env_vars() -> Vec<&'static str> {
+    [Provider::Openai, Provider::Anthropic, Provider::Gemini]
+        .into_iter()
+        .flat_map(|p| {
+            let (_, base, keys) = provider_env(p);
+            std::iter::once(base).chain(keys.iter().copied())
+        })
+        .collect()
 }
 
 /// Text of a function response or tool result as a JSON string (for providers that take

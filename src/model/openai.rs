@@ -234,6 +234,12 @@ impl Model for OpenAiModel {
         "openai"
     }
 
+    fn missing_key(&self) -> Option<&str> {
+        self.endpoint
+            .keyless_default
+            .then_some(self.endpoint.key_env.as_str())
+    }
+
     async fn stream(&self, req: &LlmRequest) -> Result<DeltaStream, ModelError> {
         let body = request_body(&self.name, req);
         let url = format!("{}/chat/completions", self.endpoint.base_url);

@@ -6,5 +6,19 @@
 pub mod pattern;
 mod ticker;
 
-pub use pattern::{plan, CatchUp, Pattern};
+pub use pattern::{plan, plan_with_min, CatchUp, Pattern};
 pub use ticker::Ticker;
+
+/// What a schedule may be (`--max-schedules-per-user`, `--schedule-min-interval-secs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Schedules per user and app; 0: no limit.
+    pub max_per_user: u32,
+    /// The shortest period between two ticks, in seconds.
+    pub min_interval_secs: u64,
+}
+
+/// Why a schedule's owner can no longer start its runs: the server pauses it.
+pub const PAUSED_KEY_REVOKED: &str = "key_revoked";
+/// The key that made the schedule expired.
+pub const PAUSED_KEY_EXPIRED: &str = "key_expired";

@@ -3,10 +3,14 @@
 //! at the first valid time after it, a wildcard or stepped time there is skipped; a local time
 //! that exists twice fires once). And the tick plan: which tick a due schedule fires now.
 
+use crate::error_code::ErrorCode;
 use crate::store::{ScheduleRecord, TickPlan};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use croner::parser::{CronParser, Seconds, Year};
 use std::str::FromStr;
+
+/// How far ahead a pattern must match to be stored.
+const NEVER_AFTER_YEARS: u32 = 100;
 
 /// With `catchUp: "none"`, a tick later than this is skipped as missed.
 pub const MISSED_AFTER_SECS: f64 = 60.0;
@@ -41,16 +45,19 @@ pub struct Pattern {
 /// Why a pattern or zone was refused: a stable code and a sentence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PatternError {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 impl Pattern {
     pub fn parse(cron: &str, timezone: &str) -> Result<Pattern, PatternError> {
         let fields = cron.split_whitespace().count();
-        if !(fields == 5 || fields == 6) || cron.len() > 256 {
+        // Printable ASCII fields separated by spaces: no newline or control character is
+        // stored (and shown back) as part of a pattern.
+        let printable = cron.chars().all(|c| c == ' ' || c.is_ascii_graphic());
+        if !(fields == 5 || fields == 6) || cron.len() > 256 || !printable {
             return Err(PatternError {
-                code: "invalid_cron",
+                code: ErrorCode::InvalidCron,
                 message: format!(
                     "a cron pattern has 5 fields (minute hour day-of-month month day-of-week), \
                      or 6 with seconds first; {cron:?} has {fields}"
@@ -63,24 +70,77 @@ impl Pattern {
             .build()
             .parse(cron)
             .map_err(|e| PatternError {
-                code: "invalid_cron",
+                code: ErrorCode::InvalidCron,
                 message: format!("{cron:?} is not a cron pattern: {e}"),
             })?;
         let tz = chrono_tz::Tz::from_str(timezone).map_err(|_| PatternError {
-            code: "invalid_timezone",
+            code: ErrorCode::InvalidTimezone,
             message: format!(
                 "{timezone:?} is not an IANA time zone (e.g. \"Europe/Paris\", \"UTC\")"
             ),
         })?;
         let p = Pattern { cron, tz };
-        // A pattern that never matches (e.g. February 30th) is refused rather than stored idle.
-        if p.next_after(crate::event::now_ts()).is_none() {
+        // A pattern that never matches (e.g. February 30th) is refused rather than stored
+        // idle. croner would look up to the year 5000 for a match, tens of milliseconds of CPU
+        // per request: the next 100 years are enough.
+        if p.next_within(crate::event::now_ts(), NEVER_AFTER_YEARS)
+            .is_none()
+        {
             return Err(PatternError {
-                code: "invalid_cron",
+                code: ErrorCode::InvalidCron,
                 message: "the pattern never matches".into(),
             });
         }
         Ok(p)
+    }
+
+    /// The first tick after `t` within `years` (by day: a pattern's day fields decide whether it
+    /// matches at all, so one probe a day finds the first matching day).
+    fn next_within(&self, t: f64, years: u32) -> Option<f64> {
+        let start = self.at(t)?;
+        let end = t + f64::from(years) * 366.0 * 86_400.0;
+        let mut day = start.date_naive();
+        while let Some(midnight) = day.and_hms_opt(0, 0, 0) {
+            let at = midnight.and_utc().timestamp() as f64;
+            if at > end {
+                return None;
+            }
+            let p = &self.cron.pattern;
+            let matches = p.month_match(day.month()).unwrap_or(false)
+                && p.day_match(day.year(), day.month(), day.day())
+                    .unwrap_or(false);
+            if matches {
+                return self.next_after(t.max(at - 86_400.0));
+            }
+            day = day.succ_opt()?;
+        }
+        None
+    }
+
+    /// The shortest time between two of the pattern's ticks, at least (from the fields that
+    /// match: several seconds of a minute, else several minutes of an hour, else several
+    /// hours of a day, else a day).
+    pub fn min_interval_secs(&self) -> u64 {
+        let p = &self.cron.pattern;
+        let matching =
+            |n: u32, f: &dyn Fn(u32) -> bool| -> Vec<u32> { (0..n).filter(|v| f(*v)).collect() };
+        let gap = |values: &[u32], n: u32| -> Option<u64> {
+            if values.len() < 2 {
+                return None;
+            }
+            let mut g = n - values[values.len() - 1] + values[0];
+            for w in values.windows(2) {
+                g = g.min(w[1] - w[0]);
+            }
+            Some(u64::from(g))
+        };
+        let seconds = matching(60, &|s| p.second_match(s).unwrap_or(false));
+        let minutes = matching(60, &|m| p.minute_match(m).unwrap_or(false));
+        let hours = matching(24, &|h| p.hour_match(h).unwrap_or(false));
+        gap(&seconds, 60)
+            .or_else(|| gap(&minutes, 60).map(|g| g * 60))
+            .or_else(|| gap(&hours, 24).map(|g| g * 3600))
+            .unwrap_or(86_400)
     }
 
     /// `t` in the zone, in whole seconds (cron's unit: croner keeps a fraction it is given).
@@ -105,7 +165,20 @@ impl Pattern {
 
 /// The tick a due schedule fires at `now`, and its next one. Only the latest due tick can
 /// fire (a schedule never bursts); with `catchUp: "none"` only if it is less than
-/// [`MISSED_AFTER_SECS`] late.
+/// [`MISSED_AFTER_SECS`] late. The next tick is at least `min_secs` after the one fired: a
+/// schedule stored before a server's minimum period fires no faster than it.
+pub fn plan_with_min(s: &ScheduleRecord, now: f64, min_secs: u64) -> TickPlan {
+    let plan = plan(s, now);
+    match (plan.fire, plan.next, Pattern::parse(&s.cron, &s.timezone)) {
+        (Some(fired), Some(next), Ok(p)) if next - fired < min_secs as f64 => TickPlan {
+            next: p.next_after(fired + min_secs as f64 - 1.0),
+            ..plan
+        },
+        _ => plan,
+    }
+}
+
+/// [`plan_with_min`] without a minimum period.
 pub fn plan(s: &ScheduleRecord, now: f64) -> TickPlan {
     let (Ok(p), Some(due)) = (Pattern::parse(&s.cron, &s.timezone), s.next_tick) else {
         return TickPlan {
@@ -144,6 +217,8 @@ mod tests {
             next_tick: Some(next_tick),
             created_at: 0.0,
             updated_at: 0.0,
+            created_by: None,
+            paused_reason: None,
         }
     }
 
@@ -153,21 +228,21 @@ mod tests {
         assert!(Pattern::parse("*/2 * * * * *", "UTC").is_ok());
         assert_eq!(
             Pattern::parse("* * *", "UTC").unwrap_err().code,
-            "invalid_cron"
+            ErrorCode::InvalidCron
         );
         assert_eq!(
             Pattern::parse("61 * * * *", "UTC").unwrap_err().code,
-            "invalid_cron"
+            ErrorCode::InvalidCron
         );
         assert_eq!(
             Pattern::parse("0 0 30 2 *", "UTC").unwrap_err().code,
-            "invalid_cron"
+            ErrorCode::InvalidCron
         );
         assert_eq!(
             Pattern::parse("* * * * *", "Mars/Olympus")
                 .unwrap_err()
                 .code,
-            "invalid_timezone"
+            ErrorCode::InvalidTimezone
         );
     }
 

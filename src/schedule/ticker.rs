@@ -2,7 +2,8 @@
 //! [`crate::store::schedules`]) and starts their runs as background runs. It also takes over
 //! the ticks of a replica that died between claiming one and starting its run.
 
-use super::pattern::plan;
+use super::pattern::plan_with_min;
+use super::{PAUSED_KEY_EXPIRED, PAUSED_KEY_REVOKED};
 use crate::event::Content;
 use crate::runner::{OnBusy, OnDisconnect, RunError, RunRequest, Runner};
 use crate::store::schedules::Planner;
@@ -22,15 +23,19 @@ pub struct Ticker {
     /// A tick still `claimed` this long after it was fired lost its firing task (a run start
     /// is bounded by the enqueue timeout): it is fired again, with the same run id.
     stale_after: Duration,
+    /// `--schedule-min-interval-secs`: a schedule stored under a lower minimum still fires
+    /// no faster than this.
+    min_interval_secs: u64,
 }
 
 impl Ticker {
-    pub fn new(runner: Arc<Runner>, poll: Duration) -> Ticker {
+    pub fn new(runner: Arc<Runner>, poll: Duration, min_interval_secs: u64) -> Ticker {
         let stale_after = runner.enqueue_timeout() + Duration::from_secs(120);
         Ticker {
             runner,
             poll,
             stale_after,
+            min_interval_secs,
         }
     }
 
@@ -41,7 +46,8 @@ impl Ticker {
     }
 
     async fn run(self, stop: CancellationToken) {
-        let planner: &Planner = &plan;
+        let min = self.min_interval_secs;
+        let planner: &Planner = &move |s: &ScheduleRecord, now: f64| plan_with_min(s, now, min);
         loop {
             if self.runner.is_draining() {
                 return;
@@ -100,6 +106,24 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
             return;
         }
     }
+    let gone = match owner_gone(&runner, &s).await {
+        Ok(None) => None,
+        Ok(Some(reason)) => {
+            pause(&runner, &s, reason).await;
+            Some(format!(
+                "the API key that made the schedule is {}: the schedule is paused",
+                reason.trim_start_matches("key_")
+            ))
+        }
+        // The key store is down: the tick is skipped rather than fired unchecked.
+        Err(e) => Some(format!("could not check the schedule's API key: {e}")),
+    };
+    if let Some(why) = gone {
+        metrics::counter!("agentd_schedule_ticks_total", "outcome" => "skipped").increment(1);
+        tracing::warn!(reason = %why, "schedule tick skipped");
+        settle(&runner, &tick, &owner, "skipped", Some(&why)).await;
+        return;
+    }
     let message: Option<Content> = serde_json::from_value(s.message.clone()).ok();
     let webhook: Option<WebhookTarget> = s
         .webhook
@@ -133,7 +157,9 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
         }
         // The replica is stopping: leave the tick claimed; a live replica takes it over.
         Err(RunError::ShuttingDown) => return,
-        Err(e @ (RunError::Busy(_) | RunError::QueueTimeout(_))) => {
+        // The user's quota of concurrent runs (`--max-runs-per-user`) holds for scheduled
+        // runs too: a tick that finds it full is skipped, like one that finds its session busy.
+        Err(e @ (RunError::Busy(_) | RunError::QueueTimeout(_) | RunError::TooManyRuns(_))) => {
             metrics::counter!("agentd_schedule_ticks_total", "outcome" => "skipped").increment(1);
             ("skipped", Some(e.to_string()))
         }
@@ -153,6 +179,40 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
         }
     };
     settle(&runner, &tick, &owner, status, error.as_deref()).await;
+}
+
+/// Why the schedule's owner may no longer start runs: the API key that made it was revoked or
+/// has expired. A schedule made without a key (no authentication, or a JWT, which the
+/// server cannot check again without the token) has nothing to check.
+async fn owner_gone(
+    runner: &Runner,
+    s: &ScheduleRecord,
+) -> Result<Option<&'static str>, crate::store::StoreError> {
+    let Some(key_id) = s.created_by.as_deref() else {
+        return Ok(None);
+    };
+    Ok(match runner.store().find_api_key(key_id).await? {
+        None => Some(PAUSED_KEY_REVOKED),
+        Some(k) if k.revoked_at.is_some() => Some(PAUSED_KEY_REVOKED),
+        Some(k) if k.expires_at.is_some_and(|t| t <= crate::event::now_ts()) => {
+            Some(PAUSED_KEY_EXPIRED)
+        }
+        Some(_) => None,
+    })
+}
+
+async fn pause(runner: &Runner, s: &ScheduleRecord, reason: &str) {
+    tracing::warn!(
+        reason,
+        "schedule paused: its API key can no longer start runs"
+    );
+    if let Err(e) = runner
+        .store()
+        .pause_schedule(&s.user_id, &s.id, reason)
+        .await
+    {
+        tracing::warn!(error = %e, "could not pause the schedule");
+    }
 }
 
 async fn settle(

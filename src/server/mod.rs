@@ -58,6 +58,7 @@ impl Server {
             registry.apply_webhook_policy(&webhook_policy);
             Arc::new(registry)
         };
+        warn_missing_keys(&apps);
         if args.memory_auto_ingest {
             plugins
                 .push(Arc::new(crate::agent::memory_ingest::MemoryIngestPlugin))
@@ -115,6 +116,7 @@ impl Server {
             gate,
             webhooks: Arc::new(webhook_policy.clone()),
             interop: Arc::new(http::frontend::a2a::Interop::new(&args)),
+            schedules: args.background.schedule_limits(),
         };
         let app = http::router(state.clone(), &args);
 
@@ -146,6 +148,7 @@ impl Server {
             crate::schedule::Ticker::new(
                 state.runner.clone(),
                 Duration::from_millis(bg.schedule_poll_ms.max(50)),
+                bg.schedule_min_interval_secs,
             )
             .spawn(shutdown.clone());
         }
@@ -341,4 +344,23 @@ async fn shutdown_signal() -> Signal {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => Signal::Interrupt, _ = term => Signal::Terminate }
+}
+
+/// One warning line per app whose model has no credential to reach its provider (it starts
+/// anyway: the app's runs fail until the variable is set, and the other apps work).
+fn warn_missing_keys(apps: &AppRegistry) {
+    for entry in apps.entries() {
+        let Ok(tree) = &entry.tree else { continue };
+        let mut vars: Vec<String> = tree.agents().flat_map(|a| a.missing_keys()).collect();
+        vars.sort();
+        vars.dedup();
+        if !vars.is_empty() {
+            tracing::warn!(
+                app = %entry.name,
+                "app {} has no model credential: set {} (its runs fail until then)",
+                entry.name,
+                vars.join(", ")
+            );
+        }
+    }
 }

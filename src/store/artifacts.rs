@@ -151,7 +151,9 @@ pub(crate) fn join_part(json: &str, data: Option<Vec<u8>>) -> StoreResult<Part> 
 /// Versioned artifacts, stored in the database.
 #[async_trait]
 pub trait ArtifactStore: Send + Sync + 'static {
-    /// Saves a new version (0, 1, 2, ...) and returns its metadata.
+    /// Saves a new version (0, 1, 2, ...) and returns its metadata. `SessionNotFound` (nothing
+    /// stored) when the session does not exist: a `user:` artifact too is saved through one
+    /// of the user's sessions. (ADK saves to a session that does not exist.)
     async fn save_artifact(
         &self,
         scope: &ArtifactScope,

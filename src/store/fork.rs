@@ -20,6 +20,9 @@ pub struct Fork {
     pub before: i64,
     /// The new session's state (plain keys; shared `app:`/`user:` state is shared anyway).
     pub state: JsonMap,
+    /// The state it counts as created with (the source's, and what the fork adds): where its
+    /// own rewinds start folding.
+    pub initial_state: JsonMap,
     /// Each session artifact's version as of the point: versions up to it are copied.
     pub artifacts: BTreeMap<String, i64>,
 }
@@ -40,15 +43,19 @@ macro_rules! fork_store {
                 let now = now_ts();
                 let mut tx = self.$pool.begin_with($begin).await?;
                 let created = sqlx::query(
-                    "INSERT INTO sessions (app_name, user_id, id, state, create_time,
-                                           update_time, last_seq)
-                     VALUES ($1, $2, $3, $4, $5, $5, 0) ON CONFLICT DO NOTHING",
+                    "INSERT INTO sessions (app_name, user_id, id, state, initial_state,
+                                           create_time, update_time, last_seq)
+                     VALUES ($1, $2, $3, $4, $6, $5, $5, 0) ON CONFLICT DO NOTHING",
                 )
                 .bind(&src.app_name)
                 .bind(&src.user_id)
                 .bind(&f.session_id)
                 .bind(serde_json::Value::Object(f.state.clone()))
                 .bind(now)
+                .bind(
+                    (!f.initial_state.is_empty())
+                        .then(|| serde_json::Value::Object(f.initial_state.clone())),
+                )
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();

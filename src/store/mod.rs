@@ -79,6 +79,11 @@ pub enum StoreError {
     /// lost its ownership (it was taken over) and must stop without writing anything more.
     #[error("the run no longer owns the session")]
     NotOwner,
+    /// A run tried to record itself `completed` (with its last event, or by finishing) after a
+    /// cancel of it was accepted: nothing was written; the run ends `cancelled` instead (a
+    /// cancel answered 202 always wins over the run's own end).
+    #[error("a cancel of the run was requested")]
+    CancelRequested,
     /// Two events of one session with the same id (create-session `events`).
     #[error("duplicate event id in the session: {0}")]
     DuplicateEvent(String),
@@ -252,9 +257,35 @@ pub async fn migrate(url: &str, citus: bool) -> StoreResult<()> {
             )));
         }
         let store = postgres::PgStore::connect(url, 1, StoreLimits::default()).await?;
-        sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
+        let available: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'citus')",
+        )
+        .fetch_one(store.pool())
+        .await?;
+        if !available {
+            return Err(StoreError::Database(sqlx::Error::Configuration(
+                "--citus: this PostgreSQL server has no Citus extension. Install Citus on the \
+                 coordinator and every worker (a package such as postgresql-15-citus, or \
+                 scripts/citus.sh install, which builds it), add citus to \
+                 shared_preload_libraries in postgresql.conf, restart PostgreSQL, register the \
+                 workers (SELECT citus_add_node(host, port) on the coordinator), then run \
+                 agentd migrate --citus again (docs/citus.md)."
+                    .into(),
+            )));
+        }
+        let created = sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
             .execute(store.pool())
-            .await?;
+            .await;
+        if let Err(e) = created {
+            return Err(StoreError::Database(sqlx::Error::Configuration(
+                format!(
+                    "--citus: CREATE EXTENSION citus failed ({e}). Citus must be in \
+                     shared_preload_libraries (postgresql.conf) and PostgreSQL restarted \
+                     (docs/citus.md)."
+                )
+                .into(),
+            )));
+        }
     }
     open(url, 1, StoreLimits::default()).await.map(|_| ())
 }

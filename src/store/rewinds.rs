@@ -6,6 +6,7 @@
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 use super::{SessionKey, StoreResult};
+use crate::event::JsonMap;
 use async_trait::async_trait;
 use sqlx::Row;
 
@@ -65,6 +66,11 @@ pub trait RewindStore: Send + Sync + 'static {
     /// The session's rewind events, oldest first.
     async fn rewind_marks(&self, key: &SessionKey) -> StoreResult<Vec<RewindMark>>;
 
+    /// The plain state the session was created with (empty when it was created with none, or
+    /// before migration 0013 recorded it): where a rewind or a fork starts folding the events'
+    /// deltas. ADK rebuilds the state from the events alone and so loses it; agentd keeps it.
+    async fn initial_state(&self, key: &SessionKey) -> StoreResult<JsonMap>;
+
     /// What the session's rewind events up to seq `up_to` annulled.
     async fn rewound(&self, key: &SessionKey, up_to: i64) -> StoreResult<Rewound> {
         let marks: Vec<(i64, Option<i64>)> = self
@@ -100,10 +106,29 @@ const SQLITE_MARKS: &str = "SELECT r.seq,
     AND json_extract(r.event, '$.actions.rewindBeforeInvocationId') IS NOT NULL
   ORDER BY r.seq";
 
+/// The state a session was created with, as JSON text (NULL: none recorded).
+const PG_INITIAL: &str =
+    "SELECT initial_state::text FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3";
+const SQLITE_INITIAL: &str =
+    "SELECT initial_state FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3";
+
 macro_rules! rewind_store {
-    ($store:ty, $sql:expr, $pool:ident) => {
+    ($store:ty, $sql:expr, $initial:expr, $pool:ident) => {
         #[async_trait]
         impl RewindStore for $store {
+            async fn initial_state(&self, key: &SessionKey) -> StoreResult<JsonMap> {
+                let text: Option<Option<String>> = sqlx::query_scalar($initial)
+                    .bind(&key.app_name)
+                    .bind(&key.user_id)
+                    .bind(&key.session_id)
+                    .fetch_optional(&self.$pool)
+                    .await?;
+                match text.flatten() {
+                    Some(t) => Ok(serde_json::from_str(&t)?),
+                    None => Ok(JsonMap::new()),
+                }
+            }
+
             async fn rewind_marks(&self, key: &SessionKey) -> StoreResult<Vec<RewindMark>> {
                 let rows = sqlx::query($sql)
                     .bind(&key.app_name)
@@ -124,5 +149,5 @@ macro_rules! rewind_store {
     };
 }
 
-rewind_store!(PgStore, PG_MARKS, pool);
-rewind_store!(SqliteStore, SQLITE_MARKS, reader);
+rewind_store!(PgStore, PG_MARKS, PG_INITIAL, pool);
+rewind_store!(SqliteStore, SQLITE_MARKS, SQLITE_INITIAL, reader);

@@ -206,6 +206,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// Records the outcome and frees the session, if the run still owns it (an asynchronous
     /// commit on PostgreSQL: see `ASYNC_COMMIT` for why that is safe). Returns false if the run
     /// had already lost the session (it was taken over); nothing is then changed.
+    /// `completed` is refused with [`StoreError::CancelRequested`](super::StoreError) when a
+    /// cancel of the run was accepted first (both statements lock the run's session row, so one
+    /// of them comes first).
     async fn finish_run(
         &self,
         user: &str,

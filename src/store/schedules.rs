@@ -36,6 +36,14 @@ pub struct ScheduleRecord {
     pub next_tick: Option<f64>,
     pub created_at: f64,
     pub updated_at: f64,
+    /// The API key that made (or last changed) the schedule (`None`: no key, without
+    /// authentication or with a JWT). Its ticks stop when that key is revoked or expires.
+    #[serde(skip)]
+    pub created_by: Option<String>,
+    /// Why the server paused it (`credential_revoked`): it fires again once changed by a
+    /// caller with a valid credential.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_reason: Option<String>,
 }
 
 /// One tick of a schedule.
@@ -71,7 +79,15 @@ pub type Planner = dyn Fn(&ScheduleRecord, f64) -> TickPlan + Send + Sync;
 
 #[async_trait]
 pub trait ScheduleStore: Send + Sync + 'static {
-    async fn create_schedule(&self, s: &ScheduleRecord) -> StoreResult<()>;
+    /// Stores `s` unless its user already has `max_per_user` schedules in its app (false);
+    /// 0: no limit. Concurrent creations never overshoot the quota.
+    async fn create_schedule(&self, s: &ScheduleRecord, max_per_user: u32) -> StoreResult<bool>;
+
+    /// Pauses a schedule (disabled, no next tick) for `reason`; false if there is none.
+    async fn pause_schedule(&self, user: &str, id: &str, reason: &str) -> StoreResult<bool>;
+
+    /// Pauses every schedule `key_id` made (its key was revoked); how many.
+    async fn pause_schedules_of_key(&self, key_id: &str, reason: &str) -> StoreResult<u64>;
 
     async fn get_schedule(
         &self,
@@ -134,7 +150,8 @@ pub trait ScheduleStore: Send + Sync + 'static {
 }
 
 const SCHEDULE_COLUMNS: &str = "id, app_name, user_id, cron, timezone, message, session_id, \
-     on_busy, catch_up, webhook, enabled, next_tick, created_at, updated_at";
+     on_busy, catch_up, webhook, enabled, next_tick, created_at, updated_at, created_by, \
+     paused_reason";
 const TICK_COLUMNS: &str =
     "t.schedule_id, t.user_id, t.tick_time, t.run_id, t.session_id, t.status, t.error, t.fired_at";
 
@@ -156,6 +173,8 @@ macro_rules! readers {
                 next_tick: r.try_get("next_tick")?,
                 created_at: r.try_get("created_at")?,
                 updated_at: r.try_get("updated_at")?,
+                created_by: r.try_get("created_by")?,
+                paused_reason: r.try_get("paused_reason")?,
             })
         }
 
@@ -191,10 +210,15 @@ macro_rules! schedule_store {
     ($store:ty, $pool:ident, $now:expr, $skip_locked:expr, $begin:literal, $sched:ident, $tick:ident) => {
         #[async_trait]
         impl ScheduleStore for $store {
-            async fn create_schedule(&self, s: &ScheduleRecord) -> StoreResult<()> {
+            async fn create_schedule(
+                &self,
+                s: &ScheduleRecord,
+                max_per_user: u32,
+            ) -> StoreResult<bool> {
                 sqlx::query(&format!(
                     "INSERT INTO schedules ({SCHEDULE_COLUMNS})
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+                             NULL)"
                 ))
                 .bind(&s.id)
                 .bind(&s.app_name)
@@ -210,9 +234,59 @@ macro_rules! schedule_store {
                 .bind(s.next_tick)
                 .bind(s.created_at)
                 .bind(s.updated_at)
+                .bind(&s.created_by)
                 .execute(&self.$pool)
                 .await?;
-                Ok(())
+                if max_per_user == 0 {
+                    return Ok(true);
+                }
+                // Counted after the insert is committed: of concurrent creations, the last
+                // to commit sees every other, so the quota is never overshot (a racing
+                // creation may be refused when it would have fit; the caller may retry).
+                // The schedule cannot fire in between: its first tick is in the future.
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM schedules WHERE app_name = $1 AND user_id = $2",
+                )
+                .bind(&s.app_name)
+                .bind(&s.user_id)
+                .fetch_one(&self.$pool)
+                .await?;
+                if n > i64::from(max_per_user) {
+                    sqlx::query("DELETE FROM schedules WHERE user_id = $1 AND id = $2")
+                        .bind(&s.user_id)
+                        .bind(&s.id)
+                        .execute(&self.$pool)
+                        .await?;
+                    return Ok(false);
+                }
+                Ok(true)
+            }
+
+            async fn pause_schedule(&self, user: &str, id: &str, reason: &str) -> StoreResult<bool> {
+                let n = sqlx::query(
+                    "UPDATE schedules SET enabled = false, next_tick = NULL, paused_reason = $3
+                      WHERE user_id = $1 AND id = $2",
+                )
+                .bind(user)
+                .bind(id)
+                .bind(reason)
+                .execute(&self.$pool)
+                .await?
+                .rows_affected();
+                Ok(n > 0)
+            }
+
+            async fn pause_schedules_of_key(&self, key_id: &str, reason: &str) -> StoreResult<u64> {
+                let n = sqlx::query(
+                    "UPDATE schedules SET enabled = false, next_tick = NULL, paused_reason = $2
+                      WHERE created_by = $1 AND enabled",
+                )
+                .bind(key_id)
+                .bind(reason)
+                .execute(&self.$pool)
+                .await?
+                .rows_affected();
+                Ok(n)
             }
 
             async fn get_schedule(
@@ -266,7 +340,8 @@ macro_rules! schedule_store {
                     "UPDATE schedules
                         SET cron = $4, timezone = $5, message = $6, session_id = $7,
                             on_busy = $8, catch_up = $9, webhook = $10, enabled = $11,
-                            next_tick = $12, updated_at = $13
+                            next_tick = $12, updated_at = $13, created_by = $14,
+                            paused_reason = NULL
                       WHERE id = $1 AND app_name = $2 AND user_id = $3",
                 )
                 .bind(&s.id)
@@ -282,6 +357,7 @@ macro_rules! schedule_store {
                 .bind(s.enabled)
                 .bind(s.next_tick)
                 .bind(s.updated_at)
+                .bind(&s.created_by)
                 .execute(&self.$pool)
                 .await?
                 .rows_affected();

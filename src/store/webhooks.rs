@@ -71,6 +71,9 @@ pub struct DeliveryRecord {
     pub created_at: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivered_at: Option<f64>,
+    /// To one of the app's own webhooks (shown to admins only).
+    #[serde(skip)]
+    pub app: bool,
 }
 
 #[async_trait]
@@ -219,7 +222,7 @@ macro_rules! webhook_store {
             ) -> StoreResult<Vec<DeliveryRecord>> {
                 let rows = sqlx::query(
                     "SELECT id, url, event_type, status, attempts, next_attempt_at, last_status,
-                            last_error, created_at, delivered_at
+                            last_error, created_at, delivered_at, target
                        FROM webhook_deliveries WHERE user_id = $2 AND run_id = $1 ORDER BY id",
                 )
                 .bind(run_id)
@@ -229,7 +232,9 @@ macro_rules! webhook_store {
                 rows.iter()
                     .map(|r| {
                         let status: String = r.try_get("status")?;
+                        let target: serde_json::Value = r.try_get("target")?;
                         Ok(DeliveryRecord {
+                            app: target.get("app") == Some(&serde_json::Value::Bool(true)),
                             id: r.try_get("id")?,
                             url: r.try_get("url")?,
                             event_type: r.try_get("event_type")?,

@@ -27,9 +27,11 @@ enum Rule {
     Host(String),
 }
 
-/// A refused target; its text names the rule, for the model and the log.
+/// A refused target. Its text (what the model, and through it the user, reads) names the host
+/// and the rule but not the address it resolved to or its class, which would map internal
+/// names; those are fields, for the log.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("refused to connect to {host} ({addr}): {class} addresses are not allowed for tools (allow them with the tool's `allow_private` setting)")]
+#[error("refused to connect to {host}: it is not a public address (allow it with the tool's `allow_private` setting)")]
 pub struct Refused {
     pub host: String,
     pub addr: IpAddr,
@@ -286,7 +288,13 @@ mod tests {
             assert!(p.check("h", ip(a)).is_ok(), "{a} should be allowed");
         }
         let e = p.check("metadata", ip("169.254.169.254")).unwrap_err();
-        assert!(e.to_string().contains("link-local"), "{e}");
+        assert_eq!(e.class, "link-local (cloud metadata)", "{e:?}");
+        // What the model (and the user through it) reads names neither the address nor its
+        // class: they would map internal names.
+        assert!(
+            !e.to_string().contains("169.254") && !e.to_string().contains("link-local"),
+            "{e}"
+        );
     }
 
     #[test]

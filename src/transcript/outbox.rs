@@ -49,6 +49,9 @@ pub struct EmitState {
     held: Option<Event>,
     /// The commit of a held event failed after its agent had moved on: the run fails with it.
     failed: Option<CommitError>,
+    /// The run's last event could not record it `completed`: a cancel of the run was accepted
+    /// first (the event was committed as an ordinary one). The run ends `cancelled`.
+    pub cancel_requested: bool,
 }
 
 /// What the runner gives a run's outbox.
@@ -115,6 +118,7 @@ impl Outbox {
                 open_calls: BTreeMap::new(),
                 held: None,
                 failed: None,
+                cancel_requested: false,
             })),
         })
     }
@@ -286,7 +290,19 @@ impl Outbox {
         last: bool,
         within: Option<Duration>,
     ) -> CommitResult<i64> {
-        let stored = match self.record_as(st, event, artifacts, last).await {
+        // A last event refused for a cancel that came first is committed as an ordinary one.
+        let retry = last.then(|| event.clone());
+        let recorded = match self.record_as(st, event, artifacts, last).await {
+            Err(StoreError::CancelRequested) => {
+                st.cancel_requested = true;
+                match retry {
+                    Some(event) => self.record_as(st, event, vec![], false).await,
+                    None => Err(StoreError::CancelRequested),
+                }
+            }
+            other => other,
+        };
+        let stored = match recorded {
             Ok(stored) => stored,
             Err(StoreError::NotOwner) => {
                 st.lost = true;

@@ -64,7 +64,7 @@ pub(super) async fn build_a2a(store: &dyn Store, d: &Delivery) -> StoreResult<(S
     } else {
         d.event_type.clone()
     };
-    Ok((event_type, super::a2a::status_body(&run, waiting)))
+    Ok((event_type, crate::a2a_task::status_body(&run, waiting)))
 }
 
 /// The text of the run's last agent event that has any, and whether the run left a

@@ -285,9 +285,19 @@ impl Sender {
                             .and_then(|io| io.get_ref())
                             .and_then(|e| e.downcast_ref::<Refused>())
                     });
+                    // The kind of failure, not the resolver's or the socket's words (they can
+                    // name internal addresses); those go to the log.
                     match refused {
                         Some(r) => super::target::refusal(r),
-                        None => format!("could not send: {source}"),
+                        None => {
+                            tracing::info!(delivery = %d.id, error = %source, "webhook send failed");
+                            let kind = if e.is_connect() {
+                                "could not connect"
+                            } else {
+                                "could not send"
+                            };
+                            format!("{kind} to the receiver")
+                        }
                     }
                 };
                 self.retry(d, None, why)

@@ -2,6 +2,7 @@
 //! both pass before anything is stored (URL, SSRF, events, secret).
 
 use super::sign::decode_secret;
+use crate::error_code::ErrorCode;
 use crate::tools::egress::EgressPolicy;
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +70,10 @@ pub struct WebhookTarget {
     /// An A2A push notification config: sent as A2A says, not as a Standard Webhook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub a2a: Option<A2aPush>,
+    /// One of the app's own webhooks (its `agentd.yaml`), not the caller's: its URL and what
+    /// happened to it are shown to admins only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub app: bool,
 }
 
 /// An A2A push notification config (`TaskPushNotificationConfig`): the receiver gets the
@@ -107,11 +112,11 @@ pub struct WebhookPolicy {
 /// Why a webhook was refused: a stable code and a sentence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TargetError {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
-fn refuse(code: &'static str, message: impl Into<String>) -> TargetError {
+fn refuse(code: ErrorCode, message: impl Into<String>) -> TargetError {
     TargetError {
         code,
         message: message.into(),
@@ -138,13 +143,17 @@ impl WebhookPolicy {
 
     /// Checks an app's webhook (at start).
     pub fn app_target(&self, hook: &AppWebhook) -> Result<WebhookTarget, TargetError> {
-        self.build(
+        let target = self.build(
             &hook.url,
             hook.secret.as_deref(),
             hook.events.as_deref(),
             hook.include_text,
             hook.allow_private.clone(),
-        )
+        )?;
+        Ok(WebhookTarget {
+            app: true,
+            ..target
+        })
     }
 
     /// Checks an A2A push notification config: the URL as any webhook's; every end of the
@@ -155,7 +164,7 @@ impl WebhookPolicy {
             .any(|s| s.len() > MAX_SECRET);
         if too_long || push.id.chars().any(char::is_control) {
             return Err(refuse(
-                "webhook_url_invalid",
+                ErrorCode::WebhookUrlInvalid,
                 format!("a push config's id, token and credentials have at most {MAX_SECRET} characters"),
             ));
         }
@@ -164,7 +173,7 @@ impl WebhookPolicy {
             .any(|s| reqwest::header::HeaderValue::from_str(s).is_err());
         if bad_header {
             return Err(refuse(
-                "webhook_url_invalid",
+                ErrorCode::WebhookUrlInvalid,
                 "a push config's token and credentials must be valid header text",
             ));
         }
@@ -176,6 +185,7 @@ impl WebhookPolicy {
             allow_private: vec![],
             include_text: false,
             a2a: Some(push),
+            app: false,
         })
     }
 
@@ -183,21 +193,21 @@ impl WebhookPolicy {
     fn check_url(&self, url: &str, allow_private: &[String]) -> Result<String, TargetError> {
         if url.len() > MAX_URL {
             return Err(refuse(
-                "webhook_url_invalid",
+                ErrorCode::WebhookUrlInvalid,
                 format!("a webhook URL has at most {MAX_URL} characters"),
             ));
         }
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| refuse("webhook_url_invalid", format!("not a URL: {e}")))?;
+            .map_err(|e| refuse(ErrorCode::WebhookUrlInvalid, format!("not a URL: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
             return Err(refuse(
-                "webhook_url_invalid",
+                ErrorCode::WebhookUrlInvalid,
                 "a webhook URL is http:// or https:// with a host",
             ));
         }
         let egress = self
             .egress(allow_private)
-            .map_err(|e| refuse("webhook_url_invalid", e))?;
+            .map_err(|e| refuse(ErrorCode::WebhookUrlInvalid, e))?;
         egress.check_url(&parsed).map_err(refused)?;
         Ok(parsed.to_string())
     }
@@ -215,14 +225,14 @@ impl WebhookPolicy {
             None => EVENTS.iter().map(|e| e.to_string()).collect(),
             Some([]) => {
                 return Err(refuse(
-                    "webhook_event_unknown",
+                    ErrorCode::WebhookEventUnknown,
                     "events must name at least one event",
                 ))
             }
             Some(list) => {
                 if let Some(bad) = list.iter().find(|e| !EVENTS.contains(&e.as_str())) {
                     return Err(refuse(
-                        "webhook_event_unknown",
+                        ErrorCode::WebhookEventUnknown,
                         format!(
                             "unknown event {bad:?}; the events are {}",
                             EVENTS.join(", ")
@@ -236,11 +246,11 @@ impl WebhookPolicy {
         };
         let secret = secret.or(self.default_secret.as_deref()).ok_or_else(|| {
             refuse(
-                "webhook_secret_required",
+                ErrorCode::WebhookSecretRequired,
                 "a webhook needs a `secret` (whsec_…): this server has no --webhook-secret",
             )
         })?;
-        decode_secret(secret).map_err(|e| refuse("webhook_secret_invalid", e))?;
+        decode_secret(secret).map_err(|e| refuse(ErrorCode::WebhookSecretInvalid, e))?;
         Ok(WebhookTarget {
             url,
             secret: secret.to_string(),
@@ -248,20 +258,23 @@ impl WebhookPolicy {
             allow_private,
             include_text: include_text.unwrap_or(true),
             a2a: None,
+            app: false,
         })
     }
 }
 
 fn refused(r: crate::tools::egress::Refused) -> TargetError {
-    refuse("webhook_url_refused", refusal(&r))
+    refuse(ErrorCode::WebhookUrlRefused, refusal(&r))
 }
 
-/// Why a webhook may not reach an address, and what allows it.
+/// Why a webhook may not reach an address, and what allows it. The address the name resolved
+/// to, and its class, go to the log only: a caller must not map internal names through it.
 pub(super) fn refusal(r: &crate::tools::egress::Refused) -> String {
+    tracing::info!(host = %r.host, addr = %r.addr, class = r.class, "webhook host refused");
     format!(
-        "the webhook's host {} is a {} address ({}); allow it with --webhook-allow-private \
+        "the webhook's host {} is not a public address; allow it with --webhook-allow-private \
          (or an app webhook's allow_private)",
-        r.host, r.class, r.addr
+        r.host
     )
 }
 
@@ -273,7 +286,7 @@ pub async fn check_resolves(
     target: &WebhookTarget,
 ) -> Result<(), TargetError> {
     let Ok(url) = reqwest::Url::parse(&target.url) else {
-        return Err(refuse("webhook_url_invalid", "not a URL"));
+        return Err(refuse(ErrorCode::WebhookUrlInvalid, "not a URL"));
     };
     let host = url.host_str().unwrap_or("").trim_matches(['[', ']']);
     if host.parse::<std::net::IpAddr>().is_ok() {
@@ -281,7 +294,7 @@ pub async fn check_resolves(
     }
     let egress = policy
         .egress(&target.allow_private)
-        .map_err(|e| refuse("webhook_url_invalid", e))?;
+        .map_err(|e| refuse(ErrorCode::WebhookUrlInvalid, e))?;
     match egress.resolve(host).await {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -291,15 +304,23 @@ pub async fn check_resolves(
             {
                 Some(r) => Err(refused(*r)),
                 None => Err(refuse(
-                    "webhook_url_refused",
-                    "the webhook's host resolves to a private address",
+                    ErrorCode::WebhookUrlRefused,
+                    format!("the webhook's host {host} is not a public address"),
                 )),
             }
         }
-        Err(e) => Err(refuse(
-            "webhook_url_invalid",
-            format!("the webhook's host {host:?} does not resolve: {e}"),
-        )),
+        // Answered as a private address is (the resolver's words go to the log): "does not
+        // resolve" and "is private" must not tell internal names apart.
+        Err(e) => {
+            tracing::info!(host, error = %e, "webhook host does not resolve");
+            Err(refuse(
+                ErrorCode::WebhookUrlRefused,
+                format!(
+                    "the webhook's host {host} is not a public address; allow it with \
+                     --webhook-allow-private (or an app webhook's allow_private)"
+                ),
+            ))
+        }
     }
 }
 
@@ -325,20 +346,29 @@ mod tests {
         assert_eq!(t.events.len(), 4);
         assert!(t.include_text);
         let code = |s: WebhookSpec| p.target(&s).unwrap_err().code;
-        assert_eq!(code(spec("ftp://example.com/")), "webhook_url_invalid");
-        assert_eq!(code(spec("not a url")), "webhook_url_invalid");
-        assert_eq!(code(spec("http://127.0.0.1:9/x")), "webhook_url_refused");
-        assert_eq!(code(spec("http://[::1]/x")), "webhook_url_refused");
-        assert_eq!(code(spec("http://169.254.169.254/")), "webhook_url_refused");
+        assert_eq!(
+            code(spec("ftp://example.com/")),
+            ErrorCode::WebhookUrlInvalid
+        );
+        assert_eq!(code(spec("not a url")), ErrorCode::WebhookUrlInvalid);
+        assert_eq!(
+            code(spec("http://127.0.0.1:9/x")),
+            ErrorCode::WebhookUrlRefused
+        );
+        assert_eq!(code(spec("http://[::1]/x")), ErrorCode::WebhookUrlRefused);
+        assert_eq!(
+            code(spec("http://169.254.169.254/")),
+            ErrorCode::WebhookUrlRefused
+        );
         let mut s = spec("https://example.com/");
         s.secret = Some("hunter2".into());
-        assert_eq!(code(s), "webhook_secret_invalid");
+        assert_eq!(code(s), ErrorCode::WebhookSecretInvalid);
         let mut s = spec("https://example.com/");
         s.secret = None;
-        assert_eq!(code(s), "webhook_secret_required");
+        assert_eq!(code(s), ErrorCode::WebhookSecretRequired);
         let mut s = spec("https://example.com/");
         s.events = Some(vec!["run.exploded".into()]);
-        assert_eq!(code(s), "webhook_event_unknown");
+        assert_eq!(code(s), ErrorCode::WebhookEventUnknown);
         let allowed = WebhookPolicy {
             allow_private: vec!["127.0.0.1".into()],
             default_secret: Some(SECRET.into()),

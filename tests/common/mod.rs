@@ -142,6 +142,67 @@ impl TestDb {
             .await
             .unwrap_or_else(|e| panic!("open store at {}: {e}", self.url))
     }
+
+    /// Every row of every table (but the replicas' heartbeats, which move on their own), as
+    /// text in a fixed order: two snapshots are equal only if nothing was stored, changed or
+    /// deleted in between.
+    pub async fn snapshot(&self) -> std::collections::BTreeMap<String, String> {
+        let mut out = std::collections::BTreeMap::new();
+        if self.backend.is_postgres() {
+            let mut conn = sqlx::PgConnection::connect(&self.url)
+                .await
+                .expect("connect");
+            let tables: Vec<String> = sqlx::query_scalar(
+                "SELECT table_name::text FROM information_schema.tables
+                  WHERE table_schema = 'public' AND table_type = 'BASE TABLE'
+                    AND table_name NOT IN ('replicas', '_sqlx_migrations')",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .expect("tables");
+            for t in tables {
+                let rows: String = sqlx::query_scalar(&format!(
+                    "SELECT coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '') FROM \"{t}\" t"
+                ))
+                .fetch_one(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("read {t}: {e}"));
+                out.insert(t, rows);
+            }
+            return out;
+        }
+        let mut conn = sqlx::SqliteConnection::connect(&self.url)
+            .await
+            .expect("connect");
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'table'
+              AND name NOT LIKE 'sqlite_%' AND name NOT IN ('replicas', '_sqlx_migrations')",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .expect("tables");
+        for t in tables {
+            let columns: Vec<String> =
+                sqlx::query_scalar(&format!("SELECT name FROM pragma_table_info('{t}')"))
+                    .fetch_all(&mut conn)
+                    .await
+                    .expect("columns");
+            let line = columns
+                .iter()
+                .map(|c| format!("quote(\"{c}\")"))
+                .collect::<Vec<_>>()
+                .join(" || '|' || ");
+            let rows: Option<String> = sqlx::query_scalar(&format!(
+                "SELECT group_concat(line, char(10)) FROM
+                   (SELECT {line} AS line FROM \"{t}\" ORDER BY line)"
+            ))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("read {t}: {e}"));
+            out.insert(t, rows.unwrap_or_default());
+        }
+        out
+    }
 }
 
 impl Drop for TestDb {

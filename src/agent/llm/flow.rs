@@ -59,7 +59,7 @@ impl<'a> Turn<'a> {
                 Ok(t) => t,
                 Err(message) => {
                     return self
-                        .error_event("TOOLSET_UNAVAILABLE", &message, None)
+                        .error_event("TOOLSET_UNAVAILABLE", &message, None, true)
                         .await;
                 }
             };
@@ -69,12 +69,12 @@ impl<'a> Turn<'a> {
                 .collect();
             let request = self.request(&tools).await?;
             let event_id = crate::event::new_event_id();
-            let (response, delta) = self.model_response(request, &event_id).await?;
+            let (response, delta, failed) = self.model_response(request, &event_id).await?;
 
             if let Some(code) = response.error_code.clone() {
                 let message = response.error_message.clone().unwrap_or_default();
                 return self
-                    .error_event(&code, &message, Some((event_id, response)))
+                    .error_event(&code, &message, Some((event_id, response)), failed)
                     .await;
             }
             let calls: Vec<FunctionCall> = response.function_calls().cloned().collect();
@@ -116,6 +116,7 @@ impl<'a> Turn<'a> {
                 self.agent.name, self.agent.max_steps
             ),
             None,
+            true,
         )
         .await
     }

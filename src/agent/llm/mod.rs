@@ -123,6 +123,14 @@ impl Agent for LlmAgent {
         &self.name
     }
 
+    fn missing_keys(&self) -> Vec<String> {
+        self.model
+            .missing_key()
+            .map(str::to_string)
+            .into_iter()
+            .collect()
+    }
+
     fn description(&self) -> &str {
         &self.description
     }

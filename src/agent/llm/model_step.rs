@@ -13,12 +13,14 @@ use std::sync::Arc;
 
 impl<'a> Turn<'a> {
     /// Callbacks, then the model (streaming partials), then after-callbacks. Returns the
-    /// response and the state the callbacks wrote.
+    /// response, the state the callbacks wrote, and whether the model call failed (its error
+    /// is then in the response's `errorCode`; a callback that answers with an error code, or
+    /// a finish reason the model gave, is no failed call).
     pub(super) async fn model_response(
         &self,
         mut request: LlmRequest,
         event_id: &str,
-    ) -> AgentResult<(LlmResponse, JsonMap)> {
+    ) -> AgentResult<(LlmResponse, JsonMap, bool)> {
         let cb = CallbackContext::new(self.ctx);
         let plugins = self.ctx.plugins();
         let mut answered = plugins.before_model(&cb, &mut request).await?;
@@ -33,8 +35,8 @@ impl<'a> Turn<'a> {
                 }
             }
         }
-        let mut response = match answered {
-            Some(r) => r,
+        let (mut response, failed) = match answered {
+            Some(r) => (r, false),
             None => self.call_model(&request, event_id).await?,
         };
         if response.error_code.is_none() {
@@ -43,14 +45,16 @@ impl<'a> Turn<'a> {
                 response = f(cb.clone(), response).await?;
             }
         }
-        Ok((response, cb.take_delta()))
+        Ok((response, cb.take_delta(), failed))
     }
 
+    /// The model's response, and whether the call failed (the response then carries the
+    /// error and whatever streamed before it).
     pub(super) async fn call_model(
         &self,
         request: &LlmRequest,
         event_id: &str,
-    ) -> AgentResult<LlmResponse> {
+    ) -> AgentResult<(LlmResponse, bool)> {
         use tracing::Instrument;
         let started = std::time::Instant::now();
         let (provider, model) = (
@@ -73,7 +77,7 @@ impl<'a> Turn<'a> {
             .call_model_inner(request, event_id)
             .instrument(span.clone())
             .await;
-        if let Ok(r) = &response {
+        if let Ok((r, _)) = &response {
             if let Some(u) = r.usage {
                 span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
                 span.record("gen_ai.usage.output_tokens", u.candidates_tokens);
@@ -100,10 +104,10 @@ impl<'a> Turn<'a> {
         &self,
         request: &LlmRequest,
         event_id: &str,
-    ) -> AgentResult<LlmResponse> {
+    ) -> AgentResult<(LlmResponse, bool)> {
         let mut stream = match self.agent.model.stream(request).await {
             Ok(s) => s,
-            Err(e) => return Ok(failed(LlmResponse::default(), e)),
+            Err(e) => return Ok((failed(LlmResponse::default(), e), true)),
         };
         let mut agg = Aggregator::default();
         let streaming = self.ctx.run_config().streaming;
@@ -123,11 +127,11 @@ impl<'a> Turn<'a> {
                     if let Some(c) = &mut partial.content {
                         c.parts.retain(|p| p.function_call.is_none());
                     }
-                    return Ok(failed(partial, e));
+                    return Ok((failed(partial, e), true));
                 }
             }
         }
-        Ok(agg.finish())
+        Ok((agg.finish(), false))
     }
 
     /// A streamed chunk as a partial event. After-model hooks see each chunk too (ADK
@@ -188,12 +192,15 @@ impl<'a> Turn<'a> {
     }
 
     /// Commits an error event (`errorCode`, `errorMessage`; any text already streamed, under
-    /// the same id) and ends the invocation: the run completes with the error on record.
+    /// the same id) and ends the invocation. `fails`: the run fails with it (a model call or a
+    /// toolset that failed, a loop that never answered); otherwise (a callback answered with
+    /// an error code, as ADK allows) the run completes with the error on record.
     pub(super) async fn error_event(
         &self,
         code: &str,
         message: &str,
         streamed: Option<(String, LlmResponse)>,
+        fails: bool,
     ) -> AgentResult {
         tracing::warn!(agent = %self.agent.name, code, message, "LLM agent stopped with an error");
         let mut e = self.ctx.new_event();
@@ -206,7 +213,10 @@ impl<'a> Turn<'a> {
         e.error_message = Some(message.to_string());
         self.ctx.emit(e).await?;
         self.ctx.end_invocation();
-        Ok(())
+        match fails {
+            true => Err(crate::agent::AgentError::failed(code, message)),
+            false => Ok(()),
+        }
     }
 }
 

@@ -4,21 +4,17 @@
 
 use crate::agent::RunConfig;
 use crate::auth::Caller;
+use crate::error_code::ErrorCode;
 use crate::event::REQUEST_CONFIRMATION;
 use crate::event::{Event, JsonMap};
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::sse::KEEP_ALIVE_EVERY;
 use crate::http::AppState;
 use crate::model::ToolDeclaration;
 use crate::runner::{OnBusy, OnDisconnect, RunHandle, RunRequest};
-use crate::store::{EventRange, RunStatus, SessionKey};
-use crate::transcript::RunItem;
-use axum::http::{HeaderMap, HeaderValue};
-use bytes::Bytes;
-use futures::Stream;
+use crate::store::{EventRange, SessionKey};
+use axum::http::HeaderMap;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// The header naming the user when authentication is off (or an admin key acts for a user).
 pub const USER_HEADER: &str = "x-agentd-user-id";
@@ -41,7 +37,10 @@ pub fn resolve_user(
         .get(USER_HEADER)
         .map(|v| {
             v.to_str().map(str::to_string).map_err(|_| {
-                ApiError::bad_request("invalid_id", "x-agentd-user-id must be printable ASCII")
+                ApiError::new(
+                    ErrorCode::InvalidId,
+                    "x-agentd-user-id must be printable ASCII",
+                )
             })
         })
         .transpose()?;
@@ -51,8 +50,7 @@ pub fn resolve_user(
     if let (Some(own), Some(named)) = (&caller.user_id, &header) {
         if !caller.admin && named != own {
             return Err(ApiError::new(
-                axum::http::StatusCode::FORBIDDEN,
-                "user_forbidden",
+                ErrorCode::UserForbidden,
                 format!(
                     "this key acts for user {own:?}; only an admin key may act for another user \
                      (x-agentd-user-id)"
@@ -66,8 +64,8 @@ pub fn resolve_user(
         (Some(own), _) => own.clone(),
         (None, Some(named)) => named,
         (None, None) => {
-            return Err(ApiError::bad_request(
-                "user_required",
+            return Err(ApiError::new(
+                ErrorCode::UserRequired,
                 "Say which user this is: send the x-agentd-user-id header (or the protocol's \
                  user field), or authenticate with an API key or a JWT.",
             ))
@@ -82,7 +80,7 @@ pub fn resolve_user(
 pub fn check_app(apps: &crate::apps::AppRegistry, caller: &Caller, app: &str) -> ApiResult<()> {
     crate::http::extract::validate_id("app", app)?;
     if !caller.may_use_app(app) || apps.get(app).is_none() {
-        return Err(crate::http::auth::app_hidden(app));
+        return Err(crate::http::auth::app_hidden(apps, caller, app));
     }
     Ok(())
 }
@@ -121,11 +119,7 @@ pub fn turn(
 
 /// Starts a run, mapping pre-stream failures to the same JSON errors as `/run`.
 pub async fn start_run(state: &AppState, req: RunRequest) -> ApiResult<RunHandle> {
-    state
-        .runner
-        .start_run(req)
-        .await
-        .map_err(crate::http::routes::run_request::run_error)
+    state.runner.start_run(req).await.map_err(ApiError::from)
 }
 
 /// Function calls in the session still waiting for an answer from the client (long-running
@@ -314,148 +308,6 @@ impl Streamed {
     }
 }
 
-/// One SSE message of a JSON payload: `data: <compact JSON>` and a blank line, LF only.
-pub fn data_frame(value: &serde_json::Value) -> Bytes {
-    Bytes::from(format!("data: {value}\n\n"))
-}
-
-pub use crate::http::sse::event_stream as sse_response;
-
-/// The run's items as a stream that keeps the run's disconnect guard alive (dropping the
-/// response, when the client went away, cancels the run if it asked for that), and that
-/// always ends with `Done` (see [`with_end`]).
-pub fn handle_items(
-    state: &AppState,
-    handle: RunHandle,
-) -> impl Stream<Item = RunItem> + Send + 'static {
-    let RunHandle {
-        run_id,
-        user_id,
-        items,
-        guard,
-        ..
-    } = handle;
-    let items = futures::StreamExt::map(
-        tokio_stream::wrappers::ReceiverStream::new(items),
-        move |i| {
-            let _keep = &guard;
-            i
-        },
-    );
-    with_end(state.clone(), user_id, run_id, items)
-}
-
-/// Follows run `run_id` of `user` from its start (from the database, then live), ending
-/// with `Done`.
-pub async fn follow(
-    state: &AppState,
-    user: &str,
-    run_id: &str,
-) -> ApiResult<impl Stream<Item = RunItem> + Send + 'static> {
-    follow_after(state, user, run_id, None).await
-}
-
-/// Follows run `run_id` after its committed seq `after` (from the database, then live),
-/// ending with `Done`: a protocol that already sent a snapshot up to `after` goes on from it.
-pub async fn follow_after(
-    state: &AppState,
-    user: &str,
-    run_id: &str,
-    after: Option<i64>,
-) -> ApiResult<impl Stream<Item = RunItem> + Send + 'static> {
-    let rx = crate::http::sse::follow::follow_run_items(state, user, run_id, after).await?;
-    Ok(with_end(
-        state.clone(),
-        user.to_string(),
-        run_id.to_string(),
-        tokio_stream::wrappers::ReceiverStream::new(rx),
-    ))
-}
-
-/// How long a stream that lost its source waits for the run's end to be recorded.
-const END_WAIT: Duration = Duration::from_secs(5);
-
-/// `items`, ending with `Done` even when the source stopped first (a reader dropped for not
-/// reading, a follower stopped by shutdown or a failed read): every protocol then still
-/// closes its message. The end is read from the run's row; if the run is still going, the
-/// stream ends with an error saying so (the client can re-attach where its protocol allows).
-pub fn with_end(
-    state: AppState,
-    user: String,
-    run_id: String,
-    items: impl Stream<Item = RunItem> + Send + 'static,
-) -> impl Stream<Item = RunItem> + Send + 'static {
-    let source = Box::pin(items);
-    let steps = futures::stream::unfold(Some(source), move |st| {
-        let (state, user, run_id) = (state.clone(), user.clone(), run_id.clone());
-        async move {
-            let mut source = st?;
-            match futures::StreamExt::next(&mut source).await {
-                Some(item @ RunItem::Done { .. }) => Some((vec![item], None)),
-                Some(item) => Some((vec![item], Some(source))),
-                None => Some((recorded_end(&state, &user, &run_id).await, None)),
-            }
-        }
-    });
-    futures::StreamExt::flat_map(steps, futures::stream::iter)
-}
-
-async fn recorded_end(state: &AppState, user: &str, run_id: &str) -> Vec<RunItem> {
-    let deadline = tokio::time::Instant::now() + END_WAIT;
-    loop {
-        match state.runner.get_user_run(user, run_id).await {
-            Ok(Some(r)) if r.status != RunStatus::Running => {
-                return vec![RunItem::Done {
-                    status: r.status,
-                    last_seq: r.last_seq,
-                }]
-            }
-            _ if tokio::time::Instant::now() >= deadline => break,
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-    vec![
-        RunItem::Error {
-            kind: "stream_interrupted".into(),
-            message: "this stream ended before the run did".into(),
-        },
-        RunItem::Done {
-            status: RunStatus::Interrupted,
-            last_seq: None,
-        },
-    ]
-}
-
-/// `frames`, with a comment line after every quiet [`KEEP_ALIVE_EVERY`] so proxies keep the
-/// connection (every client here ignores comments; no protocol here sends `id:` lines, which
-/// would make the OpenAI client misread a comment).
-pub fn with_keep_alive(
-    frames: impl Stream<Item = Bytes> + Send + 'static,
-) -> impl Stream<Item = Bytes> + Send + 'static {
-    futures::stream::unfold(Box::pin(frames), |mut f| async move {
-        match tokio::time::timeout(KEEP_ALIVE_EVERY, futures::StreamExt::next(&mut f)).await {
-            Ok(Some(frame)) => Some((frame, f)),
-            Ok(None) => None,
-            Err(_) => Some((Bytes::from_static(crate::http::sse::KEEP_ALIVE), f)),
-        }
-    })
-}
-
-/// Headers naming the run (as `/run` sends them) and the session.
-pub fn run_headers(run_id: &str, invocation_id: &str, session_id: &str) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (name, value) in [
-        ("x-agentd-run-id", run_id),
-        ("x-agentd-invocation-id", invocation_id),
-        ("x-agentd-session-id", session_id),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            h.insert(name, v);
-        }
-    }
-    h
-}
-
 /// The client tools, checked: bounded in number, with names a model accepts.
 pub fn client_tools(
     tools: impl IntoIterator<Item = (String, String, Option<Value>)>,
@@ -463,8 +315,8 @@ pub fn client_tools(
     let mut out: Vec<ToolDeclaration> = vec![];
     for (name, description, parameters) in tools {
         if out.len() == MAX_CLIENT_TOOLS {
-            return Err(ApiError::bad_request(
-                "too_many_tools",
+            return Err(ApiError::new(
+                ErrorCode::TooManyTools,
                 format!("at most {MAX_CLIENT_TOOLS} client tools per request"),
             ));
         }
@@ -474,8 +326,8 @@ pub fn client_tools(
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !valid {
-            return Err(ApiError::bad_request(
-                "invalid_tool",
+            return Err(ApiError::new(
+                ErrorCode::InvalidTool,
                 format!(
                     "tool name {name:?} must be 1 to 64 characters of a-z, A-Z, 0-9, '_' or '-'"
                 ),
@@ -484,14 +336,14 @@ pub fn client_tools(
         if crate::event::INTERNAL_FUNCTIONS.contains(&name.as_str())
             || name == crate::tools::builtin::TRANSFER_TO_AGENT
         {
-            return Err(ApiError::bad_request(
-                "invalid_tool",
+            return Err(ApiError::new(
+                ErrorCode::InvalidTool,
                 format!("{name:?} is a name agentd reserves; choose another"),
             ));
         }
         if out.iter().any(|t| t.name == name) {
-            return Err(ApiError::bad_request(
-                "invalid_tool",
+            return Err(ApiError::new(
+                ErrorCode::InvalidTool,
                 format!("tool {name:?} is declared twice"),
             ));
         }

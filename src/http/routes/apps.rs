@@ -1,7 +1,9 @@
 //! The apps: ADK's `GET /list-apps` and `GET /apps/{app}/app-info`.
 
+use crate::error_code::ErrorCode;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Path, Query};
+use crate::http::openapi::error_set;
 use crate::http::openapi::Errors;
 use crate::http::AppState;
 use serde::{Deserialize, Serialize};
@@ -9,6 +11,16 @@ use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `GET /list-apps` answers beyond the door's codes.
+    ListAppsErrors: ValidationError
+);
+
+error_set!(
+    /// What `GET /apps/{app}/app-info` answers beyond the door's codes.
+    AppInfoErrors: AppNotFound, InvalidId, AppLoadFailed, NotLlmAgent
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -58,7 +70,7 @@ enum AppsBody {
 
 /// The apps the caller may use (ADK).
 #[utoipa::path(get, path = "/list-apps", tag = "apps", params(ListAppsQuery),
-    responses((status = 200, description = "App names, or details with `detailed=true`.", body = AppsBody), Errors))]
+    responses((status = 200, description = "App names, or details with `detailed=true`.", body = AppsBody), Errors, ListAppsErrors))]
 async fn list_apps(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -84,54 +96,60 @@ async fn list_apps(
             Err(e) => json!({
                 "name": a.name, "rootAgentName": "", "description": "",
                 "language": "yaml", "isComputerUse": false, "agents": null,
-                "error": if caller.may_see_internals() { e.as_str() } else { LOAD_FAILED },
+                "error": if caller.may_see_internals() { e.as_str() } else { crate::http::error::LOAD_FAILED },
             }),
         })
         .collect();
     axum::Json(json!({ "apps": apps }))
 }
 
-/// What a caller who may not see the server's internals reads instead of a load error (which
-/// names files and quotes YAML).
-pub const LOAD_FAILED: &str = "the app's configuration could not be loaded (see the server log)";
-
-/// ADK's "agent not found", without the apps directory's place on disk (ADK names its full
-/// path; the app's name relative to the apps directory says as much to a client).
-pub fn app_not_found(app: &str) -> ApiError {
-    ApiError::not_found(
-        "app_not_found",
-        format!("Agent not found: '{app}'. No matching directory or module exists in '{app}'."),
-    )
-}
-
 /// An app's agents and their tools (ADK's web UI reads it).
 #[utoipa::path(get, path = "/apps/{app}/app-info", tag = "apps",
     params(crate::http::openapi::AppPath),
-    responses((status = 200, description = "The app's agent tree.", body = AppInfoBody), Errors))]
+    responses((status = 200, description = "The app's agent tree.", body = AppInfoBody), Errors, AppInfoErrors))]
 async fn app_info(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
     Path(app): Path<String>,
 ) -> ApiResult<axum::Json<Value>> {
-    let entry = state.apps.get(&app).ok_or_else(|| app_not_found(&app))?;
+    let entry = state
+        .apps
+        .get(&app)
+        .ok_or_else(|| crate::http::auth::app_hidden(&state.apps, &caller, &app))?;
     let internals = caller.may_see_internals();
     let tree = entry.tree.as_ref().map_err(|e| {
         ApiError::new(
-            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            "app_load_failed",
+            ErrorCode::AppLoadFailed,
             format!(
                 "Failed to load agent: {}",
-                if internals { e.as_str() } else { LOAD_FAILED }
+                if internals {
+                    e.as_str()
+                } else {
+                    crate::http::error::LOAD_FAILED
+                }
             ),
         )
     })?;
     let root = tree.root();
     if root.agent_class() != "LlmAgent" {
-        return Err(ApiError::bad_request(
-            "not_llm_agent",
+        return Err(ApiError::new(
+            ErrorCode::NotLlmAgent,
             "Root agent is not an LlmAgent",
         ));
     }
+    let agents = agents_info(root, internals);
+    Ok(axum::Json(json!({
+        "name": app, "rootAgentName": root.name(), "description": root.description(),
+        "language": "yaml", "isComputerUse": false, "agents": agents,
+    })))
+}
+
+/// Every agent of the tree under `root` as `app-info` shows it (instructions only to callers
+/// who may see the server's internals).
+fn agents_info(
+    root: &std::sync::Arc<dyn crate::invocation::Agent>,
+    internals: bool,
+) -> serde_json::Map<String, Value> {
     let mut agents = serde_json::Map::new();
     let mut stack = vec![root.clone()];
     while let Some(agent) = stack.pop() {
@@ -162,10 +180,7 @@ async fn app_info(
         );
         stack.extend(agent.sub_agents().iter().cloned());
     }
-    Ok(axum::Json(json!({
-        "name": app, "rootAgentName": root.name(), "description": root.description(),
-        "language": "yaml", "isComputerUse": false, "agents": agents,
-    })))
+    agents
 }
 
 #[derive(Serialize, ToSchema)]

@@ -2,9 +2,11 @@
 //! metadata, delete. Names may contain `/`, so everything after `…/artifacts/` is one
 //! wildcard that is matched here in ADK's route order (the `/versions…` forms first).
 
+use crate::error_code::ErrorCode;
 use crate::event::{JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Json, Path, Query};
+use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, SessionPath};
 use crate::http::AppState;
 use crate::store::{ArtifactScope, ArtifactVersion, ArtifactWrite};
@@ -14,6 +16,26 @@ use serde_json::Value;
 use utoipa::{IntoParams, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/sessions/{session}/artifacts` answers beyond the door's codes.
+    ListArtifactsErrors: AppNotFound, SessionNotFound, InvalidId
+);
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/sessions/{session}/artifacts` answers beyond the door's codes.
+    SaveArtifactErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, InvalidArtifact, ArtifactTooLarge, WriteConflict
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/sessions/{session}/artifacts/{path}` answers beyond the door's codes.
+    GetArtifactPathErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, ArtifactNotFound, ArtifactVersionNotFound, InvalidVersion
+);
+
+error_set!(
+    /// What `DELETE /apps/{app}/users/{user}/sessions/{session}/artifacts/{path}` answers beyond the door's codes.
+    DeleteArtifactErrors: AppNotFound, SessionNotFound, InvalidId
+);
 
 /// The wildcard routes' entries: OpenAPI has no wildcard segment, so they are documented with
 /// a `{path}` parameter and routed by hand.
@@ -37,7 +59,7 @@ fn scope(app: &str, user: &str, session: &str) -> ArtifactScope {
 /// The names of the session's artifacts (with the user's `user:` ones).
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}/artifacts", tag = "artifacts",
     params(SessionPath),
-    responses((status = 200, description = "Artifact names.", body = Vec<String>), Errors))]
+    responses((status = 200, description = "Artifact names.", body = Vec<String>), Errors, ListArtifactsErrors))]
 async fn list_artifacts(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -63,15 +85,15 @@ struct SaveArtifactRequest {
 /// Saves a new version of an artifact (ADK).
 #[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/artifacts", tag = "artifacts",
     params(SessionPath), request_body = SaveArtifactRequest,
-    responses((status = 200, description = "The new version.", body = ArtifactVersion), Errors))]
+    responses((status = 200, description = "The new version.", body = ArtifactVersion), Errors, SaveArtifactErrors))]
 async fn save_artifact(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
     Json(req): Json<SaveArtifactRequest>,
 ) -> ApiResult<axum::Json<ArtifactVersion>> {
     if req.filename.ends_with("/versions") || req.filename.contains("/versions/") {
-        return Err(ApiError::bad_request(
-            "invalid_artifact",
+        return Err(ApiError::new(
+            ErrorCode::InvalidArtifact,
             "artifact filenames may not contain a 'versions' path segment",
         ));
     }
@@ -126,13 +148,9 @@ fn parse_version(v: &str) -> ApiResult<Option<i64>> {
     if v == "latest" {
         return Ok(None);
     }
-    v.parse::<i64>().map(Some).map_err(|_| {
-        ApiError::new(
-            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_version",
-            "Invalid version ID",
-        )
-    })
+    v.parse::<i64>()
+        .map(Some)
+        .map_err(|_| ApiError::new(ErrorCode::InvalidVersion, "Invalid version ID"))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -149,7 +167,7 @@ struct LoadQuery {
 /// `<name>/versions/{n}/metadata`. A name may contain `/`.
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}/artifacts/{path}", tag = "artifacts",
     params(SessionPath, ("path" = String, Path, description = "The artifact's name, then optionally `/versions…`"), LoadQuery),
-    responses((status = 200, description = "The artifact (a `Part`), its versions, or version metadata.", body = Value), Errors))]
+    responses((status = 200, description = "The artifact (a `Part`), its versions, or version metadata.", body = Value), Errors, GetArtifactPathErrors))]
 async fn get_artifact_path(
     state: axum::extract::State<AppState>,
     Path((app, user, session, rest)): Path<(String, String, String, String)>,
@@ -178,7 +196,10 @@ async fn get_artifact_path(
                 .artifact_version(&scope, name, parse_version(v)?)
                 .await?;
             to_json(&meta.ok_or_else(|| {
-                ApiError::not_found("artifact_version_not_found", "Artifact version not found")
+                ApiError::new(
+                    ErrorCode::ArtifactVersionNotFound,
+                    "Artifact version not found",
+                )
             })?)
         }
     }
@@ -186,13 +207,13 @@ async fn get_artifact_path(
 }
 
 fn artifact_not_found() -> ApiError {
-    ApiError::not_found("artifact_not_found", "Artifact not found")
+    ApiError::new(ErrorCode::ArtifactNotFound, "Artifact not found")
 }
 
 /// Deletes an artifact, every version (ADK).
 #[utoipa::path(delete, path = "/apps/{app}/users/{user}/sessions/{session}/artifacts/{path}", tag = "artifacts",
     params(SessionPath, ("path" = String, Path, description = "The artifact's name")),
-    responses((status = 200, description = "Deleted (or there was nothing to delete): `null`.", body = Value), Errors))]
+    responses((status = 200, description = "Deleted (or there was nothing to delete): `null`.", body = Value), Errors, DeleteArtifactErrors))]
 async fn delete_artifact(
     state: axum::extract::State<AppState>,
     Path((app, user, session, name)): Path<(String, String, String, String)>,

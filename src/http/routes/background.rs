@@ -2,14 +2,14 @@
 //! and `/run_sse` admit a run exactly as `/run` does and answer 202 with it; the run goes on
 //! alone and is followed through `/runs/{id}` (see `docs/background.md`).
 
-use super::run_request::{idempotent_prior, run_error, start_keyed, RunAgentRequest};
+use super::run_request::{open_run, Opening, RunAgentRequest};
 use crate::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{JsonBody, Path};
+use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, SessionPath};
-use crate::http::sse::resume::run_headers;
+use crate::http::sse::run_headers;
 use crate::http::AppState;
-use crate::runner::OnDisconnect;
 use crate::store::RunRecord;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -18,6 +18,11 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/sessions/{session}/runs` answers beyond the door's codes.
+    StartBackgroundRunErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(start_background_run))
@@ -63,21 +68,12 @@ pub(crate) async fn background(
     route: &str,
     raw: &[u8],
 ) -> ApiResult<Response> {
-    let mut run_req = req.into_run_request(caller, state).await?;
-    let user = run_req.key.user_id.clone();
-    // Nobody reads this run's stream: a client that "goes away" must not cancel it.
-    run_req.on_disconnect = OnDisconnect::Continue;
-    let (keyed, prior) = idempotent_prior(state, headers, &run_req, route, raw).await?;
-    let (run_id, replayed) = match prior {
-        Some(run_id) => (run_id, true),
-        None => {
-            let handle = start_keyed(state, run_req, keyed)
-                .await
-                .map_err(run_error)?;
+    let (user, run_id, replayed) =
+        match open_run(state, caller, headers, req, raw, (route, true)).await? {
+            Opening::Repeat { user, run_id } => (user, run_id, true),
             // Dropping the items leaves the run without a reader; it goes on by itself.
-            (handle.run_id, false)
-        }
-    };
+            Opening::Started { key, started } => (key.user_id, started?.run_id, false),
+        };
     let run = state
         .runner
         .get_user_run(&user, &run_id)
@@ -97,7 +93,7 @@ pub(crate) async fn background(
         this,
     };
     // The run's ids as `/run` sends them, and where it is.
-    let mut resp_headers = run_headers(&run);
+    let mut resp_headers = run_headers(&run.run_id, &run.invocation_id, None);
     if let Ok(v) = HeaderValue::from_str(&links.this) {
         resp_headers.insert(header::LOCATION, v);
     }
@@ -121,7 +117,7 @@ pub(crate) async fn background(
         description = "A repeat with this key and the same body answers the first run")),
     request_body = RunAgentRequest,
     responses((status = 202, description = "Admitted; the run goes on without a client.",
-        body = BackgroundRun), Errors))]
+        body = BackgroundRun), Errors, StartBackgroundRunErrors))]
 async fn start_background_run(
     state: axum::extract::State<AppState>,
     caller: Caller,

@@ -1,10 +1,11 @@
 //! `POST /apps/{app}/users/{user}/sessions/{session}/fork`: a new session from a point of
 //! this one (see `docs/editing.md`). The source is unchanged.
 
-use super::run_request::run_error;
+use crate::error_code::ErrorCode;
 use crate::event::JsonMap;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{validate_id, JsonBody, Path};
+use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, SessionPath};
 use crate::http::AppState;
 use crate::runner::{ForkPoint, RewindError, RunError};
@@ -15,6 +16,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/sessions/{session}/fork` answers beyond the door's codes.
+    ForkSessionErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, ForkPointAmbiguous, SeqOutOfRange, InvocationNotFound, SessionExists
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(fork_session))
@@ -64,7 +70,7 @@ pub struct ForkedFrom {
 /// database in one transaction.
 #[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/fork", tag = "sessions",
     params(SessionPath), request_body = ForkBody,
-    responses((status = 201, description = "The new session.", body = Forked), Errors))]
+    responses((status = 201, description = "The new session.", body = Forked), Errors, ForkSessionErrors))]
 async fn fork_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -72,8 +78,8 @@ async fn fork_session(
 ) -> ApiResult<Response> {
     let point = match (body.before_invocation_id, body.at_seq) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "fork_point_ambiguous",
+            return Err(ApiError::new(
+                ErrorCode::ForkPointAmbiguous,
                 "give beforeInvocationId or atSeq, not both",
             ))
         }
@@ -89,19 +95,15 @@ async fn fork_session(
     let last_seq = match state.runner.fork(&key, &new_id, point, body.state).await {
         Ok(n) => n,
         Err(e @ RewindError::SeqOutOfRange(..)) => {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "seq_out_of_range",
-                e.to_string(),
-            ))
+            return Err(ApiError::new(ErrorCode::SeqOutOfRange, e.to_string()))
         }
         Err(RewindError::Run(RunError::Store(StoreError::SessionExists(id)))) => {
-            return Err(ApiError::conflict(
-                "session_exists",
+            return Err(ApiError::new(
+                ErrorCode::SessionExists,
                 format!("Session already exists: {id}"),
             ))
         }
-        Err(e) => return Err(run_error(e.into())),
+        Err(e) => return Err(e.into()),
     };
     Ok((
         StatusCode::CREATED,

@@ -2,6 +2,7 @@
 
 use crate::http::error::ApiResult;
 use crate::http::extract::{Json, Path, Query};
+use crate::http::openapi::error_set;
 use crate::http::openapi::Errors;
 use crate::http::AppState;
 use crate::store::{MemoryEntry, SessionKey};
@@ -10,6 +11,16 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `PATCH /apps/{app}/users/{user}/memory` answers beyond the door's codes.
+    UpdateMemoryErrors: AppNotFound, NotFound, InvalidId, ValidationError, SessionNotFound
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/memory` answers beyond the door's codes.
+    SearchMemoryErrors: AppNotFound, NotFound, InvalidId, ValidationError
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(update_memory, search_memory))
@@ -27,7 +38,7 @@ struct UpdateMemoryRequest {
 #[utoipa::path(patch, path = "/apps/{app}/users/{user}/memory", tag = "memory",
     params(crate::http::openapi::UserPath),
     request_body = UpdateMemoryRequest,
-    responses((status = 200, description = "Added: `null`.", body = Value), Errors))]
+    responses((status = 200, description = "Added: `null`.", body = Value), Errors, UpdateMemoryErrors))]
 async fn update_memory(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,
@@ -63,7 +74,7 @@ struct SearchMemoryResponse {
 /// best first (`limit` default 10, at most 100). A blank query finds nothing.
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/memory", tag = "memory",
     params(crate::http::openapi::UserPath, SearchMemoryQuery),
-    responses((status = 200, description = "The matching memories, best first.", body = SearchMemoryResponse), Errors))]
+    responses((status = 200, description = "The matching memories, best first.", body = SearchMemoryResponse), Errors, SearchMemoryErrors))]
 async fn search_memory(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,

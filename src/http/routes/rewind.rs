@@ -2,17 +2,22 @@
 //! session keeps every event; one more event annuls the turns from the named invocation on
 //! and restores state and artifacts (see `docs/editing.md`).
 
-use super::run_request::run_error;
-use crate::http::error::{ApiError, ApiResult};
+use crate::http::error::ApiResult;
 use crate::http::extract::{JsonBody, Path};
+use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, SessionPath};
 use crate::http::AppState;
-use crate::runner::{OnBusy, RewindError};
+use crate::runner::OnBusy;
 use crate::store::SessionKey;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/sessions/{session}/rewind` answers beyond the door's codes.
+    RewindSessionErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, InvocationNotFound, ShuttingDown, SessionBusy, SessionBusyTimeout, RunCancelled
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(rewind_session))
@@ -50,7 +55,7 @@ pub struct Rewound {
 /// interrupted (`onBusy: interrupt`).
 #[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/rewind", tag = "sessions",
     params(SessionPath), request_body = RewindBody,
-    responses((status = 200, description = "The rewind event.", body = Rewound), Errors))]
+    responses((status = 200, description = "The rewind event.", body = Rewound), Errors, RewindSessionErrors))]
 async fn rewind_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -66,9 +71,6 @@ async fn rewind_session(
             seq: stored.seq,
             event: stored.event,
         })),
-        Err(e @ RewindError::SeqOutOfRange(..)) => {
-            Err(ApiError::bad_request("seq_out_of_range", e.to_string()))
-        }
-        Err(e) => Err(run_error(e.into())),
+        Err(e) => Err(e.into()),
     }
 }

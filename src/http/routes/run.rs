@@ -5,27 +5,37 @@
 //! error before the first SSE byte. After that, problems arrive in the stream.
 
 use super::background::background;
-use super::run_request::{idempotent_prior, run_error, start_keyed, RunAgentRequest};
+use super::run_request::{open_run, Opening, RunAgentRequest};
 use super::runs::run_not_found;
 use crate::auth::Caller;
+use crate::error_code::ErrorCode;
 use crate::event::Event;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::JsonBody;
+use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, EventStream};
-use crate::http::sse::{self, Framing, KEEP_ALIVE_EVERY};
+use crate::http::sse::follow::replay_run;
+use crate::http::sse::{self, Framing};
 use crate::http::AppState;
 use crate::runner::{RunError, RunHandle};
 use crate::store::RunStatus;
 use crate::transcript::RunItem;
-use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use futures::stream::{self, StreamExt};
-use std::convert::Infallible;
+use futures::stream;
 use std::time::Duration;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `POST /run_sse` answers beyond the door's codes.
+    RunSseErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge
+);
+
+error_set!(
+    /// What `POST /run` answers beyond the door's codes.
+    RunErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge, RunFailed, RunCancelled
+);
 
 /// Partial events a JSON-mode `/run` keeps for its answer, in bytes of text; beyond it, later
 /// partials are left out (committed events are always kept).
@@ -38,16 +48,6 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(run_sse))
         .routes(routes!(run))
-}
-
-fn sse_response(body: Body, headers: HeaderMap) -> Response {
-    let mut resp = Response::new(body);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    resp.headers_mut().extend(headers);
-    resp
 }
 
 /// ADK `/run_sse`.
@@ -65,7 +65,7 @@ fn sse_response(body: Body, headers: HeaderMap) -> Response {
         headers(("x-agentd-run-id" = String, description = "The run (re-attach, cancel)"),
             ("x-agentd-invocation-id" = String))),
         (status = 202, description = "With `\"background\": true`: admitted; the run goes on \
-            without a client.", body = super::background::BackgroundRun), Errors))]
+            without a client.", body = super::background::BackgroundRun), Errors, RunSseErrors))]
 async fn run_sse(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -76,23 +76,17 @@ async fn run_sse(
         return background(&state, &caller, &headers, req, "/run_sse", &raw).await;
     }
     let split_artifacts = req.function_call_event_id.is_none();
-    let run_req = req.into_run_request(&caller, &state).await?;
-    let key = run_req.key.clone();
-    let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run_sse", &raw).await?;
-    if let Some(run_id) = prior {
-        return crate::http::sse::follow::replay_run(
-            &state,
-            &key.user_id,
-            &run_id,
-            Framing::Adk { split_artifacts },
-        )
-        .await;
-    }
-    let handle = match start_keyed(&state, run_req, keyed).await {
-        Ok(handle) => handle,
+    match open_run(&state, &caller, &headers, req, &raw, ("/run_sse", false)).await? {
+        Opening::Repeat { user, run_id } => {
+            let framing = Framing::Adk { split_artifacts };
+            replay_run(&state, &user, &run_id, framing).await
+        }
         // ADK reports a missing message inside the stream (fixture 078), once the app and
         // the session have been checked.
-        Err(RunError::NoMessage) => {
+        Opening::Started {
+            key,
+            started: Err(RunError::NoMessage),
+        } => {
             let msg = format!(
                 "{} Session: {}, User: {}",
                 RunError::NoMessage,
@@ -100,34 +94,13 @@ async fn run_sse(
                 key.user_id
             );
             let frame = sse::adk_error_frame("ValueError", &msg);
-            let body = Body::from_stream(stream::once(async move { Ok::<_, Infallible>(frame) }));
-            return Ok(sse_response(body, HeaderMap::new()));
+            Ok(sse::run::adk_stream(
+                stream::iter([frame]),
+                HeaderMap::new(),
+            ))
         }
-        Err(e) => return Err(run_error(e)),
-    };
-    let headers = run_headers(&handle);
-    let RunHandle { items, guard, .. } = handle;
-    let open = crate::metrics::OpenStream::new();
-    let frames = tokio_stream::wrappers::ReceiverStream::new(items).flat_map(move |item| {
-        let _keep = (&guard, &open);
-        stream::iter(
-            sse::adk_frames(&item, split_artifacts)
-                .into_iter()
-                .map(Ok::<_, Infallible>),
-        )
-    });
-    Ok(sse_response(Body::from_stream(frames.fuse()), headers))
-}
-
-fn run_headers(handle: &RunHandle) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(&handle.run_id) {
-        h.insert("x-agentd-run-id", v);
+        Opening::Started { started, .. } => Ok(sse::run::adk_response(started?, split_artifacts)),
     }
-    if let Ok(v) = HeaderValue::from_str(&handle.invocation_id) {
-        h.insert("x-agentd-invocation-id", v);
-    }
-    h
 }
 
 /// True when the client asked for JSON and not for an event stream.
@@ -152,7 +125,7 @@ fn wants_json(headers: &HeaderMap) -> bool {
         headers(("x-agentd-run-id" = String, description = "The run (re-attach, cancel)"),
             ("x-agentd-invocation-id" = String))),
         (status = 202, description = "With `\"background\": true`: admitted; the run goes on \
-            without a client.", body = super::background::BackgroundRun), Errors))]
+            without a client.", body = super::background::BackgroundRun), Errors, RunErrors))]
 async fn run(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -162,78 +135,20 @@ async fn run(
     if req.background {
         return background(&state, &caller, &headers, req, "/run", &raw).await;
     }
-    let run_req = req.into_run_request(&caller, &state).await?;
-    let (keyed, prior) = idempotent_prior(&state, &headers, &run_req, "/run", &raw).await?;
-    if let Some(run_id) = prior {
-        let user = &run_req.key.user_id;
-        if wants_json(&headers) {
-            return replay_json(&state, user, &run_id).await;
+    let json = wants_json(&headers);
+    match open_run(&state, &caller, &headers, req, &raw, ("/run", false)).await? {
+        Opening::Repeat { user, run_id } if json => replay_json(&state, &user, &run_id).await,
+        Opening::Repeat { user, run_id } => {
+            replay_run(&state, &user, &run_id, Framing::Agentd).await
         }
-        return crate::http::sse::follow::replay_run(&state, user, &run_id, Framing::Agentd).await;
+        Opening::Started { started, .. } if json => collect_json(started?).await,
+        Opening::Started { started, .. } => Ok(sse::run::agentd_response(&state, started?)),
     }
-    let handle = start_keyed(&state, run_req, keyed)
-        .await
-        .map_err(run_error)?;
-    let mut resp_headers = run_headers(&handle);
-    if wants_json(&headers) {
-        return collect_json(handle, resp_headers).await;
-    }
-    resp_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    resp_headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    let RunHandle {
-        run_id,
-        user_id,
-        invocation_id,
-        items,
-        guard,
-    } = handle;
-    let runner = state.runner.clone();
-    let open = crate::metrics::OpenStream::new();
-    let frames = stream::unfold(
-        (items, false, (guard, open)),
-        move |(mut items, done, guard)| {
-            let (run_id, user_id, invocation_id) =
-                (run_id.clone(), user_id.clone(), invocation_id.clone());
-            let runner = runner.clone();
-            async move {
-                if done {
-                    return None;
-                }
-                match tokio::time::timeout(KEEP_ALIVE_EVERY, items.recv()).await {
-                    Err(_) => Some((Bytes::from_static(sse::KEEP_ALIVE), (items, false, guard))),
-                    // The run dropped this client as a reader (it did not read while the run was
-                    // stopping): its end is in the database, so the stream still ends with `done`.
-                    Ok(None) => {
-                        let record = runner
-                            .get_user_run(&user_id, &run_id)
-                            .await
-                            .ok()
-                            .flatten()?;
-                        if record.status == RunStatus::Running {
-                            return None;
-                        }
-                        let item = RunItem::Done {
-                            status: record.status,
-                            last_seq: record.last_seq,
-                        };
-                        let frame = sse::agentd_frame(&item, &run_id, &invocation_id);
-                        Some((frame, (items, true, guard)))
-                    }
-                    Ok(Some(item)) => {
-                        let last = matches!(item, RunItem::Done { .. });
-                        let frame = sse::agentd_frame(&item, &run_id, &invocation_id);
-                        Some((frame, (items, last, guard)))
-                    }
-                }
-            }
-        },
-    )
-    .map(Ok::<_, Infallible>);
-    Ok(sse_response(Body::from_stream(frames.fuse()), resp_headers))
 }
 
 /// ADK `/run` semantics: wait for the end, answer every event (partials included) as JSON.
-async fn collect_json(mut handle: RunHandle, headers: HeaderMap) -> ApiResult<Response> {
+async fn collect_json(mut handle: RunHandle) -> ApiResult<Response> {
+    let headers = sse::run_headers(&handle.run_id, &handle.invocation_id, None);
     let mut events: Vec<Event> = vec![];
     let mut partial_bytes = 0usize;
     while let Some(item) = handle.items.recv().await {
@@ -248,16 +163,14 @@ async fn collect_json(mut handle: RunHandle, headers: HeaderMap) -> ApiResult<Re
             RunItem::Error { kind, message } => {
                 tracing::warn!(%kind, %message, "run failed (JSON mode)");
                 return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "run_failed",
+                    ErrorCode::RunFailed,
                     format!("{kind}: {message}"),
                 ));
             }
             RunItem::Done { status, .. } => {
                 if status == RunStatus::Cancelled {
                     return Err(ApiError::new(
-                        StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
-                        "run_cancelled",
+                        ErrorCode::RunCancelled,
                         "The run was cancelled.",
                     ));
                 }

@@ -4,6 +4,7 @@
 
 use crate::agent::RunConfig;
 use crate::auth::Caller;
+use crate::error_code::ErrorCode;
 use crate::event::{Content, JsonMap};
 use crate::http::auth::Gate;
 use crate::http::error::{ApiError, ApiResult};
@@ -12,7 +13,7 @@ use crate::http::AppState;
 use crate::runner::{EditPoint, OnBusy, OnDisconnect, RunError, RunHandle, RunRequest};
 use crate::store::SessionKey;
 use crate::webhook::WebhookSpec;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use serde::Deserialize;
 use std::time::Duration;
 use utoipa::ToSchema;
@@ -113,8 +114,8 @@ impl RunAgentRequest {
     ) -> ApiResult<RunRequest> {
         let gate: &Gate = &state.gate;
         let app = self.app_name.ok_or_else(|| {
-            ApiError::bad_request(
-                "app_name_required",
+            ApiError::new(
+                ErrorCode::AppNameRequired,
                 "app_name is required when ADK_DEFAULT_APP_NAME is not set",
             )
         })?;
@@ -122,8 +123,8 @@ impl RunAgentRequest {
         crate::http::extract::validate_id("appName", &app)?;
         crate::http::extract::validate_id("userId", &self.user_id)?;
         crate::http::extract::validate_id("sessionId", &self.session_id)?;
-        if !caller.may_use_app(&app) {
-            return Err(crate::http::auth::app_hidden(&app));
+        if !caller.may_use_app(&app) || state.apps.get(&app).is_none() {
+            return Err(crate::http::auth::app_hidden(&state.apps, caller, &app));
         }
         if !caller.may_act_as(&self.user_id) {
             return Err(ApiError::session_not_found());
@@ -146,7 +147,10 @@ impl RunAgentRequest {
             }
         }
         let custom_metadata = self.custom_metadata.map(|mut m| {
-            m.retain(|k, _| !k.starts_with("__adk_internal_"));
+            m.retain(|k, _| {
+                !k.starts_with("__adk_internal_")
+                    && !k.starts_with(crate::agent::remote_a2a::METADATA_PREFIX)
+            });
             m
         });
         let resume = self.resume || (self.invocation_id.is_some() && self.new_message.is_none());
@@ -158,15 +162,15 @@ impl RunAgentRequest {
                 Some(EditPoint::Invocation(inv))
             }
             (true, Some(_)) => {
-                return Err(ApiError::bad_request(
-                    "edit_ambiguous",
+                return Err(ApiError::new(
+                    ErrorCode::EditAmbiguous,
                     "send either regenerate or editInvocationId, not both",
                 ))
             }
         };
         if edit.is_some() && resume {
-            return Err(ApiError::bad_request(
-                "edit_ambiguous",
+            return Err(ApiError::new(
+                ErrorCode::EditAmbiguous,
                 "an edit (regenerate, editInvocationId) starts a new turn; it cannot resume one",
             ));
         }
@@ -208,61 +212,43 @@ impl RunAgentRequest {
 
 /// A refused webhook: 422 with its stable code, nothing stored.
 pub(crate) fn webhook_error(e: crate::webhook::TargetError, field: &str) -> ApiError {
-    ApiError {
-        detail: serde_json::Value::Array(vec![crate::http::error::problem(
-            e.code,
-            vec!["body".into(), field.into()],
-            e.message,
-        )]),
-        ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.code, "")
-    }
+    ApiError::problem(e.code, vec!["body".into(), field.into()], e.message)
 }
 
-pub fn run_error(e: RunError) -> ApiError {
-    match e {
-        RunError::AppNotFound(app) => super::apps::app_not_found(&app),
-        // The load error names files and quotes YAML: it is in the log, and in `list-apps`
-        // for callers who may see it.
-        RunError::AppBroken(m) => {
-            tracing::warn!(error = %m, "run refused: the app failed to load");
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "app_load_failed",
-                format!("Failed to load agent: {}", super::apps::LOAD_FAILED),
-            )
-        }
-        RunError::SessionNotFound(sid) => {
-            ApiError::not_found("session_not_found", format!("Session not found: {sid}"))
-        }
-        e @ RunError::NoMessage => ApiError::bad_request("new_message_required", e.to_string()),
-        e @ RunError::InvocationNotFound(_) => {
-            ApiError::not_found("invocation_not_found", e.to_string())
-        }
-        e @ RunError::NoTurn => ApiError::not_found("turn_not_found", e.to_string()),
-        RunError::Busy(active) => ApiError::conflict(
-            "session_busy",
-            format!(
-                "The session already has an active run ({active}). Retry later, or send \
-                 \"onBusy\": \"enqueue\" or \"interrupt\"."
-            ),
-        ),
-        e @ RunError::QueueTimeout(_) => ApiError::conflict("session_busy_timeout", e.to_string()),
-        RunError::ShuttingDown => ApiError::unavailable(
-            "shutting_down",
-            "The server is shutting down; retry on another replica.",
-            1,
-        ),
-        e @ RunError::TooManyRuns(_) => ApiError {
-            retry_after: Some(1),
-            ..ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_runs",
-                e.to_string(),
-            )
-        },
-        RunError::Internal(m) => ApiError::internal(m),
-        RunError::Store(e) => e.into(),
+/// How a run request opened: the same for `/run`, `/run_sse` and background runs.
+pub(crate) enum Opening {
+    /// A repeat of an `Idempotency-Key`: the first run, to replay.
+    Repeat { user: String, run_id: String },
+    /// A new run, or why it did not start.
+    Started {
+        key: SessionKey,
+        started: Result<RunHandle, RunError>,
+    },
+}
+
+/// Binds `req` to the caller, then with an `Idempotency-Key` finds a repeat, else starts the
+/// run. A `background` run goes on without a reader: a client that goes away does not cancel
+/// it.
+pub(crate) async fn open_run(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    req: RunAgentRequest,
+    raw: &[u8],
+    (route, background): (&str, bool),
+) -> ApiResult<Opening> {
+    let mut run_req = req.into_run_request(caller, state).await?;
+    if background {
+        run_req.on_disconnect = OnDisconnect::Continue;
     }
+    let key = run_req.key.clone();
+    let (keyed, prior) = idempotent_prior(state, headers, &run_req, route, raw).await?;
+    if let Some(run_id) = prior {
+        let user = key.user_id;
+        return Ok(Opening::Repeat { user, run_id });
+    }
+    let started = start_keyed(state, run_req, keyed).await;
+    Ok(Opening::Started { key, started })
 }
 
 /// With an `Idempotency-Key`: the prior run to replay, if this is a repeat.
@@ -281,8 +267,7 @@ pub(crate) async fn idempotent_prior(
         Prior::New => Ok((Some(keyed), None)),
         Prior::Run(run) => Ok((None, Some(run))),
         Prior::Response(..) => Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "idempotency_key_reused",
+            ErrorCode::IdempotencyKeyReused,
             "This Idempotency-Key was used with a different request; use a new key.",
         )),
     }

@@ -9,13 +9,16 @@
 //! shard for the id, then goes on with the run's user (docs/citus.md).
 
 use crate::auth::Caller;
+use crate::error_code::ErrorCode;
 use crate::http::error::{problem, ApiError, ApiResult};
 use crate::http::extract::Path;
 use crate::http::extract::Query;
+use crate::http::openapi::error_set;
 use crate::http::openapi::UserPath;
 use crate::http::openapi::{Errors, EventStream};
 use crate::http::sse::follow::RunFollower;
-use crate::http::sse::resume::{beyond_end, resume_point, run_headers, sse_body, AfterQuery};
+use crate::http::sse::resume::{beyond_end, resume_point, sse_body, AfterQuery};
+use crate::http::sse::run_headers;
 use crate::http::AppState;
 use crate::store::{CancelRequest, DeliveryRecord, RunRecord, RunStatus};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -26,6 +29,51 @@ use std::time::Duration;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `GET /runs/{run_id}/stream` answers beyond the door's codes.
+    RunStreamErrors: InvalidId, ValidationError, RunNotFound, AfterBeyondEnd
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/runs/{run_id}/stream` answers beyond the door's codes.
+    UserRunStreamErrors: AppNotFound, NotFound, InvalidId, ValidationError, RunNotFound, AfterBeyondEnd
+);
+
+error_set!(
+    /// What `GET /runs/{run_id}` answers beyond the door's codes.
+    GetRunErrors: InvalidId, ValidationError, RunNotFound
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/runs/{run_id}` answers beyond the door's codes.
+    GetUserRunErrors: AppNotFound, NotFound, InvalidId, ValidationError, RunNotFound
+);
+
+error_set!(
+    /// What `POST /runs/{run_id}/wait` answers beyond the door's codes.
+    WaitRunErrors: InvalidId, ValidationError, RunNotFound
+);
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/runs/{run_id}/wait` answers beyond the door's codes.
+    WaitUserRunErrors: AppNotFound, NotFound, InvalidId, ValidationError, RunNotFound
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/runs` answers beyond the door's codes.
+    ListRunsErrors: AppNotFound, NotFound, InvalidId, ValidationError
+);
+
+error_set!(
+    /// What `POST /runs/{run_id}/cancel` answers beyond the door's codes.
+    CancelRunErrors: InvalidId, ValidationError, RunNotFound, RunNotActive
+);
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/runs/{run_id}/cancel` answers beyond the door's codes.
+    CancelUserRunErrors: AppNotFound, NotFound, InvalidId, ValidationError, RunNotFound, RunNotActive
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -53,7 +101,7 @@ pub const MAX_RUNS_PAGE: u32 = 200;
     params(("run_id" = String, Path, description = "From `x-agentd-run-id`"), AfterQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "The last seq the client has")),
     responses((status = 200, description = "`POST /run`'s SSE frames, from the resume point.",
-        content_type = "text/event-stream", body = EventStream), Errors))]
+        content_type = "text/event-stream", body = EventStream), Errors, RunStreamErrors))]
 async fn run_stream(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -71,7 +119,7 @@ async fn run_stream(
     params(UserPath, ("run_id" = String, Path, description = "From `x-agentd-run-id`"), AfterQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "The last seq the client has")),
     responses((status = 200, description = "`POST /run`'s SSE frames, from the resume point.",
-        content_type = "text/event-stream", body = EventStream), Errors))]
+        content_type = "text/event-stream", body = EventStream), Errors, UserRunStreamErrors))]
 async fn user_run_stream(
     state: axum::extract::State<AppState>,
     Path((app, user, run_id)): Path<(String, String, String)>,
@@ -91,23 +139,22 @@ async fn stream_from(state: &AppState, run: RunRecord, after: Option<i64>) -> Ap
         .get_user_run(&run.user_id, &run.run_id)
         .await?
         .ok_or_else(run_not_found)?;
-    let head = state
-        .store
-        .session_head(&run.key())
-        .await?
-        .ok_or_else(|| ApiError::not_found("run_not_found", "The run's session was deleted"))?;
+    let head =
+        state.store.session_head(&run.key()).await?.ok_or_else(|| {
+            ApiError::new(ErrorCode::RunNotFound, "The run's session was deleted")
+        })?;
     if let Some(a) = after {
         if a > head.last_seq {
             return Err(beyond_end(a, head.last_seq));
         }
     }
-    let extra = run_headers(&run);
+    let extra = run_headers(&run.run_id, &run.invocation_id, None);
     let rx = RunFollower::spawn_frames(state.clone(), run, after, sub);
     Ok(sse_body(rx, extra))
 }
 
 pub fn run_not_found() -> ApiError {
-    ApiError::not_found("run_not_found", "Run not found")
+    ApiError::new(ErrorCode::RunNotFound, "Run not found")
 }
 
 /// The run, if it exists and the caller may see it (another user's run is "not found").
@@ -140,8 +187,14 @@ pub struct RunView {
     webhooks: Vec<DeliveryRecord>,
 }
 
-async fn with_deliveries(state: &AppState, run: RunRecord) -> ApiResult<axum::Json<RunView>> {
-    let webhooks = if run.status == RunStatus::Running {
+/// The run and its webhook deliveries. The app's own webhooks (URLs of the operator's, with
+/// their secrets and errors) are shown only to a caller who may see the server's internals.
+async fn with_deliveries(
+    state: &AppState,
+    caller: &Caller,
+    run: RunRecord,
+) -> ApiResult<axum::Json<RunView>> {
+    let mut webhooks = if run.status == RunStatus::Running {
         vec![]
     } else {
         state
@@ -149,6 +202,15 @@ async fn with_deliveries(state: &AppState, run: RunRecord) -> ApiResult<axum::Js
             .run_deliveries(&run.user_id, &run.run_id)
             .await?
     };
+    if !caller.may_see_internals() {
+        // Runs admitted before targets were marked: the app's URLs as configured now.
+        let app_urls: Vec<&str> = state
+            .apps
+            .get(&run.app_name)
+            .map(|a| a.webhooks.iter().map(|w| w.url.as_str()).collect())
+            .unwrap_or_default();
+        webhooks.retain(|d| !d.app && !app_urls.contains(&d.url.as_str()));
+    }
     Ok(axum::Json(RunView { run, webhooks }))
 }
 
@@ -164,7 +226,7 @@ pub struct WaitQuery {
 /// the answer comes when the run ends or after N seconds (at most 60), whichever is first.
 #[utoipa::path(get, path = "/runs/{run_id}", tag = "runs",
     params(("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
-    responses((status = 200, description = "The run.", body = RunView), Errors))]
+    responses((status = 200, description = "The run.", body = RunView), Errors, GetRunErrors))]
 async fn get_run(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -176,15 +238,16 @@ async fn get_run(
         None | Some(0) => run,
         Some(secs) => wait_for_end(&state, run, secs).await?,
     };
-    with_deliveries(&state, run).await
+    with_deliveries(&state, &caller, run).await
 }
 
 /// `GET /runs/{run_id}` for a run found with its user.
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/runs/{run_id}", tag = "runs",
     params(UserPath, ("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
-    responses((status = 200, description = "The run.", body = RunView), Errors))]
+    responses((status = 200, description = "The run.", body = RunView), Errors, GetUserRunErrors))]
 async fn get_user_run(
     state: axum::extract::State<AppState>,
+    caller: Caller,
     Path((app, user, run_id)): Path<(String, String, String)>,
     Query(q): Query<WaitQuery>,
 ) -> ApiResult<axum::Json<RunView>> {
@@ -193,7 +256,7 @@ async fn get_user_run(
         None | Some(0) => run,
         Some(secs) => wait_for_end(&state, run, secs).await?,
     };
-    with_deliveries(&state, run).await
+    with_deliveries(&state, &caller, run).await
 }
 
 /// Waits for a run to end (a long poll, for clients of background runs): the run when it has
@@ -201,7 +264,7 @@ async fn get_user_run(
 #[utoipa::path(post, path = "/runs/{run_id}/wait", tag = "runs",
     params(("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
     responses((status = 200, description = "The run, ended or as it is when the wait is over.",
-        body = RunView), Errors))]
+        body = RunView), Errors, WaitRunErrors))]
 async fn wait_run(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -211,23 +274,24 @@ async fn wait_run(
     let run = visible_run(&state, &caller, &run_id).await?;
     let secs = q.wait.unwrap_or(DEFAULT_WAIT_SECS);
     let run = wait_for_end(&state, run, secs).await?;
-    with_deliveries(&state, run).await
+    with_deliveries(&state, &caller, run).await
 }
 
 /// `POST /runs/{run_id}/wait` for a run found with its user.
 #[utoipa::path(post, path = "/apps/{app}/users/{user}/runs/{run_id}/wait", tag = "runs",
     params(UserPath, ("run_id" = String, Path, description = "From `x-agentd-run-id`"), WaitQuery),
     responses((status = 200, description = "The run, ended or as it is when the wait is over.",
-        body = RunView), Errors))]
+        body = RunView), Errors, WaitUserRunErrors))]
 async fn wait_user_run(
     state: axum::extract::State<AppState>,
+    caller: Caller,
     Path((app, user, run_id)): Path<(String, String, String)>,
     Query(q): Query<WaitQuery>,
 ) -> ApiResult<axum::Json<RunView>> {
     let run = user_run(&state, &app, &user, &run_id).await?;
     let secs = q.wait.unwrap_or(DEFAULT_WAIT_SECS);
     let run = wait_for_end(&state, run, secs).await?;
-    with_deliveries(&state, run).await
+    with_deliveries(&state, &caller, run).await
 }
 
 /// `run` once it has ended (read from the database, so it works for a run on any replica), or
@@ -292,7 +356,7 @@ pub struct RunPage {
 /// A user's runs in an app, newest first (background runs included), a page at a time.
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/runs", tag = "runs",
     params(UserPath, ListRunsQuery),
-    responses((status = 200, description = "Runs, newest first.", body = RunPage), Errors))]
+    responses((status = 200, description = "Runs, newest first.", body = RunPage), Errors, ListRunsErrors))]
 async fn list_runs(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,
@@ -377,7 +441,7 @@ pub fn decode_cursor(s: &str) -> ApiResult<(f64, String)> {
 #[utoipa::path(post, path = "/runs/{run_id}/cancel", tag = "runs",
     params(("run_id" = String, Path, description = "From `x-agentd-run-id`")),
     request_body(content = Option<CancelBody>, description = "Optional"),
-    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors))]
+    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors, CancelRunErrors))]
 async fn cancel_run(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -394,7 +458,7 @@ async fn cancel_run(
 #[utoipa::path(post, path = "/apps/{app}/users/{user}/runs/{run_id}/cancel", tag = "runs",
     params(UserPath, ("run_id" = String, Path, description = "From `x-agentd-run-id`")),
     request_body(content = Option<CancelBody>, description = "Optional"),
-    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors))]
+    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors, CancelUserRunErrors))]
 async fn cancel_user_run(
     state: axum::extract::State<AppState>,
     Path((app, user, run_id)): Path<(String, String, String)>,
@@ -417,8 +481,8 @@ async fn cancel_found(
         .await?
         .ok_or_else(run_not_found)?;
     if record.status != RunStatus::Running {
-        return Err(ApiError::conflict(
-            "run_not_active",
+        return Err(ApiError::new(
+            ErrorCode::RunNotActive,
             format!(
                 "Run {} already ended ({}).",
                 record.run_id,

@@ -4,13 +4,15 @@
 //! ticker's ([`crate::schedule::Ticker`]).
 
 use super::run_request::webhook_error;
+use crate::error_code::ErrorCode;
 use crate::event::{now_ts, Content};
-use crate::http::error::{problem, ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{validate_id, JsonBody, Path, Query};
+use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, SchedulePath, UserPath};
 use crate::http::AppState;
 use crate::runner::OnBusy;
-use crate::schedule::{CatchUp, Pattern};
+use crate::schedule::{CatchUp, Limits, Pattern};
 use crate::store::{RunStatus, ScheduleRecord, TickRecord};
 use crate::webhook::{check_resolves, WebhookSpec, WebhookTarget};
 use axum::http::StatusCode;
@@ -20,6 +22,41 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/schedules` answers beyond the door's codes.
+    CreateScheduleErrors: AppNotFound, NotFound, InvalidId, ValidationError, TooManySchedules, InvalidCron, CronTooFrequent, InvalidTimezone, InvalidMessage, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/schedules` answers beyond the door's codes.
+    ListSchedulesErrors: AppNotFound, NotFound, InvalidId, ValidationError, InvalidCursor
+);
+
+error_set!(
+    /// What `GET /apps/{app}/schedules` answers beyond the door's codes.
+    ListAppSchedulesErrors: AppNotFound, InvalidId, ValidationError, AdminRequired, InvalidCursor
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/schedules/{schedule}` answers beyond the door's codes.
+    GetScheduleErrors: AppNotFound, NotFound, InvalidId, ScheduleNotFound
+);
+
+error_set!(
+    /// What `PATCH /apps/{app}/users/{user}/schedules/{schedule}` answers beyond the door's codes.
+    UpdateScheduleErrors: AppNotFound, NotFound, InvalidId, ValidationError, ScheduleNotFound, InvalidCron, CronTooFrequent, InvalidTimezone, InvalidMessage, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid
+);
+
+error_set!(
+    /// What `DELETE /apps/{app}/users/{user}/schedules/{schedule}` answers beyond the door's codes.
+    DeleteScheduleErrors: AppNotFound, NotFound, InvalidId, ScheduleNotFound
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/schedules/{schedule}/runs` answers beyond the door's codes.
+    ScheduleRunsErrors: AppNotFound, NotFound, InvalidId, ValidationError, ScheduleNotFound
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -133,15 +170,12 @@ fn view(s: ScheduleRecord) -> ScheduleView {
     }
 }
 
-fn invalid(field: &str, code: &'static str, msg: impl Into<String>) -> ApiError {
-    ApiError {
-        detail: Value::Array(vec![problem(code, vec!["body".into(), field.into()], msg)]),
-        ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, "")
-    }
+fn invalid(field: &str, code: ErrorCode, msg: impl Into<String>) -> ApiError {
+    ApiError::problem(code, vec!["body".into(), field.into()], msg)
 }
 
 fn schedule_not_found() -> ApiError {
-    ApiError::not_found("schedule_not_found", "Schedule not found")
+    ApiError::new(ErrorCode::ScheduleNotFound, "Schedule not found")
 }
 
 /// The message as stored: a `Content` with the user's role.
@@ -152,12 +186,17 @@ fn message(v: Value) -> ApiResult<Value> {
             role: Some("user".into()),
             extra: Default::default(),
         },
-        Value::Object(_) => serde_json::from_value::<Content>(v)
-            .map_err(|e| invalid("message", "invalid_message", format!("not a Content: {e}")))?,
+        Value::Object(_) => serde_json::from_value::<Content>(v).map_err(|e| {
+            invalid(
+                "message",
+                ErrorCode::InvalidMessage,
+                format!("not a Content: {e}"),
+            )
+        })?,
         _ => {
             return Err(invalid(
                 "message",
-                "invalid_message",
+                ErrorCode::InvalidMessage,
                 "message is a non-empty string or an ADK Content object",
             ))
         }
@@ -165,7 +204,7 @@ fn message(v: Value) -> ApiResult<Value> {
     if content.parts.is_empty() {
         return Err(invalid(
             "message",
-            "invalid_message",
+            ErrorCode::InvalidMessage,
             "the message has no parts",
         ));
     }
@@ -178,7 +217,7 @@ fn message(v: Value) -> ApiResult<Value> {
     if size > MAX_MESSAGE_BYTES {
         return Err(invalid(
             "message",
-            "invalid_message",
+            ErrorCode::InvalidMessage,
             format!("the message is {size} bytes as JSON; the limit is {MAX_MESSAGE_BYTES}"),
         ));
     }
@@ -206,15 +245,37 @@ async fn webhook(state: &AppState, spec: &WebhookSpec) -> ApiResult<Value> {
     serde_json::to_value(&target).map_err(ApiError::internal)
 }
 
-fn pattern(cron: &str, timezone: &str) -> ApiResult<Pattern> {
-    Pattern::parse(cron, timezone).map_err(|e| {
-        let field = if e.code == "invalid_timezone" {
+/// The pattern, if it parses and fires no more often than `--schedule-min-interval-secs`.
+fn pattern(limits: Limits, cron: &str, timezone: &str) -> ApiResult<Pattern> {
+    let p = Pattern::parse(cron, timezone).map_err(|e| {
+        let field = if e.code == ErrorCode::InvalidTimezone {
             "timezone"
         } else {
             "cron"
         };
         invalid(field, e.code, e.message)
-    })
+    })?;
+    let every = p.min_interval_secs();
+    if every < limits.min_interval_secs {
+        return Err(invalid(
+            "cron",
+            ErrorCode::CronTooFrequent,
+            format!(
+                "{cron:?} fires every {every} s; this server allows one tick every {} s at \
+                 most (--schedule-min-interval-secs)",
+                limits.min_interval_secs
+            ),
+        ));
+    }
+    Ok(p)
+}
+
+/// The API key a schedule is made (or changed) with: its ticks stop when the key does.
+fn made_by(caller: &crate::auth::Caller) -> Option<String> {
+    match &caller.via {
+        crate::auth::Via::ApiKey(id) => Some(id.clone()),
+        _ => None,
+    }
 }
 
 fn on_busy_str(b: OnBusy) -> &'static str {
@@ -228,19 +289,20 @@ fn on_busy_str(b: OnBusy) -> &'static str {
 /// Creates a schedule; its first tick is the pattern's next time after now.
 #[utoipa::path(post, path = "/apps/{app}/users/{user}/schedules", tag = "schedules",
     params(UserPath), request_body = NewScheduleBody,
-    responses((status = 201, description = "Created.", body = ScheduleView), Errors))]
+    responses((status = 201, description = "Created.", body = ScheduleView), Errors, CreateScheduleErrors))]
 async fn create_schedule(
     state: axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
     Path((app, user)): Path<(String, String)>,
     JsonBody(body, _): JsonBody<NewScheduleBody>,
 ) -> ApiResult<Response> {
     validate_id("app", &app)?;
     validate_id("user", &user)?;
     if state.apps.get(&app).is_none() {
-        return Err(super::apps::app_not_found(&app));
+        return Err(crate::http::auth::app_hidden(&state.apps, &caller, &app));
     }
     let timezone = body.timezone.unwrap_or_else(|| "UTC".into());
-    let p = pattern(&body.cron, &timezone)?;
+    let p = pattern(state.schedules, &body.cron, &timezone)?;
     let message = message(body.message)?;
     let session_id = session(body.session)?;
     let webhook = match &body.webhook {
@@ -264,8 +326,20 @@ async fn create_schedule(
         next_tick: enabled.then(|| p.next_after(now)).flatten(),
         created_at: now,
         updated_at: now,
+        created_by: made_by(&caller),
+        paused_reason: None,
     };
-    state.store.create_schedule(&record).await?;
+    let max = state.schedules.max_per_user;
+    if !state.store.create_schedule(&record, max).await? {
+        return Err(ApiError::new(
+            ErrorCode::TooManySchedules,
+            format!(
+                "user {:?} already has {max} schedules in this app \
+                 (--max-schedules-per-user): delete one first",
+                record.user_id
+            ),
+        ));
+    }
     tracing::info!(schedule = %record.id, cron = %record.cron, "schedule created");
     Ok((StatusCode::CREATED, axum::Json(view(record))).into_response())
 }
@@ -290,7 +364,7 @@ pub struct SchedulePage {
 /// A user's schedules in an app, oldest first.
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/schedules", tag = "schedules",
     params(UserPath, PageQuery),
-    responses((status = 200, description = "Schedules, oldest first.", body = SchedulePage), Errors))]
+    responses((status = 200, description = "Schedules, oldest first.", body = SchedulePage), Errors, ListSchedulesErrors))]
 async fn list_schedules(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,
@@ -302,7 +376,7 @@ async fn list_schedules(
 /// Every user's schedules in an app, oldest first (admin keys only).
 #[utoipa::path(get, path = "/apps/{app}/schedules", tag = "schedules",
     params(crate::http::openapi::AppPath, PageQuery),
-    responses((status = 200, description = "Schedules, oldest first.", body = SchedulePage), Errors))]
+    responses((status = 200, description = "Schedules, oldest first.", body = SchedulePage), Errors, ListAppSchedulesErrors))]
 async fn list_app_schedules(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -310,10 +384,9 @@ async fn list_app_schedules(
     Query(q): Query<PageQuery>,
 ) -> ApiResult<axum::Json<SchedulePage>> {
     if !caller.admin {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_required",
-            "Listing every user's schedules needs an admin key.",
+        return Err(crate::http::auth::admin_required(
+            &caller,
+            "Listing every user's schedules",
         ));
     }
     page(&state, &app, None, q).await
@@ -332,7 +405,10 @@ async fn page(
             c.split_once('~')
                 .and_then(|(at, id)| Some((at.parse::<f64>().ok()?, id.to_string())))
                 .ok_or_else(|| {
-                    ApiError::bad_request("invalid_cursor", "after: not a cursor from this list")
+                    ApiError::new(
+                        ErrorCode::InvalidCursor,
+                        "after: not a cursor from this list",
+                    )
                 })?,
         ),
     };
@@ -349,7 +425,7 @@ async fn page(
 /// One schedule (another user's is 404).
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/schedules/{schedule}", tag = "schedules",
     params(SchedulePath),
-    responses((status = 200, description = "The schedule.", body = ScheduleView), Errors))]
+    responses((status = 200, description = "The schedule.", body = ScheduleView), Errors, GetScheduleErrors))]
 async fn get_schedule(
     state: axum::extract::State<AppState>,
     Path((app, user, id)): Path<(String, String, String)>,
@@ -365,9 +441,10 @@ async fn get_schedule(
 /// Changes a schedule. A new pattern, zone or `enabled: true` sets its next tick from now.
 #[utoipa::path(patch, path = "/apps/{app}/users/{user}/schedules/{schedule}", tag = "schedules",
     params(SchedulePath), request_body = ScheduleChange,
-    responses((status = 200, description = "The changed schedule.", body = ScheduleView), Errors))]
+    responses((status = 200, description = "The changed schedule.", body = ScheduleView), Errors, UpdateScheduleErrors))]
 async fn update_schedule(
     state: axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
     Path((app, user, id)): Path<(String, String, String)>,
     JsonBody(change, _): JsonBody<ScheduleChange>,
 ) -> ApiResult<axum::Json<ScheduleView>> {
@@ -385,7 +462,7 @@ async fn update_schedule(
     if let Some(tz) = change.timezone {
         s.timezone = tz;
     }
-    let p = pattern(&s.cron, &s.timezone)?;
+    let p = pattern(state.schedules, &s.cron, &s.timezone)?;
     if let Some(m) = change.message {
         s.message = message(m)?;
     }
@@ -413,6 +490,12 @@ async fn update_schedule(
         s.next_tick = p.next_after(now);
     }
     s.updated_at = now;
+    // Whoever changes it now answers for it: a schedule paused because its key was revoked
+    // fires again once someone with a valid credential enables it.
+    s.created_by = made_by(&caller);
+    if s.enabled {
+        s.paused_reason = None;
+    }
     if !state.store.update_schedule(&s).await? {
         return Err(schedule_not_found());
     }
@@ -422,7 +505,7 @@ async fn update_schedule(
 /// Deletes a schedule and its tick history (its runs and sessions stay).
 #[utoipa::path(delete, path = "/apps/{app}/users/{user}/schedules/{schedule}", tag = "schedules",
     params(SchedulePath),
-    responses((status = 204, description = "Deleted."), Errors))]
+    responses((status = 204, description = "Deleted."), Errors, DeleteScheduleErrors))]
 async fn delete_schedule(
     state: axum::extract::State<AppState>,
     Path((app, user, id)): Path<(String, String, String)>,
@@ -463,7 +546,7 @@ pub struct TickPage {
 /// A schedule's ticks, newest first, each with its run (`runId`; follow it at `/runs/{id}`).
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/schedules/{schedule}/runs", tag = "schedules",
     params(SchedulePath, TicksQuery),
-    responses((status = 200, description = "Ticks, newest first.", body = TickPage), Errors))]
+    responses((status = 200, description = "Ticks, newest first.", body = TickPage), Errors, ScheduleRunsErrors))]
 async fn schedule_runs(
     state: axum::extract::State<AppState>,
     Path((app, user, id)): Path<(String, String, String)>,

@@ -1,6 +1,8 @@
 //! Service routes: liveness, readiness, version and the Prometheus metrics.
 
+use crate::error_code::ErrorCode;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, Status};
 use crate::http::AppState;
 use crate::store::SessionKey;
@@ -10,6 +12,16 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `GET /ready` answers beyond the door's codes.
+    ReadyErrors: ShuttingDown
+);
+
+error_set!(
+    /// What `GET /metrics` answers beyond the door's codes.
+    RenderMetricsErrors: AdminRequired
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -27,11 +39,7 @@ async fn health(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<V
     let probe = SessionKey::new("__health__", "__health__", "__health__");
     state.store.session_head(&probe).await.map_err(|e| {
         tracing::warn!(error = %e, "health check: database unreachable");
-        ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "database_unavailable",
-            "database unreachable",
-        )
+        ApiError::new(ErrorCode::DatabaseUnavailable, "database unreachable")
     })?;
     Ok(axum::Json(json!({ "status": "ok" })))
 }
@@ -40,13 +48,12 @@ async fn health(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<V
 /// the balancer stops sending new runs while in-flight ones drain), and 503 when the database
 /// is unreachable. `/health` stays 200 during a drain: the process is alive and finishing.
 #[utoipa::path(get, path = "/ready", tag = "service",
-    responses((status = 200, description = "Ready for new runs.", body = Status), Errors))]
+    responses((status = 200, description = "Ready for new runs.", body = Status), Errors, ReadyErrors))]
 async fn ready(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<Value>> {
     if state.runner.is_draining() {
-        return Err(ApiError::unavailable(
-            "shutting_down",
+        return Err(ApiError::new(
+            ErrorCode::ShuttingDown,
             "This replica is shutting down; send new runs to another replica.",
-            1,
         ));
     }
     health(state)
@@ -77,7 +84,7 @@ struct VersionBody {
 /// server runs with `--protect-metrics`, which asks for an admin key.
 #[utoipa::path(get, path = "/metrics", tag = "service",
     responses((status = 200, description = "Prometheus text format 0.0.4.", content_type = "text/plain",
-        body = String), Errors))]
+        body = String), Errors, RenderMetricsErrors))]
 async fn render_metrics(state: axum::extract::State<AppState>) -> Response {
     let (open, idle) = state.store.pool_stats();
     metrics::gauge!("agentd_db_pool_connections", "state" => "idle").set(idle as f64);

@@ -6,6 +6,7 @@
 //! disappears mid-way (deleted) or the database fails, the body is cut off with an error, so
 //! a client never takes a truncated session for a whole one.
 
+use crate::error_code::ErrorCode;
 use crate::event::JsonMap;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::AppState;
@@ -99,7 +100,10 @@ pub async fn session_body(
                                         comma,
                                     },
                                     Err(e) => {
-                                        tracing::warn!(code = e.code, "session body cut off");
+                                        tracing::warn!(
+                                            code = e.code.as_str(),
+                                            "session body cut off"
+                                        );
                                         return Some((
                                             Err(std::io::Error::other("reading the events failed")),
                                             Step::Done,
@@ -177,8 +181,8 @@ async fn read_page(
     if reached < last_seq && !page.has_more {
         // Seqs run from 1 to the head's without gaps: ending short means the session was
         // deleted (and perhaps re-created) meanwhile. Never pass that off as the session.
-        return Err(ApiError::conflict(
-            "session_changed",
+        return Err(ApiError::new(
+            ErrorCode::SessionChanged,
             "The session was deleted or replaced while it was being read; read it again.",
         ));
     }

@@ -5,8 +5,10 @@
 //! run id).
 
 use super::runs::{cancel_request, CancelBody};
+use crate::error_code::ErrorCode;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Path;
+use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, EventStream, SessionPath};
 use crate::http::sse::follow::SessionFollower;
 use crate::http::sse::resume::{beyond_end, resume_point, sse_body, AfterQuery};
@@ -16,6 +18,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/sessions/{session}/stream` answers beyond the door's codes.
+    SessionStreamErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, AfterBeyondEnd
+);
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/sessions/{session}/cancel` answers beyond the door's codes.
+    CancelSessionErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, NoActiveRun
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -30,7 +42,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     params(SessionPath, AfterQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "The last seq the client has")),
     responses((status = 200, description = "SSE frames; the stream does not end by itself.",
-        content_type = "text/event-stream", body = EventStream), Errors))]
+        content_type = "text/event-stream", body = EventStream), Errors, SessionStreamErrors))]
 async fn session_stream(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -70,7 +82,7 @@ async fn session_stream(
 #[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}/cancel", tag = "runs",
     params(SessionPath),
     request_body(content = Option<CancelBody>, description = "Optional"),
-    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors))]
+    responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord), Errors, CancelSessionErrors))]
 async fn cancel_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -86,8 +98,8 @@ async fn cancel_session(
         Some(run) if run.status == RunStatus::Running => {
             Ok((StatusCode::ACCEPTED, axum::Json(run)).into_response())
         }
-        _ => Err(ApiError::conflict(
-            "no_active_run",
+        _ => Err(ApiError::new(
+            ErrorCode::NoActiveRun,
             "The session has no running run.",
         )),
     }

@@ -1,9 +1,11 @@
 //! Session routes: ADK's create/get/list/delete/PATCH, the deprecated create-by-path, and
 //! agentd's paginated `GET …/sessions/{id}/events`.
 
+use crate::error_code::ErrorCode;
 use crate::event::{Event, JsonMap, Session};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{validate_id, Json, JsonBody, Path, Query};
+use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, SessionPath, UserPath};
 use crate::http::AppState;
 use crate::store::{EventRange, NewSession, SessionCursor, SessionKey};
@@ -14,6 +16,41 @@ use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/sessions` answers beyond the door's codes.
+    CreateSessionErrors: AppNotFound, NotFound, InvalidId, ValidationError, AppStateForbidden, OptionsUnsupported, InvalidInitialEvent, SessionExists, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress
+);
+
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/sessions/{session}` answers beyond the door's codes.
+    CreateSessionByPathErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, AppStateForbidden, SessionExists
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/sessions/{session}` answers beyond the door's codes.
+    GetSessionErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, SessionChanged
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/sessions` answers beyond the door's codes.
+    ListSessionsErrors: AppNotFound, NotFound, InvalidId, ValidationError
+);
+
+error_set!(
+    /// What `DELETE /apps/{app}/users/{user}/sessions/{session}` answers beyond the door's codes.
+    DeleteSessionErrors: AppNotFound, SessionNotFound, InvalidId
+);
+
+error_set!(
+    /// What `PATCH /apps/{app}/users/{user}/sessions/{session}` answers beyond the door's codes.
+    PatchSessionErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, AppStateForbidden, SessionChanged
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/sessions/{session}/events` answers beyond the door's codes.
+    ListEventsErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError
+);
 
 /// Default and largest page sizes.
 pub const DEFAULT_SESSION_PAGE: u32 = 1000;
@@ -59,8 +96,8 @@ struct CreateSessionRequest {
 fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
     for (i, e) in events.iter().enumerate() {
         if !e.actions.is_default() {
-            return Err(ApiError::bad_request(
-                "invalid_initial_event",
+            return Err(ApiError::new(
+                ErrorCode::InvalidInitialEvent,
                 format!("Session initialization event {i} cannot include event actions."),
             ));
         }
@@ -68,8 +105,8 @@ fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
             .as_ref()
             .is_some_and(|ids| !ids.is_empty())
         {
-            return Err(ApiError::bad_request(
-                "invalid_initial_event",
+            return Err(ApiError::new(
+                ErrorCode::InvalidInitialEvent,
                 format!("Session initialization event {i} cannot include long running tool ids."),
             ));
         }
@@ -79,17 +116,32 @@ fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
             .chain(e.function_responses().map(|r| r.name.as_str()))
             .find(|n| crate::event::INTERNAL_FUNCTIONS.contains(n));
         if let Some(name) = internal {
-            return Err(ApiError::bad_request(
-                "invalid_initial_event",
+            return Err(ApiError::new(
+                ErrorCode::InvalidInitialEvent,
                 format!(
                     "Session initialization event {i} cannot include internal function {name}."
                 ),
             ));
         }
         if e.is_partial() {
-            return Err(ApiError::bad_request(
-                "invalid_initial_event",
+            return Err(ApiError::new(
+                ErrorCode::InvalidInitialEvent,
                 format!("Session initialization event {i} cannot be partial."),
+            ));
+        }
+        let reserved = crate::agent::remote_a2a::METADATA_PREFIX;
+        if let Some(k) = e
+            .custom_metadata
+            .iter()
+            .flat_map(|m| m.keys())
+            .find(|k| k.starts_with(reserved))
+        {
+            return Err(ApiError::new(
+                ErrorCode::InvalidInitialEvent,
+                format!(
+                    "Session initialization event {i} cannot include agentd's {k} metadata \
+                     (keys starting {reserved} are written by its remote A2A agents)."
+                ),
             ));
         }
     }
@@ -102,7 +154,7 @@ fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
     params(UserPath, ("Idempotency-Key" = Option<String>, Header,
         description = "A repeat with this key and the same body answers the first response")),
     request_body = CreateSessionRequest,
-    responses((status = 200, description = "The new session.", body = Session), Errors))]
+    responses((status = 200, description = "The new session.", body = Session), Errors, CreateSessionErrors))]
 async fn create_session(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -110,6 +162,7 @@ async fn create_session(
     headers: axum::http::HeaderMap,
     JsonBody(req, raw): JsonBody<CreateSessionRequest>,
 ) -> ApiResult<axum::response::Response> {
+    use crate::http::idempotency::{claim_response, record_response, Claimed};
     use axum::response::IntoResponse;
     let initial_keys = req.state.iter().flat_map(|m| m.keys());
     let event_keys = req
@@ -119,50 +172,13 @@ async fn create_session(
         .flat_map(|e| e.actions.state_delta.keys());
     crate::http::auth::check_app_state(&state.gate, &caller, initial_keys.chain(event_keys))?;
     let route = format!("/apps/{app}/users/{user}/sessions");
-    let keyed = crate::http::idempotency::keyed(&headers, &app, &user, &route, &raw)?;
-    if let Some(k) = &keyed {
-        match crate::http::idempotency::claim(&state, k).await? {
-            crate::http::idempotency::Prior::New => {}
-            crate::http::idempotency::Prior::Response(status, body) => {
-                let status =
-                    axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::OK);
-                let mut resp = (status, body).into_response();
-                resp.headers_mut().insert(
-                    axum::http::header::CONTENT_TYPE,
-                    axum::http::HeaderValue::from_static("application/json"),
-                );
-                resp.headers_mut().insert(
-                    "idempotent-replayed",
-                    axum::http::HeaderValue::from_static("true"),
-                );
-                return Ok(resp);
-            }
-            crate::http::idempotency::Prior::Run(_) => {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-                    "idempotency_key_reused",
-                    "This Idempotency-Key was used with a different request; use a new key.",
-                ))
-            }
-        }
-    }
+    let keyed = match claim_response(&state, &headers, &app, &user, &route, &raw).await? {
+        Claimed::Replay(answer) => return Ok(answer),
+        Claimed::New(keyed) => keyed,
+    };
     let created = create_session_inner(&state, app, user, req).await;
     if let Some(k) = &keyed {
-        match &created {
-            Ok(session) => match serde_json::to_string(session) {
-                Ok(body) => {
-                    if let Err(e) = state
-                        .store
-                        .key_response(&k.user, &k.scope, &k.key, 200, &body)
-                        .await
-                    {
-                        tracing::warn!(error = %e, "could not record the response on its idempotency key");
-                    }
-                }
-                Err(_) => crate::http::idempotency::release(&state, k).await,
-            },
-            Err(_) => crate::http::idempotency::release(&state, k).await,
-        }
+        record_response(&state, k, &created).await;
     }
     created.map(|s| axum::Json(s).into_response())
 }
@@ -174,8 +190,8 @@ async fn create_session_inner(
     req: CreateSessionRequest,
 ) -> ApiResult<Session> {
     if req.options.as_ref().is_some_and(|o| !o.is_empty()) {
-        return Err(ApiError::bad_request(
-            "options_unsupported",
+        return Err(ApiError::new(
+            ErrorCode::OptionsUnsupported,
             "Session options are not supported by the configured session service.",
         ));
     }
@@ -200,7 +216,7 @@ async fn create_session_inner(
 #[utoipa::path(post, path = "/apps/{app}/users/{user}/sessions/{session}", tag = "sessions",
     params(SessionPath),
     request_body(content = Option<Object>, description = "The initial state, or `null`"),
-    responses((status = 200, description = "The new session.", body = Session), Errors))]
+    responses((status = 200, description = "The new session.", body = Session), Errors, CreateSessionByPathErrors))]
 async fn create_session_by_path(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -265,7 +281,7 @@ struct GetSessionQuery {
 /// A session with its state and events (all of them, or the newest `limit`).
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}", tag = "sessions",
     params(SessionPath, GetSessionQuery),
-    responses((status = 200, description = "The session.", body = Session), Errors))]
+    responses((status = 200, description = "The session.", body = Session), Errors, GetSessionErrors))]
 async fn get_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -331,7 +347,7 @@ struct ListSessionsQuery {
     params(UserPath, ListSessionsQuery),
     responses((status = 200, description = "The user's sessions, without their events.",
         body = Vec<Session>,
-        headers(("x-next-cursor" = String, description = "Present when there is a next page"))), Errors))]
+        headers(("x-next-cursor" = String, description = "Present when there is a next page"))), Errors, ListSessionsErrors))]
 async fn list_sessions(
     state: axum::extract::State<AppState>,
     Path((app, user)): Path<(String, String)>,
@@ -399,7 +415,7 @@ fn decode_cursor(s: &str) -> ApiResult<SessionCursor> {
 /// ADK answers 200 `null` whether or not the session existed.
 #[utoipa::path(delete, path = "/apps/{app}/users/{user}/sessions/{session}", tag = "sessions",
     params(SessionPath),
-    responses((status = 200, description = "Deleted (or there was nothing to delete): `null`.", body = Value), Errors))]
+    responses((status = 200, description = "Deleted (or there was nothing to delete): `null`.", body = Value), Errors, DeleteSessionErrors))]
 async fn delete_session(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,
@@ -423,7 +439,7 @@ struct UpdateSessionRequest {
 /// the change is in the transcript and serializes with runs on the same append path.
 #[utoipa::path(patch, path = "/apps/{app}/users/{user}/sessions/{session}", tag = "sessions",
     params(SessionPath), request_body = UpdateSessionRequest,
-    responses((status = 200, description = "The updated session.", body = Session), Errors))]
+    responses((status = 200, description = "The updated session.", body = Session), Errors, PatchSessionErrors))]
 async fn patch_session(
     state: axum::extract::State<AppState>,
     caller: crate::auth::Caller,
@@ -471,7 +487,7 @@ struct EventPageBody {
 /// agentd addition: a page of a session's events, each with its `seq`.
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/sessions/{session}/events", tag = "sessions",
     params(SessionPath, ListEventsQuery),
-    responses((status = 200, description = "A page of events.", body = EventPageBody), Errors))]
+    responses((status = 200, description = "A page of events.", body = EventPageBody), Errors, ListEventsErrors))]
 async fn list_events(
     state: axum::extract::State<AppState>,
     Path((app, user, session)): Path<(String, String, String)>,

@@ -6,8 +6,10 @@
 //! Committed events always come from the database, in seq order, each once: the bus only says
 //! *when* to read (see [`crate::runner::bus`]), and a slow poll covers a lost notification.
 
-use super::resume::{run_headers, sse_body};
+use super::resume::sse_body;
+use super::run_headers;
 use super::{Framing, KEEP_ALIVE_EVERY};
+use crate::error_code::ErrorCode;
 use crate::event::Event;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::sse;
@@ -64,14 +66,14 @@ pub async fn replay_run(
     framing: Framing,
 ) -> ApiResult<Response> {
     let Some(run) = state.runner.get_user_run(user, run_id).await? else {
-        return Err(ApiError::not_found("run_not_found", "Run not found"));
+        return Err(ApiError::new(ErrorCode::RunNotFound, "Run not found"));
     };
     let sub = state.runner.bus().subscribe(&run.key());
     let Some(run) = state.runner.get_user_run(user, run_id).await? else {
-        return Err(ApiError::not_found("run_not_found", "Run not found"));
+        return Err(ApiError::new(ErrorCode::RunNotFound, "Run not found"));
     };
     let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
-    let mut extra = run_headers(&run);
+    let mut extra = run_headers(&run.run_id, &run.invocation_id, None);
     extra.insert("idempotent-replayed", HeaderValue::from_static("true"));
     let mut follower = RunFollower::new(state.clone(), run, None, Out::Frames(tx));
     follower.framing = framing;
@@ -89,12 +91,12 @@ pub async fn follow_run_items(
     after: Option<i64>,
 ) -> ApiResult<mpsc::Receiver<RunItem>> {
     let Some(run) = state.runner.get_user_run(user, run_id).await? else {
-        return Err(ApiError::not_found("run_not_found", "Run not found"));
+        return Err(ApiError::new(ErrorCode::RunNotFound, "Run not found"));
     };
     // Subscribe before the second read: whatever happens from here on is heard.
     let sub = state.runner.bus().subscribe(&run.key());
     let Some(run) = state.runner.get_user_run(user, run_id).await? else {
-        return Err(ApiError::not_found("run_not_found", "Run not found"));
+        return Err(ApiError::new(ErrorCode::RunNotFound, "Run not found"));
     };
     let (tx, rx) = mpsc::channel(FOLLOWER_FRAMES);
     let follower = RunFollower::new(state.clone(), run, after, Out::Items(tx));

@@ -11,6 +11,7 @@
 
 pub mod follow;
 pub mod resume;
+pub mod run;
 
 use crate::event::{now_ts, Event};
 use crate::transcript::RunItem;
@@ -91,6 +92,22 @@ fn error_frame(kind: &str, message: &str) -> Bytes {
         "errorType": kind, "errorMessage": message,
     });
     Bytes::from(format!("event: error\ndata: {body}\n\n"))
+}
+
+/// Headers naming the run (and, for the frontends, its session).
+pub fn run_headers(run_id: &str, invocation_id: &str, session_id: Option<&str>) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let named = [
+        ("x-agentd-run-id", Some(run_id)),
+        ("x-agentd-invocation-id", Some(invocation_id)),
+        ("x-agentd-session-id", session_id),
+    ];
+    for (name, value) in named {
+        if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            h.insert(name, v);
+        }
+    }
+    h
 }
 
 /// Sent on `/run` after a quiet period so proxies keep the connection open.

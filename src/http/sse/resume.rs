@@ -1,10 +1,10 @@
 //! Where a re-attached or followed stream starts: the client's resume point
 //! (`Last-Event-ID` or `?after=`), checked against the session's last seq.
 
+use crate::error_code::ErrorCode;
 use crate::http::error::{problem, ApiError, ApiResult};
 use crate::http::sse;
-use crate::store::RunRecord;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 use serde::Deserialize;
@@ -42,23 +42,9 @@ pub fn resume_point(headers: &HeaderMap, query: &AfterQuery) -> ApiResult<Option
     }
 }
 
-/// The run's ids, as `POST /run` sends them before the first event.
-pub fn run_headers(run: &RunRecord) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (name, value) in [
-        ("x-agentd-run-id", &run.run_id),
-        ("x-agentd-invocation-id", &run.invocation_id),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            h.insert(name, v);
-        }
-    }
-    h
-}
-
 pub fn beyond_end(after: i64, last: i64) -> ApiError {
-    ApiError::bad_request(
-        "after_beyond_end",
+    ApiError::new(
+        ErrorCode::AfterBeyondEnd,
         format!("after={after} is beyond the last committed event (seq {last})."),
     )
 }

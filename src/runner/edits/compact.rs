@@ -41,7 +41,13 @@ enum CompactError {
 
 impl From<crate::store::StoreError> for CompactError {
     fn from(e: crate::store::StoreError) -> Self {
-        CompactError::Run(e.into())
+        match e {
+            // The summary's commit was refused: the session's run was cancelled first.
+            crate::store::StoreError::CancelRequested => {
+                CompactError::Stopped("the session's run was cancelled".into())
+            }
+            e => CompactError::Run(e.into()),
+        }
     }
 }
 

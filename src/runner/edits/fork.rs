@@ -56,8 +56,10 @@ impl Runner {
                 .map(|e| e.seq)
                 .ok_or_else(|| RewindError::InvocationNotFound(inv.clone()))?,
         };
-        // The state and artifact versions as of the point, folded page by page.
-        let mut then = JsonMap::new();
+        // The state and artifact versions as of the point, folded page by page over the state
+        // the source was created with.
+        let initial = self.store.initial_state(source).await?;
+        let mut then = initial.clone();
         let mut artifacts: BTreeMap<String, i64> = BTreeMap::new();
         let mut after = None;
         loop {
@@ -92,8 +94,10 @@ impl Runner {
             ForkPoint::End => plain(&head.state),
             _ => then,
         };
+        let mut initial_state = initial;
         if let Some(extra) = state {
             state_then.extend(plain(&extra));
+            initial_state.extend(plain(&extra));
         }
         let last_seq = self
             .store
@@ -102,6 +106,7 @@ impl Runner {
                 session_id: session_id.to_string(),
                 before,
                 state: state_then,
+                initial_state,
                 artifacts,
             })
             .await?;

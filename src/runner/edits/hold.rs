@@ -153,7 +153,10 @@ impl Runner {
         error: Option<&str>,
     ) {
         let run_id = held.run_id.clone();
-        held.guard.finish(status, None, error).await;
+        // A hold that ends `completed` refused for a cancel of the session's run is cancelled.
+        if let Err(guard) = held.guard.finish(status, None, error).await {
+            let _ = guard.finish(RunStatus::Cancelled, None, error).await;
+        }
         self.bus.publish(
             key,
             BusMsg::Done {

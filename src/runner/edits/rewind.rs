@@ -8,7 +8,7 @@
 use super::super::{EditPoint, RunError, Runner};
 use crate::event::{new_invocation_id, Blob, Bytes64, Event, Part};
 use crate::store::{
-    ArtifactScope, ArtifactWrite, EventRange, Fence, RunStatus, SessionKey, StoredEvent,
+    ArtifactScope, ArtifactWrite, EventRange, Fence, RunStatus, SessionKey, StoreError, StoredEvent,
 };
 use crate::transcript::rewind::{changes_from, delta_from, fold_state, is_user_turn};
 use std::collections::BTreeMap;
@@ -84,7 +84,14 @@ impl Runner {
                 Ok(stored)
             }
             Err(e) => {
-                self.release_held(key, held, RunStatus::Failed, Some(&e.to_string()))
+                // A stop of the session's run accepted first cancels the rewind.
+                let status = match &e {
+                    RewindError::Run(RunError::Store(StoreError::CancelRequested)) => {
+                        RunStatus::Cancelled
+                    }
+                    _ => RunStatus::Failed,
+                };
+                self.release_held(key, held, status, Some(&e.to_string()))
                     .await;
                 Err(e)
             }
@@ -156,7 +163,10 @@ impl Runner {
                 }
             }
         };
-        let mut then = crate::event::JsonMap::new();
+        // The state before the invocation: the state the session was created with, then every
+        // delta before it (ADK starts from nothing and so nulls what the session was created
+        // with; see docs/editing.md).
+        let mut then = self.store.initial_state(key).await?;
         let mut versions_then: BTreeMap<String, i64> = BTreeMap::new();
         let mut versions_now: BTreeMap<String, i64> = BTreeMap::new();
         let mut invocation: Option<String> = None;

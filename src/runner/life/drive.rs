@@ -33,18 +33,26 @@ impl Begun {
         let server_max = self.runner.config.max_run_duration;
         let max = self.max_duration.map_or(server_max, |d| d.min(server_max));
         let turn = AssertUnwindSafe(run_turn(&self.runner, &self.ctx, &self.tree)).catch_unwind();
+        // A stop that is ready when the turn is wins: the outcome follows the cause.
         let result = tokio::select! {
-            r = turn => r.unwrap_or_else(|panic| {
-                let message = panic_message(&panic);
-                tracing::error!(%message, "agent panicked");
-                Err(AgentError::failed("Panic", format!("the agent panicked: {message}")))
-            }),
+            biased;
             _ = self.cancel.cancelled() => Err(AgentError::Cancelled),
             _ = tokio::time::sleep(max) => {
                 lock(&self.cause).get_or_insert(StopCause::Timeout);
                 self.cancel.cancel();
                 Err(AgentError::Cancelled)
             }
+            r = turn => r.unwrap_or_else(|panic| {
+                let message = panic_message(&panic);
+                tracing::error!(%message, "agent panicked");
+                Err(AgentError::failed("Panic", format!("the agent panicked: {message}")))
+            }),
+        };
+        // An agent that returned because it was stopped (its stream ended with the cancel)
+        // was stopped, whatever it returned.
+        let result = match result {
+            Ok(()) if self.cancel.is_cancelled() => Err(AgentError::Cancelled),
+            r => r,
         };
         let cause = *lock(&self.cause);
         Outcome {

@@ -52,10 +52,13 @@ impl Outcome {
         let settled = outbox
             .settle_held(&mut st, completed, Some(deliver_within))
             .await;
-        // A held event that could not be committed fails the run, whatever else ended it.
-        let finished = completed && matches!(settled, Ok(true));
+        // A held event that could not be committed fails the run, whatever else ended it; one
+        // refused as the last because a cancel came first was committed alone, and the run is
+        // cancelled.
+        let finished = completed && matches!(settled, Ok(true)) && !st.cancel_requested;
         let result = match settled {
             Err(e) => Err(e.into()),
+            Ok(_) if st.cancel_requested => Err(AgentError::Cancelled),
             Ok(_) => result,
         };
         let mut status = status_of(&result, cause);
@@ -82,14 +85,33 @@ impl Outcome {
             }
             _ => None,
         };
-        let last_seq = st.last_seq;
+        let mut last_seq = st.last_seq;
         drop(st);
         runner.plugins.after_run(ctx).await;
         let user = ctx.session_key().user_id.clone();
         let run_id = run.guard.run_id().to_string();
-        if finished {
-            run.guard.finished();
-        } else if !run.guard.finish(status, last_seq, error.as_deref()).await {
+        let recorded = match finished {
+            true => {
+                run.guard.finished();
+                Ok(true)
+            }
+            false => match run.guard.finish(status, last_seq, error.as_deref()).await {
+                // `completed` refused: a cancel of the run came first. It ends cancelled,
+                // sealed as a cancelled run is.
+                Err(guard) => {
+                    status = RunStatus::Cancelled;
+                    let mut st = outbox.emit().await;
+                    if let Some(reason) = seal_reason(status, max) {
+                        seal::seal_live(ctx, outbox, &mut st, tree.root().name(), &reason).await;
+                    }
+                    last_seq = st.last_seq;
+                    drop(st);
+                    guard.finish(status, last_seq, None).await.or(Ok(false))
+                }
+                owned => owned,
+            },
+        };
+        if let Ok(false) = recorded {
             // Taken over (or finished by reconciliation): report what the database says.
             status = match runner.store.get_user_run(&user, &run_id).await {
                 Ok(Some(r)) if r.status != RunStatus::Running => r.status,

@@ -10,7 +10,7 @@
 use super::super::bus::BusMsg;
 use super::super::control::Registration;
 use super::super::{RunError, Runner};
-use crate::store::{RunStatus, SessionKey};
+use crate::store::{RunStatus, SessionKey, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,27 +60,25 @@ impl RunGuard {
 
     /// Records the outcome (synchronously committed) and frees the session. A database that
     /// does not answer is retried for a while: a run must not leave its session busy. Returns
-    /// false if the run no longer owned the session (it was taken over).
+    /// false if the run no longer owned the session (it was taken over), and the guard back,
+    /// still holding the session, if `completed` was refused because a cancel of the run came
+    /// first (the run then ends `cancelled`).
     pub(in crate::runner) async fn finish(
         mut self,
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
-    ) -> bool {
-        let local = self.local.take();
-        let run_id = local.as_ref().map_or("", |l| l.run_id());
-        let owned = finish(
-            &self.runner,
-            &self.key.user_id,
-            run_id,
-            status,
-            last_seq,
-            error,
-        )
-        .await;
-        drop(local);
-        self.wake_sender();
-        owned
+    ) -> Result<bool, RunGuard> {
+        let run_id = self.run_id().to_string();
+        let user = self.key.user_id.clone();
+        match finish(&self.runner, &user, &run_id, status, last_seq, error).await {
+            Finished::CancelRequested => Err(self),
+            Finished::Owned(owned) => {
+                drop(self.local.take());
+                self.wake_sender();
+                Ok(owned)
+            }
+        }
     }
 
     /// Ends a run that never began (its context or user event failed): recorded `failed`,
@@ -91,7 +89,9 @@ impl RunGuard {
             self.key.clone(),
             self.run_id().to_string(),
         );
-        self.finish(RunStatus::Failed, None, Some(&error.to_string()))
+        // `failed` is never refused for a cancel.
+        let _ = self
+            .finish(RunStatus::Failed, None, Some(&error.to_string()))
             .await;
         runner.bus.publish(
             &key,
@@ -104,6 +104,14 @@ impl RunGuard {
     }
 }
 
+/// What recording an outcome did.
+enum Finished {
+    /// Recorded (true), or the run no longer owned its session (false).
+    Owned(bool),
+    /// `completed` was refused: a cancel of the run came first.
+    CancelRequested,
+}
+
 async fn finish(
     runner: &Runner,
     user: &str,
@@ -111,7 +119,7 @@ async fn finish(
     status: RunStatus,
     last_seq: Option<i64>,
     error: Option<&str>,
-) -> bool {
+) -> Finished {
     let mut delay = Duration::from_millis(100);
     for attempt in 0..8 {
         match runner
@@ -119,7 +127,8 @@ async fn finish(
             .finish_run(user, run_id, status, last_seq, error)
             .await
         {
-            Ok(owned) => return owned,
+            Ok(owned) => return Finished::Owned(owned),
+            Err(StoreError::CancelRequested) => return Finished::CancelRequested,
             Err(e) => {
                 tracing::warn!(run = %run_id, attempt, error = %e, "could not record the run's outcome; retrying");
                 tokio::time::sleep(delay).await;
@@ -128,7 +137,7 @@ async fn finish(
         }
     }
     tracing::error!(run = %run_id, "gave up recording the run's outcome; reconciliation will");
-    true
+    Finished::Owned(true)
 }
 
 impl Drop for RunGuard {
@@ -145,7 +154,7 @@ impl Drop for RunGuard {
         rt.spawn(async move {
             let run_id = local.run_id().to_string();
             let error = "the run's task ended unexpectedly";
-            finish(
+            let _ = finish(
                 &runner,
                 &key.user_id,
                 &run_id,

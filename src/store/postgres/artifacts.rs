@@ -63,16 +63,32 @@ impl ArtifactStore for PgStore {
         // Two concurrent saves of one name can pick the same version; the loser retries.
         let mut attempt = 0;
         loop {
-            let mut conn = self.pool.acquire().await?;
-            match Self::insert_artifact(&mut conn, scope, &write, now).await {
+            // The session must exist, and stays while the version is written (a delete of the
+            // session takes its row first, then its artifacts: it waits for this save, or this
+            // save finds the session gone).
+            let mut tx = self.pool.begin().await?;
+            let session = sqlx::query(
+                "SELECT 1 FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3
+                    FOR KEY SHARE",
+            )
+            .bind(&scope.app_name)
+            .bind(&scope.user_id)
+            .bind(&scope.session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if session.is_none() {
+                return Err(StoreError::SessionNotFound);
+            }
+            match Self::insert_artifact(&mut tx, scope, &write, now).await {
                 Ok(version) => {
+                    tx.commit().await?;
                     return Ok(ArtifactVersion {
                         version,
                         canonical_uri: scope.canonical_uri(&write.filename, version),
                         custom_metadata: write.custom_metadata,
                         create_time: now,
                         mime_type: artifact_mime_type(&write.part),
-                    })
+                    });
                 }
                 Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => attempt += 1,
                 Err(e) => return Err(e),

@@ -144,6 +144,7 @@ impl PgStore {
             origin: std::time::Instant::now(),
             until_ms: std::sync::atomic::AtomicU64::new(0),
         });
+        probe(&opts).await?;
         let pinging = suspect.clone();
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
@@ -193,6 +194,40 @@ impl PgStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+/// How long the first connection may take before the server says PostgreSQL cannot be reached.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One connection before the pool: a server that cannot be reached is reported at once, with
+/// where it was looked for and why it failed (refused, credentials, no such database, no
+/// answer), not as the pool's timeout ten seconds later.
+async fn probe(opts: &PgConnectOptions) -> StoreResult<()> {
+    use sqlx::ConnectOptions;
+    let at = format!("{}:{}", opts.get_host(), opts.get_port());
+    let cause = match tokio::time::timeout(PROBE_TIMEOUT, opts.connect()).await {
+        Ok(Ok(conn)) => {
+            let _ = sqlx::Connection::close(conn).await;
+            return Ok(());
+        }
+        Err(_) => format!("no answer within {} s", PROBE_TIMEOUT.as_secs()),
+        Ok(Err(sqlx::Error::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connection refused: is PostgreSQL running and listening there?".to_string()
+        }
+        Ok(Err(sqlx::Error::Database(e))) => match e.code().as_deref() {
+            Some("28P01" | "28000") => format!(
+                "it refused the credentials of user {:?} ({})",
+                opts.get_username(),
+                e.message()
+            ),
+            Some("3D000") => format!("no such database ({})", e.message()),
+            _ => e.message().to_string(),
+        },
+        Ok(Err(e)) => e.to_string(),
+    };
+    Err(StoreError::Database(sqlx::Error::Configuration(
+        format!("cannot connect to PostgreSQL at {at}: {cause}").into(),
+    )))
 }
 
 /// Binds an event to append, in the order both [`APPEND`] and admission

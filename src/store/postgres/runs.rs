@@ -208,6 +208,7 @@ pub static FINISH_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
                  UPDATE sessions SET active_run = NULL
                    FROM async_commit
                   WHERE user_id = $5 AND active_run = $1
+                    AND ($2 <> 'completed' OR NOT run_cancel_requested)
                  RETURNING {ending}
              ), r AS ({insert}){outbox}
              SELECT count(*) FROM s",
@@ -216,6 +217,10 @@ pub static FINISH_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
         outbox = outbox_cte("r")
     ))
 });
+
+/// Whether running run `$1` of user `$2` was asked to cancel.
+pub const CANCEL_FLAG_SQL: &str =
+    "SELECT run_cancel_requested FROM sessions WHERE active_run = $1 AND user_id = $2";
 
 /// Flags a running run for cancellation, on its session row, and reads it back
 /// (`RunStore::request_cancel`; a run that is not running is read by the caller).
@@ -539,6 +544,17 @@ impl RunStore for PgStore {
             .bind(user)
             .fetch_one(self.pool())
             .await?;
+        if n == 0 && status == RunStatus::Completed {
+            // Refused for a cancel that came first, or the run no longer owns its session.
+            let flagged: Option<bool> = sqlx::query_scalar(CANCEL_FLAG_SQL)
+                .bind(run_id)
+                .bind(user)
+                .fetch_optional(self.pool())
+                .await?;
+            if flagged == Some(true) {
+                return Err(StoreError::CancelRequested);
+            }
+        }
         Ok(n > 0)
     }
 

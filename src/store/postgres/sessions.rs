@@ -37,9 +37,9 @@ SELECT $1, $2, $3, s.last_seq, $8, $9, $10, $7, $11::jsonb FROM s
 RETURNING seq
 "#;
 
-/// [`APPEND`] for [`Fence::RunEnd`]: the same append, fenced by the run (`$12`), which
-/// also frees the session and writes the run's one `runs` row, `completed` with the event's
-/// seq (see [`super::run_record`]). One statement, one synchronous commit: the reply and the
+/// [`APPEND`] for [`Fence::RunEnd`]: the same append, fenced by the run (`$12`) not having
+/// been asked to cancel, which also frees the session and writes the run's one `runs` row,
+/// `completed` with the event's seq (see [`super::run_record`]). One statement, one synchronous commit: the reply and the
 /// outcome are durable together. It locks only the session row, as every statement about a
 /// running run does.
 pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
@@ -50,7 +50,11 @@ pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
         .iter()
         .all(|part| APPEND_ROUTED.contains(part)));
     let sql = APPEND_ROUTED
-        .replacen(fence, "AND active_run = $12", 1)
+        .replacen(
+            fence,
+            "AND active_run = $12 AND NOT run_cancel_requested",
+            1,
+        )
         .replacen(free, "last_seq = last_seq + 1, active_run = NULL\n", 1)
         .replacen(
             finish,
@@ -78,8 +82,9 @@ pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
 /// means no row.
 pub const CREATE_SQL: &str = r#"
 WITH s AS (
-    INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
-    VALUES ($1, $2, $3, $4, $5, $6, 0)
+    INSERT INTO sessions (app_name, user_id, id, state, initial_state, create_time, update_time,
+                          last_seq)
+    VALUES ($1, $2, $3, $4, NULLIF($4::jsonb, '{}'::jsonb), $5, $6, 0)
     ON CONFLICT DO NOTHING
     RETURNING state, update_time, last_seq
 )
@@ -307,18 +312,29 @@ impl PgStore {
     }
 
     /// Why a fenced append wrote nothing: the session is gone, or someone else owns it.
-    pub(super) async fn append_refused(&self, key: &SessionKey) -> StoreError {
-        let owner =
-            sqlx::query("SELECT 1 FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3")
-                .bind(&key.app_name)
-                .bind(&key.user_id)
-                .bind(&key.session_id)
-                .fetch_optional(&self.pool)
-                .await;
-        match owner {
-            Ok(Some(_)) => StoreError::NotOwner,
-            Ok(None) => StoreError::SessionNotFound,
-            Err(e) => e.into(),
+    pub(super) async fn append_refused(&self, key: &SessionKey, fence: Fence<'_>) -> StoreError {
+        let owner = sqlx::query(
+            "SELECT active_run, run_cancel_requested FROM sessions
+              WHERE app_name = $1 AND user_id = $2 AND id = $3",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_optional(&self.pool)
+        .await;
+        let row = match owner {
+            Ok(Some(row)) => row,
+            Ok(None) => return StoreError::SessionNotFound,
+            Err(e) => return e.into(),
+        };
+        // The run's last event was refused because a cancel of it came first.
+        let active: Option<String> = row.try_get(0).unwrap_or_default();
+        let flagged: Option<bool> = row.try_get(1).unwrap_or_default();
+        match fence {
+            Fence::RunEnd(run) if active.as_deref() == Some(run) && flagged == Some(true) => {
+                StoreError::CancelRequested
+            }
+            _ => StoreError::NotOwner,
         }
     }
 
@@ -383,8 +399,10 @@ impl SessionStore for PgStore {
         }
         let mut tx = self.pool.begin().await?;
         let inserted = sqlx::query(
-            "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+            "INSERT INTO sessions (app_name, user_id, id, state, initial_state, create_time,
+                                   update_time, last_seq)
+             VALUES ($1, $2, $3, $4, NULLIF($4::jsonb, '{}'::jsonb), $5, $6, $7)
+             ON CONFLICT DO NOTHING",
         )
         .bind(&key.app_name)
         .bind(&key.user_id)
@@ -601,7 +619,7 @@ impl SessionStore for PgStore {
         let Some(seq) = seq else {
             return Err(match fence {
                 Fence::Unfenced => StoreError::SessionNotFound,
-                _ => self.append_refused(key).await,
+                _ => self.append_refused(key, fence).await,
             });
         };
         event.actions.artifact_delta.extend(versions);
@@ -649,7 +667,7 @@ impl SessionStore for PgStore {
                 Ok(None) => {
                     return Err(match fence {
                         Fence::Unfenced => StoreError::SessionNotFound,
-                        _ => self.append_refused(key).await,
+                        _ => self.append_refused(key, fence).await,
                     })
                 }
                 Err(e) => return Err(e),

@@ -58,6 +58,17 @@ impl ArtifactStore for SqliteStore {
         validate_artifact(&write.filename, &write.part, self.limits.max_artifact_bytes)?;
         let now = now_ts();
         let mut tx = self.begin().await?;
+        // The session must exist (one writer: nothing deletes it meanwhile).
+        let session =
+            sqlx::query("SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
+                .bind(&scope.app_name)
+                .bind(&scope.user_id)
+                .bind(&scope.session_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if session.is_none() {
+            return Err(StoreError::SessionNotFound);
+        }
         let version = Self::insert_artifact(&mut tx, scope, &write, now).await?;
         tx.commit().await?;
         Ok(ArtifactVersion {

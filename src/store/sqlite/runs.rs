@@ -434,6 +434,7 @@ impl SqliteStore {
         let key = sqlx::query(
             "UPDATE runs SET status = ?2, finished_at = ?3, last_seq = ?4, error = ?5
               WHERE id = ?1 AND status = 'running'
+                AND NOT (?2 = 'completed' AND cancel_requested)
              RETURNING app_name, user_id, session_id",
         )
         .bind(run_id)
@@ -444,6 +445,18 @@ impl SqliteStore {
         .fetch_optional(&mut **tx)
         .await?;
         let done = key.is_some();
+        if !done && status == RunStatus::Completed {
+            // Refused for a cancel that came first, or the run no longer runs.
+            let flagged: Option<bool> = sqlx::query_scalar(
+                "SELECT cancel_requested FROM runs WHERE id = ?1 AND status = 'running'",
+            )
+            .bind(run_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+            if flagged == Some(true) {
+                return Err(StoreError::CancelRequested);
+            }
+        }
         if let Some(k) = key {
             sqlx::query(
                 "UPDATE sessions SET active_run = NULL

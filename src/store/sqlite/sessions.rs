@@ -213,8 +213,9 @@ impl SessionStore for SqliteStore {
 
         let mut tx = self.begin().await?;
         let inserted = sqlx::query(
-            "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
-             VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "INSERT INTO sessions (app_name, user_id, id, state, initial_state, create_time,
+                                   update_time, last_seq)
+             VALUES (?1, ?2, ?3, ?4, NULLIF(?4, '{}'), ?5, ?6, ?7) ON CONFLICT DO NOTHING",
         )
         .bind(&key.app_name)
         .bind(&key.user_id)

@@ -85,7 +85,7 @@ impl A2aError {
                 "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
             ),
             A2aError::VersionNotSupported(_) => (StatusCode::BAD_REQUEST, "VERSION_NOT_SUPPORTED"),
-            A2aError::Api(e) => (e.status, e.code),
+            A2aError::Api(e) => (e.status, e.code.as_str()),
         };
         (status, reason, self.message())
     }
@@ -115,7 +115,7 @@ impl A2aError {
         let (_, reason, _) = self.status_reason();
         let mut metadata = serde_json::Map::new();
         if let A2aError::Api(e) = self {
-            metadata.insert("agentdCode".into(), Value::String(e.code.into()));
+            metadata.insert("agentdCode".into(), Value::String(e.code.as_str().into()));
         }
         json!([{
             "@type": "type.googleapis.com/google.rpc.ErrorInfo",
@@ -199,6 +199,7 @@ pub type A2aResult<T> = Result<T, A2aError>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error_code::ErrorCode;
 
     #[test]
     fn errors_carry_the_spec_codes_and_reasons() {
@@ -211,9 +212,9 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(body["error"]["status"], "NOT_FOUND");
         assert_eq!(body["error"]["details"][0]["reason"], "TASK_NOT_FOUND");
-        let busy = A2aError::from(ApiError::conflict("session_busy", "busy"));
+        let busy = A2aError::from(ApiError::new(ErrorCode::SessionBusy, "busy"));
         assert_eq!(busy.code(), -32000);
-        let draining = A2aError::from(ApiError::unavailable("draining", "shutting down", 1));
+        let draining = A2aError::from(ApiError::new(ErrorCode::ShuttingDown, "shutting down"));
         assert_eq!(
             draining.code(),
             -32000,

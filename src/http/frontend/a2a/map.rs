@@ -21,18 +21,7 @@ pub const ADK_TYPE: &str = "adk_type";
 const FUNCTION_CALL: &str = "function_call";
 const FUNCTION_RESPONSE: &str = "function_response";
 
-pub use crate::webhook::a2a::{task_state, text_part, timestamp};
-
-/// Whether no message may continue a task in this state.
-pub fn is_terminal(state: a2a::TaskState) -> bool {
-    matches!(
-        state,
-        a2a::TaskState::Completed
-            | a2a::TaskState::Failed
-            | a2a::TaskState::Canceled
-            | a2a::TaskState::Rejected
-    )
-}
+pub use crate::a2a_task::{is_terminal, task_state, text_part, timestamp};
 
 fn now() -> pbjson_types::Timestamp {
     let secs = std::time::SystemTime::now()
@@ -194,7 +183,7 @@ fn status_message(
             })
             .collect(),
     };
-    (!parts.is_empty()).then(|| crate::webhook::a2a::status_message(task_id, context_id, parts))
+    (!parts.is_empty()).then(|| crate::a2a_task::status_message(task_id, context_id, parts))
 }
 
 /// The calls in `events` still waiting for the client, in order.
@@ -225,7 +214,7 @@ pub fn task_of(
         let skip = history.len().saturating_sub(n);
         history.drain(..skip);
     }
-    let error = (state == a2a::TaskState::Failed).then(|| crate::webhook::a2a::failure(run));
+    let error = (state == a2a::TaskState::Failed).then(|| crate::a2a_task::failure(run));
     let at = run.finished_at.or(run.started_at).unwrap_or(run.created_at);
     a2a::Task {
         id: run.run_id.clone(),
@@ -306,6 +295,64 @@ pub fn incoming_parts(message: &a2a::Message) -> A2aResult<Vec<crate::event::Par
         return Err(A2aError::InvalidParams("the message has no parts".into()));
     }
     Ok(out)
+}
+
+/// The message a `SendMessageRequest` sends, checked (present, from the user), and its parts
+/// as ADK parts.
+pub fn checked_input(
+    req: &a2a::SendMessageRequest,
+) -> A2aResult<(&a2a::Message, Vec<crate::event::Part>)> {
+    let message = req
+        .message
+        .as_ref()
+        .ok_or_else(|| A2aError::InvalidParams("params.message is required".into()))?;
+    if message.role != i32::from(a2a::Role::User) && message.role != 0 {
+        return Err(A2aError::InvalidParams(
+            "a message sent to an agent has role ROLE_USER".into(),
+        ));
+    }
+    Ok((message, incoming_parts(message)?))
+}
+
+/// ADK's run option, from the request's metadata: inline files become artifacts.
+pub fn saves_blobs(req: &a2a::SendMessageRequest) -> bool {
+    req.metadata
+        .as_ref()
+        .and_then(|m| serde_json::to_value(m).ok())
+        .is_some_and(|m| {
+            m.get("saveInputBlobsAsArtifacts")
+                .or_else(|| m.get("save_input_blobs_as_artifacts"))
+                == Some(&Value::Bool(true))
+        })
+}
+
+/// The task a message just started: `SUBMITTED`, with the user's message as its history (a
+/// message without an id gets one).
+pub fn submitted(
+    task_id: &str,
+    context_id: &str,
+    parts: &[crate::event::Part],
+    message_id: &str,
+) -> a2a::Task {
+    let message_id = if message_id.is_empty() {
+        uuid::Uuid::new_v4().to_string()
+    } else {
+        message_id.to_string()
+    };
+    a2a::Task {
+        id: task_id.to_string(),
+        context_id: context_id.to_string(),
+        status: Some(a2a::TaskStatus {
+            state: a2a::TaskState::Submitted.into(),
+            message: None,
+            timestamp: None,
+        }),
+        artifacts: vec![],
+        history: user_message(parts, &message_id, task_id, context_id)
+            .into_iter()
+            .collect(),
+        metadata: None,
+    }
 }
 
 /// JSON from a protobuf `Value`, whose numbers are all doubles, with whole numbers written

@@ -50,7 +50,9 @@ pub async fn target(
     Ok(target)
 }
 
-/// A stored target as the config it is (credentials are not echoed back).
+/// A stored target as the config it is. Neither the token nor the credentials are echoed back:
+/// the client chose them, and a read of the config (by anyone holding the user's key) must not
+/// hand out what lets a receiver trust a notification.
 fn config_of(target: &WebhookTarget) -> Option<a2a::TaskPushNotificationConfig> {
     let push = target.a2a.as_ref()?;
     Some(a2a::TaskPushNotificationConfig {
@@ -58,7 +60,7 @@ fn config_of(target: &WebhookTarget) -> Option<a2a::TaskPushNotificationConfig> 
         id: push.id.clone(),
         task_id: push.task_id.clone(),
         url: target.url.clone(),
-        token: push.token.clone(),
+        token: String::new(),
         authentication: (!push.scheme.is_empty()).then(|| a2a::AuthenticationInfo {
             scheme: push.scheme.clone(),
             credentials: String::new(),

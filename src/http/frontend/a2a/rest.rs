@@ -8,7 +8,9 @@ use super::error::{A2aError, A2aResult};
 use super::push;
 use super::tasks::{self, Scope};
 use crate::auth::Caller;
+use crate::error_code::ErrorCode;
 use crate::http::extract::Path;
+use crate::http::openapi::error_set;
 use crate::http::openapi::EventStream;
 use crate::http::AppState;
 use a2a_types as a2a;
@@ -21,6 +23,66 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::IntoResponses;
 use utoipa_axum::{router::OpenApiRouter, routes};
+
+error_set!(
+    /// What `GET /a2a/{app}/.well-known/agent-card.json` answers beyond the door's codes.
+    CardErrors as "A2aErrorBody": AppNotFound, InvalidId
+);
+
+error_set!(
+    /// What `GET /.well-known/agent-card.json` answers beyond the door's codes.
+    DefaultCardErrors as "A2aErrorBody": AppNotFound, NoDefaultApp
+);
+
+error_set!(
+    /// What `POST /a2a/{app}/message:send` answers beyond the door's codes.
+    MessageSendErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
+);
+
+error_set!(
+    /// What `POST /a2a/{app}/message:stream` answers beyond the door's codes.
+    MessageStreamErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
+);
+
+error_set!(
+    /// What `GET /a2a/{app}/tasks` answers beyond the door's codes.
+    ListTasksErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden
+);
+
+error_set!(
+    /// What `GET /a2a/{app}/tasks/{task}` answers beyond the door's codes.
+    GetTaskErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden
+);
+
+error_set!(
+    /// What `POST /a2a/{app}/tasks/{task}` answers beyond the door's codes.
+    TaskActionErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, RunNotFound
+);
+
+error_set!(
+    /// What `GET /a2a/{app}/tasks/{task}/pushNotificationConfigs` answers beyond the door's codes.
+    PushConfigsErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden
+);
+
+error_set!(
+    /// What `POST /a2a/{app}/tasks/{task}/pushNotificationConfigs` answers beyond the door's codes.
+    CreatePushConfigErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden
+);
+
+error_set!(
+    /// What `GET /a2a/{app}/tasks/{task}/pushNotificationConfigs/{config}` answers beyond the door's codes.
+    PushConfigErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden
+);
+
+error_set!(
+    /// What `DELETE /a2a/{app}/tasks/{task}/pushNotificationConfigs/{config}` answers beyond the door's codes.
+    DeletePushConfigErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden
+);
+
+error_set!(
+    /// What `GET /a2a/{app}/extendedAgentCard` answers beyond the door's codes.
+    ExtendedCardErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -88,9 +150,9 @@ fn json<T: serde::Serialize>(value: &T) -> Response {
 
 /// A stream of A2A responses as SSE, one `data:` line of JSON each, kept alive.
 pub fn sse(frames: impl Stream<Item = Value> + Send + 'static) -> Response {
-    let bytes = frames.map(|v| crate::http::frontend::kit::data_frame(&v));
-    crate::http::frontend::kit::sse_response(
-        crate::http::frontend::kit::with_keep_alive(bytes),
+    let bytes = frames.map(|v| crate::http::sse::run::json_frame(&v));
+    crate::http::sse::event_stream(
+        crate::http::sse::run::with_keep_alive(bytes),
         HeaderMap::new(),
     )
 }
@@ -104,7 +166,7 @@ fn app_card(state: &AppState, headers: &HeaderMap, app: &str) -> A2aResult<Respo
         .apps
         .get(app)
         .and_then(|e| e.tree.as_ref().ok().map(|t| (t.clone(), e.a2a.clone())))
-        .ok_or_else(|| A2aError::Api(crate::http::routes::apps::app_not_found(app)))?;
+        .ok_or_else(|| A2aError::Api(crate::http::error::ApiError::app_not_found(app)))?;
     Ok(json(&agent_card(
         &state.interop,
         headers,
@@ -117,7 +179,7 @@ fn app_card(state: &AppState, headers: &HeaderMap, app: &str) -> A2aResult<Respo
 /// The app's agent card (behind the door unless `--a2a-public-cards`: see `docs/a2a.md`).
 #[utoipa::path(get, path = "/a2a/{app}/.well-known/agent-card.json", tag = "a2a",
     params(("app" = String, Path)),
-    responses((status = 200, description = "The app's A2A agent card.", body = Object), A2aErrors))]
+    responses((status = 200, description = "The app's A2A agent card.", body = Object), A2aErrors, CardErrors))]
 async fn card(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -129,7 +191,7 @@ async fn card(
 
 /// The agent card of `--a2a-default-app`, or of the only app served.
 #[utoipa::path(get, path = "/.well-known/agent-card.json", tag = "a2a",
-    responses((status = 200, description = "The default app's A2A agent card.", body = Object), A2aErrors))]
+    responses((status = 200, description = "The default app's A2A agent card.", body = Object), A2aErrors, DefaultCardErrors))]
 async fn default_card(
     State(state): State<AppState>,
     caller: Option<axum::Extension<Caller>>,
@@ -142,8 +204,8 @@ async fn default_card(
             match (names.next(), names.next()) {
                 (Some(only), None) => only.to_string(),
                 _ => {
-                    return Err(A2aError::Api(crate::http::error::ApiError::not_found(
-                        "no_default_app",
+                    return Err(A2aError::Api(crate::http::error::ApiError::new(
+                        ErrorCode::NoDefaultApp,
                         "Several apps are served: each has its card at \
                          /a2a/{app}/.well-known/agent-card.json (or name one with \
                          --a2a-default-app).",
@@ -156,7 +218,11 @@ async fn default_card(
     // this path, so the door could not check it).
     if let Some(axum::Extension(caller)) = caller {
         if !caller.may_use_app(&app) {
-            return Err(A2aError::Api(crate::http::auth::app_hidden(&app)));
+            return Err(A2aError::Api(crate::http::auth::app_hidden(
+                &state.apps,
+                &caller,
+                &app,
+            )));
         }
     }
     app_card(&state, &headers, &app)
@@ -167,7 +233,7 @@ async fn default_card(
 #[utoipa::path(post, path = "/a2a/{app}/message:send", tag = "a2a",
     params(("app" = String, Path)),
     request_body(content = Object, description = "A2A `SendMessageRequest`."),
-    responses((status = 200, description = "A2A `SendMessageResponse` (`{\"task\": …}`).", body = Object), A2aErrors))]
+    responses((status = 200, description = "A2A `SendMessageResponse` (`{\"task\": …}`).", body = Object), A2aErrors, MessageSendErrors))]
 async fn message_send(
     State(state): State<AppState>,
     caller: Caller,
@@ -176,6 +242,7 @@ async fn message_send(
     raw: Bytes,
 ) -> Result<Response, A2aError> {
     let scope = Scope::for_call(&state, &caller, &headers, &app)?;
+    crate::http::extract::require_json(&headers, &raw)?;
     let req: a2a::SendMessageRequest = body(&raw)?;
     Ok(json(&tasks::send_blocking(&state, &scope, &req).await?))
 }
@@ -186,7 +253,7 @@ async fn message_send(
     params(("app" = String, Path)),
     request_body(content = Object, description = "A2A `SendMessageRequest`."),
     responses((status = 200, description = "A2A `StreamResponse`s as SSE `data:` lines.",
-        content((EventStream = "text/event-stream"))), A2aErrors))]
+        content((EventStream = "text/event-stream"))), A2aErrors, MessageStreamErrors))]
 async fn message_stream(
     State(state): State<AppState>,
     caller: Caller,
@@ -195,6 +262,7 @@ async fn message_stream(
     raw: Bytes,
 ) -> Result<Response, A2aError> {
     let scope = Scope::for_call(&state, &caller, &headers, &app)?;
+    crate::http::extract::require_json(&headers, &raw)?;
     let req: a2a::SendMessageRequest = body(&raw)?;
     let frames = tasks::send_streaming(&state, &scope, &req).await?;
     Ok(sse(frames.map(as_json)))
@@ -204,7 +272,7 @@ async fn message_stream(
 /// `pageSize`, `pageToken`, `historyLength`, `includeArtifacts`, `statusTimestampAfter`).
 #[utoipa::path(get, path = "/a2a/{app}/tasks", tag = "a2a",
     params(("app" = String, Path)),
-    responses((status = 200, description = "A2A `ListTasksResponse`.", body = Object), A2aErrors))]
+    responses((status = 200, description = "A2A `ListTasksResponse`.", body = Object), A2aErrors, ListTasksErrors))]
 async fn list_tasks(
     State(state): State<AppState>,
     caller: Caller,
@@ -224,7 +292,7 @@ async fn list_tasks(
 /// `GetTask` (`historyLength` keeps the newest messages).
 #[utoipa::path(get, path = "/a2a/{app}/tasks/{task}", tag = "a2a",
     params(("app" = String, Path), ("task" = String, Path)),
-    responses((status = 200, description = "A2A `Task`.", body = Object), A2aErrors))]
+    responses((status = 200, description = "A2A `Task`.", body = Object), A2aErrors, GetTaskErrors))]
 async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -244,7 +312,7 @@ async fn get_task(
 #[utoipa::path(post, path = "/a2a/{app}/tasks/{task}", tag = "a2a",
     params(("app" = String, Path), ("task" = String, Path, description = "`{id}:cancel` or `{id}:subscribe`")),
     responses((status = 200, description = "`:cancel`: the A2A `Task`; `:subscribe`: A2A `StreamResponse`s as SSE.",
-        content((Object = "application/json"), (EventStream = "text/event-stream"))), A2aErrors))]
+        content((Object = "application/json"), (EventStream = "text/event-stream"))), A2aErrors, TaskActionErrors))]
 async fn task_action(
     State(state): State<AppState>,
     caller: Caller,
@@ -267,7 +335,7 @@ async fn task_action(
 /// `ListTaskPushNotificationConfigs`.
 #[utoipa::path(get, path = "/a2a/{app}/tasks/{task}/pushNotificationConfigs", tag = "a2a",
     params(("app" = String, Path), ("task" = String, Path)),
-    responses((status = 200, description = "A2A `ListTaskPushNotificationConfigsResponse`.", body = Object), A2aErrors))]
+    responses((status = 200, description = "A2A `ListTaskPushNotificationConfigsResponse`.", body = Object), A2aErrors, PushConfigsErrors))]
 async fn push_configs(
     State(state): State<AppState>,
     caller: Caller,
@@ -283,7 +351,7 @@ async fn push_configs(
 #[utoipa::path(post, path = "/a2a/{app}/tasks/{task}/pushNotificationConfigs", tag = "a2a",
     params(("app" = String, Path), ("task" = String, Path)),
     request_body(content = Object, description = "A2A `TaskPushNotificationConfig`."),
-    responses((status = 200, description = "The stored A2A `TaskPushNotificationConfig` (credentials not echoed).", body = Object), A2aErrors))]
+    responses((status = 200, description = "The stored A2A `TaskPushNotificationConfig` (credentials not echoed).", body = Object), A2aErrors, CreatePushConfigErrors))]
 async fn create_push_config(
     State(state): State<AppState>,
     caller: Caller,
@@ -292,6 +360,7 @@ async fn create_push_config(
     raw: Bytes,
 ) -> Result<Response, A2aError> {
     let scope = Scope::for_call(&state, &caller, &headers, &app)?;
+    crate::http::extract::require_json(&headers, &raw)?;
     let mut config: a2a::TaskPushNotificationConfig = body(&raw)?;
     if !config.task_id.is_empty() && config.task_id != task {
         return Err(A2aError::InvalidParams(
@@ -305,7 +374,7 @@ async fn create_push_config(
 /// `GetTaskPushNotificationConfig`.
 #[utoipa::path(get, path = "/a2a/{app}/tasks/{task}/pushNotificationConfigs/{config}", tag = "a2a",
     params(("app" = String, Path), ("task" = String, Path), ("config" = String, Path)),
-    responses((status = 200, description = "A2A `TaskPushNotificationConfig`.", body = Object), A2aErrors))]
+    responses((status = 200, description = "A2A `TaskPushNotificationConfig`.", body = Object), A2aErrors, PushConfigErrors))]
 async fn push_config(
     State(state): State<AppState>,
     caller: Caller,
@@ -319,7 +388,7 @@ async fn push_config(
 /// `DeleteTaskPushNotificationConfig`.
 #[utoipa::path(delete, path = "/a2a/{app}/tasks/{task}/pushNotificationConfigs/{config}", tag = "a2a",
     params(("app" = String, Path), ("task" = String, Path), ("config" = String, Path)),
-    responses((status = 200, description = "`{}`: the config is gone.", body = Object), A2aErrors))]
+    responses((status = 200, description = "`{}`: the config is gone.", body = Object), A2aErrors, DeletePushConfigErrors))]
 async fn delete_push_config(
     State(state): State<AppState>,
     caller: Caller,
@@ -334,7 +403,7 @@ async fn delete_push_config(
 /// `GetExtendedAgentCard`: agentd has no card beyond the public one.
 #[utoipa::path(get, path = "/a2a/{app}/extendedAgentCard", tag = "a2a",
     params(("app" = String, Path)),
-    responses((status = 200, description = "Never: there is no extended card.", body = Object), A2aErrors))]
+    responses((status = 200, description = "Never: there is no extended card.", body = Object), A2aErrors, ExtendedCardErrors))]
 async fn extended_card(
     State(state): State<AppState>,
     caller: Caller,

@@ -10,6 +10,7 @@ use super::tasks::{self, Scope};
 use super::v03;
 use crate::auth::Caller;
 use crate::http::extract::Path;
+use crate::http::openapi::error_set;
 use crate::http::openapi::EventStream;
 use crate::http::AppState;
 use a2a_types as a2a;
@@ -20,6 +21,11 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use utoipa_axum::{router::OpenApiRouter, routes};
+
+error_set!(
+    /// What `POST /a2a/{app}` answers beyond the door's codes.
+    RpcErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, ArtifactTooLarge, RunNotFound
+);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(rpc))
@@ -133,7 +139,7 @@ fn to_json<T: serde::Serialize>(v: &T) -> A2aResult<Value> {
     params(("app" = String, Path)),
     request_body(content = Object, description = "A JSON-RPC 2.0 request."),
     responses((status = 200, description = "A JSON-RPC response (errors too), or for the streaming methods JSON-RPC responses as SSE `data:` lines.",
-        content((Object = "application/json"), (EventStream = "text/event-stream"))), A2aErrors))]
+        content((Object = "application/json"), (EventStream = "text/event-stream"))), A2aErrors, RpcErrors))]
 async fn rpc(
     State(state): State<AppState>,
     caller: Caller,
@@ -141,6 +147,10 @@ async fn rpc(
     Path(app): Path<String>,
     raw: Bytes,
 ) -> Response {
+    // As every route: a body must be labelled JSON (415 before any JSON-RPC framing).
+    if let Err(e) = crate::http::extract::require_json(&headers, &raw) {
+        return e.into_response();
+    }
     let call = match call(&raw) {
         Ok(c) => c,
         Err((id, e)) => return axum::Json(e.rpc_response(&id)).into_response(),
@@ -150,7 +160,7 @@ async fn rpc(
         Err(e) => {
             if let A2aError::Api(inner) = &e {
                 if inner.status.is_server_error() {
-                    tracing::warn!(code = inner.code, "a2a call failed");
+                    tracing::warn!(code = inner.code.as_str(), "a2a call failed");
                 }
             }
             axum::Json(e.rpc_response(&call.id)).into_response()
@@ -199,27 +209,35 @@ async fn dispatch(
             let frames = tasks::subscribe(state, &scope, &req.id).await?;
             stream(call, frames)
         }
-        "CreateTaskPushNotificationConfig" => {
-            let req: a2a::TaskPushNotificationConfig = params(p)?;
-            answer(to_json(&push::create(state, &scope, &req).await?)?)
-        }
-        "GetTaskPushNotificationConfig" => {
-            let req: a2a::GetTaskPushNotificationConfigRequest = params(p)?;
-            answer(to_json(
-                &push::get(state, &scope, &req.task_id, &req.id).await?,
-            )?)
-        }
-        "ListTaskPushNotificationConfigs" => {
-            let req: a2a::ListTaskPushNotificationConfigsRequest = params(p)?;
-            answer(to_json(&push::list(state, &scope, &req.task_id).await?)?)
-        }
-        "DeleteTaskPushNotificationConfig" => {
-            let req: a2a::DeleteTaskPushNotificationConfigRequest = params(p)?;
-            push::delete(state, &scope, &req.task_id, &req.id).await?;
-            answer(json!({}))
+        method if method.contains("PushNotificationConfig") => {
+            answer(push_call(state, &scope, method, p).await?)
         }
         _ => return Err(A2aError::ExtendedCardNotConfigured),
     })
+}
+
+/// The push notification config methods, answered as JSON.
+async fn push_call(state: &AppState, scope: &Scope, method: &str, p: Value) -> A2aResult<Value> {
+    match method {
+        "CreateTaskPushNotificationConfig" => {
+            let req: a2a::TaskPushNotificationConfig = params(p)?;
+            to_json(&push::create(state, scope, &req).await?)
+        }
+        "GetTaskPushNotificationConfig" => {
+            let req: a2a::GetTaskPushNotificationConfigRequest = params(p)?;
+            to_json(&push::get(state, scope, &req.task_id, &req.id).await?)
+        }
+        "ListTaskPushNotificationConfigs" => {
+            let req: a2a::ListTaskPushNotificationConfigsRequest = params(p)?;
+            to_json(&push::list(state, scope, &req.task_id).await?)
+        }
+        "DeleteTaskPushNotificationConfig" => {
+            let req: a2a::DeleteTaskPushNotificationConfigRequest = params(p)?;
+            push::delete(state, scope, &req.task_id, &req.id).await?;
+            Ok(json!({}))
+        }
+        _ => Err(A2aError::ExtendedCardNotConfigured),
+    }
 }
 
 fn stream(

@@ -10,7 +10,7 @@
 use super::error::{A2aError, A2aResult};
 use super::map::{self, is_terminal, task_of, task_state, TaskStream};
 pub use super::scope::{task_run, Scope};
-use crate::event::Event;
+use crate::event::{Event, Part};
 use crate::http::frontend::kit::{self, turn};
 use crate::http::AppState;
 use crate::runner::OnDisconnect;
@@ -170,16 +170,7 @@ pub async fn send(
     scope: &Scope,
     req: &a2a::SendMessageRequest,
 ) -> A2aResult<Started> {
-    let message = req
-        .message
-        .as_ref()
-        .ok_or_else(|| A2aError::InvalidParams("params.message is required".into()))?;
-    if message.role != i32::from(a2a::Role::User) && message.role != 0 {
-        return Err(A2aError::InvalidParams(
-            "a message sent to an agent has role ROLE_USER".into(),
-        ));
-    }
-    let parts = map::incoming_parts(message)?;
+    let (message, parts) = map::checked_input(req)?;
     // The task's id is chosen here, so a push config sent with the message can name it and
     // be stored with the run at admission.
     let run_id = format!("run-{}", uuid::Uuid::new_v4());
@@ -191,6 +182,28 @@ pub async fn send(
         Some(config) => Some(super::push::target(state, &run_id, config).await?),
         None => None,
     };
+    let session = session_for(state, scope, message).await?;
+    let key = SessionKey::new(&scope.app, &scope.user, &session);
+    check_answers(state, &key, &parts).await?;
+    let mut run = turn(key, parts.clone(), true, vec![], OnDisconnect::Continue);
+    run.run_id = Some(run_id);
+    run.webhook = push;
+    run.run_config.save_input_blobs_as_artifacts = map::saves_blobs(req);
+    let handle = kit::start_run(state, run).await?;
+    let first = map::submitted(&handle.run_id, &session, &parts, &message.message_id);
+    let run_id = handle.run_id.clone();
+    Ok(Started {
+        first,
+        stream: TaskStream::new(&run_id, &session),
+        items: crate::http::sse::run::items(state, handle),
+        run_id,
+    })
+}
+
+/// The session a message goes to: its task's (a task continues only while it waits for
+/// input, in the same context), else its context (the caller's own, created on first use),
+/// else a new one.
+async fn session_for(state: &AppState, scope: &Scope, message: &a2a::Message) -> A2aResult<String> {
     let mut session = (!message.context_id.is_empty()).then(|| message.context_id.clone());
     if !message.task_id.is_empty() {
         let run = task_run(state, scope, &message.task_id).await?;
@@ -219,71 +232,33 @@ pub async fn send(
         }
         session = Some(run.session_id);
     }
-    let session = match session {
+    match session {
         Some(s) => {
             context_id(&s)?;
-            s
+            Ok(s)
         }
-        None => uuid::Uuid::new_v4().to_string(),
-    };
-    let key = SessionKey::new(&scope.app, &scope.user, &session);
-    // A function response must answer a call that waits for the client: a message cannot
-    // inject tool results the agent never asked for.
+        None => Ok(uuid::Uuid::new_v4().to_string()),
+    }
+}
+
+/// A function response must answer a call that waits for the client: a message cannot inject
+/// tool results the agent never asked for.
+async fn check_answers(state: &AppState, key: &SessionKey, parts: &[Part]) -> A2aResult<()> {
     let answers: Vec<&str> = parts
         .iter()
         .filter_map(|p| p.function_response.as_ref())
         .map(|r| r.id.as_deref().unwrap_or(""))
         .collect();
-    if !answers.is_empty() {
-        let open = kit::open_calls(state, &key).await?;
-        if let Some(stray) = answers.iter().find(|id| !open.contains_key(**id)) {
-            return Err(A2aError::InvalidParams(format!(
-                "function response {stray:?} answers no call waiting in this context"
-            )));
-        }
+    if answers.is_empty() {
+        return Ok(());
     }
-    let mut run = turn(key, parts.clone(), true, vec![], OnDisconnect::Continue);
-    run.run_id = Some(run_id);
-    run.webhook = push;
-    // ADK's run option, from the request's metadata: inline files become artifacts.
-    run.run_config.save_input_blobs_as_artifacts = req
-        .metadata
-        .as_ref()
-        .and_then(|m| serde_json::to_value(m).ok())
-        .is_some_and(|m| {
-            m.get("saveInputBlobsAsArtifacts")
-                .or_else(|| m.get("save_input_blobs_as_artifacts"))
-                == Some(&serde_json::Value::Bool(true))
-        });
-    let handle = kit::start_run(state, run).await?;
-    let message_id = if message.message_id.is_empty() {
-        uuid::Uuid::new_v4().to_string()
-    } else {
-        message.message_id.clone()
-    };
-    let first = a2a::Task {
-        id: handle.run_id.clone(),
-        context_id: session.clone(),
-        status: Some(a2a::TaskStatus {
-            state: a2a::TaskState::Submitted.into(),
-            message: None,
-            timestamp: None,
-        }),
-        artifacts: vec![],
-        history: map::user_message(&parts, &message_id, &handle.run_id, &session)
-            .into_iter()
-            .collect(),
-        metadata: None,
-    };
-    let run_id = handle.run_id.clone();
-    let stream = TaskStream::new(&run_id, &session);
-    let items = Box::pin(kit::handle_items(state, handle));
-    Ok(Started {
-        first,
-        stream,
-        items,
-        run_id,
-    })
+    let open = kit::open_calls(state, key).await?;
+    match answers.iter().find(|id| !open.contains_key(**id)) {
+        Some(stray) => Err(A2aError::InvalidParams(format!(
+            "function response {stray:?} answers no call waiting in this context"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// `SendMessage`: the task when it stops (ends or waits for input), or at once with
@@ -361,7 +336,8 @@ pub async fn subscribe(
     let mut stream = TaskStream::new(&run.run_id, &run.session_id);
     stream.seed(&view.events);
     let first = stream.start(task);
-    let items = kit::follow_after(state, &run.user_id, &run.run_id, Some(view.upto)).await?;
+    let items =
+        crate::http::sse::run::follow(state, &run.user_id, &run.run_id, Some(view.upto)).await?;
     let body = items.flat_map(move |item| futures::stream::iter(stream.item(&item)));
     Ok(futures::stream::iter([first]).chain(body))
 }
@@ -400,86 +376,39 @@ pub async fn list(
     scope: &Scope,
     req: &a2a::ListTasksRequest,
 ) -> A2aResult<a2a::ListTasksResponse> {
-    let page = match req.page_size {
-        None | Some(0) => DEFAULT_PAGE,
-        Some(n) if n < 0 || n as u32 > MAX_PAGE => {
-            return Err(A2aError::InvalidParams(format!(
-                "pageSize must be between 1 and {MAX_PAGE}"
-            )))
-        }
-        Some(n) => n as u32,
+    let q = ListQuery::parse(req)?;
+    let mut answer = a2a::ListTasksResponse {
+        page_size: q.page as i32,
+        // `totalSize` stays 0 (unknown): counting every task of a user on each page would
+        // cost more than the page.
+        total_size: 0,
+        tasks: vec![],
+        next_page_token: String::new(),
     };
-    let history_length = history(req.history_length)?;
-    let with_artifacts = req.include_artifacts.unwrap_or(false);
-    let wanted = a2a::TaskState::try_from(req.status).map_err(|_| {
-        A2aError::InvalidParams(format!("status {} is not a task state", req.status))
-    })?;
-    let status = match wanted {
-        a2a::TaskState::Unspecified => None,
-        a2a::TaskState::Working | a2a::TaskState::Submitted => Some(RunStatus::Running),
-        a2a::TaskState::Completed | a2a::TaskState::InputRequired => Some(RunStatus::Completed),
-        a2a::TaskState::Canceled => Some(RunStatus::Cancelled),
-        a2a::TaskState::Failed => None,
-        a2a::TaskState::Rejected | a2a::TaskState::AuthRequired => {
-            return Ok(a2a::ListTasksResponse {
-                tasks: vec![],
-                next_page_token: String::new(),
-                page_size: page as i32,
-                total_size: 0,
-            })
-        }
+    // A state no run is ever in lists nothing.
+    let Some(status) = crate::a2a_task::run_filter(q.wanted) else {
+        return Ok(answer);
     };
     let mut before = page_token(&req.page_token)?;
-    let since = req
-        .status_timestamp_after
-        .as_ref()
-        .map(|t| t.seconds as f64 + f64::from(t.nanos) / 1e9);
-    if !req.context_id.is_empty() {
-        context_id(&req.context_id)?;
-    }
-    let mut tasks = vec![];
     let mut exhausted = false;
-    // A state the runs table cannot filter on (failed has several run statuses,
-    // input-required is a completed run with calls waiting) is filtered here, a bounded
-    // number of pages per request: a page may then come back short, with a token to go on.
+    // A state the runs table cannot filter on is filtered here, a bounded number of pages per
+    // request: a page may then come back short, with a token to go on.
     'pages: for _ in 0..3 {
-        let runs = if req.context_id.is_empty() {
-            state
-                .store
-                .list_runs(&scope.app, &scope.user, status, before.clone(), page + 1)
-                .await?
-        } else {
-            let key = SessionKey::new(&scope.app, &scope.user, &req.context_id);
-            state
-                .store
-                .list_session_runs(&key, before.clone(), page + 1)
-                .await?
-        };
-        let more = runs.len() > page as usize;
-        for run in runs.into_iter().take(page as usize) {
+        let runs = runs_page(state, scope, &q, status, before.clone()).await?;
+        let more = runs.len() > q.page as usize;
+        for run in runs.into_iter().take(q.page as usize) {
             before = Some((run.created_at, run.run_id.clone()));
-            // A rewind or a summary held the session: not a task anyone sent.
-            if run.invocation_id.starts_with(crate::runner::HOLD_PREFIX) {
+            if !q.may_list(&run, status) {
                 continue;
             }
-            if status.is_some_and(|s| s != run.status) {
-                continue;
-            }
-            let changed = run.finished_at.or(run.started_at).unwrap_or(run.created_at);
-            if since.is_some_and(|t| changed <= t) {
-                continue;
-            }
-            let task = run_view(state, &run, LIST_TASK_EVENTS).await?.task(
-                &run,
-                history_length,
-                with_artifacts,
-            );
+            let view = run_view(state, &run, LIST_TASK_EVENTS).await?;
+            let task = view.task(&run, q.history_length, q.with_artifacts);
             let state_now = task.status.as_ref().map_or(0, |s| s.state);
-            if wanted != a2a::TaskState::Unspecified && state_now != i32::from(wanted) {
+            if q.wanted != a2a::TaskState::Unspecified && state_now != i32::from(q.wanted) {
                 continue;
             }
-            tasks.push(task);
-            if tasks.len() == page as usize {
+            answer.tasks.push(task);
+            if answer.tasks.len() == q.page as usize {
                 break 'pages;
             }
         }
@@ -488,17 +417,87 @@ pub async fn list(
             break;
         }
     }
-    let next_page_token = match (exhausted, before) {
-        (false, Some((at, id))) => crate::http::routes::runs::encode_cursor(at, &id),
-        _ => String::new(),
-    };
-    // `totalSize` stays 0 (unknown): counting every task of a user on each page would
-    // cost more than the page.
-    Ok(a2a::ListTasksResponse {
-        page_size: page as i32,
-        total_size: 0,
-        tasks,
-        next_page_token,
+    if let (false, Some((at, id))) = (exhausted, before) {
+        answer.next_page_token = crate::http::routes::runs::encode_cursor(at, &id);
+    }
+    Ok(answer)
+}
+
+/// A `ListTasks` request, checked.
+struct ListQuery {
+    page: u32,
+    history_length: Option<usize>,
+    with_artifacts: bool,
+    wanted: a2a::TaskState,
+    /// Only tasks that changed after this (seconds since the epoch).
+    since: Option<f64>,
+    /// Only the tasks of this context (session).
+    context: Option<String>,
+}
+
+impl ListQuery {
+    fn parse(req: &a2a::ListTasksRequest) -> A2aResult<ListQuery> {
+        let page = match req.page_size {
+            None | Some(0) => DEFAULT_PAGE,
+            Some(n) if n < 0 || n as u32 > MAX_PAGE => {
+                return Err(A2aError::InvalidParams(format!(
+                    "pageSize must be between 1 and {MAX_PAGE}"
+                )))
+            }
+            Some(n) => n as u32,
+        };
+        let wanted = a2a::TaskState::try_from(req.status).map_err(|_| {
+            A2aError::InvalidParams(format!("status {} is not a task state", req.status))
+        })?;
+        if !req.context_id.is_empty() {
+            context_id(&req.context_id)?;
+        }
+        Ok(ListQuery {
+            page,
+            history_length: history(req.history_length)?,
+            with_artifacts: req.include_artifacts.unwrap_or(false),
+            wanted,
+            since: req
+                .status_timestamp_after
+                .as_ref()
+                .map(|t| t.seconds as f64 + f64::from(t.nanos) / 1e9),
+            context: (!req.context_id.is_empty()).then(|| req.context_id.clone()),
+        })
+    }
+
+    /// Whether `run` may be a listed task, before its events are read: a rewind or a summary
+    /// that held the session is not a task anyone sent.
+    fn may_list(&self, run: &RunRecord, status: Option<RunStatus>) -> bool {
+        let changed = run.finished_at.or(run.started_at).unwrap_or(run.created_at);
+        !run.invocation_id.starts_with(crate::runner::HOLD_PREFIX)
+            && status.is_none_or(|s| s == run.status)
+            && self.since.is_none_or(|t| changed > t)
+    }
+}
+
+/// One page (and one more, to tell whether there are more) of the caller's runs of `status`,
+/// of one context if the query names one, newest first, before `before`.
+async fn runs_page(
+    state: &AppState,
+    scope: &Scope,
+    q: &ListQuery,
+    status: Option<RunStatus>,
+    before: Option<(f64, String)>,
+) -> A2aResult<Vec<RunRecord>> {
+    Ok(match &q.context {
+        None => {
+            state
+                .store
+                .list_runs(&scope.app, &scope.user, status, before, q.page + 1)
+                .await?
+        }
+        Some(context) => {
+            let key = SessionKey::new(&scope.app, &scope.user, context);
+            state
+                .store
+                .list_session_runs(&key, before, q.page + 1)
+                .await?
+        }
     })
 }
 

@@ -143,11 +143,9 @@ pub fn params_in(method: &str, params: Value) -> Value {
                         json!(blocking == Value::Bool(false)),
                     );
                 }
+                // The whole config: its token and credentials too.
                 if let Some(push) = c.remove("pushNotificationConfig") {
-                    c.insert(
-                        "taskPushNotificationConfig".into(),
-                        json!({"url": push.get("url")}),
-                    );
+                    c.insert("taskPushNotificationConfig".into(), push_in(None, &push));
                 }
             }
         }

@@ -13,11 +13,74 @@
 //! `RUN_ERROR`), so an open text message is closed before anything else is sent and each
 //! tool call's three events are contiguous. No empty deltas.
 
-use crate::event::{Event, JsonMap};
-use crate::http::frontend::kit::{answer_text, Streamed};
+use crate::event::{Event, JsonMap, Part};
+use crate::http::frontend::kit::{answer_part, answer_text, response_object, Streamed};
 use crate::store::RunStatus;
 use crate::transcript::RunItem;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// The new input of a re-sent thread: its trailing tool messages that answer `open` calls (id →
+/// name), else its trailing user message unless it was `seen` (run before). What precedes
+/// them was sent, and run, before.
+pub fn new_input(messages: &[Value], open: &BTreeMap<String, String>, seen: bool) -> Vec<Part> {
+    let mut parts: Vec<Part> = vec![];
+    for m in messages.iter().rev() {
+        match m.get("role").and_then(Value::as_str) {
+            Some("user") => {
+                let text = user_text(m);
+                if !seen && !text.is_empty() && parts.is_empty() {
+                    parts.push(Part::text(text));
+                }
+                break;
+            }
+            Some("tool") => {
+                let call_id = m
+                    .get("toolCallId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if let Some(name) = open.get(call_id) {
+                    let content = m.get("content").and_then(Value::as_str).unwrap_or_default();
+                    let value = serde_json::from_str(content)
+                        .unwrap_or_else(|_| Value::String(content.to_string()));
+                    parts.insert(0, answer_part(call_id, name, response_object(value)));
+                }
+            }
+            _ => break,
+        }
+    }
+    parts
+}
+
+/// The keys of the client's `state` that differ from the session's `current` one. Only the
+/// session's own keys: `app:` and `user:` keys are shared with other sessions, where they may
+/// have changed since this client's copy (it would write back stale values).
+pub fn state_delta(current: &JsonMap, client: Option<&Value>) -> JsonMap {
+    let mut delta = JsonMap::new();
+    if let Some(Value::Object(client)) = client {
+        for (k, v) in client {
+            let shared = k.starts_with("temp:") || k.starts_with("app:") || k.starts_with("user:");
+            if !shared && current.get(k) != Some(v) {
+                delta.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    delta
+}
+
+/// The text of an AG-UI user message (`content` string, or its text input parts).
+fn user_text(m: &Value) -> String {
+    match m.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
 
 #[derive(Debug)]
 pub struct AgUiStream {

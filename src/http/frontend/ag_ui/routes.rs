@@ -12,18 +12,19 @@
 //! applied with the run; `tools` are offered to the agent as client-resolved tools. A client
 //! that goes away cancels the run (AG-UI has no resume).
 
-use super::map::{messages, AgUiStream};
+use super::map::{messages, new_input, state_delta, AgUiStream};
 use crate::auth::Caller;
 use crate::event::{JsonMap, Part};
 use crate::http::error::ApiResult;
 use crate::http::extract::{Json, Path};
-use crate::http::frontend::kit::{
-    answer_part, check_app, data_frame, open_calls, recent_events, resolve_user, response_object,
-    run_headers, sse_response, start_run, turn,
-};
+use crate::http::frontend::kit::{check_app, open_calls, recent_events, resolve_user, start_run};
+use crate::http::openapi::error_set;
 use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
+use crate::http::sse::event_stream as sse_response;
+use crate::http::sse::run::json_frame as data_frame;
+use crate::http::sse::run_headers;
 use crate::http::AppState;
-use crate::runner::{EditPoint, OnDisconnect, RunRequest};
+use crate::runner::{EditPoint, OnDisconnect, RunHandle, RunRequest};
 use crate::store::{EventRange, RunStatus, SessionKey};
 use crate::transcript::RunItem;
 use axum::extract::State;
@@ -34,6 +35,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `POST /apps/{app}/ag-ui` answers beyond the door's codes.
+    RunErrors: AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout
+);
 
 /// The longest thread (in events) that gets a closing `MESSAGES_SNAPSHOT` (it replaces the
 /// client's transcript, so it is sent only when it holds the whole thread).
@@ -67,20 +73,6 @@ struct ClientTool {
     description: String,
     #[serde(default)]
     parameters: Option<Value>,
-}
-
-/// The text of an AG-UI user message (`content` string, or its text input parts).
-fn user_text(m: &Value) -> String {
-    match m.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
 }
 
 /// How many of the client's newest messages may meet the session's: the trailing user
@@ -149,7 +141,7 @@ fn messages_of(e: &crate::event::Event) -> Vec<Value> {
     params(AppPath, UserHeader),
     request_body = RunAgentInput,
     responses((status = 200, description = "AG-UI events as SSE `data:` frames.",
-        content_type = "text/event-stream", body = EventStream), Errors))]
+        content_type = "text/event-stream", body = EventStream), Errors, RunErrors))]
 async fn run(
     State(state): State<AppState>,
     caller: Caller,
@@ -167,77 +159,9 @@ async fn run(
     crate::http::extract::validate_id("threadId", &input.thread_id)?;
     crate::http::extract::validate_id("runId", &input.run_id)?;
     let key = SessionKey::new(app, user, input.thread_id.clone());
-    let head = state.store.session_head(&key).await?;
-    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
-    // The session's events are read only when the input answers tool calls.
-    let answers_calls = input.messages.last().and_then(role).as_deref() == Some("tool");
-    let open = if answers_calls && head.is_some() {
-        open_calls(&state, &key).await?
-    } else {
-        Default::default()
-    };
-    // A thread that left the stored one (an edited or regenerated message) goes back to
-    // where it left it, and runs its trailing user message there.
-    let trailing_user = input.messages.last().and_then(role).as_deref() == Some("user");
-    let diverged = match (&head, trailing_user) {
-        (Some(_), true) => diverged(&state, &key, &input.messages).await?,
-        _ => None,
-    };
-    // A user message whose id is an event id (the ids `MESSAGES_SNAPSHOT` gave the client)
-    // was run before.
-    let seen = match input.messages.last() {
-        _ if diverged.is_some() => false,
-        Some(m) if role(m).as_deref() == Some("user") && head.is_some() => {
-            match m.get("id").and_then(Value::as_str) {
-                Some(id) => state.store.find_event(&key, id).await?.is_some(),
-                None => false,
-            }
-        }
-        _ => false,
-    };
-
-    // New input: trailing tool answers for open calls, or the trailing user message.
-    let mut parts: Vec<Part> = vec![];
-    for m in input.messages.iter().rev() {
-        match m.get("role").and_then(Value::as_str) {
-            Some("user") => {
-                // Only the trailing user message is new input; what precedes it was sent
-                // (and run) before.
-                let text = user_text(m);
-                if !seen && !text.is_empty() && parts.is_empty() {
-                    parts.push(Part::text(text));
-                }
-                break;
-            }
-            Some("tool") => {
-                let call_id = m
-                    .get("toolCallId")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                if let Some(name) = open.get(call_id) {
-                    let content = m.get("content").and_then(Value::as_str).unwrap_or_default();
-                    let value = serde_json::from_str(content)
-                        .unwrap_or_else(|_| Value::String(content.to_string()));
-                    parts.insert(0, answer_part(call_id, name, response_object(value)));
-                }
-            }
-            _ => break,
-        }
-    }
-    let current = head.as_ref().map(|h| h.state.clone()).unwrap_or_default();
-    let mut delta = JsonMap::new();
-    // Only the session's own keys: `app:` and `user:` keys are shared with other sessions,
-    // where they may have changed since this client's copy (it would write back stale values).
-    if let Some(Value::Object(client)) = &input.state {
-        for (k, v) in client {
-            let shared = k.starts_with("temp:") || k.starts_with("app:") || k.starts_with("user:");
-            if !shared && current.get(k) != Some(v) {
-                delta.insert(k.clone(), v.clone());
-            }
-        }
-    }
+    let turn = read_turn(&state, &key, &input).await?;
     let mapper = AgUiStream::new(input.thread_id.clone(), input.run_id.clone(), true);
-    if parts.is_empty() {
+    if turn.parts.is_empty() {
         let frames: Vec<_> = mapper.empty().iter().map(data_frame).collect();
         return Ok(sse_response(stream::iter(frames), HeaderMap::new()));
     }
@@ -247,39 +171,94 @@ async fn run(
             .into_iter()
             .map(|t| (t.name, t.description, t.parameters)),
     )?;
+    let mut start_state = turn.state;
+    start_state.extend(turn.delta.clone());
     let handle = start_run(
         &state,
         RunRequest {
-            state_delta: (!delta.is_empty()).then_some(delta.clone()),
-            edit: diverged.map(EditPoint::Invocation),
-            ..turn(key.clone(), parts, true, tools, OnDisconnect::Cancel)
+            state_delta: (!turn.delta.is_empty()).then_some(turn.delta),
+            edit: turn.edit.map(EditPoint::Invocation),
+            ..crate::http::frontend::kit::turn(
+                key.clone(),
+                turn.parts,
+                true,
+                tools,
+                OnDisconnect::Cancel,
+            )
         },
     )
     .await?;
-    let extra = run_headers(&handle.run_id, &handle.invocation_id, &key.session_id);
-    let mut start_state = current;
-    start_state.extend(delta);
-    let first: Vec<Value> = mapper.start(&start_state);
-    let items = Box::pin(crate::http::frontend::kit::handle_items(&state, handle));
-    let rest = stream::unfold(Some((mapper, items, state.clone(), key)), |st| async move {
+    Ok(respond(state, key, mapper, &start_state, handle))
+}
+
+/// What a re-sent thread asks of the session.
+struct Turn {
+    /// The session's state now.
+    state: JsonMap,
+    /// The new input (trailing tool answers, or the trailing user message); empty: nothing new.
+    parts: Vec<Part>,
+    /// The session's own keys the client changed.
+    delta: JsonMap,
+    /// The invocation to go back before (an edited or regenerated message).
+    edit: Option<String>,
+}
+
+/// Reads what the thread adds to the session: tool answers for the calls it waits for, a user
+/// message it has not run (or one to run again where the thread left the stored one), and
+/// changed state.
+async fn read_turn(state: &AppState, key: &SessionKey, input: &RunAgentInput) -> ApiResult<Turn> {
+    let head = state.store.session_head(key).await?;
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
+    let last = input.messages.last().and_then(role);
+    // The session's events are read only when the input answers tool calls.
+    let open = match (last.as_deref(), &head) {
+        (Some("tool"), Some(_)) => open_calls(state, key).await?,
+        _ => Default::default(),
+    };
+    // A thread that left the stored one (an edited or regenerated message) goes back to
+    // where it left it, and runs its trailing user message there.
+    let edit = match (&head, last.as_deref()) {
+        (Some(_), Some("user")) => diverged(state, key, &input.messages).await?,
+        _ => None,
+    };
+    // A user message whose id is an event id (the ids `MESSAGES_SNAPSHOT` gave the client)
+    // was run before.
+    let id = input.messages.last().and_then(|m| m.get("id")?.as_str());
+    let seen = match (id, &head, last.as_deref()) {
+        (Some(id), Some(_), Some("user")) if edit.is_none() => {
+            state.store.find_event(key, id).await?.is_some()
+        }
+        _ => false,
+    };
+    let current = head.map(|h| h.state).unwrap_or_default();
+    Ok(Turn {
+        parts: new_input(&input.messages, &open, seen),
+        delta: state_delta(&current, input.state.as_ref()),
+        state: current,
+        edit,
+    })
+}
+
+/// The run's AG-UI events: `RUN_STARTED` with the starting state, the run's, and at its end
+/// the state and message snapshots (read when it completed).
+fn respond(
+    state: AppState,
+    key: SessionKey,
+    mapper: AgUiStream,
+    start_state: &JsonMap,
+    handle: RunHandle,
+) -> Response {
+    let extra = run_headers(&handle.run_id, &handle.invocation_id, Some(&key.session_id));
+    let first: Vec<Value> = mapper.start(start_state);
+    let items = crate::http::sse::run::items(&state, handle);
+    let rest = stream::unfold(Some((mapper, items, state, key)), |st| async move {
         let (mut mapper, mut items, app, key) = st?;
-        match items.next().await {
-            None => None,
-            Some(RunItem::Done { status, .. }) => {
-                // The snapshots replace the client's copies: sent only when read in full.
-                let (final_state, transcript) = if status == RunStatus::Completed {
-                    let head = app.store.session_head(&key).await.ok().flatten();
-                    let events = recent_events(&app, &key, SNAPSHOT_EVENTS + 1).await.ok();
-                    let transcript = events
-                        .filter(|e| e.len() <= SNAPSHOT_EVENTS as usize)
-                        .map(|e| messages(&e));
-                    (head.map(|h| h.state), transcript)
-                } else {
-                    (None, None)
-                };
+        match items.next().await? {
+            RunItem::Done { status, .. } => {
+                let (final_state, transcript) = snapshots(&app, &key, status).await;
                 Some((mapper.end(status, final_state.as_ref(), transcript), None))
             }
-            Some(item) => {
+            item => {
                 let out = mapper.item(&item);
                 Some((out, Some((mapper, items, app, key))))
             }
@@ -287,6 +266,24 @@ async fn run(
     })
     .flat_map(|events| stream::iter(events.iter().map(data_frame).collect::<Vec<_>>()));
     let frames = stream::iter(first.iter().map(data_frame).collect::<Vec<_>>())
-        .chain(crate::http::frontend::kit::with_keep_alive(rest));
-    Ok(sse_response(frames, extra))
+        .chain(crate::http::sse::run::with_keep_alive(rest));
+    sse_response(frames, extra)
+}
+
+/// The state and the transcript the run's end sends: they replace the client's copies, so
+/// only a completed run's, and the transcript only when read in full.
+async fn snapshots(
+    app: &AppState,
+    key: &SessionKey,
+    status: RunStatus,
+) -> (Option<JsonMap>, Option<Vec<Value>>) {
+    if status != RunStatus::Completed {
+        return (None, None);
+    }
+    let head = app.store.session_head(key).await.ok().flatten();
+    let events = recent_events(app, key, SNAPSHOT_EVENTS + 1).await.ok();
+    let transcript = events
+        .filter(|e| e.len() <= SNAPSHOT_EVENTS as usize)
+        .map(|e| messages(&e));
+    (head.map(|h| h.state), transcript)
 }

@@ -14,14 +14,19 @@
 
 use super::map::UiStream;
 use crate::auth::Caller;
+use crate::error_code::ErrorCode;
 use crate::event::{decode_base64_any, Blob, Bytes64, JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Json, Path};
 use crate::http::frontend::kit::{
-    answer_part, check_app, confirmation_answer, data_frame, open_calls, resolve_user,
-    response_object, run_headers, sse_response, start_run, turn,
+    answer_part, check_app, confirmation_answer, open_calls, resolve_user, response_object,
+    start_run, turn,
 };
+use crate::http::openapi::error_set;
 use crate::http::openapi::{AppPath, Errors, EventStream, UserHeader};
+use crate::http::sse::event_stream as sse_response;
+use crate::http::sse::run::json_frame as data_frame;
+use crate::http::sse::run_headers;
 use crate::http::AppState;
 use crate::runner::{EditPoint, OnDisconnect, RunRequest};
 use crate::store::RunRecord;
@@ -36,6 +41,21 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+error_set!(
+    /// What `POST /apps/{app}/chat` answers beyond the door's codes.
+    ChatErrors: AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, NoNewInput, InvalidFile, SessionNotFound, InvocationNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout
+);
+
+error_set!(
+    /// What `GET /apps/{app}/chat/{chat_id}/stream` answers beyond the door's codes.
+    ResumeErrors: AppNotFound, InvalidId, UserForbidden, UserRequired
+);
+
+error_set!(
+    /// What `POST /apps/{app}/chat/{chat_id}/stop` answers beyond the door's codes.
+    StopErrors: AppNotFound, InvalidId, UserForbidden, UserRequired
+);
 
 /// Sent by a client that wants ai 5's chunk set (no approval chunks): `5`.
 pub const VERSION_HEADER: &str = "x-agentd-ai-sdk-version";
@@ -114,14 +134,14 @@ fn user_parts(parts: &[Value]) -> ApiResult<Vec<Part>> {
                     .map(str::to_string);
                 if let Some(rest) = url.strip_prefix("data:") {
                     let Some((_, b64)) = rest.split_once(";base64,") else {
-                        return Err(ApiError::bad_request(
-                            "invalid_file",
+                        return Err(ApiError::new(
+                            ErrorCode::InvalidFile,
                             "a file part's data: URL must be base64",
                         ));
                     };
                     let data = decode_base64_any(b64).ok_or_else(|| {
-                        ApiError::bad_request(
-                            "invalid_file",
+                        ApiError::new(
+                            ErrorCode::InvalidFile,
                             "a file part's data: URL is not valid base64",
                         )
                     })?;
@@ -212,7 +232,7 @@ fn answers(parts: &[Value], open: &std::collections::BTreeMap<String, String>) -
         ("x-agentd-ai-sdk-version" = Option<String>, Header, description = "`5` for ai 5's chunk set (no approval chunks)")),
     request_body = ChatRequest,
     responses((status = 200, description = "UI message stream chunks as SSE `data:` frames, then `data: [DONE]`.",
-        content_type = "text/event-stream", body = EventStream), Errors))]
+        content_type = "text/event-stream", body = EventStream), Errors, ChatErrors))]
 async fn chat(
     State(state): State<AppState>,
     caller: Caller,
@@ -224,58 +244,8 @@ async fn chat(
     let user = resolve_user(&caller, &headers, req.user_id.as_deref())?;
     crate::http::extract::validate_id("id", &req.id)?;
     let key = SessionKey::new(app, user, req.id.clone());
-    let Some(last) = req.messages.last() else {
-        return Err(ApiError::bad_request("no_new_input", "messages is empty"));
-    };
-    let regenerate = req.trigger.as_deref() == Some("regenerate-message");
-    if regenerate && last.role != "user" {
-        return Err(ApiError::bad_request(
-            "no_new_input",
-            "a regenerated chat must end with the user message to answer again",
-        ));
-    }
-    // `regenerate()` and an edited user message (`sendMessage` with the user message's
-    // `messageId`) re-send the list up to that user message: the session goes back to before
-    // its turn (counted among the user messages) and runs it, in one commit.
-    let edited = last.role == "user"
-        && req.message_id.is_some()
-        && req.message_id == last.id
-        && req.trigger.as_deref() == Some("submit-message");
-    // An assistant message of agentd's (`msg_{invocation}`) names its turn; otherwise the
-    // turn is counted among the user messages sent.
-    let named = req
-        .message_id
-        .as_deref()
-        .and_then(|id| id.strip_prefix("msg_"))
-        .filter(|inv| inv.starts_with("e-"));
-    let edit = match (regenerate, edited, named) {
-        (true, _, Some(inv)) => Some(EditPoint::Invocation(inv.to_string())),
-        (true, _, None) | (false, true, _) => Some(EditPoint::Turn(
-            req.messages.iter().filter(|m| m.role == "user").count(),
-        )),
-        _ => None,
-    };
-    let (parts, continued) = match last.role.as_str() {
-        "user" => (user_parts(&last.parts)?, None),
-        "assistant" => {
-            let open = open_calls(&state, &key).await?;
-            let id = req.message_id.clone().or_else(|| last.id.clone());
-            (answers(&last.parts, &open), id)
-        }
-        other => {
-            return Err(ApiError::bad_request(
-                "no_new_input",
-                format!("the last message must be the user's or an assistant message with tool outputs, not {other:?}"),
-            ))
-        }
-    };
-    if parts.is_empty() {
-        return Err(ApiError::bad_request(
-            "no_new_input",
-            "the last message carries nothing to send: no text or file, and no tool output or \
-             approval for a call the chat is waiting for",
-        ));
-    }
+    let edit = edit_point(&req)?;
+    let (parts, continued) = new_input(&state, &key, &req).await?;
     let handle = start_run(
         &state,
         RunRequest {
@@ -286,14 +256,79 @@ async fn chat(
     )
     .await?;
     let message_id = continued.unwrap_or_else(|| format!("msg_{}", handle.invocation_id));
-    let extra = stream_headers(run_headers(
-        &handle.run_id,
-        &handle.invocation_id,
-        &key.session_id,
-    ));
+    let ids = run_headers(&handle.run_id, &handle.invocation_id, Some(&key.session_id));
     let mapper = UiStream::new(message_id, approvals(&headers), true);
-    let items = crate::http::frontend::kit::handle_items(&state, handle);
-    Ok(sse_response(ui_frames(mapper, items), extra))
+    let items = crate::http::sse::run::items(&state, handle);
+    Ok(sse_response(ui_frames(mapper, items), stream_headers(ids)))
+}
+
+/// Where a chat goes back to first, if it does: `regenerate()` and an edited user message
+/// (`sendMessage` with the user message's `messageId`) re-send the list up to that user
+/// message, and the session goes back to before its turn and runs it, in one commit. An
+/// assistant message of agentd's (`msg_{invocation}`) names its turn; otherwise the turn is
+/// counted among the user messages sent.
+fn edit_point(req: &ChatRequest) -> ApiResult<Option<EditPoint>> {
+    let Some(last) = req.messages.last() else {
+        return Err(ApiError::new(ErrorCode::NoNewInput, "messages is empty"));
+    };
+    let regenerate = req.trigger.as_deref() == Some("regenerate-message");
+    if regenerate && last.role != "user" {
+        return Err(ApiError::new(
+            ErrorCode::NoNewInput,
+            "a regenerated chat must end with the user message to answer again",
+        ));
+    }
+    let edited = last.role == "user"
+        && req.message_id.is_some()
+        && req.message_id == last.id
+        && req.trigger.as_deref() == Some("submit-message");
+    let named = req
+        .message_id
+        .as_deref()
+        .and_then(|id| id.strip_prefix("msg_"))
+        .filter(|inv| inv.starts_with("e-"));
+    Ok(match (regenerate, edited, named) {
+        (true, _, Some(inv)) => Some(EditPoint::Invocation(inv.to_string())),
+        (true, _, None) | (false, true, _) => Some(EditPoint::Turn(
+            req.messages.iter().filter(|m| m.role == "user").count(),
+        )),
+        _ => None,
+    })
+}
+
+/// The last message's new input: a user message's parts, or an assistant message's tool
+/// outputs and approvals answering the calls the chat waits for (which continue that
+/// assistant message: its id comes back).
+async fn new_input(
+    state: &AppState,
+    key: &SessionKey,
+    req: &ChatRequest,
+) -> ApiResult<(Vec<Part>, Option<String>)> {
+    let Some(last) = req.messages.last() else {
+        return Err(ApiError::new(ErrorCode::NoNewInput, "messages is empty"));
+    };
+    let (parts, continued) = match last.role.as_str() {
+        "user" => (user_parts(&last.parts)?, None),
+        "assistant" => {
+            let open = open_calls(state, key).await?;
+            let id = req.message_id.clone().or_else(|| last.id.clone());
+            (answers(&last.parts, &open), id)
+        }
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::NoNewInput,
+                format!("the last message must be the user's or an assistant message with tool outputs, not {other:?}"),
+            ))
+        }
+    };
+    if parts.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::NoNewInput,
+            "the last message carries nothing to send: no text or file, and no tool output or \
+             approval for a call the chat is waiting for",
+        ));
+    }
+    Ok((parts, continued))
 }
 
 /// The chunks of `items` (ending at `Done`), as SSE, then `[DONE]`.
@@ -313,7 +348,7 @@ fn ui_frames(
         )
     });
     start
-        .chain(crate::http::frontend::kit::with_keep_alive(body))
+        .chain(crate::http::sse::run::with_keep_alive(body))
         .chain(stream::iter([Bytes::from_static(b"data: [DONE]\n\n")]))
 }
 
@@ -336,7 +371,7 @@ fn chat_key(
 #[utoipa::path(get, path = "/apps/{app}/chat/{chat_id}/stream", tag = "ai-sdk",
     params(AppPath, ("chat_id" = String, Path), UserHeader),
     responses((status = 200, description = "UI message stream chunks as SSE.", content_type = "text/event-stream", body = EventStream),
-        (status = 204, description = "Nothing is running."), Errors))]
+        (status = 204, description = "Nothing is running."), Errors, ResumeErrors))]
 async fn resume(
     State(state): State<AppState>,
     caller: Caller,
@@ -352,29 +387,47 @@ async fn resume(
     else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    let Some(head) = state.store.session_head(&key).await? else {
+    let Some((message_id, earlier)) = current_message(&state, &key, &run).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let followed = crate::http::sse::run::follow(&state, &run.user_id, &run.run_id, None).await?;
+    let earlier = stream::iter(earlier.into_iter().map(|e| RunItem::Event {
+        event: Box::new(e.event),
+        seq: Some(e.seq),
+    }));
+    let ids = run_headers(&run.run_id, &run.invocation_id, Some(&key.session_id));
+    let mapper = UiStream::new(message_id, approvals(&headers), false);
+    let items = earlier.chain(followed);
+    Ok(sse_response(ui_frames(mapper, items), stream_headers(ids)))
+}
+
+/// The chat's current assistant message: its id, and its events committed before `run`
+/// began (the message began after the last message the user typed; answers to tool calls
+/// continue it). `None` when the session is gone.
+async fn current_message(
+    state: &AppState,
+    key: &SessionKey,
+    run: &RunRecord,
+) -> ApiResult<Option<(String, Vec<StoredEvent>)>> {
+    let Some(head) = state.store.session_head(key).await? else {
+        return Ok(None);
+    };
+    let range = EventRange {
+        after: None,
+        before: Some(head.last_seq + 1),
+        limit: RESUME_WINDOW,
     };
     let recent = state
         .store
-        .list_events(
-            &key,
-            EventRange {
-                after: None,
-                before: Some(head.last_seq + 1),
-                limit: RESUME_WINDOW,
-            },
-        )
+        .list_events(key, range)
         .await?
         .map(|p| p.events)
         .unwrap_or_default();
-    // The current assistant message began after the last message the user typed (answers to
-    // tool calls continue the same message).
     let base = run.base_seq.unwrap_or(0);
     let start = recent
         .iter()
         .rposition(|e| crate::transcript::rewind::is_user_turn(&e.event));
-    let (message_id, earlier): (String, Vec<StoredEvent>) = match start {
+    Ok(Some(match start {
         Some(i) => (
             format!("msg_{}", recent[i].event.invocation_id),
             recent[i + 1..]
@@ -384,27 +437,14 @@ async fn resume(
                 .collect(),
         ),
         None => (format!("msg_{}", run.invocation_id), vec![]),
-    };
-    let followed = crate::http::frontend::kit::follow(&state, &run.user_id, &run.run_id).await?;
-    let earlier = stream::iter(earlier.into_iter().map(|e| RunItem::Event {
-        event: Box::new(e.event),
-        seq: Some(e.seq),
-    }));
-    let items = earlier.chain(followed);
-    let extra = stream_headers(run_headers(
-        &run.run_id,
-        &run.invocation_id,
-        &key.session_id,
-    ));
-    let mapper = UiStream::new(message_id, approvals(&headers), false);
-    Ok(sse_response(ui_frames(mapper, items), extra))
+    }))
 }
 
 /// Stops the chat's running message (the run is cancelled); 204 when nothing is running.
 #[utoipa::path(post, path = "/apps/{app}/chat/{chat_id}/stop", tag = "ai-sdk",
     params(AppPath, ("chat_id" = String, Path), UserHeader),
     responses((status = 202, description = "Cancelling: the run as it was when asked.", body = RunRecord),
-        (status = 204, description = "Nothing is running."), Errors))]
+        (status = 204, description = "Nothing is running."), Errors, StopErrors))]
 async fn stop(
     State(state): State<AppState>,
     caller: Caller,

@@ -1,7 +1,10 @@
 //! The pure part of the MCP server: an app as a tool, a run's outcome as a tool result, and
 //! the run id a tool call gets (so a cancel arriving at another replica finds it).
 
+use crate::error_code::ErrorCode;
+use crate::http::frontend::kit::{answer_text, waiting_calls};
 use crate::store::RunStatus;
+use crate::transcript::RunItem;
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -123,5 +126,102 @@ mod tests {
         assert_eq!(ok["isError"], false);
         let bad = serde_json::to_value(result("".into(), "s", "r", "failed")).unwrap();
         assert_eq!(bad["isError"], true);
+    }
+}
+
+/// A call's arguments: its `message` and the session it names (a new one when it names
+/// none); a tool result saying what is wrong otherwise.
+pub fn arguments(args: &Map<String, Value>) -> Result<(String, String), CallToolResult> {
+    let refuse = |text: String| CallToolResult::error(vec![ContentBlock::text(text)]);
+    let Some(message) = args.get("message").and_then(Value::as_str) else {
+        return Err(refuse("`message` (a string) is required".into()));
+    };
+    let session = match args.get("session_id") {
+        None | Some(Value::Null) => uuid::Uuid::new_v4().to_string(),
+        Some(Value::String(s)) => {
+            if let Err(e) = crate::http::extract::validate_id("session_id", s) {
+                let detail = match &e.detail {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                return Err(refuse(detail));
+            }
+            s.clone()
+        }
+        Some(_) => return Err(refuse("`session_id` must be a string".into())),
+    };
+    Ok((message.to_string(), session))
+}
+
+/// A call whose run did not start: the reason, and agentd's error code as structured content.
+pub fn refused(detail: &str, code: ErrorCode) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(detail)]);
+    r.structured_content = Some(serde_json::json!({ "code": code }));
+    r
+}
+
+/// A call's run, item by item: its partial text (progress), its last answer, the calls it
+/// leaves waiting for the client, its error and its end.
+#[derive(Default)]
+pub struct CallFold {
+    /// Progress notifications sent so far.
+    pub chunks: u32,
+    text: String,
+    waiting: std::collections::BTreeMap<String, String>,
+    error: Option<String>,
+    status: Option<RunStatus>,
+}
+
+impl CallFold {
+    /// Takes `item`: the text a progress notification carries, if any, and whether the run
+    /// is over.
+    pub fn item(&mut self, item: &RunItem) -> (Option<String>, bool) {
+        match item {
+            RunItem::Event { event, seq: None } => {
+                let chunk = answer_text(event);
+                if chunk.is_empty() {
+                    return (None, false);
+                }
+                self.chunks += 1;
+                (Some(chunk), false)
+            }
+            RunItem::Event { event, .. } => {
+                if event.author != "user" {
+                    let t = answer_text(event);
+                    if !t.is_empty() {
+                        self.text = t;
+                    }
+                }
+                self.waiting
+                    .extend(waiting_calls(std::slice::from_ref(event)));
+                for r in event.function_responses() {
+                    if let Some(id) = &r.id {
+                        self.waiting.remove(id);
+                    }
+                }
+                (None, false)
+            }
+            RunItem::Error { message, .. } => {
+                self.error = Some(message.clone());
+                (None, false)
+            }
+            RunItem::Done { status, .. } => {
+                self.status = Some(*status);
+                (None, true)
+            }
+        }
+    }
+
+    /// The tool result: the last answer (or the error), the session, the run and its status.
+    pub fn result(self, session_id: &str, run_id: &str) -> CallToolResult {
+        let status = status(
+            self.status.unwrap_or(RunStatus::Interrupted),
+            !self.waiting.is_empty(),
+        );
+        let text = match (self.text.is_empty(), self.error) {
+            (true, Some(e)) => e,
+            _ => self.text,
+        };
+        result(text, session_id, run_id, status)
     }
 }

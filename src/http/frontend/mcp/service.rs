@@ -10,6 +10,7 @@
 
 use super::tools::{AgentTools, OneApp};
 use crate::config::ServeArgs;
+use crate::error_code::ErrorCode;
 use crate::http::AppState;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderValue;
@@ -84,8 +85,7 @@ impl Mcp {
             let origin = origin.to_str().unwrap_or("");
             if !origin_allowed(origin, host, &self.origins) {
                 return crate::http::error::ApiError::new(
-                    axum::http::StatusCode::FORBIDDEN,
-                    "origin_forbidden",
+                    ErrorCode::OriginForbidden,
                     "MCP requests from a page of another origin need --allow-origin",
                 )
                 .into_response();
@@ -99,6 +99,9 @@ impl Mcp {
                 Ok(b) => b,
                 Err(e) => return body_error(&e, self.limit).into_response(),
             };
+            if let Err(refused) = check_message(&parts.headers, &bytes) {
+                return *refused;
+            }
             if let Some((id, reason)) = cancellation(&bytes) {
                 self.tools.cancel_call(&parts, &id, reason).await;
                 return axum::http::StatusCode::ACCEPTED.into_response();
@@ -138,8 +141,8 @@ fn body_error(e: &axum::Error, limit: usize) -> crate::http::error::ApiError {
         }
         source = s.source();
     }
-    crate::http::error::ApiError::bad_request(
-        "body_unreadable",
+    crate::http::error::ApiError::new(
+        ErrorCode::BodyUnreadable,
         format!("could not read the body: {e}"),
     )
 }
@@ -169,6 +172,28 @@ async fn proxy(service: &Arc<Service>, req: Request, issue: bool) -> Response {
         }
     }
     response
+}
+
+/// What every MCP POST must be before rmcp reads it: labelled JSON (415, as every route), one
+/// well-formed JSON-RPC message (400 with JSON-RPC's parse error, -32700), not a batch (400,
+/// -32600: MCP's streamable HTTP carries one message per request).
+fn check_message(headers: &axum::http::HeaderMap, bytes: &[u8]) -> Result<(), Box<Response>> {
+    crate::http::extract::require_json(headers, bytes).map_err(|e| Box::new(e.into_response()))?;
+    let refuse = |code: i32, message: &str| {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": code, "message": message}});
+        Box::new((axum::http::StatusCode::BAD_REQUEST, axum::Json(body)).into_response())
+    };
+    if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() {
+        return Err(refuse(
+            -32700,
+            "Parse error: the body is not one well-formed JSON value",
+        ));
+    }
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(refuse(-32600, "Invalid Request: batches are not supported"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

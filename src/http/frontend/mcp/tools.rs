@@ -8,7 +8,6 @@ use crate::http::frontend::kit::{self, USER_HEADER};
 use crate::http::AppState;
 use crate::runner::OnDisconnect;
 use crate::store::{CancelRequest, RunStatus, SessionKey};
-use crate::transcript::RunItem;
 use axum::http::request::Parts;
 use futures::StreamExt;
 use rmcp::model::{
@@ -102,24 +101,9 @@ impl AgentTools {
             ));
         }
         let args = request.arguments.unwrap_or_default();
-        let Some(message) = args.get("message").and_then(Value::as_str) else {
-            return Ok(CallToolResult::error(vec![ContentBlock::text(
-                "`message` (a string) is required",
-            )]));
-        };
-        let session = match args.get("session_id") {
-            None | Some(Value::Null) => uuid::Uuid::new_v4().to_string(),
-            Some(Value::String(s)) => {
-                if let Err(e) = crate::http::extract::validate_id("session_id", s) {
-                    return Ok(CallToolResult::error(vec![ContentBlock::text(detail(&e))]));
-                }
-                s.clone()
-            }
-            Some(_) => {
-                return Ok(CallToolResult::error(vec![ContentBlock::text(
-                    "`session_id` must be a string",
-                )]))
-            }
+        let (message, session) = match map::arguments(&args) {
+            Ok(parsed) => parsed,
+            Err(refused) => return Ok(refused),
         };
         let progress = context.meta.get_progress_token();
         let request_id = serde_json::to_value(&context.id).unwrap_or(Value::Null);
@@ -132,28 +116,16 @@ impl AgentTools {
                  send each call with a new id"
             ))]));
         }
-        let part = crate::event::Part {
-            text: Some(message.to_string()),
-            ..Default::default()
-        };
         let key = SessionKey::new(&app, &call.user, &session);
         // The client going away cancels the run: rmcp then cancels `context.ct` (see
         // `follow`), and a dropped handler drops the handle's guard.
-        let mut req = kit::turn(
-            key,
-            vec![part],
-            progress.is_some(),
-            vec![],
-            OnDisconnect::Cancel,
-        );
+        let streaming = progress.is_some();
+        let parts = vec![crate::event::Part::text(message)];
+        let mut req = kit::turn(key, parts, streaming, vec![], OnDisconnect::Cancel);
         req.run_id = Some(run_id.clone());
         let handle = match kit::start_run(&self.state, req).await {
             Ok(h) => h,
-            Err(e) => {
-                let mut r = CallToolResult::error(vec![ContentBlock::text(detail(&e))]);
-                r.structured_content = Some(serde_json::json!({"code": e.code}));
-                return Ok(r);
-            }
+            Err(e) => return Ok(map::refused(&detail(&e), e.code)),
         };
         let span = tracing::info_span!("mcp_call", app = %app, user = %call.user,
             session = %session, run = %run_id);
@@ -163,7 +135,8 @@ impl AgentTools {
     }
 
     /// Follows the call's run to its end: progress notifications for partial text, the final
-    /// text and status as the result.
+    /// text and status as the result. rmcp cancels `context.ct` when the client went away (or
+    /// it saw a cancel for the request): the run is cancelled once, and followed to its end.
     async fn follow(
         &self,
         handle: crate::runner::RunHandle,
@@ -173,18 +146,12 @@ impl AgentTools {
         progress: Option<rmcp::model::ProgressToken>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let mut items = Box::pin(kit::handle_items(&self.state, handle));
-        let mut chunks = 0u32;
-        let mut text = String::new();
-        let mut waiting = std::collections::BTreeMap::new();
-        let mut error = None;
-        let mut status = RunStatus::Interrupted;
+        let mut items = crate::http::sse::run::items(&self.state, handle);
+        let mut fold = map::CallFold::default();
         let mut cancelled = false;
         loop {
             let item = tokio::select! {
                 item = items.next() => item,
-                // rmcp cancels the token when the client went away (or it saw a cancel for
-                // the request): the run is cancelled once, and followed to its end.
                 _ = context.ct.cancelled(), if !cancelled => {
                     cancelled = true;
                     let why = cancel_request("the MCP client went away or cancelled the request");
@@ -195,49 +162,18 @@ impl AgentTools {
                 }
             };
             let Some(item) = item else { break };
-            match &item {
-                RunItem::Event { event, seq: None } => {
-                    let chunk = kit::answer_text(event);
-                    if let (Some(token), false) = (&progress, chunk.is_empty()) {
-                        chunks += 1;
-                        let note = ProgressNotificationParam::new(token.clone(), f64::from(chunks))
-                            .with_message(chunk);
-                        // A client that stopped listening is not a reason to stop the run.
-                        let _ = context.peer.notify_progress(note).await;
-                    }
-                }
-                RunItem::Event {
-                    event,
-                    seq: Some(_),
-                } => {
-                    if event.author != "user" {
-                        let t = kit::answer_text(event);
-                        if !t.is_empty() {
-                            text = t;
-                        }
-                    }
-                    let open = kit::waiting_calls(std::slice::from_ref(event));
-                    waiting.extend(open);
-                    for r in event.function_responses() {
-                        if let Some(id) = &r.id {
-                            waiting.remove(id);
-                        }
-                    }
-                }
-                RunItem::Error { message, .. } => error = Some(message.clone()),
-                RunItem::Done { status: s, .. } => {
-                    status = *s;
-                    break;
-                }
+            let (chunk, done) = fold.item(&item);
+            if let (Some(token), Some(chunk)) = (&progress, chunk) {
+                let note = ProgressNotificationParam::new(token.clone(), f64::from(fold.chunks))
+                    .with_message(chunk);
+                // A client that stopped listening is not a reason to stop the run.
+                let _ = context.peer.notify_progress(note).await;
+            }
+            if done {
+                break;
             }
         }
-        let status = map::status(status, !waiting.is_empty());
-        if text.is_empty() {
-            if let Some(e) = error {
-                text = e;
-            }
-        }
-        Ok(map::result(text, session, run_id, status))
+        Ok(fold.result(session, run_id))
     }
 }
 
@@ -256,7 +192,13 @@ impl AgentTools {
         };
         let run_id = map::run_id(Some(session), &call.user, request_id);
         match self.state.runner.get_user_run(&call.user, &run_id).await {
-            Ok(Some(run)) if run.status == RunStatus::Running => {
+            // Only a call this caller may make on this route: an app its key may use, the
+            // route's own app (as `/runs/{id}/cancel` and A2A bind a cancel).
+            Ok(Some(run))
+                if run.status == RunStatus::Running
+                    && call.caller.may_use_app(&run.app_name)
+                    && call.only.is_none_or(|only| only == run.app_name) =>
+            {
                 let reason = reason.unwrap_or_else(|| "cancelled by the MCP client".into());
                 let reason: String = reason.chars().take(1000).collect();
                 if let Err(e) = self
@@ -267,6 +209,9 @@ impl AgentTools {
                 {
                     tracing::warn!(run = %run_id, error = %e, "could not cancel an MCP call's run");
                 }
+            }
+            Ok(Some(run)) if run.status == RunStatus::Running => {
+                tracing::debug!(run = %run_id, app = %run.app_name, "an MCP cancel of a call this route or key may not make is ignored");
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(run = %run_id, error = %e, "could not read an MCP call's run"),

@@ -1,6 +1,7 @@
 //! What the Chat Completions and Responses routes share: an OpenAI conversation turned into
 //! a session (new, seeded with earlier messages, or continued) and its new input into a run.
 
+use crate::error_code::ErrorCode;
 use crate::event::{Content, Event, FunctionCall, JsonMap, Part};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::frontend::kit::{
@@ -28,12 +29,15 @@ pub(super) const CANCEL_WAIT: Duration = Duration::from_secs(10);
 pub(super) fn root_agent(state: &AppState, app: &str) -> ApiResult<String> {
     match state.apps.get(app).map(|e| &e.tree) {
         Some(Ok(tree)) => Ok(tree.root().name().to_string()),
-        Some(Err(e)) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "app_load_failed",
-            format!("Failed to load agent: {e}"),
-        )),
-        None => Err(crate::http::auth::app_hidden(app)),
+        // The load error names files and quotes YAML: it goes to the log, not to the caller.
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "request refused: the app failed to load");
+            Err(ApiError::new(
+                ErrorCode::AppLoadFailed,
+                format!("Failed to load agent: {}", crate::http::error::LOAD_FAILED),
+            ))
+        }
+        None => Err(ApiError::app_not_found(app)),
     }
 }
 
@@ -120,10 +124,11 @@ pub(super) fn seed_events(
                         .and_then(|a| serde_json::from_str::<JsonMap>(a).ok())
                         .unwrap_or_default();
                     if crate::event::INTERNAL_FUNCTIONS.contains(&name) {
-                        return Err(ApiError::bad_request(
-                            "invalid_message",
+                        return Err(ApiError::new(
+                            ErrorCode::InvalidMessage,
                             format!("earlier messages cannot call the internal function {name}"),
-                        ));
+                        )
+                        .with_status(StatusCode::BAD_REQUEST));
                     }
                     names.insert(id.into(), name.into());
                     if client_tools.iter().any(|t| t.name == name) {
@@ -234,8 +239,8 @@ pub(super) async fn calls_answered(
 }
 
 pub(super) fn no_input() -> ApiError {
-    ApiError::bad_request(
-        "no_new_input",
+    ApiError::new(
+        ErrorCode::NoNewInput,
         "nothing to run: end the messages with a user message, or with tool messages that \
          answer the calls the session waits for",
     )
@@ -252,8 +257,8 @@ pub(super) async fn new_conversation(
 ) -> ApiResult<(SessionKey, Vec<Part>)> {
     let split = input_start(messages);
     if split > MAX_SEED_MESSAGES {
-        return Err(ApiError::bad_request(
-            "too_many_messages",
+        return Err(ApiError::new(
+            ErrorCode::TooManyMessages,
             format!("a new conversation takes at most {MAX_SEED_MESSAGES} earlier messages"),
         ));
     }

@@ -2,14 +2,20 @@
 //! cancel by id, `previous_response_id` chains (naming an older response branches from it).
 
 use super::conversation::*;
+use crate::error_code::ErrorCode;
 
 use super::map::{ResponseMeta, ResponsesStream};
 use crate::auth::Caller;
+use crate::event::Part;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Query;
 use crate::http::extract::{Json, Path};
-use crate::http::frontend::kit::{check_app, resolve_user, run_headers, sse_response, turn};
+use crate::http::frontend::kit::{check_app, resolve_user, turn};
+use crate::http::openapi::error_set;
 use crate::http::openapi::{EventStream, OpenAiErrors, UserHeader};
+use crate::http::sse::event_stream as sse_response;
+use crate::http::sse::run::{until_done, RunItems};
+use crate::http::sse::run_headers;
 use crate::http::AppState;
 use crate::runner::{ForkPoint, OnDisconnect, RunHandle};
 use crate::store::{CancelRequest, EventRange, RunRecord, RunStatus, SessionKey};
@@ -21,6 +27,21 @@ use bytes::Bytes;
 use futures::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
+
+error_set!(
+    /// What `POST /v1/responses` answers beyond the door's codes.
+    CreateResponseErrors as "OpenAiErrorBody": AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, InvalidInput, ResponseNotFound, TooManyMessages, InvalidMessage, NoNewInput, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout
+);
+
+error_set!(
+    /// What `GET /v1/responses/{response_id}` answers beyond the door's codes.
+    GetResponseErrors as "OpenAiErrorBody": ValidationError, ResponseNotFound
+);
+
+error_set!(
+    /// What `POST /v1/responses/{response_id}/cancel` answers beyond the door's codes.
+    CancelResponseErrors as "OpenAiErrorBody": ResponseNotFound, RunNotFound
+);
 
 // ------------------------------------------------------------------ Responses
 
@@ -68,8 +89,8 @@ fn input_messages(input: Option<&Value>) -> ApiResult<Vec<Value>> {
                 _ => None,
             })
             .collect()),
-        Some(_) => Err(ApiError::bad_request(
-            "invalid_input",
+        Some(_) => Err(ApiError::new(
+            ErrorCode::InvalidInput,
             "input must be a string or an array of input items",
         )),
     }
@@ -102,7 +123,10 @@ async fn response_run(
     run.filter(|r| caller.may_access(&r.app_name, &r.user_id))
         .filter(|r| named.is_none_or(|u| u == r.user_id))
         .ok_or_else(|| {
-            ApiError::not_found("response_not_found", format!("No response with id {id:?}"))
+            ApiError::new(
+                ErrorCode::ResponseNotFound,
+                format!("No response with id {id:?}"),
+            )
         })
 }
 
@@ -184,7 +208,7 @@ async fn branch_from(state: &AppState, run: &RunRecord) -> ApiResult<SessionKey>
         .runner
         .fork(&key, &branch, ForkPoint::AtSeq(last), None)
         .await
-        .map_err(|e| crate::http::routes::run_request::run_error(e.into()))?;
+        .map_err(|e| ApiError::from(crate::runner::RunError::from(e)))?;
     tracing::info!(from = %key.session_id, session = %branch, seq = last, "response branched");
     Ok(SessionKey::new(&key.app_name, &key.user_id, branch))
 }
@@ -213,7 +237,7 @@ fn response_frames(
             ))
         }))
     });
-    crate::http::frontend::kit::with_keep_alive(events)
+    crate::http::sse::run::with_keep_alive(events)
 }
 
 /// OpenAI Responses over an app: streamed or not, `previous_response_id` continues that
@@ -222,7 +246,7 @@ fn response_frames(
     params(UserHeader),
     request_body = CreateResponse,
     responses((status = 200, description = "A `response` object, or with `stream: true` Responses events as SSE (`event:` + `data:`).",
-        content((Object = "application/json"), (EventStream = "text/event-stream"))), OpenAiErrors))]
+        content((Object = "application/json"), (EventStream = "text/event-stream"))), OpenAiErrors, CreateResponseErrors))]
 pub(super) async fn create_response(
     State(state): State<AppState>,
     caller: Caller,
@@ -235,40 +259,24 @@ pub(super) async fn create_response(
     let messages = input_messages(req.input.as_ref())?;
     let (key, parts) = match &req.previous_response_id {
         Some(prev) => {
-            let run = response_run(&state, &caller, &headers, prev).await?;
-            if run.app_name != req.model || run.user_id != user {
-                return Err(ApiError::not_found(
-                    "response_not_found",
-                    format!("No response with id {prev:?} for this model and user"),
-                ));
-            }
-            let key = branch_from(&state, &run).await?;
-            let open = calls_answered(&state, &key, &messages).await?;
-            (key, input_parts(&messages, &open))
+            previous_turn(&state, &caller, &headers, &req, &user, prev, &messages).await?
         }
         None => new_conversation(&state, &req.model, &user, &messages, &tools).await?,
     };
     if parts.is_empty() {
         return Err(no_input());
     }
-    let handle: RunHandle = start_or_forget(
-        &state,
-        req.previous_response_id.is_none(),
-        turn(
-            key.clone(),
-            parts,
-            // A background response streams whole events only (see the module doc).
-            req.stream && !req.background,
-            tools,
-            if req.background {
-                OnDisconnect::Continue
-            } else {
-                OnDisconnect::Cancel
-            },
-        ),
-    )
-    .await?;
-    let extra = run_headers(&handle.run_id, &handle.invocation_id, &key.session_id);
+    // A background response streams whole events only (see the module doc) and goes on
+    // without this request.
+    let on_disconnect = match req.background {
+        true => OnDisconnect::Continue,
+        false => OnDisconnect::Cancel,
+    };
+    let streaming = req.stream && !req.background;
+    let turn = turn(key.clone(), parts, streaming, tools, on_disconnect);
+    let new_session = req.previous_response_id.is_none();
+    let handle: RunHandle = start_or_forget(&state, new_session, turn).await?;
+    let extra = run_headers(&handle.run_id, &handle.invocation_id, Some(&key.session_id));
     let run = state
         .runner
         .get_user_run(&key.user_id, &handle.run_id)
@@ -278,33 +286,56 @@ pub(super) async fn create_response(
         // What a stream says is what a replay from the stored run can say again, byte for
         // byte: the request's own fields (background, previous_response_id) are not stored.
         let mapper = ResponsesStream::new(meta_of(&run, None, None), !req.background);
-        let items = crate::http::frontend::kit::handle_items(&state, handle);
+        let items = crate::http::sse::run::items(&state, handle);
         return Ok(sse_response(response_frames(mapper, items, None), extra));
     }
     let meta = meta_of(&run, Some(req.background), req.previous_response_id.clone());
     let mapper = ResponsesStream::new(meta, true);
     if req.background {
-        // The run goes on without this request (it does not cancel on disconnect).
         drop(handle);
         return Ok((extra, axum::Json(mapper.response("in_progress"))).into_response());
     }
-    let mut mapper = mapper;
-    mapper.start();
-    let mut items = Box::pin(crate::http::frontend::kit::handle_items(&state, handle));
-    let mut status = RunStatus::Failed;
-    while let Some(item) = items.next().await {
-        if let RunItem::Done { status: s, .. } = item {
-            status = s;
-            break;
-        }
-        mapper.item(&item);
+    let items = crate::http::sse::run::items(&state, handle);
+    Ok((extra, axum::Json(blocking(mapper, items).await)).into_response())
+}
+
+/// The session and the input of a response that continues `prev` (the caller's, for this
+/// model and user): on a branch of its session when the session went on after it.
+async fn previous_turn(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    req: &CreateResponse,
+    user: &str,
+    prev: &str,
+    messages: &[Value],
+) -> ApiResult<(SessionKey, Vec<Part>)> {
+    let run = response_run(state, caller, headers, prev).await?;
+    if run.app_name != req.model || run.user_id != user {
+        return Err(ApiError::new(
+            ErrorCode::ResponseNotFound,
+            format!("No response with id {prev:?} for this model and user"),
+        ));
     }
+    let key = branch_from(state, &run).await?;
+    let open = calls_answered(state, &key, messages).await?;
+    let parts = input_parts(messages, &open);
+    Ok((key, parts))
+}
+
+/// A `response` object once the run ends.
+async fn blocking(mut mapper: ResponsesStream, items: RunItems) -> Value {
+    mapper.start();
+    let status = until_done(items, |item| {
+        if !matches!(item, RunItem::Done { .. }) {
+            mapper.item(&item);
+        }
+    })
+    .await;
     let end = mapper.end(status);
-    let response = end
-        .last()
+    end.last()
         .map(|e| e["response"].clone())
-        .unwrap_or(Value::Null);
-    Ok((extra, axum::Json(response)).into_response())
+        .unwrap_or(Value::Null)
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -322,7 +353,7 @@ pub(super) struct GetQuery {
 #[utoipa::path(get, path = "/v1/responses/{response_id}", tag = "openai",
     params(("response_id" = String, Path), GetQuery, UserHeader),
     responses((status = 200, description = "The `response` object, or its events as SSE.",
-        content((Object = "application/json"), (EventStream = "text/event-stream"))), OpenAiErrors))]
+        content((Object = "application/json"), (EventStream = "text/event-stream"))), OpenAiErrors, GetResponseErrors))]
 pub(super) async fn get_response(
     State(state): State<AppState>,
     caller: Caller,
@@ -334,9 +365,9 @@ pub(super) async fn get_response(
     if !q.stream {
         return Ok(axum::Json(stored_response(&state, &run).await?).into_response());
     }
-    let items = crate::http::frontend::kit::follow(&state, &run.user_id, &run.run_id).await?;
+    let items = crate::http::sse::run::follow(&state, &run.user_id, &run.run_id, None).await?;
     let mapper = ResponsesStream::new(meta_of(&run, None, None), false);
-    let extra = run_headers(&run.run_id, &run.invocation_id, &run.session_id);
+    let extra = run_headers(&run.run_id, &run.invocation_id, Some(&run.session_id));
     Ok(sse_response(
         response_frames(mapper, items, q.starting_after),
         extra,
@@ -346,7 +377,7 @@ pub(super) async fn get_response(
 /// Cancels a background response; answers it as it ended.
 #[utoipa::path(post, path = "/v1/responses/{response_id}/cancel", tag = "openai",
     params(("response_id" = String, Path), UserHeader),
-    responses((status = 200, description = "The `response` object.", body = Object), OpenAiErrors))]
+    responses((status = 200, description = "The `response` object.", body = Object), OpenAiErrors, CancelResponseErrors))]
 pub(super) async fn cancel_response(
     State(state): State<AppState>,
     caller: Caller,

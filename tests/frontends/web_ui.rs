@@ -1,0 +1,87 @@
+//! ADK's dev UI served by `--web-ui-dir`, driven in headless Chromium.
+
+use super::*;
+use crate::both_backends;
+
+/// ADK's dev UI served by `--web-ui-dir`, in headless Chromium: pick the app, chat, see the
+/// reply and the state the agent wrote.
+async fn adk_web_ui(backend: Backend) {
+    let bundle = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/test-clients/adk-web-ui/browser");
+    assert!(
+        bundle.join("index.html").exists(),
+        "ADK's web UI bundle is missing at {}: run ./scripts/test.sh (it downloads the pinned google-adk wheel)",
+        bundle.display()
+    );
+    let m = ScriptedModel::start().await;
+    let weather = FunctionTool::new(
+        "get_weather",
+        "Weather of a city.",
+        |a: CityArgs, ctx| async move {
+            ctx.set_state("last_city", json!(a.city));
+            Ok(json!({"temp": 21}))
+        },
+    );
+    let agent = LlmAgent::new("assistant", m.model("webui"))
+        .instruction("Help.")
+        .tool(weather);
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert(
+        APP,
+        agentd::agent::AgentTree::new(std::sync::Arc::new(agent)).expect("tree"),
+    );
+    let s = TestServer::start_embedded_with(backend, apps, PluginSet::default(), |a| {
+        a.web_ui_dir = Some(bundle.clone());
+    })
+    .await;
+    // The runtime config the bundle reads: this origin, no telemetry.
+    let config = json_with_status(
+        s.get("/dev-ui/assets/config/runtime-config.json").await,
+        200,
+    )
+    .await;
+    assert_eq!(config, json!({"backendUrl": "", "telemetry": false}));
+    let r = s
+        .client
+        .get(s.url("/dev-ui/../Cargo.toml"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status(), 404);
+
+    m.push(
+        "webui",
+        Reply::tool_calls(&[("c1", "get_weather", r#"{"city":"Paris"}"#)]),
+    );
+    m.push("webui", Reply::text(&["Sunny in ", "Paris"]));
+    let out = clients::node(
+        "web-ui",
+        "web-ui.mjs",
+        &[],
+        &[
+            ("AGENTD_URL", &s.base),
+            ("AGENTD_APP", APP),
+            ("AGENTD_EXPECT_REPLY", "Sunny in Paris"),
+        ],
+    )
+    .await;
+    assert_eq!(out["loaded"], true, "{out}");
+    assert_eq!(out["appSelected"], true, "{out}");
+    assert_eq!(out["consentDialog"], false, "{out}");
+    assert_eq!(out["replySeen"], true, "{out}");
+    assert_eq!(out["runFinished"], true, "{out}");
+    assert!(
+        out["stateText"]
+            .as_str()
+            .unwrap_or("")
+            .contains("last_city"),
+        "{out}"
+    );
+    assert_eq!(
+        out["externalRequests"].as_u64().map(|_| ()),
+        Some(()),
+        "{out}"
+    );
+}
+
+both_backends!(adk_web_ui);
