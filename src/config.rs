@@ -383,6 +383,16 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_MAX_ARTIFACT_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_artifact_bytes: usize,
 
+    /// JSON values (objects, arrays, strings, numbers) one request body may hold, counted
+    /// before it is parsed (more gets 413 `body_too_complex`): what parsing a body costs grows
+    /// with its values, not its bytes.
+    #[arg(long, env = "AGENTD_MAX_JSON_VALUES", default_value_t = crate::http::json_shape::DEFAULT_MAX_VALUES)]
+    pub max_json_values: usize,
+
+    /// Parts one message or stored event may have (more gets 422 `too_many_parts`).
+    #[arg(long, env = "AGENTD_MAX_MESSAGE_PARTS", default_value_t = crate::store::DEFAULT_MAX_EVENT_PARTS)]
+    pub max_message_parts: usize,
+
     /// This replica's liveness lease in seconds: a replica that dies mid-run frees its
     /// sessions after at most this long (plus one sweep). One heartbeat per replica every third
     /// of it, whatever the number of open runs.
@@ -478,6 +488,20 @@ pub struct BackgroundArgs {
     #[arg(long, env = "AGENTD_WEBHOOK_RETRY_HOURS", default_value_t = 24.0)]
     pub webhook_retry_hours: f64,
 
+    /// Deliveries in flight at a time on one replica.
+    #[arg(long, env = "AGENTD_WEBHOOK_IN_FLIGHT", default_value_t = 16)]
+    pub webhook_in_flight: usize,
+
+    /// Of them, at most this many for one user (0: no limit): one tenant's slow receivers
+    /// cannot hold every slot.
+    #[arg(long, env = "AGENTD_WEBHOOK_IN_FLIGHT_PER_USER", default_value_t = 4)]
+    pub webhook_in_flight_per_user: usize,
+
+    /// And at most this many to one receiving host (scheme, host and port; 0: no limit); a
+    /// host that let an attempt time out gets one for a minute.
+    #[arg(long, env = "AGENTD_WEBHOOK_IN_FLIGHT_PER_HOST", default_value_t = 4)]
+    pub webhook_in_flight_per_host: usize,
+
     /// Fire schedules from this replica (any number of replicas may; each tick fires once).
     #[arg(
         long,
@@ -513,6 +537,15 @@ impl std::fmt::Debug for BackgroundArgs {
             .field("webhook_allow_private", &self.webhook_allow_private)
             .field("webhook_timeout_secs", &self.webhook_timeout_secs)
             .field("webhook_retry_hours", &self.webhook_retry_hours)
+            .field("webhook_in_flight", &self.webhook_in_flight)
+            .field(
+                "webhook_in_flight_per_user",
+                &self.webhook_in_flight_per_user,
+            )
+            .field(
+                "webhook_in_flight_per_host",
+                &self.webhook_in_flight_per_host,
+            )
             .field("scheduler", &self.scheduler)
             .field("schedule_poll_ms", &self.schedule_poll_ms)
             .field("max_schedules_per_user", &self.max_schedules_per_user)
@@ -531,6 +564,9 @@ impl BackgroundArgs {
             webhook_allow_private: vec![],
             webhook_timeout_secs: 10,
             webhook_retry_hours: 24.0,
+            webhook_in_flight: 16,
+            webhook_in_flight_per_user: 4,
+            webhook_in_flight_per_host: 4,
             scheduler: true,
             schedule_poll_ms: 500,
             max_schedules_per_user: 20,
@@ -581,6 +617,8 @@ impl ServeArgs {
             allow_origins: vec![],
             max_body_bytes: 32 * 1024 * 1024,
             max_artifact_bytes: 16 * 1024 * 1024,
+            max_json_values: crate::http::json_shape::DEFAULT_MAX_VALUES,
+            max_message_parts: crate::store::DEFAULT_MAX_EVENT_PARTS,
             shutdown_grace_secs: 10,
             drain_secs: 20,
             idempotency_ttl_secs: 86_400,

@@ -59,6 +59,7 @@ error_codes! {
     MethodNotAllowed = 405, "method_not_allowed", Retry::No, "The path exists, but not for this method.";
     PayloadTooLarge = 413, "payload_too_large", Retry::No, "The body is over `--max-body-bytes` (Connection: close).";
     BodyUnreadable = 400, "body_unreadable", Retry::No, "The body was cut off, too slow or broken.";
+    BodyTooComplex = 413, "body_too_complex", Retry::No, "The body holds more JSON values than `--max-json-values`.";
     UnsupportedContentType = 415, "unsupported_content_type", Retry::No, "A body not labelled JSON.";
     JsonInvalid = 422, "json_invalid", Retry::No, "Malformed JSON (problem list).";
     InvalidUtf8 = 422, "invalid_utf8", Retry::No, "The body is not UTF-8 (problem list).";
@@ -140,6 +141,7 @@ error_codes! {
     WebhookSecretRequired = 422, "webhook_secret_required", Retry::No, "The webhook needs a secret.";
     WebhookSecretInvalid = 422, "webhook_secret_invalid", Retry::No, "The webhook secret is malformed.";
     // Frontend protocols (AI SDK, AG-UI, OpenAI)
+    TooManyParts = 422, "too_many_parts", Retry::No, "A message or event has more parts than `--max-message-parts`.";
     TooManyTools = 400, "too_many_tools", Retry::No, "Too many client tools.";
     InvalidTool = 400, "invalid_tool", Retry::No, "A client tool name that is bad, reserved or declared twice.";
     InvalidFile = 400, "invalid_file", Retry::No, "A file part that is not base64.";
@@ -188,7 +190,7 @@ mod tests {
             );
             assert!(!code.meaning().is_empty(), "{s} has no meaning");
         }
-        assert_eq!(ErrorCode::ALL.len(), 85);
+        assert_eq!(ErrorCode::ALL.len(), 87);
     }
 
     /// docs/api.md's table of errors says what this table says, row for row.

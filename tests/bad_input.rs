@@ -157,8 +157,164 @@ async fn bodies_must_be_labelled_json(backend: Backend) {
     json_with_status(resp, 200).await;
 }
 
+/// Every intake bounds the parts of a message (422 `too_many_parts`, in its protocol's
+/// shape) and the JSON values of a body (413 `body_too_complex`, before it is parsed), and
+/// stores nothing for either: no session, no event, no run. A message at the limit runs.
+async fn parts_and_values_are_bounded_on_every_intake(backend: Backend) {
+    let s = TestServer::start_with(backend, |a| {
+        a.max_message_parts = 3;
+        a.max_json_values = 400;
+    })
+    .await;
+    let base = format!("/apps/echo/users/{USER}/sessions");
+    json_with_status(s.post_json(&base, json!({"sessionId": "s1"})).await, 200).await;
+    let text =
+        |n: usize| -> Vec<serde_json::Value> { (0..n).map(|_| json!({"text": "a"})).collect() };
+    let typed = |n: usize, kind: &str| -> Vec<serde_json::Value> {
+        (0..n).map(|_| json!({"type": kind, "text": "a"})).collect()
+    };
+    // Each intake with a message of `n` parts: (path, body, JSON-RPC binding).
+    let intakes = |n: usize| {
+        vec![
+            (
+                "/run".to_string(),
+                json!({"appName": "echo", "userId": USER, "sessionId": "s1",
+                "newMessage": {"role": "user", "parts": text(n)}}),
+                false,
+            ),
+            (
+                "/run_sse".to_string(),
+                json!({"appName": "echo", "userId": USER, "sessionId": "s1",
+                "newMessage": {"role": "user", "parts": text(n)}}),
+                false,
+            ),
+            (
+                format!("{base}/s1/runs"),
+                json!({"newMessage": {"role": "user", "parts": text(n)}}),
+                false,
+            ),
+            (
+                "/a2a/echo".to_string(),
+                json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                "params": {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": text(n)}}}),
+                true,
+            ),
+            (
+                "/a2a/echo/message:send".to_string(),
+                json!({"message": {"messageId": "m2",
+                "role": "ROLE_USER", "parts": text(n)}}),
+                false,
+            ),
+            (
+                "/apps/echo/chat".to_string(),
+                json!({"id": "c1", "messages": [{"id": "m3",
+                "role": "user", "parts": typed(n, "text")}]}),
+                false,
+            ),
+        ]
+    };
+    for (path, body, rpc) in intakes(4) {
+        let resp = s
+            .client
+            .post(s.url(&path))
+            .header("x-agentd-user-id", USER)
+            .json(&body)
+            .send()
+            .await
+            .expect("POST");
+        let status = resp.status().as_u16();
+        let got = resp.text().await.unwrap_or_default();
+        assert_eq!(status, if rpc { 200 } else { 422 }, "{path}: {got}");
+        assert!(got.contains("too_many_parts"), "{path}: {got}");
+    }
+    // A schedule's message, and imported events, are bounded the same way.
+    let schedule = json!({"cron": "0 9 * * *", "message": {"parts": text(4)}});
+    let got = json_with_status(
+        s.post_json(&format!("/apps/echo/users/{USER}/schedules"), schedule)
+            .await,
+        422,
+    )
+    .await;
+    assert_eq!(got["code"], "too_many_parts", "{got}");
+    let import = json!({"sessionId": "s2", "events": [{"author": "user",
+        "content": {"role": "user", "parts": text(4)}}]});
+    let got = json_with_status(s.post_json(&base, import).await, 422).await;
+    assert_eq!(got["code"], "too_many_parts", "{got}");
+    assert_eq!(s.get(&format!("{base}/s2")).await.status(), 404);
+
+    // 400 values: refused before parsing, whatever the route makes of them.
+    let many: Vec<serde_json::Value> = (0..500).map(|i| json!(i)).collect();
+    let mut bodies = intakes(1);
+    // AG-UI and OpenAI join a message's text into one part: only their values can grow.
+    bodies.push((
+        "/apps/echo/ag-ui".to_string(),
+        json!({"threadId": "t1", "runId": "r1",
+        "messages": [{"id": "m4", "role": "user", "content": typed(1, "text")}]}),
+        false,
+    ));
+    bodies.push((
+        "/v1/chat/completions".to_string(),
+        json!({"model": "echo", "user": USER,
+        "messages": [{"role": "user", "content": typed(1, "text")}]}),
+        false,
+    ));
+    bodies.push((
+        "/v1/responses".to_string(),
+        json!({"model": "echo", "user": USER,
+        "input": [{"role": "user", "content": typed(1, "input_text")}]}),
+        false,
+    ));
+    bodies.push((
+        "/mcp".to_string(),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"prompt": "x", "filler": many.clone()}}}),
+        false,
+    ));
+    for (path, mut body, _) in bodies {
+        body["filler"] = json!(many);
+        let resp = s
+            .client
+            .post(s.url(&path))
+            .header("x-agentd-user-id", USER)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .expect("POST");
+        let status = resp.status().as_u16();
+        let got = resp.text().await.unwrap_or_default();
+        assert_eq!(status, 413, "{path}: {got}");
+        assert!(got.contains("body_too_complex"), "{path}: {got}");
+    }
+
+    let events = json_with_status(s.get(&format!("{base}/s1/events")).await, 200).await;
+    assert_eq!(events["events"], json!([]), "nothing stored");
+    let runs = json_with_status(s.get(&format!("/apps/echo/users/{USER}/runs")).await, 200).await;
+    assert_eq!(runs["runs"], json!([]), "no run started");
+    let sessions = json_with_status(s.get(&base).await, 200).await;
+    let ids: Vec<&str> = sessions
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x["id"].as_str())
+        .collect();
+    assert_eq!(ids, vec!["s1"], "no session made by a refused request");
+
+    // At the limit, a message runs.
+    let run = json!({"appName": "echo", "userId": USER, "sessionId": "s1",
+        "newMessage": {"role": "user", "parts": text(3)}});
+    let resp = s.post_json("/run", run).await;
+    assert_eq!(resp.status(), 200);
+    let streamed = resp.text().await.expect("body");
+    assert!(
+        streamed.contains("echo_agent") && !streamed.contains("error"),
+        "{streamed}"
+    );
+}
+
 both_backends!(
     nul_characters_and_oversize_ids_are_refused_alike,
     oversize_custom_metadata_is_refused,
     bodies_must_be_labelled_json,
+    parts_and_values_are_bounded_on_every_intake,
 );

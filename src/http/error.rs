@@ -138,6 +138,9 @@ impl From<StoreError> for ApiError {
                 ApiError::new(ErrorCode::ArtifactTooLarge, e.to_string())
             }
             StoreError::InvalidArtifact(m) => ApiError::new(ErrorCode::InvalidArtifact, m),
+            e @ StoreError::TooManyParts { .. } => {
+                ApiError::new(ErrorCode::TooManyParts, e.to_string())
+            }
             StoreError::Conflict => ApiError::new(
                 ErrorCode::WriteConflict,
                 "A concurrent write conflicted with this one; retry the request.",

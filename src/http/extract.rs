@@ -53,6 +53,7 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
     state: &S,
 ) -> Result<(T, axum::body::Bytes), ApiError> {
     let headers = req.headers().clone();
+    let limits = super::json_shape::JsonLimits::of(req.extensions());
     let raw = axum::body::Bytes::from_request(req, state)
         .await
         .map_err(|rejection| {
@@ -62,7 +63,7 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
                 ApiError::new(ErrorCode::BodyUnreadable, rejection.body_text())
             }
         })?;
-    require_json(&headers, &raw)?;
+    require_json(&headers, &raw, limits)?;
     let bytes: &[u8] = if raw.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
@@ -76,12 +77,22 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
 /// 415 for a body that is not labelled JSON; `what` says what the request sent instead.
 /// Every route's rule for a body: one with content must be labelled JSON
 /// (`application/json` or a `+json` type), else 415 `unsupported_content_type`; an empty (or
-/// all-whitespace) body needs no label. Routes that read their body themselves (A2A, MCP) ask
-/// this too.
-pub(crate) fn require_json(headers: &axum::http::HeaderMap, raw: &[u8]) -> ApiResult<()> {
+/// all-whitespace) body needs no label; and no body may hold more JSON values than
+/// `--max-json-values` (413 `body_too_complex`, before it is parsed). Routes that read their
+/// body themselves (A2A, MCP) ask this too.
+pub(crate) fn require_json(
+    headers: &axum::http::HeaderMap,
+    raw: &[u8],
+    limits: super::json_shape::JsonLimits,
+) -> ApiResult<()> {
     if raw.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
     }
+    check_content_type(headers)?;
+    limits.check(raw)
+}
+
+fn check_content_type(headers: &axum::http::HeaderMap) -> ApiResult<()> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -15,6 +15,7 @@ pub mod error;
 pub mod extract;
 pub mod frontend;
 pub mod idempotency;
+pub mod json_shape;
 pub mod openapi;
 pub mod routes;
 pub mod sse;
@@ -53,12 +54,16 @@ pub struct AppState {
     pub interop: Arc<frontend::a2a::Interop>,
     /// How many schedules a user may have, and how often they may fire.
     pub schedules: crate::schedule::Limits,
+    /// How many JSON values a body may hold (`--max-json-values`).
+    pub json: json_shape::JsonLimits,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Builds the full application router.
 pub fn router(state: AppState, args: &ServeArgs) -> Router {
+    // For the JSON extractors, which see the request but not the state.
+    let json_limits = state.json;
     let (api, mut doc) = api_routes().split_for_parts();
     openapi::add_door_errors(&mut doc);
     let api = api
@@ -107,6 +112,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
 
     let mut app = api
         .layer(axum::extract::DefaultBodyLimit::max(args.max_body_bytes))
+        .layer(axum::Extension(json_limits))
         .layer(axum::middleware::from_fn(body_limit::close_after_413))
         .layer(axum::middleware::from_fn_with_state(
             Duration::from_secs(args.security.body_timeout_secs.max(1)),

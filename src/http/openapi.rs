@@ -186,6 +186,7 @@ pub const DOOR_ERRORS: &[ErrorCode] = &[
     ErrorCode::PayloadTooLarge,
     ErrorCode::BodyUnreadable,
     ErrorCode::UnsupportedContentType,
+    ErrorCode::BodyTooComplex,
     ErrorCode::JsonInvalid,
     ErrorCode::InvalidUtf8,
     ErrorCode::NulCharacter,

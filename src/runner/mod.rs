@@ -131,6 +131,11 @@ impl Runner {
         &self.store
     }
 
+    /// Parts a run's message may have (`--max-message-parts`).
+    pub fn max_message_parts(&self) -> usize {
+        self.config.max_message_parts
+    }
+
     pub fn enqueue_timeout(&self) -> Duration {
         self.config.enqueue_timeout
     }

@@ -26,6 +26,8 @@ pub struct RunnerConfig {
     pub idempotency_ttl: Duration,
     /// Concurrent runs per user on this replica; 0: no limit.
     pub max_runs_per_user: usize,
+    /// Parts a run's new message may have (`--max-message-parts`).
+    pub max_message_parts: usize,
     /// Notified when a run of this replica that has webhook targets ends (the webhook sender
     /// looks for the deliveries its end wrote at once instead of at its next poll).
     pub run_ended: Arc<Notify>,
@@ -40,6 +42,7 @@ impl Default for RunnerConfig {
             enqueue_timeout: Duration::from_secs(60),
             idempotency_ttl: Duration::from_secs(86_400),
             max_runs_per_user: 0,
+            max_message_parts: crate::store::DEFAULT_MAX_EVENT_PARTS,
             run_ended: Arc::new(Notify::new()),
         }
     }

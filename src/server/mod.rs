@@ -36,6 +36,7 @@ impl Server {
             args.database.db_max_connections,
             StoreLimits {
                 max_artifact_bytes: args.max_artifact_bytes,
+                max_event_parts: args.max_message_parts,
             },
         )
         .await
@@ -79,9 +80,11 @@ impl Server {
             runner_config.owner = id.clone();
         }
         runner_config.max_runs_per_user = args.security.max_runs_per_user;
+        runner_config.max_message_parts = args.max_message_parts;
         let run_ended = runner_config.run_ended.clone();
         // Checked before anything starts: a refused configuration leaves nothing running.
         let jwt = jwt_verifier(&args)?;
+        check_public_url(&args)?;
         // With PostgreSQL, other replicas revoke keys too: their notifications (and any gap in
         // them) invalidate this replica's key cache. SQLite has no other process to hear from.
         let key_changes = store.pg_pool().map(|_| KeyChanges::default());
@@ -117,6 +120,9 @@ impl Server {
             webhooks: Arc::new(webhook_policy.clone()),
             interop: Arc::new(http::frontend::a2a::Interop::new(&args)),
             schedules: args.background.schedule_limits(),
+            json: http::json_shape::JsonLimits {
+                max_values: args.max_json_values,
+            },
         };
         let app = http::router(state.clone(), &args);
 
@@ -140,6 +146,11 @@ impl Server {
                 timeout: Duration::from_secs(bg.webhook_timeout_secs.max(1)),
                 retry_for: Duration::from_secs_f64((bg.webhook_retry_hours * 3600.0).max(0.0)),
                 poll: Duration::from_secs(1),
+                in_flight: bg.webhook_in_flight.max(1),
+                caps: crate::webhook::fair::Caps {
+                    per_user: bg.webhook_in_flight_per_user,
+                    per_host: bg.webhook_in_flight_per_host,
+                },
             },
             run_ended,
         )
@@ -230,6 +241,29 @@ impl Server {
 /// Builds the JWT verifier from the flags, refusing what would be insecure by accident: no
 /// authentication on an address other hosts can reach (unless `--allow-unauthenticated`),
 /// a JWKS without an audience, and JWT settings that `--auth` does not enable.
+/// `--public-url` is an http(s) URL, and public agent cards need it: a card served to anyone
+/// must not take its URLs from the request's `Host` (an attacker's `Host` would end up in a
+/// card a shared cache keeps).
+fn check_public_url(args: &ServeArgs) -> anyhow::Result<()> {
+    match &args.interop.public_url {
+        Some(url) => {
+            let parsed = reqwest::Url::parse(url)
+                .map_err(|e| anyhow::anyhow!("--public-url {url:?} is not a URL: {e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+                anyhow::bail!(
+                    "--public-url must be an http(s) URL, e.g. https://agents.example.com"
+                );
+            }
+            Ok(())
+        }
+        None if args.interop.a2a_public_cards => anyhow::bail!(
+            "--a2a-public-cards needs --public-url: a card anyone may read must not take its \
+             URL from the request's Host header"
+        ),
+        None => Ok(()),
+    }
+}
+
 fn jwt_verifier(args: &ServeArgs) -> anyhow::Result<Option<JwtVerifier>> {
     let sec = &args.security;
     let jwt_flags =

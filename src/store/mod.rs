@@ -13,6 +13,7 @@ pub mod fork;
 pub mod idempotency;
 pub mod keys;
 pub mod memory;
+pub mod page;
 pub mod postgres;
 pub mod prune;
 pub mod push;
@@ -40,7 +41,7 @@ pub use sessions::{
     EventPage, EventRange, NewSession, SessionCursor, SessionHead, SessionPage, SessionStore,
     StoredEvent,
 };
-pub use webhooks::{Delivery, DeliveryRecord, Settle, WebhookStore};
+pub use webhooks::{Delivery, DeliveryRecord, DueDelivery, Settle, WebhookStore};
 
 use crate::event::{Event, JsonMap, Part, Session};
 use async_trait::async_trait;
@@ -89,6 +90,9 @@ pub enum StoreError {
     DuplicateEvent(String),
     #[error("artifact is {size} bytes, over the {limit}-byte limit")]
     ArtifactTooLarge { size: usize, limit: usize },
+    /// An event with more parts than `--max-message-parts`: nothing was written.
+    #[error("an event has {parts} parts, over the limit of {limit} (--max-message-parts)")]
+    TooManyParts { parts: usize, limit: usize },
     #[error("invalid artifact: {0}")]
     InvalidArtifact(String),
     #[error("conflicting concurrent write, try again")]
@@ -213,12 +217,19 @@ pub trait Store:
 #[derive(Debug, Clone, Copy)]
 pub struct StoreLimits {
     pub max_artifact_bytes: usize,
+    /// Parts one stored event may have (`--max-message-parts`): what reading an event back
+    /// costs grows with its parts.
+    pub max_event_parts: usize,
 }
+
+/// The default of `--max-message-parts`.
+pub const DEFAULT_MAX_EVENT_PARTS: usize = 1000;
 
 impl Default for StoreLimits {
     fn default() -> Self {
         StoreLimits {
             max_artifact_bytes: 16 * 1024 * 1024,
+            max_event_parts: DEFAULT_MAX_EVENT_PARTS,
         }
     }
 }

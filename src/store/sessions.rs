@@ -154,16 +154,18 @@ pub trait SessionStore: Send + Sync + 'static {
         event_id: &str,
     ) -> StoreResult<Option<StoredEvent>>;
 
-    /// Events of one invocation with `seq > after`, oldest first, at most `limit`.
+    /// Events of one invocation with `seq > after`, oldest first, at most `limit` and at most
+    /// [`super::page::PAGE_BYTES`] of them; `has_more` if the invocation has more after them.
     async fn invocation_events(
         &self,
         key: &SessionKey,
         invocation_id: &str,
         after: i64,
         limit: u32,
-    ) -> StoreResult<Vec<StoredEvent>>;
+    ) -> StoreResult<EventPage>;
 
-    /// One page of a session's events by `seq`; `None` if the session does not exist.
+    /// One page of a session's events by `seq`, at most `limit` and at most
+    /// [`super::page::PAGE_BYTES`] of them; `None` if the session does not exist.
     async fn list_events(
         &self,
         key: &SessionKey,
@@ -172,17 +174,29 @@ pub trait SessionStore: Send + Sync + 'static {
 }
 
 /// An event as it is stored: id and time filled in if missing, `temp:` keys removed (they
-/// are never stored). Every way into the `events` table goes through this.
-pub(crate) fn prepare_event(e: &mut Event) {
+/// are never stored), and no more parts than the limit (what reading it back costs grows
+/// with its parts). Every way into the `events` table goes through this.
+pub(crate) fn prepare_event(e: &mut Event, limits: &super::StoreLimits) -> StoreResult<()> {
+    let parts = e.content.as_ref().map_or(0, |c| c.parts.len());
+    if parts > limits.max_event_parts {
+        return Err(StoreError::TooManyParts {
+            parts,
+            limit: limits.max_event_parts,
+        });
+    }
     e.fill_defaults();
     crate::event::strip_temp_keys(&mut e.actions.state_delta);
+    Ok(())
 }
 
 /// Assigns ids/timestamps and validates restored events before a create.
-pub(crate) fn prepare_initial_events(events: &mut [Event]) -> StoreResult<()> {
+pub(crate) fn prepare_initial_events(
+    events: &mut [Event],
+    limits: &super::StoreLimits,
+) -> StoreResult<()> {
     let mut seen = std::collections::HashSet::new();
     for e in events.iter_mut() {
-        prepare_event(e);
+        prepare_event(e, limits)?;
         if !seen.insert(e.id.clone()) {
             return Err(StoreError::DuplicateEvent(e.id.clone()));
         }

@@ -28,6 +28,16 @@ pub struct Delivery {
     pub created_at: f64,
 }
 
+/// A due delivery before it is claimed: whose it is and where it goes (what a sender shares
+/// its slots by).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueDelivery {
+    pub user_id: String,
+    pub id: String,
+    /// The target's URL.
+    pub url: String,
+}
+
 /// What an attempt came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Settle {
@@ -78,13 +88,44 @@ pub struct DeliveryRecord {
 
 #[async_trait]
 pub trait WebhookStore: Send + Sync + 'static {
-    /// Claims up to `limit` due deliveries for `owner`, each for `lease_secs`.
+    /// Due deliveries, unclaimed, at most `per_user` of each user's oldest, in turns: every
+    /// user's oldest first, then every user's second, and so on (a sender that takes them in
+    /// this order shares its slots between users). At most `limit`.
+    async fn due_deliveries(&self, per_user: u32, limit: u32) -> StoreResult<Vec<DueDelivery>>;
+
+    /// Claims one due delivery for `owner` for `lease_secs`; `None` if it is no longer due
+    /// (another sender claimed it first).
+    async fn claim_delivery(
+        &self,
+        owner: &str,
+        lease_secs: f64,
+        due: &DueDelivery,
+    ) -> StoreResult<Option<Delivery>>;
+
+    /// Claims up to `limit` due deliveries for `owner`, each for `lease_secs`, in the order of
+    /// [`WebhookStore::due_deliveries`].
     async fn claim_deliveries(
         &self,
         owner: &str,
         lease_secs: f64,
         limit: u32,
-    ) -> StoreResult<Vec<Delivery>>;
+    ) -> StoreResult<Vec<Delivery>> {
+        let due = self.due_deliveries(limit, limit).await?;
+        let mut claimed = Vec::with_capacity(due.len());
+        for d in &due {
+            match self.claim_delivery(owner, lease_secs, d).await {
+                Ok(Some(c)) => claimed.push(c),
+                Ok(None) => {}
+                Err(e) if claimed.is_empty() => return Err(e),
+                // Those claimed so far are sent whatever happens to the rest.
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not claim a webhook delivery; sending those claimed");
+                    break;
+                }
+            }
+        }
+        Ok(claimed)
+    }
 
     /// Records an attempt's outcome, if `owner` still holds that attempt's claim;
     /// `event_type`: the event it was sent as, when the sender told it apart
@@ -103,68 +144,77 @@ pub trait WebhookStore: Send + Sync + 'static {
 
 /// Both backends run the same statements; only the clock differs.
 macro_rules! webhook_store {
-    ($store:ty, $pool:ident, $now:expr) => {
+    ($store:ty, $pool:ident, $now:expr, $url:expr) => {
         #[async_trait]
         impl WebhookStore for $store {
-            async fn claim_deliveries(
+            async fn due_deliveries(
                 &self,
-                owner: &str,
-                lease_secs: f64,
+                per_user: u32,
                 limit: u32,
-            ) -> StoreResult<Vec<Delivery>> {
-                // Due deliveries are found without a lock (across users: on Citus, across
-                // shards), then each is claimed by a statement about that one row, which
-                // checks again that it is still due: of two senders, one wins each row.
-                let due = sqlx::query(&format!(
-                    "SELECT user_id, id FROM webhook_deliveries
-                      WHERE status = 'pending' AND next_attempt_at <= {now}
-                      ORDER BY next_attempt_at LIMIT $1",
+            ) -> StoreResult<Vec<DueDelivery>> {
+                // Found without a lock (across users: on Citus, across shards); each is then
+                // claimed by a statement about that one row, which checks again that it is
+                // still due: of two senders, one wins each row.
+                let rows = sqlx::query(&format!(
+                    "SELECT user_id, id, url FROM (
+                        SELECT user_id, id, {url} AS url, next_attempt_at,
+                               row_number() OVER (PARTITION BY user_id
+                                                  ORDER BY next_attempt_at, id) AS turn
+                          FROM webhook_deliveries
+                         WHERE status = 'pending' AND next_attempt_at <= {now}) d
+                      WHERE turn <= $1
+                      ORDER BY turn, next_attempt_at, user_id LIMIT $2",
                     now = $now,
+                    url = $url,
                 ))
+                .bind(i64::from(per_user.max(1)))
                 .bind(i64::from(limit))
                 .fetch_all(&self.$pool)
                 .await?;
-                let mut claimed = Vec::with_capacity(due.len());
-                for row in &due {
-                    let user: String = row.try_get("user_id")?;
-                    let id: String = row.try_get("id")?;
-                    let r = sqlx::query(&format!(
-                        "UPDATE webhook_deliveries
-                            SET claimed_by = $1, attempts = attempts + 1,
-                                next_attempt_at = {now} + $2
-                          WHERE user_id = $3 AND id = $4
-                            AND status = 'pending' AND next_attempt_at <= {now}
-                      RETURNING id, run_id, user_id, event_type, target, attempts, created_at",
-                        now = $now,
-                    ))
-                    .bind(owner)
-                    .bind(lease_secs)
-                    .bind(&user)
-                    .bind(&id)
-                    .fetch_optional(&self.$pool)
-                    .await;
-                    // Those claimed so far are sent whatever happens to the rest.
-                    let r = match r {
-                        Ok(r) => r,
-                        Err(e) if claimed.is_empty() => return Err(e.into()),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "could not claim a webhook delivery; sending those claimed");
-                            break;
-                        }
-                    };
-                    if let Some(r) = r {
-                        claimed.push(Delivery {
-                            id: r.try_get("id")?,
-                            run_id: r.try_get("run_id")?,
+                rows.iter()
+                    .map(|r| {
+                        Ok(DueDelivery {
                             user_id: r.try_get("user_id")?,
-                            event_type: r.try_get("event_type")?,
-                            target: r.try_get("target")?,
-                            attempt: r.try_get("attempts")?,
-                            created_at: r.try_get("created_at")?,
-                        });
-                    }
-                }
-                Ok(claimed)
+                            id: r.try_get("id")?,
+                            url: r.try_get::<Option<String>, _>("url")?.unwrap_or_default(),
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn claim_delivery(
+                &self,
+                owner: &str,
+                lease_secs: f64,
+                due: &DueDelivery,
+            ) -> StoreResult<Option<Delivery>> {
+                let r = sqlx::query(&format!(
+                    "UPDATE webhook_deliveries
+                        SET claimed_by = $1, attempts = attempts + 1,
+                            next_attempt_at = {now} + $2
+                      WHERE user_id = $3 AND id = $4
+                        AND status = 'pending' AND next_attempt_at <= {now}
+                  RETURNING id, run_id, user_id, event_type, target, attempts, created_at",
+                    now = $now,
+                ))
+                .bind(owner)
+                .bind(lease_secs)
+                .bind(&due.user_id)
+                .bind(&due.id)
+                .fetch_optional(&self.$pool)
+                .await?;
+                r.map(|r| {
+                    Ok(Delivery {
+                        id: r.try_get("id")?,
+                        run_id: r.try_get("run_id")?,
+                        user_id: r.try_get("user_id")?,
+                        event_type: r.try_get("event_type")?,
+                        target: r.try_get("target")?,
+                        attempt: r.try_get("attempts")?,
+                        created_at: r.try_get("created_at")?,
+                    })
+                })
+                .transpose()
             }
 
             async fn settle_delivery(
@@ -260,10 +310,12 @@ macro_rules! webhook_store {
 webhook_store!(
     PgStore,
     pool,
-    "extract(epoch from statement_timestamp())::double precision"
+    "extract(epoch from statement_timestamp())::double precision",
+    "target->>'url'"
 );
 webhook_store!(
     SqliteStore,
     writer,
-    "((julianday('now') - 2440587.5) * 86400.0)"
+    "((julianday('now') - 2440587.5) * 86400.0)",
+    "json_extract(target, '$.url')"
 );

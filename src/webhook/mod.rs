@@ -8,6 +8,7 @@
 //! `docs/background.md`. A2A push notification configs ride the same outbox (the body A2A
 //! expects, from [`crate::a2a_task`], sent with the config's token and credentials).
 
+pub mod fair;
 mod payload;
 mod sender;
 pub mod sign;

@@ -81,7 +81,7 @@ async fn final_response(store: &dyn Store, run: &RunRecord) -> StoreResult<(Opti
         let page = store
             .invocation_events(&key, &run.invocation_id, after, PAGE)
             .await?;
-        for stored in &page {
+        for stored in &page.events {
             let e = &stored.event;
             if e.partial == Some(true) {
                 continue;
@@ -119,8 +119,8 @@ async fn final_response(store: &dyn Store, run: &RunRecord) -> StoreResult<(Opti
                 text = Some(t);
             }
         }
-        match page.last() {
-            Some(last) if page.len() == PAGE as usize => after = last.seq,
+        match page.events.last() {
+            Some(last) if page.has_more => after = last.seq,
             _ => break,
         }
     }

@@ -15,9 +15,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-/// Deliveries in flight at a time on one replica (each claimed as a slot frees up, so one
-/// slow receiver holds one slot, not the others' deliveries).
-const IN_FLIGHT: usize = 16;
+/// How many due deliveries are looked at for each free slot: some are held back by their
+/// user's or their host's share ([`super::fair`]).
+const CANDIDATES_PER_SLOT: usize = 8;
 /// The first retry's delay; each next one doubles, up to [`MAX_BACKOFF`], with ±25% jitter.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
@@ -36,6 +36,10 @@ pub struct SenderConfig {
     pub retry_for: Duration,
     /// How often to look for due deliveries when nothing wakes the sender.
     pub poll: Duration,
+    /// Deliveries in flight at a time on this replica (`--webhook-in-flight`).
+    pub in_flight: usize,
+    /// Of them, at most so many per user and per receiving host.
+    pub caps: super::fair::Caps,
 }
 
 pub struct Sender {
@@ -43,6 +47,7 @@ pub struct Sender {
     config: SenderConfig,
     nudge: Arc<Notify>,
     clients: Mutex<HashMap<Vec<String>, reqwest::Client>>,
+    shares: super::fair::Shares,
 }
 
 fn now() -> f64 {
@@ -54,6 +59,7 @@ impl Sender {
     pub fn new(store: Arc<dyn Store>, config: SenderConfig, nudge: Arc<Notify>) -> Arc<Sender> {
         Arc::new(Sender {
             store,
+            shares: super::fair::Shares::new(config.caps),
             config,
             nudge,
             clients: Mutex::new(HashMap::new()),
@@ -72,50 +78,17 @@ impl Sender {
     }
 
     async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.config.in_flight.max(1)));
         loop {
-            loop {
-                // At least one free slot, then claim as many deliveries as there are.
-                let first = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    p = slots.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => return,
-                    },
-                };
-                let free = slots.available_permits() + 1;
-                let batch = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    b = self.store.claim_deliveries(
-                        &self.config.owner, self.lease().as_secs_f64(), free as u32) => b,
-                };
-                let batch = match batch {
-                    Ok(b) => b,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not claim webhook deliveries");
-                        break;
-                    }
-                };
-                let n = batch.len();
-                let mut first = Some(first);
-                for d in batch {
-                    let permit = match first.take() {
-                        Some(p) => p,
-                        None => match slots.clone().try_acquire_owned() {
-                            Ok(p) => p,
-                            // Cannot happen (`free` counted them); the lease brings it back.
-                            Err(_) => break,
-                        },
-                    };
-                    let sender = self.clone();
-                    tokio::spawn(async move {
-                        sender.attempt(d).await;
-                        drop(permit);
-                    });
-                }
-                if n < free {
+            // While every free slot finds a delivery, look again; then wait for a nudge (a run
+            // ended, an attempt finished) or the poll.
+            while let Some(filled) = self.fill(&slots, &stop).await {
+                if !filled {
                     break;
                 }
+            }
+            if stop.is_cancelled() {
+                return;
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -123,6 +96,76 @@ impl Sender {
                 _ = tokio::time::sleep(self.config.poll) => {}
             }
         }
+    }
+
+    /// Waits for a free slot, then claims due deliveries for the free slots, each within its
+    /// user's and its host's share, and starts them. Whether every free slot was filled
+    /// (`None`: stopping).
+    async fn fill(
+        self: &Arc<Self>,
+        slots: &Arc<tokio::sync::Semaphore>,
+        stop: &CancellationToken,
+    ) -> Option<bool> {
+        let first = tokio::select! {
+            _ = stop.cancelled() => return None,
+            p = slots.clone().acquire_owned() => p.ok()?,
+        };
+        let free = slots.available_permits() + 1;
+        let per_user = match self.config.caps.per_user {
+            0 => free,
+            n => n,
+        };
+        let due = tokio::select! {
+            _ = stop.cancelled() => return None,
+            d = self.store.due_deliveries(per_user as u32, (free * CANDIDATES_PER_SLOT) as u32) => d,
+        };
+        let due = match due {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for webhook deliveries");
+                return Some(false);
+            }
+        };
+        let mut spare = Some(first);
+        let mut started = 0;
+        for d in &due {
+            let permit = match spare.take() {
+                Some(p) => p,
+                None => match slots.clone().try_acquire_owned() {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            // Held back: its user or its host has its share in flight (it stays due).
+            let Some(share) = self.shares.take(&d.user_id, &d.url) else {
+                spare = Some(permit);
+                continue;
+            };
+            let claimed = self
+                .store
+                .claim_delivery(&self.config.owner, self.lease().as_secs_f64(), d)
+                .await;
+            match claimed {
+                Ok(Some(delivery)) => {
+                    started += 1;
+                    let sender = self.clone();
+                    tokio::spawn(async move {
+                        sender.attempt(delivery).await;
+                        drop(share);
+                        drop(permit);
+                        // What this one held back may go now.
+                        sender.nudge.notify_one();
+                    });
+                }
+                // Another sender claimed it first.
+                Ok(None) => spare = Some(permit),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not claim a webhook delivery");
+                    break;
+                }
+            }
+        }
+        Some(started == free)
     }
 
     async fn attempt(&self, d: Delivery) {
@@ -271,6 +314,7 @@ impl Sender {
             ),
             Err(e) => {
                 let why = if e.is_timeout() {
+                    self.shares.slow(&target.url);
                     format!("no answer within {} s", self.config.timeout.as_secs())
                 } else {
                     // The chain's innermost cause says what happened (refused address, DNS).

@@ -157,17 +157,40 @@ async fn a2a_and_mcp_are_bound_to_their_user(backend: Backend) {
     assert!(bobs["result"]["tools"].as_array().expect("tools").len() > 1);
 }
 
-/// `--a2a-public-cards`: cards answer without credentials; nothing else does.
+/// `--a2a-public-cards`: cards answer without credentials; nothing else does. A public card
+/// takes its URLs from `--public-url` (required with it), never from the request's `Host`.
 async fn public_agent_cards_need_no_credentials(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let mut args = agentd::config::ServeArgs::for_database(db.url.clone());
+    args.interop.a2a_public_cards = true;
+    let refused = agentd::server::Server::start(args)
+        .await
+        .err()
+        .expect("refused");
+    assert!(refused.to_string().contains("--public-url"), "{refused}");
+
     let s = TestServer::start_with(backend, |a| {
         a.security.auth = vec![AuthMode::ApiKey];
         a.interop.a2a_public_cards = true;
+        a.interop.public_url = Some("https://agents.example.com/".into());
     })
     .await;
     let card = "/a2a/echo/.well-known/agent-card.json";
-    let (st, body, _) = call(&s, Method::GET, card, None, Cred::Nothing).await;
-    assert_eq!(st, 200, "{body}");
+    let resp = s
+        .client
+        .get(s.url(card))
+        .header("host", "evil.example")
+        .send()
+        .await
+        .expect("GET");
+    let body: Value = json_with_status(resp, 200).await;
     assert_eq!(body["name"], "echo");
+    let card_text = body.to_string();
+    assert!(!card_text.contains("evil.example"), "{card_text}");
+    assert!(
+        card_text.contains("https://agents.example.com/a2a/echo"),
+        "{card_text}"
+    );
     let (st, _, _) = call(&s, Method::GET, "/a2a/echo/tasks", None, Cred::Nothing).await;
     assert_eq!(st, 401);
 }

@@ -339,3 +339,91 @@ async fn an_apps_webhooks_send_the_events_it_asked_for(backend: Backend) {
 }
 
 both_backends!(an_apps_webhooks_send_the_events_it_asked_for);
+
+/// One user's receiver that accepts and never answers does not hold the sender: that user,
+/// and that host, get a share of the replica's slots (4 of 16 by default, one once the host
+/// has timed out), so another user's delivery goes out while the dead host's wait. Before
+/// the shares, 48 such deliveries took all 16 slots for three rounds of timeouts first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_receiver_does_not_hold_other_users_deliveries() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut receiver = Receiver::start(&[]).await;
+    // The dead host: accepts every connection and never answers; counts and holds them.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_url = format!(
+        "http://127.0.0.1:{}/hook",
+        dead.local_addr().expect("addr").port()
+    );
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = vec![];
+        for conn in dead.incoming() {
+            counter.fetch_add(1, Ordering::SeqCst);
+            held.push(conn);
+        }
+    });
+    let db = TestDb::new(Backend::Postgres).await;
+    let apps = Apps::new().echo("echo", "chunks: 1");
+    let flags = [
+        "--webhook-allow-private",
+        "127.0.0.1",
+        "--webhook-timeout-secs",
+        "3",
+    ];
+    let r = Replica::spawn(&db, &apps, "fair", &flags).await;
+    let slow_user = "slow-tenant";
+    let mut runs = vec![];
+    for i in 0..48 {
+        let session = format!("s{i}");
+        json_with_status(
+            r.post(
+                &format!("/apps/echo/users/{slow_user}/sessions"),
+                json!({"sessionId": session}),
+            )
+            .await,
+            200,
+        )
+        .await;
+        let started = json_with_status(
+            r.post(
+                &format!("/apps/echo/users/{slow_user}/sessions/{session}/runs"),
+                run_body(
+                    "to the dead host",
+                    json!({"url": dead_url, "secret": SECRET}),
+                ),
+            )
+            .await,
+            202,
+        )
+        .await;
+        runs.push(started["runId"].as_str().expect("runId").to_string());
+    }
+    for run in &runs {
+        let ended =
+            json_with_status(r.post(&format!("/runs/{run}/wait"), json!({})).await, 200).await;
+        assert_eq!(ended["status"], "completed");
+    }
+    // Another user's run with a receiver that answers.
+    r.create_session("echo", "mine").await;
+    let started = json_with_status(
+        r.post(
+            &format!("/apps/echo/users/{USER}/sessions/mine/runs"),
+            run_body("mine", json!({"url": receiver.url(), "secret": SECRET})),
+        )
+        .await,
+        202,
+    )
+    .await;
+    let mine = started["runId"].as_str().expect("runId").to_string();
+    json_with_status(r.post(&format!("/runs/{mine}/wait"), json!({})).await, 200).await;
+    let d = receiver.next(Duration::from_secs(60)).await;
+    assert_eq!(d["payload"]["data"]["runId"], mine.as_str());
+    // By then the dead host has had at most its share of attempts at once, and the slow
+    // tenant's 48 deliveries have not all gone before it.
+    let seen = accepted.load(Ordering::SeqCst);
+    assert!(
+        seen < 16,
+        "{seen} attempts reached the dead host before another user's delivery"
+    );
+}

@@ -285,6 +285,7 @@ impl TestServer {
         configure(&mut args);
         let limits = StoreLimits {
             max_artifact_bytes: args.max_artifact_bytes,
+            max_event_parts: args.max_message_parts,
         };
         let server = Server::start_with(args, db.store_with(limits).await, Arc::new(apps), plugins)
             .await

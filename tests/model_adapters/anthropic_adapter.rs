@@ -218,7 +218,13 @@ async fn anthropic_401_is_unauthenticated_without_retries() {
     let m = model::resolve("anthropic/claude-x", &options(format!("{origin}/v1"))).unwrap();
     let e = call(m.as_ref(), &conversation()).await.err().unwrap();
     assert_eq!(e.code, "UNAUTHENTICATED");
-    assert!(e.message.contains("rejected the API key"), "{}", e.message);
+    // No key was sent (its variable is unset): the message names the variable to set.
+    assert!(
+        e.message
+            .contains("no API key was sent; set AGENTD_TEST_NO_SUCH_KEY_VARIABLE"),
+        "{}",
+        e.message
+    );
     assert!(e.message.contains("HTTP 401"), "{}", e.message);
     // The provider's own text stays in the log: it can quote the key it refused.
     assert!(

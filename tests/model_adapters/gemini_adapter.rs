@@ -208,8 +208,17 @@ async fn gemini_bad_api_key_is_unauthenticated() {
     .unwrap();
     let e = call(m.as_ref(), &conversation()).await.err().unwrap();
     assert_eq!(e.code, "UNAUTHENTICATED");
-    assert!(e.message.contains("rejected the API key"), "{}", e.message);
-    assert!(e.message.contains("API key not valid"), "{}", e.message);
+    assert!(
+        e.message.contains("refused the credentials"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message
+            .contains("no API key was sent; set AGENTD_TEST_NO_SUCH_KEY_VARIABLE"),
+        "{}",
+        e.message
+    );
     let e = call(m.as_ref(), &conversation()).await.err().unwrap();
     assert_eq!(e.code, "UNAUTHENTICATED");
     assert!(e.message.contains("HTTP 401"), "{}", e.message);

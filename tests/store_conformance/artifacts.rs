@@ -351,6 +351,7 @@ async fn artifact_over_the_limit_is_rejected(backend: Backend) {
     let store = db
         .store_with(StoreLimits {
             max_artifact_bytes: 10,
+            ..StoreLimits::default()
         })
         .await;
     artifact_sessions(&*store).await;

@@ -100,6 +100,7 @@ async fn failed_append_with_oversize_artifact_changes_nothing(backend: Backend) 
     let store = db
         .store_with(StoreLimits {
             max_artifact_bytes: 16,
+            ..StoreLimits::default()
         })
         .await;
     let (k, sibling) = populated(&*store).await;

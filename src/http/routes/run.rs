@@ -29,12 +29,12 @@ use utoipa_axum::routes;
 
 error_set!(
     /// What `POST /run_sse` answers beyond the door's codes.
-    RunSseErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge
+    RunSseErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge
 );
 
 error_set!(
     /// What `POST /run` answers beyond the door's codes.
-    RunErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge, RunFailed, RunCancelled
+    RunErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge, RunFailed, RunCancelled
 );
 
 /// Partial events a JSON-mode `/run` keeps for its answer, in bytes of text; beyond it, later
@@ -207,12 +207,11 @@ async fn replay_json(state: &AppState, user: &str, run_id: &str) -> ApiResult<Re
             .store
             .invocation_events(&record.key(), &record.invocation_id, after, REPLAY_PAGE)
             .await?;
-        let full = page.len() == REPLAY_PAGE as usize;
-        if let Some(last) = page.last() {
+        if let Some(last) = page.events.last() {
             after = last.seq;
         }
-        events.extend(page);
-        if !full {
+        events.extend(page.events);
+        if !page.has_more {
             break;
         }
     }

@@ -25,7 +25,7 @@ use utoipa_axum::routes;
 
 error_set!(
     /// What `POST /apps/{app}/users/{user}/schedules` answers beyond the door's codes.
-    CreateScheduleErrors: AppNotFound, NotFound, InvalidId, ValidationError, TooManySchedules, InvalidCron, CronTooFrequent, InvalidTimezone, InvalidMessage, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid
+    CreateScheduleErrors: AppNotFound, NotFound, InvalidId, ValidationError, TooManySchedules, TooManyParts, InvalidCron, CronTooFrequent, InvalidTimezone, InvalidMessage, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid
 );
 
 error_set!(
@@ -45,7 +45,7 @@ error_set!(
 
 error_set!(
     /// What `PATCH /apps/{app}/users/{user}/schedules/{schedule}` answers beyond the door's codes.
-    UpdateScheduleErrors: AppNotFound, NotFound, InvalidId, ValidationError, ScheduleNotFound, InvalidCron, CronTooFrequent, InvalidTimezone, InvalidMessage, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid
+    UpdateScheduleErrors: AppNotFound, NotFound, InvalidId, ValidationError, ScheduleNotFound, TooManyParts, InvalidCron, CronTooFrequent, InvalidTimezone, InvalidMessage, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid
 );
 
 error_set!(
@@ -179,7 +179,7 @@ fn schedule_not_found() -> ApiError {
 }
 
 /// The message as stored: a `Content` with the user's role.
-fn message(v: Value) -> ApiResult<Value> {
+fn message(v: Value, max_parts: usize) -> ApiResult<Value> {
     let content = match v {
         Value::String(text) if !text.is_empty() => Content {
             parts: vec![crate::event::Part::text(text)],
@@ -206,6 +206,17 @@ fn message(v: Value) -> ApiResult<Value> {
             "message",
             ErrorCode::InvalidMessage,
             "the message has no parts",
+        ));
+    }
+    // Each tick would be refused: refused once, now.
+    if content.parts.len() > max_parts {
+        return Err(invalid(
+            "message",
+            ErrorCode::TooManyParts,
+            format!(
+                "the message has {} parts, over the limit of {max_parts} (--max-message-parts)",
+                content.parts.len()
+            ),
         ));
     }
     let mut content = content;
@@ -303,7 +314,7 @@ async fn create_schedule(
     }
     let timezone = body.timezone.unwrap_or_else(|| "UTC".into());
     let p = pattern(state.schedules, &body.cron, &timezone)?;
-    let message = message(body.message)?;
+    let message = message(body.message, state.runner.max_message_parts())?;
     let session_id = session(body.session)?;
     let webhook = match &body.webhook {
         Some(spec) => Some(webhook(&state, spec).await?),
@@ -464,7 +475,7 @@ async fn update_schedule(
     }
     let p = pattern(state.schedules, &s.cron, &s.timezone)?;
     if let Some(m) = change.message {
-        s.message = message(m)?;
+        s.message = message(m, state.runner.max_message_parts())?;
     }
     if change.session.is_some() {
         s.session_id = session(change.session)?;

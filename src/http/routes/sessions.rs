@@ -19,7 +19,7 @@ use utoipa_axum::routes;
 
 error_set!(
     /// What `POST /apps/{app}/users/{user}/sessions` answers beyond the door's codes.
-    CreateSessionErrors: AppNotFound, NotFound, InvalidId, ValidationError, AppStateForbidden, OptionsUnsupported, InvalidInitialEvent, SessionExists, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress
+    CreateSessionErrors: AppNotFound, NotFound, InvalidId, ValidationError, AppStateForbidden, OptionsUnsupported, InvalidInitialEvent, TooManyParts, SessionExists, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress
 );
 
 error_set!(
@@ -93,7 +93,19 @@ struct CreateSessionRequest {
     options: Option<JsonMap>,
 }
 
+/// Events one create-session request may import (they are written in one transaction).
+const MAX_IMPORTED_EVENTS: usize = 10_000;
+
 fn validate_restored_events(events: &[Event]) -> ApiResult<()> {
+    if events.len() > MAX_IMPORTED_EVENTS {
+        return Err(ApiError::new(
+            ErrorCode::InvalidInitialEvent,
+            format!(
+                "A session is created with at most {MAX_IMPORTED_EVENTS} events; this one has {}.",
+                events.len()
+            ),
+        ));
+    }
     for (i, e) in events.iter().enumerate() {
         if !e.actions.is_default() {
             return Err(ApiError::new(

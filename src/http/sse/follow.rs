@@ -177,7 +177,7 @@ impl RunFollower {
                 .store
                 .invocation_events(&self.key, &self.run.invocation_id, self.last, REPLAY_PAGE)
                 .await?;
-            for StoredEvent { seq, event } in &page {
+            for StoredEvent { seq, event } in &page.events {
                 self.last = *seq;
                 if std::mem::take(&mut self.skip_user_event) && event.author == "user" {
                     continue;
@@ -190,7 +190,7 @@ impl RunFollower {
                     return Ok(false);
                 }
             }
-            if page.len() < REPLAY_PAGE as usize {
+            if !page.has_more {
                 self.skip_user_event = false;
                 return Ok(true);
             }

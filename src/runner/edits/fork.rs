@@ -52,6 +52,7 @@ impl Runner {
                 .store
                 .invocation_events(source, inv, -1, 1)
                 .await?
+                .events
                 .first()
                 .map(|e| e.seq)
                 .ok_or_else(|| RewindError::InvocationNotFound(inv.clone()))?,

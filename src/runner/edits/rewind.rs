@@ -66,6 +66,7 @@ impl Runner {
             .store
             .invocation_events(key, invocation, -1, 1)
             .await?
+            .events
             .is_empty()
         {
             return Err(RewindError::InvocationNotFound(invocation.to_string()));
@@ -142,6 +143,7 @@ impl Runner {
                 .store
                 .invocation_events(key, inv, -1, 1)
                 .await?
+                .events
                 .first()
                 .map(|e| e.seq)
                 .ok_or_else(|| RewindError::InvocationNotFound(inv.clone()))?,

@@ -5,7 +5,7 @@ use super::super::control::Registration;
 use super::super::{EditPoint, RunError, RunRequest, Runner};
 use crate::event::{new_invocation_id, Content, Event, JsonMap, Part};
 use crate::invocation::{AgentTree, RunConfig};
-use crate::store::{ArtifactWrite, NewRun};
+use crate::store::{ArtifactWrite, NewRun, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,12 @@ impl Prepared {
             .get(&req.key.app_name)
             .ok_or_else(|| RunError::AppNotFound(req.key.app_name.clone()))?;
         let tree = entry.tree.clone().map_err(RunError::AppBroken)?;
+        // Refused before anything is held (the store refuses such an event too).
+        let parts = req.new_message.as_ref().map_or(0, |m| m.parts.len());
+        let limit = runner.config.max_message_parts;
+        if parts > limit {
+            return Err(StoreError::TooManyParts { parts, limit }.into());
+        }
         let slot = runner
             .quota
             .take(&req.key.user_id)
@@ -54,6 +60,7 @@ impl Prepared {
             if store
                 .invocation_events(&req.key, inv, -1, 1)
                 .await?
+                .events
                 .is_empty()
             {
                 return Err(match store.session_head(&req.key).await? {

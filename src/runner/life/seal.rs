@@ -111,7 +111,7 @@ pub(in crate::runner) async fn seal_dead(
         let page = store
             .invocation_events(&key, &run.invocation_id, after, 500)
             .await?;
-        for stored in &page {
+        for stored in &page.events {
             let e = &stored.event;
             aborted |= e.error_code.as_deref() == Some(INVOCATION_ABORTED);
             for call in e.function_calls() {
@@ -125,8 +125,8 @@ pub(in crate::runner) async fn seal_dead(
                 }
             }
         }
-        match page.last() {
-            Some(last) if page.len() == 500 => after = last.seq,
+        match page.events.last() {
+            Some(last) if page.has_more => after = last.seq,
             _ => break,
         }
     }

@@ -277,6 +277,12 @@ fn map_unique_to_conflict(e: sqlx::Error) -> StoreError {
 /// An event row. Its `timestamp` comes from the column, which holds the exact `f64`: read back
 /// from JSON it can differ in the last bit, and then no longer equal the streamed event or the
 /// session's `lastUpdateTime`.
+/// [`stored_event`] and the length of its stored JSON (for [`page::take`]).
+fn sized_event(row: &sqlx::postgres::PgRow) -> StoreResult<(StoredEvent, usize)> {
+    let len = row.try_get_raw("event")?.as_bytes().map_or(0, <[u8]>::len);
+    Ok((stored_event(row)?, len))
+}
+
 fn stored_event(row: &sqlx::postgres::PgRow) -> StoreResult<StoredEvent> {
     let Json(mut event): Json<Event> = row.try_get("event")?;
     event.timestamp = row.try_get("timestamp")?;

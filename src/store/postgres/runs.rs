@@ -312,10 +312,13 @@ impl RunStore for PgStore {
     }
 
     async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert> {
-        let opening = run.opening.clone().map(|mut e| {
-            crate::store::prepare_event(&mut e);
-            e
-        });
+        let opening = match run.opening.clone() {
+            Some(mut e) => {
+                crate::store::prepare_event(&mut e, &self.limits)?;
+                Some(e)
+            }
+            None => None,
+        };
         let split = opening
             .as_ref()
             .map(|e| SplitState::split(&e.actions.state_delta))

@@ -379,7 +379,7 @@ impl SessionStore for PgStore {
             .take()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let key = SessionKey::new(&new.app_name, &new.user_id, &id);
-        prepare_initial_events(&mut new.events)?;
+        prepare_initial_events(&mut new.events, &self.limits)?;
         let now = now_ts();
         let update_time = initial_update_time(&new.events, now);
         let split = SplitState::split(&new.state);
@@ -439,21 +439,23 @@ impl SessionStore for PgStore {
         };
         // Bounded by the head's version, so a concurrent append cannot show up half-read.
         let rows = match recent {
+            // The newest `n`, within a page's memory (page::PAGE_BYTES).
             Some(n) => {
-                sqlx::query(
-                    "SELECT seq, \"timestamp\", event FROM (
-                        SELECT seq, \"timestamp\", event FROM events
-                         WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq <= $4
-                         ORDER BY seq DESC LIMIT $5) t
-                     ORDER BY seq",
+                let rows = sqlx::query(
+                    "SELECT seq, \"timestamp\", event FROM events
+                      WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq <= $4
+                      ORDER BY seq DESC LIMIT $5",
                 )
                 .bind(&key.app_name)
                 .bind(&key.user_id)
                 .bind(&key.session_id)
                 .bind(head.last_seq)
                 .bind(n as i64)
-                .fetch_all(&self.pool)
-                .await?
+                .fetch(&self.pool);
+                let (mut events, _) = page::take(rows, n as usize, sized_event).await?;
+                events.reverse();
+                let events = events.into_iter().map(|s| s.event).collect();
+                return Ok(Some(head.into_session(events)));
             }
             None => {
                 sqlx::query(
@@ -565,7 +567,7 @@ impl SessionStore for PgStore {
         mut artifacts: Vec<ArtifactWrite>,
         fence: Fence<'_>,
     ) -> StoreResult<StoredEvent> {
-        prepare_event(&mut event);
+        prepare_event(&mut event, &self.limits)?;
         // One global insert order, so two appends staging the same files cannot deadlock.
         artifacts.sort_by(|a, b| a.filename.cmp(&b.filename));
         for a in &artifacts {
@@ -633,7 +635,7 @@ impl SessionStore for PgStore {
         fence: Fence<'_>,
     ) -> StoreResult<Vec<StoredEvent>> {
         for (event, artifacts) in events.iter_mut() {
-            prepare_event(event);
+            prepare_event(event, &self.limits)?;
             artifacts.sort_by(|a, b| a.filename.cmp(&b.filename));
             for a in artifacts.iter() {
                 validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
@@ -696,7 +698,8 @@ impl SessionStore for PgStore {
         invocation_id: &str,
         after: i64,
         limit: u32,
-    ) -> StoreResult<Vec<StoredEvent>> {
+    ) -> StoreResult<EventPage> {
+        let limit = limit.max(1) as i64;
         let rows = sqlx::query(
             "SELECT seq, \"timestamp\", event FROM events
               WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND seq > $4
@@ -708,10 +711,10 @@ impl SessionStore for PgStore {
         .bind(&key.session_id)
         .bind(after)
         .bind(invocation_id)
-        .bind(limit.max(1) as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(stored_event).collect()
+        .bind(limit + 1)
+        .fetch(&self.pool);
+        let (events, has_more) = page::take(rows, limit as usize, sized_event).await?;
+        Ok(EventPage { events, has_more })
     }
 
     async fn list_events(
@@ -732,8 +735,7 @@ impl SessionStore for PgStore {
             .bind(before)
             .bind(range.after.unwrap_or(0))
             .bind(limit + 1)
-            .fetch_all(&self.pool)
-            .await?
+            .fetch(&self.pool)
         } else {
             sqlx::query(EVENTS_AFTER_SQL)
                 .bind(&key.app_name)
@@ -741,18 +743,12 @@ impl SessionStore for PgStore {
                 .bind(&key.session_id)
                 .bind(range.after.unwrap_or(0))
                 .bind(limit + 1)
-                .fetch_all(&self.pool)
-                .await?
+                .fetch(&self.pool)
         };
-        if rows.is_empty() && self.session_head(key).await?.is_none() {
+        let (mut events, has_more) = page::take(rows, limit as usize, sized_event).await?;
+        if events.is_empty() && self.session_head(key).await?.is_none() {
             return Ok(None);
         }
-        let has_more = rows.len() as i64 > limit;
-        let mut events = rows
-            .iter()
-            .take(limit as usize)
-            .map(stored_event)
-            .collect::<StoreResult<Vec<_>>>()?;
         if range.before.is_some() {
             events.reverse();
         }

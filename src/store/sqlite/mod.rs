@@ -116,6 +116,12 @@ fn parse_map(s: Option<&str>) -> StoreResult<JsonMap> {
 /// An event row. Its `timestamp` comes from the column, which holds the exact `f64`: read back
 /// from JSON it can differ in the last bit, and then no longer equal the streamed event or the
 /// session's `lastUpdateTime`.
+/// [`stored_event`] and the length of its stored JSON (for [`page::take`]).
+fn sized_event(r: &sqlx::sqlite::SqliteRow) -> StoreResult<(StoredEvent, usize)> {
+    let len = r.get::<&str, _>("event").len();
+    Ok((stored_event(r)?, len))
+}
+
 fn stored_event(r: &sqlx::sqlite::SqliteRow) -> StoreResult<StoredEvent> {
     let mut event: Event = serde_json::from_str(r.get::<&str, _>("event"))?;
     event.timestamp = r.get("timestamp");

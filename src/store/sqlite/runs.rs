@@ -112,7 +112,9 @@ impl RunStore for SqliteStore {
                 // backwards (the runner's stamp predates the wait for the lock).
                 let mut event = event.clone();
                 event.timestamp = event.timestamp.max(now_ts());
-                let stored = SqliteStore::append_in(&mut tx, &run.key, event, &[], fence).await?;
+                let stored =
+                    SqliteStore::append_in(&mut tx, &run.key, event, &[], fence, &self.limits)
+                        .await?;
                 let head = SqliteStore::head_with(&mut tx, &run.key).await?;
                 Some(Box::new(Opened {
                     stored,

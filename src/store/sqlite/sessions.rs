@@ -2,6 +2,7 @@
 //! `BEGIN IMMEDIATE` transaction per complete event).
 
 use super::*;
+use futures::TryStreamExt;
 
 /// One event by id (an append's idempotency check, resolving a lost acknowledgement).
 const EVENT_BY_ID: &str = "SELECT seq, timestamp, event FROM events
@@ -16,8 +17,9 @@ impl SqliteStore {
         mut event: Event,
         artifacts: &[ArtifactWrite],
         fence: Fence<'_>,
+        limits: &StoreLimits,
     ) -> StoreResult<StoredEvent> {
-        prepare_event(&mut event);
+        prepare_event(&mut event, limits)?;
         let split = SplitState::split(&event.actions.state_delta);
         let row = sqlx::query(
             "SELECT state, last_seq, active_run FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
@@ -207,7 +209,7 @@ impl SessionStore for SqliteStore {
             .take()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let key = SessionKey::new(&new.app_name, &new.user_id, &id);
-        prepare_initial_events(&mut new.events)?;
+        prepare_initial_events(&mut new.events, &self.limits)?;
         let now = now_ts();
         let split = SplitState::split(&new.state);
 
@@ -250,23 +252,28 @@ impl SessionStore for SqliteStore {
         let Some(head) = Self::head_with(&mut tx, key).await? else {
             return Ok(None);
         };
+        // The newest `n` within a page's memory (page::PAGE_BYTES); without `n`, all of them.
         let rows = sqlx::query(
-            "SELECT seq, timestamp, event FROM (
-                SELECT seq, timestamp, event FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?
-                 ORDER BY seq DESC LIMIT ?)
-             ORDER BY seq",
+            "SELECT seq, timestamp, event FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?
+              ORDER BY seq DESC LIMIT ?",
         )
         .bind(&key.app_name)
         .bind(&key.user_id)
         .bind(&key.session_id)
         .bind(recent.map_or(-1, |n| n as i64))
-        .fetch_all(&mut *tx)
-        .await?;
+        .fetch(&mut *tx);
+        let mut events = match recent {
+            Some(n) => page::take(rows, n as usize, sized_event).await?.0,
+            None => {
+                rows.map_err(StoreError::from)
+                    .and_then(|r| std::future::ready(stored_event(&r)))
+                    .try_collect()
+                    .await?
+            }
+        };
         tx.commit().await?;
-        let events = rows
-            .iter()
-            .map(|r| stored_event(r).map(|s| s.event))
-            .collect::<StoreResult<Vec<_>>>()?;
+        events.reverse();
+        let events = events.into_iter().map(|s| s.event).collect();
         Ok(Some(head.into_session(events)))
     }
 
@@ -366,7 +373,7 @@ impl SessionStore for SqliteStore {
         }
         // Dropping `tx` on any early return rolls everything back.
         let mut tx = self.begin().await?;
-        let stored = Self::append_in(&mut tx, key, event, &artifacts, fence).await?;
+        let stored = Self::append_in(&mut tx, key, event, &artifacts, fence, &self.limits).await?;
         tx.commit().await?;
         Ok(stored)
     }
@@ -385,7 +392,8 @@ impl SessionStore for SqliteStore {
         let mut tx = self.begin().await?;
         let mut stored = Vec::with_capacity(events.len());
         for (event, artifacts) in events {
-            stored.push(Self::append_in(&mut tx, key, event, &artifacts, fence).await?);
+            stored
+                .push(Self::append_in(&mut tx, key, event, &artifacts, fence, &self.limits).await?);
         }
         tx.commit().await?;
         Ok(stored)
@@ -412,7 +420,8 @@ impl SessionStore for SqliteStore {
         invocation_id: &str,
         after: i64,
         limit: u32,
-    ) -> StoreResult<Vec<StoredEvent>> {
+    ) -> StoreResult<EventPage> {
+        let limit = limit.max(1) as i64;
         let rows = sqlx::query(
             "SELECT seq, timestamp, event FROM events
               WHERE app_name = ? AND user_id = ? AND session_id = ? AND seq > ?
@@ -424,10 +433,10 @@ impl SessionStore for SqliteStore {
         .bind(&key.session_id)
         .bind(after)
         .bind(invocation_id)
-        .bind(limit.max(1) as i64)
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter().map(stored_event).collect()
+        .bind(limit + 1)
+        .fetch(&self.reader);
+        let (events, has_more) = page::take(rows, limit as usize, sized_event).await?;
+        Ok(EventPage { events, has_more })
     }
 
     async fn list_events(
@@ -449,8 +458,7 @@ impl SessionStore for SqliteStore {
             .bind(before)
             .bind(range.after.unwrap_or(0))
             .bind(limit + 1)
-            .fetch_all(&mut *tx)
-            .await?
+            .fetch(&mut *tx)
         } else {
             sqlx::query(
                 "SELECT seq, timestamp, event FROM events
@@ -462,19 +470,13 @@ impl SessionStore for SqliteStore {
             .bind(&key.session_id)
             .bind(range.after.unwrap_or(0))
             .bind(limit + 1)
-            .fetch_all(&mut *tx)
-            .await?
+            .fetch(&mut *tx)
         };
-        if rows.is_empty() && Self::head_with(&mut tx, key).await?.is_none() {
+        let (mut events, has_more) = page::take(rows, limit as usize, sized_event).await?;
+        if events.is_empty() && Self::head_with(&mut tx, key).await?.is_none() {
             return Ok(None);
         }
         tx.commit().await?;
-        let has_more = rows.len() as i64 > limit;
-        let mut events = rows
-            .iter()
-            .take(limit as usize)
-            .map(stored_event)
-            .collect::<StoreResult<Vec<_>>>()?;
         if range.before.is_some() {
             events.reverse();
         }

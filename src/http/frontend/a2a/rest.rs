@@ -36,12 +36,12 @@ error_set!(
 
 error_set!(
     /// What `POST /a2a/{app}/message:send` answers beyond the door's codes.
-    MessageSendErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
+    MessageSendErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
 );
 
 error_set!(
     /// What `POST /a2a/{app}/message:stream` answers beyond the door's codes.
-    MessageStreamErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
+    MessageStreamErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
 );
 
 error_set!(
@@ -242,7 +242,7 @@ async fn message_send(
     raw: Bytes,
 ) -> Result<Response, A2aError> {
     let scope = Scope::for_call(&state, &caller, &headers, &app)?;
-    crate::http::extract::require_json(&headers, &raw)?;
+    crate::http::extract::require_json(&headers, &raw, state.json)?;
     let req: a2a::SendMessageRequest = body(&raw)?;
     Ok(json(&tasks::send_blocking(&state, &scope, &req).await?))
 }
@@ -262,7 +262,7 @@ async fn message_stream(
     raw: Bytes,
 ) -> Result<Response, A2aError> {
     let scope = Scope::for_call(&state, &caller, &headers, &app)?;
-    crate::http::extract::require_json(&headers, &raw)?;
+    crate::http::extract::require_json(&headers, &raw, state.json)?;
     let req: a2a::SendMessageRequest = body(&raw)?;
     let frames = tasks::send_streaming(&state, &scope, &req).await?;
     Ok(sse(frames.map(as_json)))
@@ -360,7 +360,7 @@ async fn create_push_config(
     raw: Bytes,
 ) -> Result<Response, A2aError> {
     let scope = Scope::for_call(&state, &caller, &headers, &app)?;
-    crate::http::extract::require_json(&headers, &raw)?;
+    crate::http::extract::require_json(&headers, &raw, state.json)?;
     let mut config: a2a::TaskPushNotificationConfig = body(&raw)?;
     if !config.task_id.is_empty() && config.task_id != task {
         return Err(A2aError::InvalidParams(

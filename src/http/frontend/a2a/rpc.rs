@@ -24,7 +24,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 error_set!(
     /// What `POST /a2a/{app}` answers beyond the door's codes.
-    RpcErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout, ArtifactTooLarge, RunNotFound
+    RpcErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, ArtifactTooLarge, RunNotFound
 );
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -147,8 +147,9 @@ async fn rpc(
     Path(app): Path<String>,
     raw: Bytes,
 ) -> Response {
-    // As every route: a body must be labelled JSON (415 before any JSON-RPC framing).
-    if let Err(e) = crate::http::extract::require_json(&headers, &raw) {
+    // As every route: a body must be labelled JSON, and of bounded complexity (415 or 413
+    // before any JSON-RPC framing).
+    if let Err(e) = crate::http::extract::require_json(&headers, &raw, state.json) {
         return e.into_response();
     }
     let call = match call(&raw) {

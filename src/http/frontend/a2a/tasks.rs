@@ -66,15 +66,14 @@ async fn run_view(state: &AppState, run: &RunRecord, max: usize) -> A2aResult<Ru
             .store
             .invocation_events(&key, &run.invocation_id, after, 500)
             .await?;
-        let n = page.len();
-        for e in page {
+        for e in page.events {
             if e.seq > upto {
                 break;
             }
             after = e.seq;
             events.push(e.event);
         }
-        if n < 500 {
+        if !page.has_more {
             break;
         }
     }

@@ -47,6 +47,7 @@ pub fn router(state: &AppState, args: &ServeArgs) -> Router<AppState> {
         )),
         tools: Arc::new(tools),
         limit,
+        json: state.json,
         origins: Arc::new(args.allow_origins.clone()),
     };
     let all = mcp.clone();
@@ -71,6 +72,8 @@ struct Mcp {
     service: Arc<Service>,
     tools: Arc<AgentTools>,
     limit: usize,
+    /// `--max-json-values`.
+    json: crate::http::json_shape::JsonLimits,
     /// `--allow-origin`.
     origins: Arc<Vec<String>>,
 }
@@ -99,7 +102,7 @@ impl Mcp {
                 Ok(b) => b,
                 Err(e) => return body_error(&e, self.limit).into_response(),
             };
-            if let Err(refused) = check_message(&parts.headers, &bytes) {
+            if let Err(refused) = check_message(&parts.headers, &bytes, self.json) {
                 return *refused;
             }
             if let Some((id, reason)) = cancellation(&bytes) {
@@ -177,8 +180,13 @@ async fn proxy(service: &Arc<Service>, req: Request, issue: bool) -> Response {
 /// What every MCP POST must be before rmcp reads it: labelled JSON (415, as every route), one
 /// well-formed JSON-RPC message (400 with JSON-RPC's parse error, -32700), not a batch (400,
 /// -32600: MCP's streamable HTTP carries one message per request).
-fn check_message(headers: &axum::http::HeaderMap, bytes: &[u8]) -> Result<(), Box<Response>> {
-    crate::http::extract::require_json(headers, bytes).map_err(|e| Box::new(e.into_response()))?;
+fn check_message(
+    headers: &axum::http::HeaderMap,
+    bytes: &[u8],
+    json: crate::http::json_shape::JsonLimits,
+) -> Result<(), Box<Response>> {
+    crate::http::extract::require_json(headers, bytes, json)
+        .map_err(|e| Box::new(e.into_response()))?;
     let refuse = |code: i32, message: &str| {
         let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
             "error": {"code": code, "message": message}});

@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 error_set!(
     /// What `POST /v1/responses` answers beyond the door's codes.
-    CreateResponseErrors as "OpenAiErrorBody": AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, InvalidInput, ResponseNotFound, TooManyMessages, InvalidMessage, NoNewInput, ShuttingDown, AppLoadFailed, TooManyRuns, SessionBusy, SessionBusyTimeout
+    CreateResponseErrors as "OpenAiErrorBody": AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, InvalidInput, ResponseNotFound, TooManyMessages, InvalidMessage, NoNewInput, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout
 );
 
 error_set!(
@@ -149,14 +149,14 @@ async fn stored_response(state: &AppState, run: &RunRecord) -> ApiResult<Value> 
             .store
             .invocation_events(&run.key(), &run.invocation_id, after, 500)
             .await?;
-        for e in &page {
+        for e in &page.events {
             after = e.seq;
             mapper.item(&RunItem::Event {
                 event: Box::new(e.event.clone()),
                 seq: Some(e.seq),
             });
         }
-        if page.len() < 500 {
+        if !page.has_more {
             break;
         }
     }
