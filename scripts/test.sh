@@ -130,6 +130,18 @@ if ! cmp -s tests/clients/adk-web-ui/requirements.txt "$webui/.requirements.txt"
   rm -rf "$webui/unpacked" "$webui/wheel"
   cp tests/clients/adk-web-ui/requirements.txt "$webui/.requirements.txt"
 fi
+# The documentation's examples (tests/docs_examples.rs) run with curl and jq, as a reader's do.
+for tool in curl jq; do
+  if ! command -v "$tool" >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "$tool is not installed: installing it with apt-get" >&2
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
+    else
+      echo "error: the documentation's examples need $tool (Debian: apt-get install $tool)" >&2
+      exit 1
+    fi
+  fi
+done
 if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
   echo "error: the web UI test needs Chromium at ${CHROMIUM:-/usr/bin/chromium}" >&2
   echo "  (Debian: apt-get install chromium; or set CHROMIUM=/path/to/chromium)" >&2

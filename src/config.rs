@@ -412,9 +412,22 @@ pub struct ServeArgs {
     pub replica_id: Option<String>,
 
     /// On SIGTERM/Ctrl-C: seconds in-flight runs may go on (new runs get 503 and `GET /ready`
-    /// answers 503 at once). Runs still going after that are sealed as `interrupted`.
+    /// answers 503 at once). Runs still going after that are handed over to another replica
+    /// (`--drain-handover`), or sealed as `interrupted` when none is live.
     #[arg(long, env = "AGENTD_DRAIN_SECS", default_value_t = 20)]
     pub drain_secs: u64,
+
+    /// What a draining replica does with its runs when another replica is live: `end` hands
+    /// the runs still going at the end of `--drain-secs` over at their next commit;
+    /// `immediate` hands them over at their next commit at once; `off` seals them
+    /// `interrupted` (docs/replicas.md).
+    #[arg(long, env = "AGENTD_DRAIN_HANDOVER", value_enum, default_value_t = crate::runner::DrainHandover::End)]
+    pub drain_handover: crate::runner::DrainHandover,
+
+    /// Times a run may be resumed on another replica after its replica died; then it fails
+    /// (`MAX_RESUMES_EXCEEDED`). Hand-overs by a draining replica do not count.
+    #[arg(long, env = "AGENTD_MAX_RESUMES", default_value_t = 3)]
+    pub max_resumes: u32,
 
     /// After the drain: seconds interrupted runs get to record their end and open HTTP
     /// responses to finish before connections are dropped.
@@ -621,6 +634,8 @@ impl ServeArgs {
             max_message_parts: crate::store::DEFAULT_MAX_EVENT_PARTS,
             shutdown_grace_secs: 10,
             drain_secs: 20,
+            drain_handover: crate::runner::DrainHandover::End,
+            max_resumes: 3,
             idempotency_ttl_secs: 86_400,
             session_ttl: None,
             run_lease_secs: 10,

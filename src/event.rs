@@ -27,6 +27,16 @@ pub fn new_event_id() -> String {
 }
 
 /// A fresh invocation id for a run: `e-<uuid4>`.
+/// The response of a tool call that was in flight when the replica running it stopped, given
+/// by the replica that takes the run over when the tool is not safe to run again: nobody
+/// knows whether it took effect (docs/replicas.md, "Durable runs").
+pub fn interrupted_response() -> Value {
+    serde_json::json!({
+        "error": "interrupted",
+        "message": "the replica running this tool stopped; its effect is unknown",
+    })
+}
+
 pub fn new_invocation_id() -> String {
     format!("e-{}", uuid::Uuid::new_v4())
 }

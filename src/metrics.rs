@@ -13,6 +13,10 @@
 //! | `agentd_runs_finished_total` | counter | app, status |
 //! | `agentd_run_duration_seconds` | histogram | app, status |
 //! | `agentd_run_time_to_first_event_seconds` | histogram | app (admission to the first partial or complete event) |
+//! | `agentd_runs_resumed_total` | counter | reason = replica_lost, drain, restart (runs this replica took over) |
+//! | `agentd_runs_handed_over_total` | counter | (runs this replica gave up while draining) |
+//! | `agentd_tool_calls_repeated_total` | counter | tool (calls in flight at a takeover, run again: safe to repeat) |
+//! | `agentd_tool_calls_interrupted_total` | counter | tool (calls in flight at a takeover, answered `interrupted`) |
 //! | `agentd_connections_shed_total` | counter | (idle or half-sent connections closed at the bound for a new client) |
 //! | `agentd_open_streams` | gauge | (SSE responses open on this replica) |
 //! | `agentd_events_committed_total` | counter | |

@@ -330,6 +330,12 @@ async fn bad_input_gets_the_specs_errors_and_stores_nothing(backend: Backend) {
         .to_string();
     let get =
         |id: &str| json!({"jsonrpc": "2.0", "id": 8, "method": "GetTask", "params": {"id": id}});
+    // The client's messageId is the message's id in the task's history, as it sent it.
+    let mine = rpc(&r, "alice", get(&task)).await;
+    assert_eq!(
+        mine["result"]["history"][0]["messageId"], "m-mine",
+        "{mine}"
+    );
     assert_eq!(code(&rpc(&r, "bob", get(&task)).await), Some(-32001));
     assert_eq!(
         code(&rpc(&r, "bob", get(&"x".repeat(5000))).await),

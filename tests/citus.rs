@@ -9,8 +9,9 @@ mod common;
 
 use agentd::store::postgres::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
-    CANCEL_RUN, CREATE_SQL, DEQUEUE_SQL, ENQUEUE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL,
-    EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RUN_INVOCATIONS_SQL, USER_RUN_SQL,
+    CANCEL_RUN, CREATE_SQL, DEQUEUE_SQL, ENQUEUE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, EXPIRE_AS,
+    EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RELEASE_SQL, RUN_INVOCATIONS_SQL,
+    TAKE_OVER, USER_RUN_SQL,
 };
 use common::{citus, TestDb};
 use serde_json::Value;
@@ -143,7 +144,7 @@ async fn every_hot_statement_is_routed_to_one_shard() {
     let later_page = list_runs_sql(true, true);
     let session_runs = list_session_runs_sql(false);
     let append_args =
-        "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL";
+        "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL, 0";
     let cases: Vec<(&str, &str, &str)> = vec![
         ("session head", HEAD_SQL, "'echo', 'u1', 's5'"),
         ("append (fenced by the run)", APPEND.citus.as_str(), append_args),
@@ -151,7 +152,7 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         (
             "append (sealing a dead run)",
             APPEND.citus.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-dead'",
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-dead', NULL",
         ),
         ("create session", CREATE_SQL, "'echo', 'u1', 'new', '{}', 1.0, 1.0"),
         ("list sessions", LIST_SESSIONS_SQL, "'echo', 'u1', NULL, '', 51"),
@@ -159,13 +160,13 @@ async fn every_hot_statement_is_routed_to_one_shard() {
             "admission with the user event",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', true, NULL, 90.0, \
-             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL",
+             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL, 'run-new', NULL, 600.0",
         ),
         (
             "admission of a resume",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', false, NULL, 90.0, \
-             false, '{}', '{}', '{}', 0.0, '', '', '', '{}', NULL",
+             false, '{}', '{}', '{}', 0.0, '', '', '', '{}', NULL, NULL, NULL, NULL",
         ),
         ("replay: events after a seq", EVENTS_AFTER_SQL, "'echo', 'u1', 's5', 1, 501"),
         ("event by id", EVENT_BY_ID_SQL, "'echo', 'u1', 's5', 'ev-1'"),
@@ -176,10 +177,21 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         (
             "outcome",
             FINISH_RUN.citus.as_str(),
-            "'run-1', 'completed', 2, NULL, 'u1'",
+            "'run-1', 'completed', 2, NULL, 'u1', 0",
         ),
         ("cancel", CANCEL_RUN.citus.as_str(), "'run-1', 'me', 'why', 'u1'"),
         ("takeover of a dead run", EXPIRE_RUN.citus.as_str(), "'run-1', 'u1'"),
+        (
+            "takeover of a durable run",
+            TAKE_OVER.citus.as_str(),
+            "'run-1', 'u1', 'r2', 'replica_lost', 0, false, 1000.0",
+        ),
+        (
+            "end of a run nobody runs",
+            EXPIRE_AS.citus.as_str(),
+            "'run-1', 'u1', 'abandoned', 'gone', 0, 'r2', false",
+        ),
+        ("hand-over on drain", RELEASE_SQL, "'run-1', 'u1', 0, 'r1'"),
         ("enqueue", ENQUEUE_SQL.as_str(), "'echo', 'u1', 's5', 'r1'"),
         ("dequeue", DEQUEUE_SQL, "1, 'u1'"),
         ("a user's runs", first_page.citus.as_str(), "'echo', 'u1', 51"),

@@ -265,7 +265,7 @@ async fn runs_in_flight_move_onto_their_sessions() {
     assert_eq!(done.status, RunStatus::Completed);
 
     assert!(store
-        .finish_run("u1", "run-live", RunStatus::Cancelled, Some(3), None)
+        .finish_run("u1", "run-live", 0, RunStatus::Cancelled, Some(3), None)
         .await
         .unwrap());
     let ended = store.get_user_run("u1", "run-live").await.unwrap().unwrap();
@@ -342,6 +342,7 @@ async fn migration_0012_needs_the_older_replicas_stopped() {
         .finish_run(
             "u1",
             "run-live",
+            0,
             agentd::store::RunStatus::Completed,
             Some(3),
             None

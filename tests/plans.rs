@@ -15,8 +15,8 @@ mod common;
 
 use agentd::store::postgres::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
-    CANCEL_RUN, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, EXPIRE_RUN, FINISH_RUN, HEAD_SQL,
-    LIST_SESSIONS_SQL, RUN_INVOCATIONS_SQL, USER_RUN_SQL,
+    CANCEL_RUN, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, EXPIRE_AS, EXPIRE_RUN, FINISH_RUN,
+    HEAD_SQL, LIST_SESSIONS_SQL, RELEASE_SQL, RUN_INVOCATIONS_SQL, TAKE_OVER, USER_RUN_SQL,
 };
 use common::TestDb;
 use serde_json::Value;
@@ -110,7 +110,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         (
             "append (fenced by the run)",
             APPEND.plain.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL",
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL, 0",
             // A custom plan drops the sealing branch (its parameter is NULL). The session is
             // found by its key or by its running run's id (unique): one row either way.
             vec![
@@ -121,7 +121,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         (
             "append ending the run (reply with the outcome)",
             APPEND_END.plain.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-live', NULL",
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-live', NULL, 0",
             // The generic plan keeps the sealing branch (its parameter is NULL here).
             vec![
                 ("sessions", &["sessions_pkey", "sessions_running"]),
@@ -131,13 +131,13 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         (
             "append (sealing a dead run)",
             APPEND.plain.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-1'",
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-1', NULL",
             vec![("sessions", &["sessions_pkey"]), ("runs", &["runs_pkey"])],
         ),
         (
             "a run's outcome",
             FINISH_RUN.plain.as_str(),
-            "'run-live', 'completed', 2, NULL, 'u1'",
+            "'run-live', 'completed', 2, NULL, 'u1', 0",
             vec![("sessions", &["sessions_running"])],
         ),
         (
@@ -150,6 +150,24 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             "takeover of a dead run",
             EXPIRE_RUN.plain.as_str(),
             "'run-live', 'u1'",
+            vec![("sessions", &["sessions_running"])],
+        ),
+        (
+            "takeover of a durable run",
+            TAKE_OVER.plain.as_str(),
+            "'run-live', 'u1', 'r2', 'replica_lost', 0, false, 1000.0",
+            vec![("sessions", &["sessions_running"])],
+        ),
+        (
+            "end of a run nobody runs",
+            EXPIRE_AS.plain.as_str(),
+            "'run-live', 'u1', 'abandoned', 'gone', 0, 'r2', false",
+            vec![("sessions", &["sessions_running"])],
+        ),
+        (
+            "hand-over on drain",
+            RELEASE_SQL,
+            "'run-live', 'u1', 0, 'r1'",
             vec![("sessions", &["sessions_running"])],
         ),
         (
@@ -190,7 +208,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             "admission with the user event",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', true, NULL, 90.0, \
-             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL",
+             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL, 'run-new', NULL, 600.0",
             vec![
                 ("sessions", &["sessions_pkey"]),
                 ("run_queue", &["run_queue_by_session"]),
@@ -202,7 +220,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             "admission of a resume (no user event)",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', false, NULL, 90.0, \
-             false, '{}', '{}', '{}', 0.0, '', '', '', '{}', NULL",
+             false, '{}', '{}', '{}', 0.0, '', '', '', '{}', NULL, NULL, NULL, NULL",
             vec![
                 ("sessions", &["sessions_pkey"]),
                 ("run_queue", &["run_queue_by_session"]),

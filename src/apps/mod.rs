@@ -36,6 +36,8 @@ pub struct AppEntry {
     pub a2a: Option<settings::A2aCard>,
     /// The `compaction:` block of the app's `agentd.yaml`, built.
     pub compaction: Option<settings::Compaction>,
+    /// `resume:` of the app's `agentd.yaml`.
+    pub resume: settings::Resume,
 }
 
 /// The apps, by name.
@@ -100,6 +102,7 @@ impl AppRegistry {
                 Some(Ok(c)) => (tree, Some(c)),
                 None => (tree, None),
             };
+            let resume = settings.as_ref().map(|s| s.resume).unwrap_or_default();
             let (app_webhooks, a2a) = settings.map(|s| (s.webhooks, s.a2a)).unwrap_or_default();
             registry.apps.insert(
                 name.clone(),
@@ -111,6 +114,7 @@ impl AppRegistry {
                     webhooks: vec![],
                     a2a,
                     compaction,
+                    resume,
                 },
             );
         }
@@ -169,8 +173,16 @@ impl AppRegistry {
                 webhooks: vec![],
                 a2a: None,
                 compaction: None,
+                resume: settings::Resume::default(),
             },
         );
+    }
+
+    /// Whether runs of app `name` (built in Rust) go on on another replica when theirs dies.
+    pub fn set_resume(&mut self, name: &str, resume: settings::Resume) {
+        if let Some(app) = self.apps.get_mut(name) {
+            app.resume = resume;
+        }
     }
 
     /// Compacts the long sessions of app `name` (built in Rust) as `compaction` says.

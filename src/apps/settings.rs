@@ -10,6 +10,7 @@
 //!   interval: 10        # summarise every 10 new turns
 //!   overlap: 1
 //!   model: openai/gpt-4o-mini
+//! resume: always       # a run outlives its replica (docs/replicas.md); `never`: sealed
 //! a2a:
 //!   name: Order desk
 //!   description: Answers questions about orders.
@@ -38,6 +39,22 @@ pub struct AppSettings {
     /// Summarise older turns of long sessions (`docs/editing.md`).
     #[serde(default)]
     pub compaction: Option<CompactionSettings>,
+    /// Whether a run whose replica dies (or drains) goes on on another replica
+    /// (`docs/replicas.md`, "Durable runs").
+    #[serde(default)]
+    pub resume: Resume,
+}
+
+/// `resume:` of `agentd.yaml`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resume {
+    /// Another replica continues the run from its committed events.
+    #[default]
+    Always,
+    /// The run is sealed and ends `abandoned` (or `interrupted` on a drain), as before
+    /// durable runs: for agents whose turn must not be continued by another process.
+    Never,
 }
 
 /// The `compaction:` block, as written.

@@ -17,6 +17,7 @@ pub mod frontend;
 pub mod idempotency;
 pub mod json_shape;
 pub mod openapi;
+pub mod paging;
 pub mod routes;
 pub mod sse;
 

@@ -24,12 +24,19 @@ pub struct RunConfig {
     pub save_input_blobs_as_artifacts: bool,
     /// Copied into `customMetadata` of every event of the run.
     pub custom_metadata: Option<JsonMap>,
+    /// Added to `customMetadata` of the run's user event only (what a protocol keeps of the
+    /// client's message, e.g. A2A's `messageId` under `a2a:message_id`).
+    pub user_event_metadata: Option<JsonMap>,
     /// Tool calls left without a response by an interrupted run are executed first.
     pub resume: bool,
     /// Tools the client declared with the request (AG-UI `tools`, OpenAI `tools`): offered to
     /// LLM agents beside their own, and resolved by the client (the run ends with the call
     /// open, as for a long-running tool; the client answers in its next request).
     pub client_tools: Vec<crate::model::ToolDeclaration>,
+    /// The run was taken over from a replica that stopped (docs/replicas.md, "Durable runs"):
+    /// its agent goes on from its committed events, and a tool call that was in flight is run
+    /// again only if its tool is safe to repeat ([`crate::tools::Tool::is_idempotent`]).
+    pub takeover: bool,
 }
 
 /// Everything one agent sees during one run. Cheap to clone.

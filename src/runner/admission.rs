@@ -6,7 +6,9 @@
 //! arrival order. Runs (`life::admit`) and holds (`edits::hold`) both claim through here.
 
 use crate::store::runs::Opened;
-use crate::store::{Insert, NewRun, RunRecord, SessionKey, Store, StoreError, StoreResult};
+use crate::store::{
+    Expired, Insert, NewRun, RunRecord, SessionKey, Store, StoreError, StoreResult,
+};
 use std::sync::Arc;
 
 /// The result of trying to admit a run.
@@ -22,13 +24,16 @@ pub enum Claim {
     },
     /// Another live run holds the session (`None`: earlier queued requests come first).
     Busy(Option<Box<RunRecord>>),
+    /// A durable run whose replica died holds the session: it is to be resumed (or ended)
+    /// before the session can be claimed.
+    Orphaned(Box<RunRecord>),
     /// The session does not exist (nothing was written).
     NoSession,
 }
 
 /// Admits `run`: takes the session unless a live run holds it. A holder whose replica
-/// stopped heartbeating is marked `abandoned` and the claim is retried. One round trip when
-/// the session is free.
+/// stopped heartbeating is marked `abandoned` and the claim is retried, unless it is durable
+/// (then the caller has it resumed). One round trip when the session is free.
 pub async fn claim(store: &dyn Store, run: &NewRun, ticket: Option<i64>) -> StoreResult<Claim> {
     for _ in 0..5 {
         match store.insert_run(run, ticket).await? {
@@ -49,8 +54,10 @@ pub async fn claim(store: &dyn Store, run: &NewRun, ticket: Option<i64>) -> Stor
         let Some(active) = store.active_run(&run.key).await? else {
             return Ok(Claim::Busy(None)); // queued requests come first, or it just ended
         };
-        if !store.expire_run(&active).await? {
-            return Ok(Claim::Busy(Some(Box::new(active))));
+        match store.expire_run(&active).await? {
+            Expired::Ended => {}
+            Expired::Alive => return Ok(Claim::Busy(Some(Box::new(active)))),
+            Expired::Durable => return Ok(Claim::Orphaned(Box::new(active))),
         }
         tracing::warn!(run = %active.run_id, owner = %active.owner, "took over a session whose replica stopped heartbeating");
     }

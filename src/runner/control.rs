@@ -5,6 +5,7 @@
 use super::quota::Slot;
 use super::{lock, Runner};
 use crate::store::{CancelRequest, RunRecord, RunStatus, SessionKey, StoreError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +22,9 @@ pub(super) enum StopCause {
     /// This replica could not reach the database for most of its lease: its runs may be
     /// taken over, so they stop before that can happen.
     Liveness,
+    /// The replica is draining and another one is live: the run stops at its next commit and
+    /// is handed over (it ends `interrupted` here only if that fails).
+    Handover,
 }
 
 impl StopCause {
@@ -28,7 +32,7 @@ impl StopCause {
         match self {
             StopCause::Cancel => RunStatus::Cancelled,
             StopCause::Timeout => RunStatus::TimedOut,
-            StopCause::Drain | StopCause::Liveness => RunStatus::Interrupted,
+            StopCause::Drain | StopCause::Liveness | StopCause::Handover => RunStatus::Interrupted,
         }
     }
 }
@@ -37,6 +41,8 @@ impl StopCause {
 pub(super) struct LocalRun {
     pub(super) cancel: CancellationToken,
     pub(super) cause: Arc<Mutex<Option<StopCause>>>,
+    /// Set to stop the run at its next commit (a hand-over).
+    pub(super) boundary: Arc<AtomicBool>,
 }
 
 /// A run in this process's registry, with its place in its user's quota; dropping it takes the
@@ -47,6 +53,7 @@ pub(super) struct Registration {
     run_id: String,
     pub(super) cancel: CancellationToken,
     pub(super) cause: Arc<Mutex<Option<StopCause>>>,
+    pub(super) boundary: Arc<AtomicBool>,
     _slot: Option<Slot>,
 }
 
@@ -67,11 +74,13 @@ impl Runner {
     /// mistakes it for a leak), holding `slot` of its user's quota.
     pub(super) fn register(self: &Arc<Self>, run_id: &str, slot: Option<Slot>) -> Registration {
         let (cancel, cause) = (CancellationToken::new(), Arc::new(Mutex::new(None)));
+        let boundary = Arc::new(AtomicBool::new(false));
         lock(&self.local).insert(
             run_id.to_string(),
             LocalRun {
                 cancel: cancel.clone(),
                 cause: cause.clone(),
+                boundary: boundary.clone(),
             },
         );
         Registration {
@@ -79,6 +88,7 @@ impl Runner {
             run_id: run_id.to_string(),
             cancel,
             cause,
+            boundary,
             _slot: slot,
         }
     }
@@ -126,6 +136,15 @@ impl Runner {
         lock(&run.cause).get_or_insert(cause);
         run.cancel.cancel();
         true
+    }
+
+    /// Hands the local runs over (a drain with another replica live): each stops at its next
+    /// commit, so no call in flight is cut; `super::life::end` then releases it.
+    pub(super) fn hand_over_all_local(&self) {
+        for run in lock(&self.local).values() {
+            lock(&run.cause).get_or_insert(StopCause::Handover);
+            run.boundary.store(true, Ordering::SeqCst);
+        }
     }
 
     pub(super) fn stop_all_local(&self, cause: StopCause) {

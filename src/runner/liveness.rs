@@ -2,11 +2,12 @@
 //!
 //! One task per process writes the replica's heartbeat every `lease / 3` (one write, whatever
 //! the number of open runs; each attempt bounded by that period) and learns from it which of
-//! its runs someone asked to cancel (the fallback for a lost notification). Another task sweeps
-//! every 2/3 of the lease: runs of replicas whose heartbeat is older than their lease are
-//! marked `abandoned`, their sessions freed and their transcripts sealed, and followers are
-//! told. Each sweep also reconciles: a run the database says this replica runs, but which has
-//! no task here (its outcome was lost, or its task vanished), is finished as `failed`.
+//! its runs someone asked to cancel (the fallback for a lost notification). Another task
+//! looks for runs nobody runs (their replica's heartbeat is older than its lease, or a
+//! draining replica handed them over) every `lease / 3`, at most every two seconds, and
+//! resumes or ends each (`super::recovery`). Every 2/3 of the lease it also reconciles: a run
+//! the database says this replica runs, but which has no task here (its outcome was lost, or
+//! its task vanished), is finished as `failed`.
 //!
 //! If this replica has not written its heartbeat for two thirds of its lease, it stops its own
 //! runs (`interrupted`) before other replicas may take their sessions over; their writes are
@@ -14,9 +15,8 @@
 
 use super::bus::BusMsg;
 use super::control::StopCause;
-use super::life::seal;
 use super::{lock, Runner};
-use crate::store::{Fence, RunStatus, StoreError};
+use crate::store::{RunStatus, StoreError};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -65,59 +65,46 @@ impl Runner {
 
         let runner = Arc::downgrade(self);
         let stop = self.stop.clone();
+        // Runs nobody runs are looked for often enough that one is taken over within about
+        // two seconds of its replica's lease running out; the rest of the upkeep every 2/3
+        // of the lease.
+        let look = (lease / 3).min(std::time::Duration::from_secs(2));
         tokio::spawn(async move {
+            // At start, the runs of this replica id's previous life are nobody's.
+            let mut mine = true;
+            let mut upkeep = Instant::now();
             loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(period * 2) => {}
-                }
                 let Some(runner) = runner.upgrade() else {
                     return;
                 };
-                if let Err(e) = runner.sweep().await {
+                if let Err(e) = runner.sweep(std::mem::take(&mut mine)).await {
                     tracing::warn!(error = %e, "sweep failed");
                 }
-                if let Err(e) = runner.reconcile().await {
-                    tracing::warn!(error = %e, "reconciliation failed");
+                if upkeep.elapsed() >= period * 2 {
+                    upkeep = Instant::now();
+                    runner.upkeep().await;
                 }
-                let ttl = runner.config.idempotency_ttl.as_secs_f64();
-                if let Err(e) = runner.store.expire_keys(ttl).await {
-                    tracing::warn!(error = %e, "expiring idempotency keys failed");
+                drop(runner);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(look) => {}
                 }
             }
         });
     }
 
-    /// Runs of dead replicas: abandoned, sessions freed, transcripts sealed, followers told.
-    pub(super) async fn sweep(&self) -> Result<(), StoreError> {
-        for dead in self.store.sweep(&self.config.owner).await? {
-            tracing::warn!(run = %dead.run_id, owner = %dead.owner, "run of a dead replica abandoned");
-            let root = self.root_name(&dead.app_name);
-            match seal::seal_dead(
-                self.store.as_ref(),
-                &dead,
-                &root,
-                Fence::Sealing(&dead.run_id),
-            )
-            .await
-            {
-                Ok(sealed) => seal::publish_sealed(self, &dead, sealed),
-                // A new run took the session first; it seals the transcript itself.
-                Err(StoreError::NotOwner) => {}
-                Err(e) => {
-                    tracing::warn!(run = %dead.run_id, error = %e, "could not seal a dead run")
-                }
-            }
-            self.bus.publish(
-                &dead.key(),
-                BusMsg::Done {
-                    run_id: dead.run_id.as_str().into(),
-                    status: RunStatus::Abandoned,
-                    last_seq: None,
-                },
-            );
+    /// Reconciliation, and what the database keeps that expires.
+    async fn upkeep(&self) {
+        if let Err(e) = self.reconcile().await {
+            tracing::warn!(error = %e, "reconciliation failed");
         }
-        Ok(())
+        let ttl = self.config.idempotency_ttl.as_secs_f64();
+        if let Err(e) = self.store.expire_keys(ttl).await {
+            tracing::warn!(error = %e, "expiring idempotency keys failed");
+        }
+        if let Err(e) = self.store.sweep_housekeeping(&self.config.owner).await {
+            tracing::warn!(error = %e, "sweep housekeeping failed; the next one tries again");
+        }
     }
 
     /// Runs recorded as this replica's that have no task here.
@@ -145,6 +132,7 @@ impl Runner {
                 .finish_run(
                     &run.user_id,
                     &run.run_id,
+                    run.resumes,
                     RunStatus::Failed,
                     None,
                     Some(error),

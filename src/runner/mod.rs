@@ -22,6 +22,7 @@ mod edits;
 mod life;
 mod liveness;
 mod quota;
+mod recovery;
 mod request;
 mod selection;
 
@@ -30,7 +31,10 @@ pub use edits::fork::ForkPoint;
 pub use edits::hold::HOLD_PREFIX;
 pub use edits::rewind::RewindError;
 pub use life::seal::INVOCATION_ABORTED;
-pub use request::{EditPoint, OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig};
+pub use recovery::MAX_RESUMES_EXCEEDED;
+pub use request::{
+    DrainHandover, EditPoint, OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig,
+};
 
 use crate::apps::AppRegistry;
 use crate::invocation::PluginSet;
@@ -60,6 +64,8 @@ pub struct Runner {
     /// Stops the background tasks (heartbeat, sweeper, bus) at the very end.
     stop: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
+    /// Client streams following runs this replica handed over (a drain waits for them).
+    handovers: tokio_util::task::TaskTracker,
     quota: quota::UserQuota,
 }
 
@@ -95,6 +101,7 @@ impl Runner {
             draining: CancellationToken::new(),
             stop,
             tracker: tokio_util::task::TaskTracker::new(),
+            handovers: tokio_util::task::TaskTracker::new(),
         });
         runner.spawn_cancel_listener(cancels);
         runner.spawn_liveness();
@@ -134,6 +141,12 @@ impl Runner {
     /// Parts a run's message may have (`--max-message-parts`).
     pub fn max_message_parts(&self) -> usize {
         self.config.max_message_parts
+    }
+
+    /// A run's limit: the request's, at most the server's (`--max-run-secs`).
+    pub(crate) fn run_limit(&self, requested: Option<Duration>) -> Duration {
+        let server = self.config.max_run_duration;
+        requested.map_or(server, |d| d.min(server))
     }
 
     pub fn enqueue_timeout(&self) -> Duration {
@@ -185,19 +198,65 @@ impl Runner {
     pub async fn drain_runs(&self, drain: Duration, grace: Duration) {
         self.begin_drain();
         self.tracker.close();
+        // With another replica live, runs are handed over rather than interrupted.
+        let hand_over = self.config.drain_handover != DrainHandover::Off
+            && match self.store.live_replicas(&self.config.owner).await {
+                Ok(n) => n > 0,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not count the live replicas; runs still going at the end of the drain are interrupted");
+                    false
+                }
+            };
+        if hand_over && self.config.drain_handover == DrainHandover::Immediate {
+            self.hand_over_all_local();
+        }
         if tokio::time::timeout(drain, self.tracker.wait())
             .await
-            .is_err()
+            .is_ok()
         {
-            let n = lock(&self.local).len();
-            tracing::warn!(runs = n, "drain time over; interrupting the remaining runs");
-            self.stop_all_local(StopCause::Drain);
-            if tokio::time::timeout(grace, self.tracker.wait())
+            return;
+        }
+        let n = lock(&self.local).len();
+        if hand_over {
+            tracing::info!(
+                runs = n,
+                "drain time over; handing the remaining runs over at their next commit"
+            );
+            self.hand_over_all_local();
+            // A run waiting on a long call commits nothing for a while: half the grace, then
+            // it stops where it is (its call in flight is the taker's to answer).
+            if tokio::time::timeout(grace / 2, self.tracker.wait())
                 .await
                 .is_err()
             {
-                tracing::warn!("runs still finishing after the shutdown grace period");
+                self.stop_all_local(StopCause::Handover);
             }
+        } else {
+            tracing::warn!(runs = n, "drain time over; interrupting the remaining runs");
+            self.stop_all_local(StopCause::Drain);
+        }
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("runs still finishing after the shutdown grace period");
+        }
+    }
+
+    /// A token that keeps [`Runner::wait_handover_streams`] waiting: a client stream on this
+    /// replica following a run it handed over.
+    pub fn handover_stream(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.handovers.token()
+    }
+
+    /// Waits up to `grace` for the client streams following runs this replica handed over.
+    pub async fn wait_handover_streams(&self, grace: Duration) {
+        self.handovers.close();
+        if tokio::time::timeout(grace, self.handovers.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("streams of handed-over runs still open after the shutdown grace period; their clients re-attach");
         }
     }
 

@@ -28,6 +28,11 @@ pub struct RunnerConfig {
     pub max_runs_per_user: usize,
     /// Parts a run's new message may have (`--max-message-parts`).
     pub max_message_parts: usize,
+    /// Times a run may move to another replica because its replica died (`--max-resumes`);
+    /// then it fails. Hand-overs by a draining replica do not count.
+    pub max_resumes: u32,
+    /// What a draining replica does with a run still going at the end of `--drain-secs`.
+    pub drain_handover: DrainHandover,
     /// Notified when a run of this replica that has webhook targets ends (the webhook sender
     /// looks for the deliveries its end wrote at once instead of at its next poll).
     pub run_ended: Arc<Notify>,
@@ -43,9 +48,24 @@ impl Default for RunnerConfig {
             idempotency_ttl: Duration::from_secs(86_400),
             max_runs_per_user: 0,
             max_message_parts: crate::store::DEFAULT_MAX_EVENT_PARTS,
+            max_resumes: 3,
+            drain_handover: DrainHandover::End,
             run_ended: Arc::new(Notify::new()),
         }
     }
+}
+
+/// What a draining replica does with its runs when another replica is live
+/// (`--drain-handover`, docs/replicas.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DrainHandover {
+    /// Runs still going when `--drain-secs` is over are handed over at their next commit.
+    #[default]
+    End,
+    /// Runs are handed over at their next commit as soon as the drain starts.
+    Immediate,
+    /// Runs still going when `--drain-secs` is over are sealed `interrupted`.
+    Off,
 }
 
 /// What a request does when its session already has a running run.

@@ -81,6 +81,8 @@ impl Server {
         }
         runner_config.max_runs_per_user = args.security.max_runs_per_user;
         runner_config.max_message_parts = args.max_message_parts;
+        runner_config.max_resumes = args.max_resumes;
+        runner_config.drain_handover = args.drain_handover;
         let run_ended = runner_config.run_ended.clone();
         // Checked before anything starts: a refused configuration leaves nothing running.
         let jwt = jwt_verifier(&args)?;
@@ -201,6 +203,9 @@ impl Server {
             // Streams and waits on other replicas' runs still work meanwhile: the bus runs.
             tokio::time::sleep_until(drained).await;
         }
+        // Client streams of runs handed over follow them on their new replica until they
+        // end, for up to the grace period; then they are cut and their clients re-attach.
+        self.state.runner.wait_handover_streams(grace).await;
         self.state.runner.stop_background().await;
         // MCP servers started as child processes end with us.
         self.state.apps.close().await;

@@ -34,7 +34,10 @@ pub use keys::{ApiKeyRecord, KeyStore};
 pub use memory::{MemoryEntry, MemoryStore};
 pub use prune::{PruneReport, PruneRequest, PruneStore};
 pub use rewinds::{RewindMark, RewindStore, Rewound};
-pub use runs::{CancelRequest, Insert, NewRun, RunRecord, RunStatus, RunStore};
+pub use runs::{
+    CancelRequest, Durable, Expired, Insert, NewRun, Orphan, ResumeReason, ResumeStep, RunRecord,
+    RunStatus, RunStore, TakenOver,
+};
 pub use schedules::{ScheduleRecord, ScheduleStore, TickPlan, TickRecord};
 pub(crate) use sessions::{initial_update_time, prepare_event, prepare_initial_events};
 pub use sessions::{
@@ -155,14 +158,16 @@ pub fn is_connection_error(e: &sqlx::Error) -> bool {
 }
 
 /// Whose write an append is. Every event a run commits is fenced by the run: the statement that
-/// assigns its seq also checks that `sessions.active_run` is that run, under the session's row
-/// lock, so a run that was taken over can never write into the session again.
+/// assigns its seq also checks that `sessions.active_run` is that run, at the epoch the writer
+/// holds it at (its takeovers so far), under the session's row lock. So a run that was taken
+/// over, or resumed by another replica under the same id, can never be written to by its
+/// previous owner again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fence<'a> {
     /// Not a run's write (PATCH state, restored history): no ownership check.
     Unfenced,
-    /// Only while this run owns the session.
-    Run(&'a str),
+    /// Only while this run owns the session, at this epoch, and was not handed over.
+    Run(&'a str, i32),
     /// Sealing the transcript of this dead run by a sweeper: only while no run owns the
     /// session and the dead run is still unsealed (whoever seals first wins; nobody seals twice).
     Sealing(&'a str),
@@ -171,7 +176,7 @@ pub enum Fence<'a> {
     /// the session. A run's reply and its outcome then cost one durable commit, not two. An
     /// event already stored (the idempotent case) is returned as stored and ends nothing: its
     /// seq is not past the run's last one, which is how the caller tells.
-    RunEnd(&'a str),
+    RunEnd(&'a str, i32),
 }
 impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {

@@ -50,6 +50,88 @@ pub struct NewRun {
     /// run's end writes their deliveries (see `migrations/postgres/0009_webhooks.sql`). A2A
     /// push configs may be added while it runs (`store/push.rs`).
     pub webhooks: Option<serde_json::Value>,
+    /// Resumable by another replica if this one dies (`None`: a hold, or an app with
+    /// `resume: never`): what the run continues with.
+    pub durable: Option<Durable>,
+}
+
+/// What a resumed run continues with (see docs/replicas.md, "Durable runs").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Durable {
+    /// The run's configuration as the runner stores it (`None`: all defaults).
+    pub config: Option<serde_json::Value>,
+    /// The run's limit: it must end this long after its first start, however often it moves.
+    pub max_secs: f64,
+}
+
+/// One move of a run to another replica.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ResumeStep {
+    /// The replica that stopped running it.
+    pub from: String,
+    /// The replica that went on with it.
+    pub to: String,
+    /// When (seconds since the epoch).
+    pub at: f64,
+    /// `replica_lost` (its replica died), `drain` (handed over by a replica shutting down) or
+    /// `restart` (the same replica id, started again).
+    pub reason: String,
+}
+
+/// Why a run moves to another replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeReason {
+    ReplicaLost,
+    Drain,
+    Restart,
+}
+
+impl ResumeReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResumeReason::ReplicaLost => "replica_lost",
+            ResumeReason::Drain => "drain",
+            ResumeReason::Restart => "restart",
+        }
+    }
+}
+
+/// A running run nobody runs: its replica died, or handed it over while draining.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Orphan {
+    pub run: RunRecord,
+    /// It may be resumed (admitted durable).
+    pub durable: bool,
+    /// Its owner gave it up at a commit boundary (a drain).
+    pub released: bool,
+    /// Seconds left before its deadline (`None`: not recorded, an older admission).
+    pub remaining: Option<f64>,
+}
+
+/// A run this replica took over: the record as it is now (this replica its owner, `resumes`
+/// the new epoch), and what it continues with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TakenOver {
+    pub run: RunRecord,
+    pub config: Option<serde_json::Value>,
+    /// Seconds left before its deadline.
+    pub remaining: f64,
+    /// The session's last seq when it was taken: every write of the previous owner is in it,
+    /// or refused.
+    pub session_seq: i64,
+    /// It has webhook targets (its end wakes this replica's sender).
+    pub has_webhooks: bool,
+}
+
+/// What asking to end a dead holder did (admission).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// Ended `abandoned`; the session is free.
+    Ended,
+    /// Its owner is alive (or it already ended): nothing changed.
+    Alive,
+    /// Its owner is dead but the run is durable: it is to be resumed, not ended.
+    Durable,
 }
 
 /// The user event committed by admission, with the session's merged state after it.
@@ -135,6 +217,16 @@ pub struct RunRecord {
     pub error: Option<String>,
     #[serde(skip)]
     pub sealed: bool,
+    /// How often the run moved to another replica (also the epoch its writes are fenced by).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub resumes: i32,
+    /// Each move: from, to, when and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<ResumeStep>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 impl RunRecord {
@@ -175,9 +267,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// [`NewRun::opening`]).
     async fn insert_run(&self, run: &NewRun, ticket: Option<i64>) -> StoreResult<Insert>;
 
-    /// Marks the run `abandoned` (unsealed) and frees its session, if it is running and its
-    /// owner's heartbeat is stale. Returns whether it did.
-    async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool>;
+    /// Marks the run `abandoned` (unsealed) and frees its session, if it is running, its
+    /// owner's heartbeat is stale and it is not durable; a durable one is left for
+    /// [`RunStore::take_over`] ([`Expired::Durable`]).
+    async fn expire_run(&self, run: &RunRecord) -> StoreResult<Expired>;
 
     /// Records this replica as alive (one row per replica) and returns the ids of its running
     /// runs that someone asked to cancel (the fallback for a missed notification).
@@ -188,24 +281,69 @@ pub trait RunStore: Send + Sync + 'static {
         draining: bool,
     ) -> StoreResult<Vec<String>>;
 
-    /// The ids of the running runs recorded as `replica`'s (reconciliation).
+    /// The ids of the running runs recorded as `replica`'s and not handed over
+    /// (reconciliation, and a restarted replica's own runs).
     async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<String>>;
 
     /// Says this replica is gone (its runs count as dead at once).
     async fn retire_replica(&self, replica: &str) -> StoreResult<()>;
 
-    /// Marks the running runs of replicas whose heartbeat is stale `abandoned` and frees their
-    /// sessions; returns them (each still to be sealed). Never touches `me`'s runs.
-    async fn sweep(&self, me: &str) -> StoreResult<Vec<RunRecord>>;
+    /// Running runs nobody runs: their owner (not `me`) stopped heartbeating, or handed them
+    /// over while draining; with `mine`, also those recorded as `me`'s (a process with this
+    /// id died and started again). Read without locks; each is then taken over or ended by a
+    /// statement about that one run.
+    async fn orphans(&self, me: &str, mine: bool) -> StoreResult<Vec<Orphan>>;
+
+    /// Moves the durable run `run` (as [`RunStore::orphans`] read it, at its epoch) to `me`,
+    /// if nobody runs it still (`restart`: `me` is a process that died and started again, so
+    /// a run recorded as its own is nobody's): the same run and invocation, one epoch more,
+    /// the move logged. `None` if another replica took it first, or it ended, or its owner
+    /// came back.
+    async fn take_over(
+        &self,
+        run: &RunRecord,
+        me: &str,
+        reason: ResumeReason,
+        restart: bool,
+    ) -> StoreResult<Option<TakenOver>>;
+
+    /// Ends a run nobody runs that is not to be resumed: `status` with `error`, its session
+    /// freed, its record and webhook deliveries written, left unsealed for its transcript to be
+    /// sealed. `None` if it was not nobody's any more (as for [`RunStore::take_over`]).
+    async fn expire_as(
+        &self,
+        run: &RunRecord,
+        me: &str,
+        restart: bool,
+        status: RunStatus,
+        error: &str,
+    ) -> StoreResult<Option<RunRecord>>;
+
+    /// A draining `me` gives its run up at a commit boundary, for a live replica to take over.
+    /// False if it is no longer its to give (taken, ended, or a cancel came first).
+    async fn release_run(
+        &self,
+        user: &str,
+        run_id: &str,
+        epoch: i32,
+        me: &str,
+    ) -> StoreResult<bool>;
+
+    /// How many other replicas heartbeat and are not draining.
+    async fn live_replicas(&self, me: &str) -> StoreResult<usize>;
+
+    /// Deletes queue tickets whose waiters are long gone and replicas gone for an hour.
+    async fn sweep_housekeeping(&self, me: &str) -> StoreResult<()>;
 
     /// Abandoned runs of a session whose transcript still needs sealing.
     async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>>;
 
     async fn mark_sealed(&self, user: &str, run_id: &str) -> StoreResult<()>;
 
-    /// Records the outcome and frees the session, if the run still owns it (an asynchronous
-    /// commit on PostgreSQL: see `ASYNC_COMMIT` for why that is safe). Returns false if the run
-    /// had already lost the session (it was taken over); nothing is then changed.
+    /// Records the outcome and frees the session, if the run still owns it at `epoch` (an
+    /// asynchronous commit on PostgreSQL: see `ASYNC_COMMIT` for why that is safe). Returns
+    /// false if the run had already lost the session (it was taken over, or handed over);
+    /// nothing is then changed.
     /// `completed` is refused with [`StoreError::CancelRequested`](super::StoreError) when a
     /// cancel of the run was accepted first (both statements lock the run's session row, so one
     /// of them comes first).
@@ -213,6 +351,7 @@ pub trait RunStore: Send + Sync + 'static {
         &self,
         user: &str,
         run_id: &str,
+        epoch: i32,
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
@@ -267,11 +406,11 @@ pub trait RunStore: Send + Sync + 'static {
 pub(crate) const RUN_COLUMNS: &str =
     "id, app_name, user_id, session_id, invocation_id, status, owner, cancel_requested, \
      cancelled_by, cancel_reason, created_at, started_at, finished_at, base_seq, user_event, \
-     last_seq, error, sealed";
+     last_seq, error, sealed, resumes, resume_log";
 
 /// Reads a `runs` row; the same code for both backends' row types.
 macro_rules! run_record_reader {
-    ($fn_name:ident, $row:ty) => {
+    ($fn_name:ident, $row:ty, $log:ty, $parse:expr) => {
         pub(crate) fn $fn_name(r: &$row) -> StoreResult<RunRecord> {
             Ok(RunRecord {
                 run_id: r.try_get("id")?,
@@ -292,13 +431,28 @@ macro_rules! run_record_reader {
                 last_seq: r.try_get("last_seq")?,
                 error: r.try_get("error")?,
                 sealed: r.try_get("sealed")?,
+                resumes: r.try_get("resumes")?,
+                resumed: r
+                    .try_get::<Option<$log>, _>("resume_log")?
+                    .map($parse)
+                    .unwrap_or_default(),
             })
         }
     };
 }
 
-run_record_reader!(record_pg, sqlx::postgres::PgRow);
-run_record_reader!(record_sqlite, sqlx::sqlite::SqliteRow);
+run_record_reader!(
+    record_pg,
+    sqlx::postgres::PgRow,
+    sqlx::types::Json<Vec<ResumeStep>>,
+    |j: sqlx::types::Json<Vec<ResumeStep>>| j.0
+);
+run_record_reader!(
+    record_sqlite,
+    sqlx::sqlite::SqliteRow,
+    String,
+    |s: String| serde_json::from_str::<Vec<ResumeStep>>(&s).unwrap_or_default()
+);
 
 pub(crate) fn unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())

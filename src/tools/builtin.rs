@@ -18,6 +18,11 @@ impl Tool for TransferToAgent {
         TRANSFER_TO_AGENT
     }
 
+    /// Control, or a read: safe to run again.
+    fn is_idempotent(&self) -> bool {
+        true
+    }
+
     fn description(&self) -> &str {
         "Transfer the question to another agent. Use this when another agent is better \
          suited to answer, according to the agents' descriptions."
@@ -61,6 +66,11 @@ impl Tool for ExitLoop {
         "exit_loop"
     }
 
+    /// Control, or a read: safe to run again.
+    fn is_idempotent(&self) -> bool {
+        true
+    }
+
     fn description(&self) -> &str {
         "Exits the loop. Call this function only when you are instructed to do so."
     }
@@ -99,6 +109,11 @@ fn artifact_text(part: &crate::event::Part) -> Value {
 impl Tool for LoadArtifacts {
     fn name(&self) -> &str {
         "load_artifacts"
+    }
+
+    /// Control, or a read: safe to run again.
+    fn is_idempotent(&self) -> bool {
+        true
     }
 
     fn description(&self) -> &str {
@@ -164,6 +179,11 @@ pub struct LoadMemory;
 impl Tool for LoadMemory {
     fn name(&self) -> &str {
         "load_memory"
+    }
+
+    /// Control, or a read: safe to run again.
+    fn is_idempotent(&self) -> bool {
+        true
     }
 
     fn description(&self) -> &str {

@@ -20,6 +20,7 @@ pub struct FunctionTool {
     parameters: Option<Value>,
     long_running: bool,
     require_confirmation: bool,
+    idempotent: bool,
     handler: Handler,
 }
 
@@ -54,6 +55,7 @@ impl FunctionTool {
             parameters: Some(schema_of::<A>()),
             long_running: false,
             require_confirmation: false,
+            idempotent: false,
             handler,
         }
     }
@@ -75,6 +77,7 @@ impl FunctionTool {
             parameters,
             long_running: false,
             require_confirmation: false,
+            idempotent: false,
             handler: Arc::new(move |a, c| Box::pin(f(a, c))),
         }
     }
@@ -88,6 +91,13 @@ impl FunctionTool {
     /// Calls need the client's approval first.
     pub fn require_confirmation(mut self) -> Self {
         self.require_confirmation = true;
+        self
+    }
+
+    /// A call may be made again without harm: one in flight when its replica stopped is run
+    /// again where the run goes on (see [`Tool::is_idempotent`]).
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
         self
     }
 }
@@ -122,6 +132,10 @@ impl Tool for FunctionTool {
 
     fn requires_confirmation(&self) -> bool {
         self.require_confirmation
+    }
+
+    fn is_idempotent(&self) -> bool {
+        self.idempotent
     }
 
     async fn call(&self, args: JsonMap, ctx: &ToolContext) -> ToolResult {

@@ -69,6 +69,14 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether a call may be made again without harm (it reads, or writes the same thing
+    /// twice). A call that was in flight when its replica stopped is run again on the replica
+    /// that takes the run over only if this says so; otherwise the model is told its effect is
+    /// unknown (docs/replicas.md, "Durable runs"). Defaults to false: at most once.
+    fn is_idempotent(&self) -> bool {
+        false
+    }
+
     /// Runs the tool. The returned JSON becomes the `functionResponse.response` (objects as
     /// they are, anything else as `{"result": value}`).
     async fn call(&self, args: JsonMap, ctx: &ToolContext) -> ToolResult;
@@ -141,6 +149,10 @@ impl Tool for RequireConfirmation {
 
     fn requires_confirmation(&self) -> bool {
         true
+    }
+
+    fn is_idempotent(&self) -> bool {
+        self.0.is_idempotent()
     }
 
     async fn call(&self, args: JsonMap, ctx: &ToolContext) -> ToolResult {

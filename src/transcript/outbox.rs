@@ -64,6 +64,14 @@ pub struct OutboxParts {
     pub cancel_on_disconnect: bool,
     /// The run that owns the session: every commit is fenced by it.
     pub run_id: Option<String>,
+    /// The epoch the run owns it at (its takeovers so far): part of every commit's fence.
+    pub epoch: i32,
+    /// The session's last seq when the run starts (a resumed run: where the previous owner's
+    /// commits end), so the partial events it streams carry where they follow on.
+    pub last_seq: Option<i64>,
+    /// Once set, the run stops after its next commit (a draining replica hands it over at a
+    /// commit boundary: nothing in flight is cut).
+    pub boundary: Arc<std::sync::atomic::AtomicBool>,
     pub observer: Option<Arc<dyn RunObserver>>,
     /// The session state the run starts from.
     pub state: JsonMap,
@@ -78,6 +86,8 @@ pub struct Outbox {
     cancel: CancellationToken,
     cancel_on_disconnect: bool,
     run_id: Option<String>,
+    epoch: i32,
+    boundary: Arc<std::sync::atomic::AtomicBool>,
     observer: Option<Arc<dyn RunObserver>>,
     /// The session state as this run sees it (see [`Outbox::state`]).
     state: Mutex<JsonMap>,
@@ -108,13 +118,15 @@ impl Outbox {
             cancel: p.cancel,
             cancel_on_disconnect: p.cancel_on_disconnect,
             run_id: p.run_id,
+            epoch: p.epoch,
+            boundary: p.boundary,
             observer: p.observer,
             state: Mutex::new(p.state),
             emit: Arc::new(tokio::sync::Mutex::new(EmitState {
                 out: p.out,
                 client_gone: false,
                 lost: false,
-                last_seq: None,
+                last_seq: p.last_seq,
                 open_calls: BTreeMap::new(),
                 held: None,
                 failed: None,
@@ -323,6 +335,9 @@ impl Outbox {
             Some(limit) => self.deliver_within(st, item, limit).await,
             None => self.deliver(st, item).await,
         }
+        if self.boundary.load(std::sync::atomic::Ordering::SeqCst) {
+            self.cancel.cancel();
+        }
         Ok(seq)
     }
 
@@ -347,7 +362,7 @@ impl Outbox {
     ) -> StoreResult<Vec<StoredEvent>> {
         let temps: Vec<JsonMap> = events.iter().map(|(e, _)| temp_keys(e)).collect();
         let fence = match &self.run_id {
-            Some(run) => Fence::Run(run),
+            Some(run) => Fence::Run(run, self.epoch),
             None => Fence::Unfenced,
         };
         let stored = self
@@ -369,8 +384,8 @@ impl Outbox {
     ) -> StoreResult<StoredEvent> {
         let temp = temp_keys(&event);
         let fence = match &self.run_id {
-            Some(run) if last => Fence::RunEnd(run),
-            Some(run) => Fence::Run(run),
+            Some(run) if last => Fence::RunEnd(run, self.epoch),
+            Some(run) => Fence::Run(run, self.epoch),
             None => Fence::Unfenced,
         };
         let started = std::time::Instant::now();

@@ -37,6 +37,7 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
             target("https://b.example/", &["run.failed"]),
             target("https://c.example/", &["run.input_required"]),
         ])),
+        durable: None,
     };
     claim(store.as_ref(), &run, None).await.expect("admitted");
     assert!(
@@ -48,7 +49,14 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         "none while running"
     );
     assert!(store
-        .finish_run(&run.key.user_id, "run-1", RunStatus::Completed, None, None)
+        .finish_run(
+            &run.key.user_id,
+            "run-1",
+            0,
+            RunStatus::Completed,
+            None,
+            None
+        )
         .await
         .expect("finish"));
     let written = store
@@ -268,7 +276,7 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
         .await
         .expect("admitted");
     assert!(store
-        .finish_run(USER, "run-2", RunStatus::Completed, None, None)
+        .finish_run(USER, "run-2", 0, RunStatus::Completed, None, None)
         .await
         .expect("finish"));
     assert_eq!(

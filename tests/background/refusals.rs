@@ -180,6 +180,24 @@ async fn a_users_schedules_are_bounded(backend: Backend) {
     assert_eq!(got["code"], "cron_too_frequent", "{got}");
     let kept = json_with_status(s.get(&format!("{path}/{}", ids[1])).await, 200).await;
     assert_eq!(kept["cron"], "0 9 * * *");
+
+    // Pages: the last one has no `next` (never a `next` that leads to an empty page), and a
+    // limit out of 1..=200 is 422 as on every list.
+    let first = json_with_status(s.get(&format!("{path}?limit=2")).await, 200).await;
+    let next = first["next"].as_str().expect("a next page").to_string();
+    let last = json_with_status(s.get(&format!("{path}?limit=2&after={next}")).await, 200).await;
+    assert_eq!(
+        last["schedules"].as_array().map(Vec::len),
+        Some(1),
+        "{last}"
+    );
+    assert!(last.get("next").is_none(), "the last page: {last}");
+    let exact = json_with_status(s.get(&format!("{path}?limit=3")).await, 200).await;
+    assert!(exact.get("next").is_none(), "a full last page: {exact}");
+    for bad in ["0", "201"] {
+        let got = json_with_status(s.get(&format!("{path}?limit={bad}")).await, 422).await;
+        assert_eq!(got["code"], "validation_error", "{got}");
+    }
 }
 
 both_backends!(a_users_schedules_are_bounded);

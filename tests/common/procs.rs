@@ -26,6 +26,22 @@ impl Apps {
         self
     }
 
+    /// Writes `app`'s `agentd.yaml` (its server-side settings).
+    pub fn settings(self, app: &str, yaml: &str) -> Self {
+        let dir = self.0.path().join(app);
+        std::fs::create_dir_all(&dir).expect("app dir");
+        std::fs::write(dir.join("agentd.yaml"), yaml).expect("settings file");
+        self
+    }
+
+    /// Writes `app`'s `root_agent.yaml` as given.
+    pub fn agent(self, app: &str, yaml: &str) -> Self {
+        let dir = self.0.path().join(app);
+        std::fs::create_dir_all(&dir).expect("app dir");
+        std::fs::write(dir.join("root_agent.yaml"), yaml).expect("agent file");
+        self
+    }
+
     pub fn path(&self) -> &Path {
         self.0.path()
     }

@@ -38,6 +38,7 @@ fn new_run(key: &SessionKey, id: &str, owner: &str, opening: Option<Event>) -> N
         queue_ttl: Duration::from_secs(60),
         opening,
         webhooks: None,
+        durable: None,
     }
 }
 
@@ -66,7 +67,7 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
 
     let stale = Event::new("e-old", "agent");
     let refused = store
-        .append_fenced(&key, stale, vec![], Fence::Run("old"))
+        .append_fenced(&key, stale, vec![], Fence::Run("old", 0))
         .await;
     assert!(matches!(refused, Err(StoreError::NotOwner)), "{refused:?}");
     let ok = store
@@ -74,14 +75,14 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
             &key,
             Event::new("e-new", "agent"),
             vec![],
-            Fence::Run("new"),
+            Fence::Run("new", 0),
         )
         .await
         .unwrap();
     assert_eq!(ok.seq, 1, "the refused append left no trace");
     assert!(
         !store
-            .finish_run(&key.user_id, "old", RunStatus::Cancelled, None, None)
+            .finish_run(&key.user_id, "old", 0, RunStatus::Cancelled, None, None)
             .await
             .unwrap(),
         "the old run cannot record an outcome"
@@ -90,7 +91,7 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
     assert_eq!(old.status, RunStatus::Abandoned);
     // An append is idempotent on the event id (how a lost acknowledgement is resolved).
     let again = store
-        .append_fenced(&key, ok.event.clone(), vec![], Fence::Run("new"))
+        .append_fenced(&key, ok.event.clone(), vec![], Fence::Run("new", 0))
         .await
         .unwrap();
     assert_eq!(again.seq, 1);
@@ -108,7 +109,7 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
         .unwrap();
     assert_eq!(page.events.len(), 1, "stored once");
     assert!(store
-        .finish_run(&key.user_id, "new", RunStatus::Completed, Some(1), None)
+        .finish_run(&key.user_id, "new", 0, RunStatus::Completed, Some(1), None)
         .await
         .unwrap());
     assert!(store.active_run(&key).await.unwrap().is_none());
@@ -161,7 +162,7 @@ async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
     let mut reply = Event::new("e-r1", "agent");
     reply.actions.state_delta.insert("k".into(), json!(1));
     let stored = store
-        .append_fenced(&key, reply, vec![], Fence::RunEnd("r1"))
+        .append_fenced(&key, reply, vec![], Fence::RunEnd("r1", 0))
         .await
         .unwrap();
     assert_eq!(stored.seq, 1);
@@ -174,7 +175,7 @@ async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
         1
     );
     // Finished: the run owns nothing, so neither kind of write goes in.
-    for fence in [Fence::RunEnd("r1"), Fence::Run("r1")] {
+    for fence in [Fence::RunEnd("r1", 0), Fence::Run("r1", 0)] {
         let late = store
             .append_fenced(&key, Event::new("e-r1", "agent"), vec![], fence)
             .await;
@@ -183,7 +184,7 @@ async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
     assert_eq!(store.session_head(&key).await.unwrap().unwrap().last_seq, 1);
     assert!(
         !store
-            .finish_run(&key.user_id, "r1", RunStatus::Failed, None, None)
+            .finish_run(&key.user_id, "r1", 0, RunStatus::Failed, None, None)
             .await
             .unwrap(),
         "the outcome is recorded once"
@@ -199,11 +200,11 @@ async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
     ));
     let twice = Event::new("e-r2", "agent");
     let first = store
-        .append_fenced(&key, twice.clone(), vec![], Fence::Run("r2"))
+        .append_fenced(&key, twice.clone(), vec![], Fence::Run("r2", 0))
         .await
         .unwrap();
     let again = store
-        .append_fenced(&key, twice, vec![], Fence::RunEnd("r2"))
+        .append_fenced(&key, twice, vec![], Fence::RunEnd("r2", 0))
         .await
         .unwrap();
     assert_eq!((first.seq, again.seq), (2, 2), "stored once");
@@ -212,7 +213,7 @@ async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
         RunStatus::Running
     );
     assert!(store
-        .finish_run(&key.user_id, "r2", RunStatus::Completed, Some(2), None)
+        .finish_run(&key.user_id, "r2", 0, RunStatus::Completed, Some(2), None)
         .await
         .unwrap());
     assert!(store.active_run(&key).await.unwrap().is_none());
@@ -268,7 +269,7 @@ async fn admission_commits_the_user_event(backend: Backend) {
         Some(0)
     );
     assert!(store
-        .finish_run(&key.user_id, "r1", RunStatus::Completed, Some(1), None)
+        .finish_run(&key.user_id, "r1", 0, RunStatus::Completed, Some(1), None)
         .await
         .unwrap());
 
@@ -334,7 +335,7 @@ async fn admission_commits_the_user_event(backend: Backend) {
             "what the runner reads instead"
         );
         assert!(store
-            .finish_run(&key.user_id, "r2", RunStatus::Completed, Some(3), None)
+            .finish_run(&key.user_id, "r2", 0, RunStatus::Completed, Some(3), None)
             .await
             .unwrap());
     }
@@ -348,7 +349,10 @@ async fn admission_commits_the_user_event(backend: Backend) {
         panic!("admitted");
     };
     let dead = store.get_run("r3").await.unwrap().unwrap();
-    assert!(store.expire_run(&dead).await.unwrap());
+    assert_eq!(
+        store.expire_run(&dead).await.unwrap(),
+        agentd::store::Expired::Ended
+    );
     let last_seq = store.session_head(&key).await.unwrap().unwrap().last_seq;
     let claim = claim(store.as_ref(), &run("r4", "live"), None)
         .await
@@ -368,10 +372,133 @@ async fn admission_commits_the_user_event(backend: Backend) {
     );
 }
 
+/// A durable run moves between replicas under the same id, one epoch at a time: after a
+/// takeover its previous owner can neither commit nor record an outcome (its epoch is old),
+/// a second takeover with the old epoch loses, a live owner's run cannot be taken, and a run
+/// handed over on a drain is taken by another replica. The run's record counts the moves and
+/// logs them; its end is written once, with one delivery per target.
+async fn a_durable_run_moves_one_epoch_at_a_time(backend: Backend) {
+    use agentd::store::{Durable, Expired, ResumeReason};
+    let (_db, store, key) = store_with_session(backend, json!({})).await;
+    let mut run = new_run(&key, "r1", "stalled", None);
+    run.durable = Some(Durable {
+        config: Some(json!({"streaming": true})),
+        max_secs: 600.0,
+    });
+    run.webhooks = Some(
+        json!([{"url": "https://hooks.example/", "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "events": ["run.completed"], "includeText": false}]),
+    );
+    assert!(matches!(
+        claim(store.as_ref(), &run, None).await.unwrap(),
+        Claim::Acquired { .. }
+    ));
+    for live in ["live", "other"] {
+        store
+            .heartbeat(live, Duration::from_secs(10), false)
+            .await
+            .unwrap();
+    }
+    let seen = store.get_user_run(USER, "r1").await.unwrap().unwrap();
+    // Admission does not end a durable run whose replica died: it is to be resumed.
+    assert_eq!(store.expire_run(&seen).await.unwrap(), Expired::Durable);
+    let orphans = store.orphans("live", false).await.unwrap();
+    assert_eq!(orphans.len(), 1);
+    assert!(orphans[0].durable && !orphans[0].released);
+    assert!(
+        orphans[0].remaining.is_some_and(|r| r > 590.0),
+        "{orphans:?}"
+    );
+
+    let taken = store
+        .take_over(&seen, "live", ResumeReason::ReplicaLost, false)
+        .await
+        .unwrap()
+        .expect("taken over");
+    assert_eq!(taken.run.owner, "live");
+    assert_eq!(taken.run.resumes, 1);
+    assert_eq!(taken.config, Some(json!({"streaming": true})));
+    assert!(taken.has_webhooks);
+    assert!(
+        store
+            .take_over(&seen, "other", ResumeReason::ReplicaLost, false)
+            .await
+            .unwrap()
+            .is_none(),
+        "the old epoch loses"
+    );
+    // The previous owner is fenced out; the new one writes.
+    let event = |text: &str| {
+        Event::new("e-r1", "agent").with_content(agentd::event::Content {
+            parts: vec![agentd::event::Part::text(text)],
+            role: Some("model".into()),
+            ..Default::default()
+        })
+    };
+    assert!(matches!(
+        store
+            .append_fenced(&key, event("zombie"), vec![], Fence::Run("r1", 0))
+            .await,
+        Err(StoreError::NotOwner)
+    ));
+    assert!(!store
+        .finish_run(USER, "r1", 0, RunStatus::Failed, None, None)
+        .await
+        .unwrap());
+    store
+        .append_fenced(&key, event("taker"), vec![], Fence::Run("r1", 1))
+        .await
+        .expect("the taker writes");
+    // A live owner's run is nobody's to take.
+    assert!(store.orphans("other", false).await.unwrap().is_empty());
+    assert!(store
+        .take_over(&taken.run, "other", ResumeReason::ReplicaLost, false)
+        .await
+        .unwrap()
+        .is_none());
+    // Handed over on a drain: released, then taken by a live replica.
+    assert!(store.release_run(USER, "r1", 1, "live").await.unwrap());
+    assert!(matches!(
+        store
+            .append_fenced(&key, event("late"), vec![], Fence::Run("r1", 1))
+            .await,
+        Err(StoreError::NotOwner)
+    ));
+    let orphans = store.orphans("other", false).await.unwrap();
+    assert!(orphans.len() == 1 && orphans[0].released, "{orphans:?}");
+    let moved = store
+        .take_over(&orphans[0].run, "other", ResumeReason::Drain, false)
+        .await
+        .unwrap()
+        .expect("taken over after the drain");
+    assert_eq!(moved.run.resumes, 2);
+    assert!(store
+        .finish_run(USER, "r1", 2, RunStatus::Completed, Some(3), None)
+        .await
+        .unwrap());
+    let ended = store.get_user_run(USER, "r1").await.unwrap().unwrap();
+    assert_eq!(ended.status, RunStatus::Completed);
+    assert_eq!(ended.resumes, 2);
+    let log: Vec<(&str, &str, &str)> = ended
+        .resumed
+        .iter()
+        .map(|s| (s.from.as_str(), s.to.as_str(), s.reason.as_str()))
+        .collect();
+    assert_eq!(
+        log,
+        vec![
+            ("stalled", "live", "replica_lost"),
+            ("live", "other", "drain")
+        ]
+    );
+    assert_eq!(store.run_deliveries(USER, "r1").await.unwrap().len(), 1);
+}
+
 both_backends!(
     a_run_s_last_event_records_its_outcome,
     admission_commits_the_user_event,
     a_run_that_lost_its_session_cannot_write_into_it,
+    a_durable_run_moves_one_epoch_at_a_time,
 );
 
 /// An admission that had to wait for its session's row (another transaction held it) stamps

@@ -1,14 +1,18 @@
-//! A replica killed with `kill -9` and a SIGTERM drain: nothing is lost, runs are sealed.
+//! A replica killed with `kill -9` and a SIGTERM drain, for runs that are not resumed (an app
+//! with `resume: never`, `--drain-handover off`): nothing is lost, runs are sealed.
+//! `durable_runs` has the runs that go on.
 
 use super::*;
 use crate::postgres_backends;
 
 async fn kill_9_of_a_ends_bs_follower_with_abandoned_and_seals_the_dead_run(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let apps = Apps::new().echo(
-        "slow",
-        "chunks: 200\nchunk_delay_ms: 100\ncall_tool: lookup",
-    );
+    let apps = Apps::new()
+        .echo(
+            "slow",
+            "chunks: 200\nchunk_delay_ms: 100\ncall_tool: lookup",
+        )
+        .settings("slow", "resume: never\n");
     let mut a = Replica::spawn(&db, &apps, "a", &["--run-lease-secs", "2"]).await;
     let b = Replica::spawn(&db, &apps, "b", &["--run-lease-secs", "2"]).await;
     a.create_session("slow", "s1").await;
@@ -51,7 +55,14 @@ async fn sigterm_drains_a_replica(backend: Backend) {
         &db,
         &apps,
         "a",
-        &["--drain-secs", "1", "--shutdown-grace-secs", "5"],
+        &[
+            "--drain-secs",
+            "1",
+            "--shutdown-grace-secs",
+            "5",
+            "--drain-handover",
+            "off",
+        ],
     )
     .await;
     let b = Replica::spawn(&db, &apps, "b", &[]).await;

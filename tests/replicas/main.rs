@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 mod across_replicas;
 mod database_faults;
+mod durable_runs;
 mod fencing;
 mod kill_and_drain;
 mod one_process;

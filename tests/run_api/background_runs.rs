@@ -272,6 +272,7 @@ async fn a_run_id_names_one_run(backend: Backend) {
         queue_ttl: Duration::from_secs(60),
         opening: None,
         webhooks: None,
+        durable: None,
     };
     let first = store.insert_run(&run("a"), None).await.unwrap();
     assert!(matches!(first, Insert::Inserted { .. }), "{first:?}");
@@ -282,7 +283,7 @@ async fn a_run_id_names_one_run(backend: Backend) {
     let free = |s: &str| SessionKey::new("e", USER, s);
     assert!(store.active_run(&free("b")).await.unwrap().is_none());
     assert!(store
-        .finish_run(USER, "run-once", RunStatus::Completed, Some(0), None)
+        .finish_run(USER, "run-once", 0, RunStatus::Completed, Some(0), None)
         .await
         .unwrap());
     let ended = store.insert_run(&run("c"), None).await;

@@ -1,11 +1,14 @@
-//! A killed replica leaves only complete events, and its lease expires.
+//! A killed replica leaves only complete events, and its lease expires (for an app whose runs
+//! are not resumed; `tests/replicas/durable_runs.rs` has the runs that go on).
 
 use super::*;
 use crate::both_backends;
 
 async fn a_killed_replica_leaves_only_complete_events_and_its_lease_expires(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let apps = Apps::new().echo("slow", "chunks: 50\nchunk_delay_ms: 100\ncall_tool: lookup");
+    let apps = Apps::new()
+        .echo("slow", "chunks: 50\nchunk_delay_ms: 100\ncall_tool: lookup")
+        .settings("slow", "resume: never\n");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")

@@ -133,6 +133,12 @@ impl Apps {
         self.agent(app, "root_agent.yaml", "EchoAgent", app, settings)
     }
 
+    /// Writes `<app>/agentd.yaml` (the app's server-side settings).
+    fn settings(self, app: &str, yaml: &str) -> Self {
+        std::fs::write(self.0.path().join(app).join("agentd.yaml"), yaml).expect("settings");
+        self
+    }
+
     fn path(&self) -> &Path {
         self.0.path()
     }

@@ -158,13 +158,22 @@ async fn cancel_seals_the_transcript_and_frees_the_session(backend: Backend) {
     assert_aborted(stored.last().unwrap(), "slow");
     assert_eq!(finished_run(&s, &run_id).await["status"], "cancelled");
 
-    // The session takes a new run at once; the old run cannot be cancelled again.
+    // The session takes a new run at once. A retried cancel of the cancelled run answers its
+    // record; a cancel of a run that completed is 409.
     let next = run_to_end(&s, run_body("slow", "s1", "again"))
         .await
         .unwrap();
     assert_eq!(done(&next)["status"], "completed");
     let resp = s
         .post_json(&format!("/runs/{run_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(json_with_status(resp, 202).await["status"], "cancelled");
+    let completed = done(&next)["runId"]
+        .as_str()
+        .expect("the completed run's id")
+        .to_string();
+    let resp = s
+        .post_json(&format!("/runs/{completed}/cancel"), json!({}))
         .await;
     assert_eq!(json_with_status(resp, 409).await["code"], "run_not_active");
     let resp = s.post_json("/runs/run-nope/cancel", json!({})).await;

@@ -164,16 +164,41 @@ impl<'a> Turn<'a> {
             .cloned()
             .collect();
         if open.is_empty() {
-            return Ok(None);
+            return Ok(self.waiting_since(since).then(|| CallsOutcome {
+                waiting: true,
+                ..Default::default()
+            }));
         }
         // Calls the client approved before the interruption keep their approval (only
         // approvals of requests this agent made here: see `original_call`).
         let approvals = self.approvals(&ours);
-        tracing::info!(agent = %self.agent.name, calls = open.len(), "resuming unanswered tool calls");
-        let outcome = self
-            .run_calls(open, &by_name, &HashMap::new(), &approvals)
-            .await?;
+        let answers = match self.ctx.run_config().takeover {
+            true => interrupted_answers(&open, &by_name),
+            false => HashMap::new(),
+        };
+        tracing::info!(agent = %self.agent.name, calls = open.len(), repeated = open.len() - answers.len(), "resuming unanswered tool calls");
+        let outcome = self.run_calls(open, &by_name, &answers, &approvals).await?;
         Ok(Some(outcome))
+    }
+
+    /// A taken-over turn that had already stopped to wait (a confirmation requested, a
+    /// long-running call left open) when its replica died: it waits still.
+    fn waiting_since(&self, since: usize) -> bool {
+        if !self.ctx.run_config().takeover {
+            return false;
+        }
+        let latest = self.history.latest_responses();
+        self.history.events[since..]
+            .iter()
+            .filter(|e| e.author == self.agent.name)
+            .any(|e| {
+                let long: &[String] = e.long_running_tool_ids.as_deref().unwrap_or(&[]);
+                e.function_calls().any(|c| {
+                    let open = c.id.as_ref().is_some_and(|id| !latest.contains_key(id));
+                    open && (c.name == REQUEST_CONFIRMATION
+                        || c.id.as_ref().is_some_and(|id| long.contains(id)))
+                })
+            })
     }
 
     /// The invocation ids of this session's runs on this server: what tells an event the
@@ -269,4 +294,27 @@ fn parse_confirmation(response: &JsonMap) -> ToolConfirmation {
         confirmed: r.get("confirmed").and_then(Value::as_bool).unwrap_or(false),
         payload: r.get("payload").cloned(),
     }
+}
+
+/// What a run taken over from a replica that stopped answers, instead of running it again, for
+/// each open call whose tool is not safe to repeat (or is gone): the model is told the effect
+/// is unknown, and nothing runs a second time. Idempotent tools' calls are left out: they run
+/// again.
+pub(super) fn interrupted_answers(
+    open: &[FunctionCall],
+    tools: &HashMap<String, Arc<dyn Tool>>,
+) -> HashMap<String, serde_json::Value> {
+    let mut answers = HashMap::new();
+    for call in open {
+        let tool = call.name.clone();
+        if tools.get(&call.name).is_some_and(|t| t.is_idempotent()) {
+            metrics::counter!("agentd_tool_calls_repeated_total", "tool" => tool).increment(1);
+            continue;
+        }
+        metrics::counter!("agentd_tool_calls_interrupted_total", "tool" => tool).increment(1);
+        if let Some(id) = &call.id {
+            answers.insert(id.clone(), crate::event::interrupted_response());
+        }
+    }
+    answers
 }

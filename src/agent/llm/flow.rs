@@ -101,7 +101,11 @@ impl<'a> Turn<'a> {
             if event.content.is_some() || !event.actions.is_default() {
                 self.ctx.emit(event).await?;
             }
-            let invalid: HashMap<String, String> = response.invalid_calls.iter().cloned().collect();
+            let invalid: HashMap<String, Value> = response
+                .invalid_calls
+                .iter()
+                .map(|(id, e)| (id.clone(), serde_json::json!({ "error": e })))
+                .collect();
             let outcome = self
                 .run_calls(calls, &by_name, &invalid, &HashMap::new())
                 .await?;

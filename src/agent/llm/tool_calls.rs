@@ -12,12 +12,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 impl<'a> Turn<'a> {
-    /// Runs `calls` concurrently and commits their responses as one event.
+    /// Runs `calls` concurrently and commits their responses as one event. A call with an
+    /// answer in `answers` (an invalid call's error, a call that must not run again) is not
+    /// run: that answer is its response.
     pub(super) async fn run_calls(
         &self,
         calls: Vec<FunctionCall>,
         tools: &HashMap<String, Arc<dyn Tool>>,
-        invalid: &HashMap<String, String>,
+        answers: &HashMap<String, Value>,
         confirmations: &HashMap<String, ToolConfirmation>,
     ) -> AgentResult<CallsOutcome> {
         self.ctx.track_open_calls(&calls).await;
@@ -29,16 +31,16 @@ impl<'a> Turn<'a> {
         let runs = calls.iter().map(|call| {
             let id = call.id.clone().unwrap_or_default();
             let tool = tools.get(&call.name).cloned();
-            let error = invalid.get(&id).cloned().or_else(|| {
+            let answer = answers.get(&id).cloned().or_else(|| {
                 tool.is_none().then(|| {
-                    format!(
+                    json!({ "error": format!(
                         "there is no tool named {:?}; available tools: {}",
                         call.name,
                         available.join(", ")
-                    )
+                    ) })
                 })
             });
-            self.run_call(call.clone(), tool, error, confirmations.get(&id).cloned())
+            self.run_call(call.clone(), tool, answer, confirmations.get(&id).cloned())
         });
         let results = futures::future::join_all(runs).await;
 
@@ -89,18 +91,18 @@ impl<'a> Turn<'a> {
     /// One call: checks, before-callbacks (which may answer instead, even before an
     /// approval is asked for), confirmation, the tool (in its own task, so a panicking tool
     /// is an error response, not a dead run), after-callbacks. `None` when a long-running
-    /// tool left the call pending.
+    /// tool left the call pending. With `answer`, the call is not run: that is its response.
     pub(super) async fn run_call(
         &self,
         call: FunctionCall,
         tool: Option<Arc<dyn Tool>>,
-        error: Option<String>,
+        answer: Option<Value>,
         confirmation: Option<ToolConfirmation>,
     ) -> AgentResult<(Option<Part>, EventActions)> {
         let id = call.id.clone().unwrap_or_default();
         let tctx = ToolContext::new(self.ctx, id.clone(), confirmation);
-        let value = match (tool, error) {
-            (_, Some(e)) => Some(json!({ "error": e })),
+        let value = match (tool, answer) {
+            (_, Some(v)) => Some(v),
             (None, None) => Some(json!({ "error": "unknown tool" })),
             (Some(tool), None) => self.invoke(&tool, &call, &tctx).await?,
         };

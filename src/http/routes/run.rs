@@ -99,7 +99,9 @@ async fn run_sse(
                 HeaderMap::new(),
             ))
         }
-        Opening::Started { started, .. } => Ok(sse::run::adk_response(started?, split_artifacts)),
+        Opening::Started { started, .. } => {
+            Ok(sse::run::adk_response(&state, started?, split_artifacts))
+        }
     }
 }
 

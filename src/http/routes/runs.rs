@@ -366,17 +366,7 @@ async fn list_runs(
         None | Some("") => None,
         Some(s) => Some(parse_status(s)?),
     };
-    let limit = match q.limit {
-        None => DEFAULT_RUNS_PAGE,
-        Some(n) if (1..=MAX_RUNS_PAGE).contains(&n) => n,
-        Some(n) => {
-            return Err(ApiError::validation(vec![problem(
-                "less_than_equal",
-                vec![json!("query"), json!("limit")],
-                format!("limit must be 1 to {MAX_RUNS_PAGE}, got {n}"),
-            )]))
-        }
-    };
+    let limit = crate::http::paging::limit(q.limit, DEFAULT_RUNS_PAGE, MAX_RUNS_PAGE)?;
     let before = q.after.as_deref().map(decode_cursor).transpose()?;
     // One more than the page: whether a next page exists, without a second query.
     let mut runs = state
@@ -480,7 +470,10 @@ async fn cancel_found(
         .cancel(&run.user_id, &run.run_id, req)
         .await?
         .ok_or_else(run_not_found)?;
-    if record.status != RunStatus::Running {
+    // A retried cancel of a run that a cancel has already ended did what it asked: not an
+    // error (the record says it ended cancelled).
+    let cancelled = record.status == RunStatus::Cancelled && record.cancel_requested;
+    if record.status != RunStatus::Running && !cancelled {
         return Err(ApiError::new(
             ErrorCode::RunNotActive,
             format!(

@@ -360,7 +360,7 @@ async fn create_schedule(
 pub struct PageQuery {
     /// The `next` cursor of the previous page.
     after: Option<String>,
-    /// Per page (default 50, at most 200).
+    /// Per page: 1 to 200 (default 50); out of range is 422.
     limit: Option<u32>,
 }
 
@@ -409,7 +409,7 @@ async fn page(
     user: Option<&str>,
     q: PageQuery,
 ) -> ApiResult<axum::Json<SchedulePage>> {
-    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    let limit = crate::http::paging::limit(q.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let after = match q.after.as_deref() {
         None => None,
         Some(c) => Some(
@@ -423,9 +423,16 @@ async fn page(
                 })?,
         ),
     };
-    let rows = state.store.list_schedules(app, user, after, limit).await?;
-    let next = (rows.len() == limit as usize)
-        .then(|| rows.last().map(|s| format!("{}~{}", s.created_at, s.id)))
+    // One more than the page: whether a next page exists.
+    let mut rows = state
+        .store
+        .list_schedules(app, user, after, limit + 1)
+        .await?;
+    let next = (rows.len() > limit as usize)
+        .then(|| {
+            rows.truncate(limit as usize);
+            rows.last().map(|s| format!("{}~{}", s.created_at, s.id))
+        })
         .flatten();
     Ok(axum::Json(SchedulePage {
         schedules: rows.into_iter().map(view).collect(),
@@ -533,7 +540,7 @@ async fn delete_schedule(
 pub struct TicksQuery {
     /// Only ticks before this tick time (the `next` cursor of the previous page).
     before: Option<f64>,
-    /// Per page (default 50, at most 200).
+    /// Per page: 1 to 200 (default 50); out of range is 422.
     limit: Option<u32>,
 }
 
@@ -568,10 +575,13 @@ async fn schedule_runs(
         .get_schedule(&app, &user, &id)
         .await?
         .ok_or_else(schedule_not_found)?;
-    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
-    let ticks = state.store.schedule_ticks(&id, q.before, limit).await?;
-    let next = (ticks.len() == limit as usize)
-        .then(|| ticks.last().map(|t| t.tick_time))
+    let limit = crate::http::paging::limit(q.limit, DEFAULT_PAGE, MAX_PAGE)?;
+    let mut ticks = state.store.schedule_ticks(&id, q.before, limit + 1).await?;
+    let next = (ticks.len() > limit as usize)
+        .then(|| {
+            ticks.truncate(limit as usize);
+            ticks.last().map(|t| t.tick_time)
+        })
         .flatten();
     let mut out = Vec::with_capacity(ticks.len());
     for tick in ticks {

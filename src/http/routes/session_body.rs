@@ -49,77 +49,23 @@ pub async fn session_body(
         true => Rewound::default(),
         false => state.store.rewound(&key, head.last_seq).await?,
     });
+    let reader = Reader {
+        state: state.clone(),
+        key,
+        hidden,
+        last_seq: head.last_seq,
+    };
     // The first page is read before answering, so the common failures are still JSON errors.
-    let first = read_page(state, &key, 0, head.last_seq, &hidden).await?;
-    let prefix = prefix(&head)?;
-    let suffix = format!(
-        "],\"lastUpdateTime\":{}}}",
-        serde_json::to_string(&head.last_update_time).map_err(ApiError::internal)?
-    );
-    let state = state.clone();
-    let last_seq = head.last_seq;
-    let body = futures::stream::unfold(
-        Step::Prefix {
-            prefix,
-            first,
-            suffix,
-        },
-        move |step| {
-            let (state, key, hidden) = (state.clone(), key.clone(), hidden.clone());
-            async move {
-                match step {
-                    Step::Prefix {
-                        prefix,
-                        first,
-                        suffix,
-                    } => Some((
-                        Ok(Bytes::from(prefix)),
-                        Step::Page {
-                            page: first,
-                            suffix,
-                            comma: false,
-                        },
-                    )),
-                    Step::Page {
-                        page: (events, next),
-                        suffix,
-                        comma,
-                    } => {
-                        let chunk = match serialize(&events, comma) {
-                            Ok(c) => c,
-                            Err(e) => return Some((Err(e), Step::Done)),
-                        };
-                        let comma = comma || !events.is_empty();
-                        let following = match next {
-                            None => Step::Suffix(suffix),
-                            Some(after) => {
-                                match read_page(&state, &key, after, last_seq, &hidden).await {
-                                    Ok(page) => Step::Page {
-                                        page,
-                                        suffix,
-                                        comma,
-                                    },
-                                    Err(e) => {
-                                        tracing::warn!(
-                                            code = e.code.as_str(),
-                                            "session body cut off"
-                                        );
-                                        return Some((
-                                            Err(std::io::Error::other("reading the events failed")),
-                                            Step::Done,
-                                        ));
-                                    }
-                                }
-                            }
-                        };
-                        Some((Ok(chunk), following))
-                    }
-                    Step::Suffix(suffix) => Some((Ok(Bytes::from(suffix)), Step::Done)),
-                    Step::Done => None,
-                }
-            }
-        },
-    );
+    let first = reader.read_page(0).await?;
+    let start = Step::Prefix {
+        prefix: prefix(&head)?,
+        first,
+        suffix: format!(
+            "],\"lastUpdateTime\":{}}}",
+            serde_json::to_string(&head.last_update_time).map_err(ApiError::internal)?
+        ),
+    };
+    let body = futures::stream::unfold(start, move |step| reader.clone().step(step));
     // Fused: a body may be polled again after its end (tower-http's gzip encoder does), and an
     // `unfold` polled after it ended panics, which cut the connection with no response.
     let mut resp = Response::new(Body::from_stream(futures::StreamExt::fuse(body)));
@@ -128,6 +74,101 @@ pub async fn session_body(
         HeaderValue::from_static("application/json"),
     );
     Ok(resp)
+}
+
+/// What the body's pages are read with: the session as of its head's version.
+#[derive(Clone)]
+struct Reader {
+    state: AppState,
+    key: SessionKey,
+    /// Events a rewind annulled, left out.
+    hidden: Arc<Rewound>,
+    last_seq: i64,
+}
+
+impl Reader {
+    /// The body's next chunk and the step after it.
+    async fn step(self, step: Step) -> Option<(std::io::Result<Bytes>, Step)> {
+        match step {
+            Step::Prefix {
+                prefix,
+                first,
+                suffix,
+            } => Some((
+                Ok(Bytes::from(prefix)),
+                Step::Page {
+                    page: first,
+                    suffix,
+                    comma: false,
+                },
+            )),
+            Step::Page {
+                page: (events, next),
+                suffix,
+                comma,
+            } => {
+                let chunk = match serialize(&events, comma) {
+                    Ok(c) => c,
+                    Err(e) => return Some((Err(e), Step::Done)),
+                };
+                let comma = comma || !events.is_empty();
+                let following = match next {
+                    None => Step::Suffix(suffix),
+                    Some(after) => match self.read_page(after).await {
+                        Ok(page) => Step::Page {
+                            page,
+                            suffix,
+                            comma,
+                        },
+                        Err(e) => {
+                            tracing::warn!(code = e.code.as_str(), "session body cut off");
+                            let cut = std::io::Error::other("reading the events failed");
+                            return Some((Err(cut), Step::Done));
+                        }
+                    },
+                };
+                Some((Ok(chunk), following))
+            }
+            Step::Suffix(suffix) => Some((Ok(Bytes::from(suffix)), Step::Done)),
+            Step::Done => None,
+        }
+    }
+
+    async fn read_page(&self, after: i64) -> ApiResult<Page> {
+        let page = self
+            .state
+            .store
+            .list_events(
+                &self.key,
+                EventRange {
+                    after: Some(after),
+                    before: None,
+                    limit: PAGE,
+                },
+            )
+            .await?
+            .ok_or_else(ApiError::session_not_found)?;
+        let mut reached = after;
+        let mut events = Vec::with_capacity(page.events.len());
+        for e in page.events {
+            if e.seq > self.last_seq {
+                break;
+            }
+            reached = e.seq;
+            if !self.hidden.hides(e.seq) {
+                events.push(e.event);
+            }
+        }
+        if reached < self.last_seq && !page.has_more {
+            // Seqs run from 1 to the head's without gaps: ending short means the session was
+            // deleted (and perhaps re-created) meanwhile. Never pass that off as the session.
+            return Err(ApiError::new(
+                ErrorCode::SessionChanged,
+                "The session was deleted or replaced while it was being read; read it again.",
+            ));
+        }
+        Ok((events, (reached < self.last_seq).then_some(reached)))
+    }
 }
 
 /// Events of one page, and the seq to read after if there is more.
@@ -146,47 +187,6 @@ enum Step {
     },
     Suffix(String),
     Done,
-}
-
-async fn read_page(
-    state: &AppState,
-    key: &SessionKey,
-    after: i64,
-    last_seq: i64,
-    hidden: &Rewound,
-) -> ApiResult<Page> {
-    let page = state
-        .store
-        .list_events(
-            key,
-            EventRange {
-                after: Some(after),
-                before: None,
-                limit: PAGE,
-            },
-        )
-        .await?
-        .ok_or_else(ApiError::session_not_found)?;
-    let mut reached = after;
-    let mut events = Vec::with_capacity(page.events.len());
-    for e in page.events {
-        if e.seq > last_seq {
-            break;
-        }
-        reached = e.seq;
-        if !hidden.hides(e.seq) {
-            events.push(e.event);
-        }
-    }
-    if reached < last_seq && !page.has_more {
-        // Seqs run from 1 to the head's without gaps: ending short means the session was
-        // deleted (and perhaps re-created) meanwhile. Never pass that off as the session.
-        return Err(ApiError::new(
-            ErrorCode::SessionChanged,
-            "The session was deleted or replaced while it was being read; read it again.",
-        ));
-    }
-    Ok((events, (reached < last_seq).then_some(reached)))
 }
 
 fn prefix(head: &SessionHead) -> ApiResult<String> {

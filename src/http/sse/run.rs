@@ -37,7 +37,8 @@ fn live(handle: RunHandle) -> impl Stream<Item = RunItem> + Send + 'static {
 /// The items of a run this request started, always ending with `Done` (see [`with_end`]).
 pub fn items(state: &AppState, handle: RunHandle) -> RunItems {
     let (user, run_id) = (handle.user_id.clone(), handle.run_id.clone());
-    Box::pin(with_end(state.clone(), user, run_id, live(handle)))
+    let live = with_follow_on(state.clone(), user.clone(), run_id.clone(), live(handle));
+    Box::pin(with_end(state.clone(), user, run_id, live))
 }
 
 /// Follows run `run_id` of `user` after its committed seq `after` (from its start when
@@ -59,10 +60,73 @@ pub async fn follow(
     )))
 }
 
+/// The live items of a run this replica runs, and when they stop without `Done` while the run
+/// is still running (a draining replica handed it over to another), the run followed where it
+/// now runs, from the last committed seq the client got: one stream, one run, one end. The
+/// stream keeps this replica's shutdown waiting (up to its grace) until it ends.
+fn with_follow_on(
+    state: AppState,
+    user: String,
+    run_id: String,
+    items: impl Stream<Item = RunItem> + Send + 'static,
+) -> impl Stream<Item = RunItem> + Send + 'static {
+    struct Source {
+        items: Pin<Box<dyn Stream<Item = RunItem> + Send>>,
+        last: Option<i64>,
+        followed: bool,
+        /// Keeps this replica's drain waiting while the stream follows a handed-over run.
+        shutdown_wait: Option<tokio_util::task::task_tracker::TaskTrackerToken>,
+    }
+    let start = Source {
+        items: Box::pin(items),
+        last: None,
+        followed: false,
+        shutdown_wait: Some(state.runner.handover_stream()),
+    };
+    futures::stream::unfold(Some(start), move |st| {
+        let (state, user, run_id) = (state.clone(), user.clone(), run_id.clone());
+        async move {
+            let mut src = st?;
+            loop {
+                match src.items.next().await {
+                    Some(item @ RunItem::Done { .. }) => return Some((item, None)),
+                    Some(item) => {
+                        if let RunItem::Event { seq: Some(seq), .. } = &item {
+                            src.last = Some(*seq);
+                        }
+                        return Some((item, Some(src)));
+                    }
+                    None if !src.followed => {
+                        let running = matches!(
+                            state.runner.get_user_run(&user, &run_id).await,
+                            Ok(Some(r)) if r.status == RunStatus::Running
+                        );
+                        if !running {
+                            return None;
+                        }
+                        let followed =
+                            super::follow::follow_run_items(&state, &user, &run_id, src.last)
+                                .await
+                                .ok()?;
+                        src = Source {
+                            items: Box::pin(tokio_stream::wrappers::ReceiverStream::new(followed)),
+                            last: src.last,
+                            followed: true,
+                            shutdown_wait: src.shutdown_wait,
+                        };
+                    }
+                    None => return None,
+                }
+            }
+        }
+    })
+}
+
 /// `items`, ending with `Done` even when the source stopped first (a reader dropped for not
 /// reading, a follower stopped by shutdown or a failed read): every protocol then still
-/// closes its message. The end is read from the run's row; if the run is still going, the
-/// stream ends with an error saying so (the client can re-attach where its protocol allows).
+/// closes its message. The end is read from the run's row, and if the run is still going,
+/// the stream ends with an error saying so (the client can re-attach where its protocol
+/// allows).
 fn with_end(
     state: AppState,
     user: String,
@@ -156,10 +220,11 @@ pub fn agentd_response(state: &AppState, handle: RunHandle) -> Response {
 
 /// ADK's `POST /run_sse` stream: `data:` frames only, byte for byte as ADK sends them, ending
 /// when the run ends (no end marker, no keep-alive), and ADK's headers (only the content type,
-/// besides the run's ids).
-pub fn adk_response(handle: RunHandle, split_artifacts: bool) -> Response {
+/// besides the run's ids). A run handed over mid-stream is followed where it now runs.
+pub fn adk_response(state: &AppState, handle: RunHandle, split_artifacts: bool) -> Response {
     let headers = run_headers(&handle.run_id, &handle.invocation_id, None);
-    let frames = live(handle)
+    let (user, run_id) = (handle.user_id.clone(), handle.run_id.clone());
+    let frames = with_follow_on(state.clone(), user, run_id, live(handle))
         .flat_map(move |item| futures::stream::iter(adk_frames(&item, split_artifacts)));
     adk_stream(frames, headers)
 }

@@ -157,7 +157,7 @@ impl Runner {
         let limit = self.config.enqueue_timeout / 2;
         let work = async {
             if held.unsealed {
-                super::super::life::seal::seal_dead_runs(self, key, Fence::Run(&run_id)).await?;
+                super::super::life::seal::seal_dead_runs(self, key, Fence::Run(&run_id, 0)).await?;
             }
             let events = self.recent_live(key).await?;
             let Some(range) = due_range(&events, &c.policy) else {
@@ -172,7 +172,7 @@ impl Runner {
             let event = compaction_event(&covered, summary, usage);
             let stored = self
                 .store
-                .append_fenced(key, event, vec![], Fence::RunEnd(&run_id))
+                .append_fenced(key, event, vec![], Fence::RunEnd(&run_id, 0))
                 .await?;
             Ok::<_, CompactError>(Some(stored))
         };

@@ -120,6 +120,7 @@ impl Runner {
             queue_ttl: self.config.enqueue_timeout + Duration::from_secs(30),
             opening: None,
             webhooks: None,
+            durable: None,
         };
         // Registered before admission, so reconciliation never mistakes it for a leak.
         let local = self.register(&run_id, None);
@@ -136,6 +137,13 @@ impl Runner {
                 Err(match other {
                     Ok(Claim::Busy(active)) => {
                         RunError::Busy(active.map(|r| r.run_id).unwrap_or_else(|| "queued".into()))
+                    }
+                    // A dead replica's run holds it: resumed (or ended) now; the hold waits
+                    // for it as for any run.
+                    Ok(Claim::Orphaned(orphan)) => {
+                        let id = orphan.run_id.clone();
+                        self.recover_holder(*orphan).await;
+                        RunError::Busy(id)
                     }
                     Ok(_) => RunError::SessionNotFound(key.session_id.clone()),
                     Err(e) => e.into(),

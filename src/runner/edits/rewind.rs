@@ -108,7 +108,7 @@ impl Runner {
         unsealed: bool,
     ) -> Result<StoredEvent, RewindError> {
         if unsealed {
-            super::super::life::seal::seal_dead_runs(self, key, Fence::Run(run_id)).await?;
+            super::super::life::seal::seal_dead_runs(self, key, Fence::Run(run_id, 0)).await?;
         }
         let head = self
             .store
@@ -122,7 +122,7 @@ impl Runner {
             .ok_or_else(|| RewindError::InvocationNotFound(invocation.to_string()))?;
         let stored = self
             .store
-            .append_fenced(key, plan.event, plan.writes, Fence::RunEnd(run_id))
+            .append_fenced(key, plan.event, plan.writes, Fence::RunEnd(run_id, 0))
             .await?;
         Ok(stored)
     }

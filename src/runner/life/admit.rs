@@ -41,6 +41,18 @@ pub(in crate::runner) struct Admitted {
     pub(super) cancel: CancellationToken,
     /// Why the run is being stopped, if it is (the first cause wins).
     pub(super) cause: Arc<Mutex<Option<StopCause>>>,
+    /// Set to stop the run after its next commit (a hand-over).
+    pub(super) boundary: Arc<std::sync::atomic::AtomicBool>,
+    /// A run taken over from a replica that stopped (`super::resume`).
+    pub(super) resumed: Option<Resumed>,
+}
+
+/// What a taken-over run starts from.
+pub(in crate::runner) struct Resumed {
+    /// The session's last seq at the takeover: where its new commits follow on.
+    pub(super) session_seq: i64,
+    /// The run's user message, committed by its first owner.
+    pub(super) user_content: Option<crate::event::Content>,
 }
 
 impl Prepared {
@@ -59,6 +71,7 @@ impl Prepared {
         metrics::counter!("agentd_runs_started_total", "app" => req.key.app_name.clone())
             .increment(1);
         let (cancel, cause) = (local.cancel.clone(), local.cause.clone());
+        let boundary = local.boundary.clone();
         // Only a run with webhook targets wakes the sender when it ends (see `RunGuard`).
         let webhooks = new_run.webhooks.is_some();
         let guard = RunGuard::new(runner.clone(), req.key.clone(), webhooks, local);
@@ -74,6 +87,8 @@ impl Prepared {
             user,
             cancel,
             cause,
+            boundary,
+            resumed: None,
         })
     }
 }
@@ -125,6 +140,12 @@ async fn claim_by_policy(
                 continue;
             }
             Claim::NoSession => return Err(RunError::SessionNotFound(run.key.session_id.clone())),
+            // A dead replica's durable run holds it: resumed (or ended) now, and then it is
+            // an ordinary holder, to which `onBusy` applies.
+            Claim::Orphaned(orphan) => {
+                runner.recover_holder(*orphan).await;
+                continue;
+            }
             Claim::Busy(active) => active,
         };
         let holder = active.as_ref().map_or_else(

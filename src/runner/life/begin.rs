@@ -62,13 +62,14 @@ impl Admitted {
             mut user,
             cancel,
             cause,
+            boundary,
+            resumed,
         } = self;
         let key = req.key.clone();
         let fail = |guard, e: RunError| Err(Box::new((guard, e)));
         if unsealed {
-            if let Err(e) =
-                seal::seal_dead_runs(&runner, &key, crate::store::Fence::Run(&run_id)).await
-            {
+            let fence = crate::store::Fence::Run(&run_id, guard.epoch());
+            if let Err(e) = seal::seal_dead_runs(&runner, &key, fence).await {
                 return fail(guard, e.into());
             }
         }
@@ -127,12 +128,19 @@ impl Admitted {
             cancel: cancel.clone(),
             cancel_on_disconnect,
             run_id: Some(run_id.clone()),
+            epoch: guard.epoch(),
+            last_seq: resumed.as_ref().map(|r| r.session_seq),
+            boundary,
             observer: Some(observer),
             state,
             out: tx,
         });
+        let user_content = match &resumed {
+            Some(r) => r.user_content.clone(),
+            None => user.as_ref().and_then(|(e, _)| e.content.clone()),
+        };
         let ctx = InvocationContext::new(ContextParts {
-            user_content: user.as_ref().and_then(|(e, _)| e.content.clone()),
+            user_content,
             run_config: req.run_config.clone(),
             cancel: cancel.clone(),
             tree: tree.clone(),

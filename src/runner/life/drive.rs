@@ -30,8 +30,7 @@ impl Begun {
     /// Runs the agent's turn to its end, bounded by the run's limit.
     pub(super) async fn drive(self) -> Outcome {
         let started = Instant::now();
-        let server_max = self.runner.config.max_run_duration;
-        let max = self.max_duration.map_or(server_max, |d| d.min(server_max));
+        let max = self.runner.run_limit(self.max_duration);
         let turn = AssertUnwindSafe(run_turn(&self.runner, &self.ctx, &self.tree)).catch_unwind();
         // A stop that is ready when the turn is wins: the outcome follows the cause.
         let result = tokio::select! {

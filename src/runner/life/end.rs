@@ -29,7 +29,7 @@ impl Outcome {
     /// Ends the run: see the module docs for the order.
     pub(super) async fn end(self) {
         let Outcome {
-            run,
+            mut run,
             result,
             cause,
             started,
@@ -62,6 +62,28 @@ impl Outcome {
             Ok(_) => result,
         };
         let mut status = status_of(&result, cause);
+        // Handed over by a draining replica: stopped at a commit boundary, it goes on on a live
+        // replica. Nothing is sealed or recorded here; the client's stream follows the run
+        // where it now runs (`http::sse::run`).
+        let handing_over = cause == Some(StopCause::Handover)
+            && !completed
+            && !st.lost
+            && !st.cancel_requested
+            && matches!(result, Err(AgentError::Cancelled));
+        if handing_over {
+            drop(st);
+            match run.guard.release().await {
+                Ok(()) => {
+                    tracing::info!("run handed over to another replica");
+                    metrics::counter!("agentd_runs_handed_over_total").increment(1);
+                    return;
+                }
+                Err(guard) => {
+                    run.guard = guard;
+                    st = outbox.emit().await;
+                }
+            }
+        }
         // Whether a summary is due, with the final event committed (its token counts count).
         let compaction = match status {
             RunStatus::Completed => runner.compaction_due(ctx.session_key()).await,
@@ -112,8 +134,14 @@ impl Outcome {
             },
         };
         if let Ok(false) = recorded {
-            // Taken over (or finished by reconciliation): report what the database says.
+            // Taken over (or finished by reconciliation): report what the database says. A run
+            // another replica took over goes on there: no end here, the client's stream
+            // follows it (`http::sse::run`).
             status = match runner.store.get_user_run(&user, &run_id).await {
+                Ok(Some(r)) if r.status == RunStatus::Running && r.owner != runner.config.owner => {
+                    tracing::warn!(owner = %r.owner, "run taken over by another replica; it goes on there");
+                    return;
+                }
                 Ok(Some(r)) if r.status != RunStatus::Running => r.status,
                 _ => RunStatus::Abandoned,
             };

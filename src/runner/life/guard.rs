@@ -24,6 +24,9 @@ pub(in crate::runner) struct RunGuard {
     /// shard on Citus); a target added later (an A2A push config) is found by the sender's
     /// periodic look, within a second.
     webhooks: bool,
+    /// The epoch the run holds its session at (its takeovers so far): the outcome is recorded
+    /// only while it still does.
+    epoch: i32,
 }
 
 impl RunGuard {
@@ -38,6 +41,45 @@ impl RunGuard {
             key,
             local: Some(local),
             webhooks,
+            epoch: 0,
+        }
+    }
+
+    /// The guard of a run this replica took over at `epoch`.
+    pub(in crate::runner) fn at_epoch(mut self, epoch: i32) -> Self {
+        self.epoch = epoch;
+        self
+    }
+
+    pub(in crate::runner) fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    /// A draining replica gives the run up at a commit boundary, for a live replica to take
+    /// over: nothing is recorded here, the run goes on elsewhere. False (and the guard back)
+    /// if it could not (a cancel came first, or the run is no longer this replica's).
+    pub(in crate::runner) async fn release(mut self) -> Result<(), RunGuard> {
+        let run_id = self.run_id().to_string();
+        let released = self
+            .runner
+            .store
+            .release_run(
+                &self.key.user_id,
+                &run_id,
+                self.epoch,
+                &self.runner.config.owner,
+            )
+            .await;
+        match released {
+            Ok(true) => {
+                drop(self.local.take());
+                Ok(())
+            }
+            Ok(false) => Err(self),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not hand the run over");
+                Err(self)
+            }
         }
     }
 
@@ -71,7 +113,8 @@ impl RunGuard {
     ) -> Result<bool, RunGuard> {
         let run_id = self.run_id().to_string();
         let user = self.key.user_id.clone();
-        match finish(&self.runner, &user, &run_id, status, last_seq, error).await {
+        let epoch = self.epoch;
+        match finish(&self.runner, &user, &run_id, epoch, status, last_seq, error).await {
             Finished::CancelRequested => Err(self),
             Finished::Owned(owned) => {
                 drop(self.local.take());
@@ -116,6 +159,7 @@ async fn finish(
     runner: &Runner,
     user: &str,
     run_id: &str,
+    epoch: i32,
     status: RunStatus,
     last_seq: Option<i64>,
     error: Option<&str>,
@@ -124,7 +168,7 @@ async fn finish(
     for attempt in 0..8 {
         match runner
             .store
-            .finish_run(user, run_id, status, last_seq, error)
+            .finish_run(user, run_id, epoch, status, last_seq, error)
             .await
         {
             Ok(owned) => return Finished::Owned(owned),
@@ -148,6 +192,7 @@ impl Drop for RunGuard {
         tracing::error!(run = %local.run_id(), "run task ended without recording an outcome; releasing the session");
         let runner = self.runner.clone();
         let key = self.key.clone();
+        let epoch = self.epoch;
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -158,6 +203,7 @@ impl Drop for RunGuard {
                 &runner,
                 &key.user_id,
                 &run_id,
+                epoch,
                 RunStatus::Failed,
                 None,
                 Some(error),

@@ -31,6 +31,7 @@ mod drive;
 mod end;
 mod guard;
 mod prepare;
+pub(super) mod resume;
 pub(super) mod seal;
 
 pub(super) use guard::RunGuard;

@@ -5,7 +5,7 @@ use super::super::control::Registration;
 use super::super::{EditPoint, RunError, RunRequest, Runner};
 use crate::event::{new_invocation_id, Content, Event, JsonMap, Part};
 use crate::invocation::{AgentTree, RunConfig};
-use crate::store::{ArtifactWrite, NewRun, StoreError};
+use crate::store::{ArtifactWrite, Durable, NewRun, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,6 +100,11 @@ impl Prepared {
                 .filter(|(_, artifacts)| artifacts.is_empty() && req.edit.is_none())
                 .map(|(event, _)| event.clone()),
             webhooks,
+            // Another replica goes on with it if this one dies, unless the app says never.
+            durable: (entry.resume == crate::apps::settings::Resume::Always).then(|| Durable {
+                config: super::resume::stored_config(&req.run_config),
+                max_secs: runner.run_limit(req.max_duration).as_secs_f64(),
+            }),
         };
         Ok(Prepared {
             local: runner.register(&run_id, slot),
@@ -152,5 +157,11 @@ pub(super) fn user_event(
         event.actions.state_delta = delta.clone();
     }
     event.custom_metadata = config.custom_metadata.clone();
+    if let Some(extra) = &config.user_event_metadata {
+        event
+            .custom_metadata
+            .get_or_insert_with(JsonMap::new)
+            .extend(extra.clone());
+    }
     (event, artifacts)
 }

@@ -95,13 +95,16 @@ pub(in crate::runner) async fn seal_live(
     }
 }
 
-/// Seals a run that died with its replica, from its stored events. Returns the seal's events
-/// (empty if it was already sealed), committed under `fence`.
+/// Seals a run that ended with nobody running it, from its stored events: every open call
+/// answered, and an abort event with `code` and `reason`. Returns the seal's events (empty if
+/// it was already sealed), committed under `fence`.
 pub(in crate::runner) async fn seal_dead(
     store: &dyn Store,
     run: &RunRecord,
     root: &str,
     fence: Fence<'_>,
+    code: &str,
+    reason: &str,
 ) -> StoreResult<Vec<(i64, Event)>> {
     let key = run.key();
     let mut open: BTreeMap<String, (String, String)> = BTreeMap::new();
@@ -130,9 +133,12 @@ pub(in crate::runner) async fn seal_dead(
             _ => break,
         }
     }
-    let reason = "Invocation was abandoned: the replica running it stopped.";
     let mut sealed = vec![];
-    for event in seal_events(&run.invocation_id, open, root, reason, !aborted, None) {
+    let mut events = seal_events(&run.invocation_id, open, root, reason, !aborted, None);
+    if let Some(abort) = events.last_mut().filter(|e| e.error_code.is_some()) {
+        abort.error_code = Some(code.to_string());
+    }
+    for event in events {
         let stored = store.append_fenced(&key, event, vec![], fence).await?;
         sealed.push((stored.seq, stored.event));
     }
@@ -152,18 +158,41 @@ pub(in crate::runner) async fn seal_dead_runs(
 ) -> StoreResult<()> {
     for dead in runner.store.unsealed_runs(key).await? {
         let root = runner.root_name(&dead.app_name);
-        let sealed = seal_dead(runner.store.as_ref(), &dead, &root, fence).await?;
+        let (code, reason) = why_ended(&dead);
+        let sealed = seal_dead(runner.store.as_ref(), &dead, &root, fence, code, &reason).await?;
         publish_sealed(runner, &dead, sealed);
         runner.bus.publish(
             key,
             BusMsg::Done {
                 run_id: dead.run_id.as_str().into(),
-                status: RunStatus::Abandoned,
+                status: dead.status,
                 last_seq: None,
             },
         );
     }
     Ok(())
+}
+
+/// The abort event's code and reason for a run that ended with nobody running it.
+fn why_ended(run: &RunRecord) -> (&'static str, String) {
+    match run.status {
+        RunStatus::Cancelled => (
+            INVOCATION_ABORTED,
+            "Invocation was aborted by client.".into(),
+        ),
+        RunStatus::TimedOut => (
+            INVOCATION_ABORTED,
+            "Invocation exceeded its maximum duration.".into(),
+        ),
+        RunStatus::Failed => (
+            super::super::recovery::MAX_RESUMES_EXCEEDED,
+            run.error.clone().unwrap_or_default(),
+        ),
+        _ => (
+            INVOCATION_ABORTED,
+            "Invocation was abandoned: the replica running it stopped.".into(),
+        ),
+    }
 }
 
 /// Tells a dead run's followers about the events that sealed it.

@@ -18,6 +18,7 @@ mod prune;
 mod run_record;
 mod runs;
 mod sessions;
+mod takeover;
 
 pub use runs::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, CANCEL_RUN,
@@ -26,6 +27,7 @@ pub use runs::{
 pub use sessions::{
     APPEND, APPEND_END, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
 };
+pub use takeover::{EXPIRE_AS, RELEASE_SQL, TAKE_OVER};
 
 use super::*;
 use crate::event::{now_ts, SplitState};

@@ -10,13 +10,14 @@ use std::time::Duration;
 use super::outbox::outbox_cte;
 use super::run_record;
 use crate::store::runs::{record_pg, Opened, RUN_COLUMNS};
+use crate::store::{Expired, Orphan, ResumeReason, TakenOver};
 
 /// A live ticket: its waiter's replica is heartbeating.
 const PG_LIVE_TICKET: &str = "EXISTS (SELECT 1 FROM replicas r WHERE r.id = q.owner
                                 AND r.heartbeat_at > extract(epoch from statement_timestamp())::double precision - r.lease_secs)";
 
 /// The owner of the run on a session row (`sessions`) is dead: no fresh heartbeat.
-const PG_OWNER_DEAD: &str = "NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = sessions.run_owner
+pub(super) const PG_OWNER_DEAD: &str = "NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = sessions.run_owner
                                AND p.heartbeat_at > extract(epoch from statement_timestamp())::double precision - p.lease_secs)";
 
 /// Admission on PostgreSQL (see [`RunStore::insert_run`]); public for the plan tests.
@@ -63,6 +64,9 @@ pub fn pg_insert_run_sql() -> &'static str {
                         run_created_at = {PG_NOW}, run_base_seq = last_seq, run_user_event = $7,
                         run_webhooks = $19::jsonb, run_cancel_requested = false,
                         run_cancelled_by = NULL, run_cancel_reason = NULL,
+                        run_durable = $20, run_config = $21::jsonb,
+                        run_deadline = {PG_NOW} + $22::double precision, run_resumes = 0,
+                        run_resume_log = NULL, run_released_at = NULL,
                         state = CASE WHEN o.with_event THEN state || $11::jsonb ELSE state END,
                         update_time = CASE WHEN o.with_event THEN GREATEST($14, update_time)
                                            ELSE update_time END,
@@ -201,13 +205,14 @@ pub fn list_session_runs_sql(cursor: bool) -> String {
 
 /// A run's outcome, freeing its session, writing its one `runs` row and its webhook
 /// deliveries (`RunStore::finish_run`). Parameters: $1 run, $2 status, $3 last seq, $4 error,
-/// $5 user.
+/// $5 user, $6 the epoch the run holds it at.
 pub static FINISH_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
     Routed::new(format!(
         "WITH async_commit AS ({ASYNC_COMMIT}), s AS (
                  UPDATE sessions SET active_run = NULL
                    FROM async_commit
-                  WHERE user_id = $5 AND active_run = $1
+                  WHERE user_id = $5 AND active_run = $1 AND run_resumes = $6
+                    AND run_released_at IS NULL
                     AND ($2 <> 'completed' OR NOT run_cancel_requested)
                  RETURNING {ending}
              ), r AS ({insert}){outbox}
@@ -248,13 +253,15 @@ pub static USER_RUN_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(
     )
 });
 
-/// Abandons a run whose owner is dead: frees its session and writes its `runs` row, unsealed
-/// (the takeover). Parameters: $1 run, $2 user.
+/// Abandons a run whose owner is dead and that is not durable (a durable one is taken over:
+/// `super::takeover`): frees its session and writes its `runs` row, unsealed. Parameters:
+/// $1 run, $2 user.
 pub static EXPIRE_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
     Routed::new(format!(
         "WITH s AS (
                  UPDATE sessions SET active_run = NULL
                   WHERE user_id = $2 AND active_run = $1 AND {PG_OWNER_DEAD}
+                    AND run_durable IS DISTINCT FROM active_run
                  RETURNING {ending}
              ), r AS ({insert}){outbox}
              SELECT {RUN_COLUMNS} FROM r",
@@ -336,8 +343,12 @@ impl RunStore for PgStore {
             .bind(ticket)
             .bind(run.queue_ttl.as_secs_f64())
             .bind(opening.is_some());
+        let durable = run.durable.as_ref();
         let row = bind_event(q, event, &split)
             .bind(&run.webhooks)
+            .bind(durable.map(|_| run.run_id.as_str()))
+            .bind(durable.and_then(|d| d.config.clone()))
+            .bind(durable.map(|d| d.max_secs))
             .fetch_one(self.pool())
             .await;
         let row = match row {
@@ -416,8 +427,23 @@ impl RunStore for PgStore {
         })
     }
 
-    async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
-        Ok(self.expire(run).await?.is_some())
+    async fn expire_run(&self, run: &RunRecord) -> StoreResult<Expired> {
+        if self.expire(run).await?.is_some() {
+            return Ok(Expired::Ended);
+        }
+        let durable_dead: Option<bool> = sqlx::query_scalar(&format!(
+            "SELECT run_durable = active_run AND {PG_OWNER_DEAD} FROM sessions
+              WHERE user_id = $2 AND active_run = $1"
+        ))
+        .bind(&run.run_id)
+        .bind(&run.user_id)
+        .fetch_optional(self.pool())
+        .await?
+        .flatten();
+        Ok(match durable_dead {
+            Some(true) => Expired::Durable,
+            _ => Expired::Alive,
+        })
     }
 
     async fn heartbeat(
@@ -449,7 +475,8 @@ impl RunStore for PgStore {
 
     async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<String>> {
         Ok(sqlx::query_scalar(
-            "SELECT active_run FROM sessions WHERE active_run IS NOT NULL AND run_owner = $1",
+            "SELECT active_run FROM sessions
+              WHERE active_run IS NOT NULL AND run_owner = $1 AND run_released_at IS NULL",
         )
         .bind(replica)
         .fetch_all(self.pool())
@@ -464,48 +491,60 @@ impl RunStore for PgStore {
         Ok(())
     }
 
-    async fn sweep(&self, me: &str) -> StoreResult<Vec<RunRecord>> {
-        // Candidates are read without a lock (across users: on Citus, across shards), then
-        // each is taken by a statement about that one run, which checks again that its owner
-        // is dead: a run renewed or finished in between is left alone.
-        let candidates = sqlx::query(&format!(
-            "SELECT {running} FROM sessions
-              WHERE active_run IS NOT NULL AND run_owner <> $1 AND {PG_OWNER_DEAD}",
-            running = run_record::running_columns("sessions.active_run", "sessions")
+    async fn orphans(&self, me: &str, mine: bool) -> StoreResult<Vec<Orphan>> {
+        self.find_orphans(me, mine).await
+    }
+
+    async fn take_over(
+        &self,
+        run: &RunRecord,
+        me: &str,
+        reason: ResumeReason,
+        restart: bool,
+    ) -> StoreResult<Option<TakenOver>> {
+        self.take_over_run(run, me, reason, restart).await
+    }
+
+    async fn expire_as(
+        &self,
+        run: &RunRecord,
+        me: &str,
+        restart: bool,
+        status: RunStatus,
+        error: &str,
+    ) -> StoreResult<Option<RunRecord>> {
+        self.expire_run_as(run, me, restart, status, error).await
+    }
+
+    async fn release_run(
+        &self,
+        user: &str,
+        run_id: &str,
+        epoch: i32,
+        me: &str,
+    ) -> StoreResult<bool> {
+        self.release(user, run_id, epoch, me).await
+    }
+
+    async fn live_replicas(&self, me: &str) -> StoreResult<usize> {
+        self.count_live_replicas(me).await
+    }
+
+    async fn sweep_housekeeping(&self, me: &str) -> StoreResult<()> {
+        // Tickets whose waiters are long gone; replicas gone for an hour (their runs were
+        // swept long ago).
+        sqlx::query(&format!(
+            "DELETE FROM run_queue WHERE created_at < {PG_NOW} - 3600"
+        ))
+        .execute(self.pool())
+        .await?;
+        sqlx::query(&format!(
+            "DELETE FROM replicas WHERE heartbeat_at < {PG_NOW} - 3600 AND id <> $1"
         ))
         .bind(me)
-        .fetch_all(self.pool())
+        .execute(self.pool())
         .await?;
-        // A run that cannot be taken now is left for the next sweep; those taken so far are
-        // returned whatever happens to the rest (their sessions are already free and they
-        // still need sealing).
-        let mut dead = Vec::new();
-        for row in &candidates {
-            match self.expire(&record_pg(row)?).await {
-                Ok(Some(run)) => dead.push(run),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not take over a dead replica's run; the next sweep tries again");
-                    break;
-                }
-            }
-        }
-        // Tickets whose waiters are long gone; replicas gone for an hour (their runs were
-        // swept long ago). Housekeeping: a failure waits for the next sweep.
-        let old_tickets = format!("DELETE FROM run_queue WHERE created_at < {PG_NOW} - 3600");
-        let old_replicas =
-            format!("DELETE FROM replicas WHERE heartbeat_at < {PG_NOW} - 3600 AND id <> $1");
-        let housekeeping = [
-            sqlx::query(&old_tickets).execute(self.pool()).await,
-            sqlx::query(&old_replicas)
-                .bind(me)
-                .execute(self.pool())
-                .await,
-        ];
-        for e in housekeeping.into_iter().filter_map(Result::err) {
-            tracing::warn!(error = %e, "sweep housekeeping failed; the next sweep tries again");
-        }
-        Ok(dead)
+        Ok(())
     }
 
     async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>> {
@@ -535,6 +574,7 @@ impl RunStore for PgStore {
         &self,
         user: &str,
         run_id: &str,
+        epoch: i32,
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
@@ -545,6 +585,7 @@ impl RunStore for PgStore {
             .bind(last_seq)
             .bind(error)
             .bind(user)
+            .bind(epoch)
             .fetch_one(self.pool())
             .await?;
         if n == 0 && status == RunStatus::Completed {

@@ -8,7 +8,8 @@ use super::*;
 
 /// The append of one complete event (see the module docs of [`super`]), in both forms
 /// ([`Routed`]): parameters $1 app, $2 user, $3 session, then [`bind_event`]'s, then $12 the
-/// run that must own the session (or NULL), $13 the dead run being sealed (or NULL).
+/// run that must own the session (or NULL), $13 the dead run being sealed (or NULL), $14 the
+/// epoch the run must own it at (its takeovers so far; NULL when $12 is).
 pub static APPEND: std::sync::LazyLock<Routed> =
     std::sync::LazyLock::new(|| Routed::new(APPEND_ROUTED.to_string()));
 
@@ -17,7 +18,8 @@ WITH s AS (
     UPDATE sessions
        SET state = state || $4::jsonb, update_time = $7, last_seq = last_seq + 1
      WHERE app_name = $1 AND user_id = $2 AND id = $3
-       AND ($12::text IS NULL OR active_run = $12)
+       AND ($12::text IS NULL
+            OR (active_run = $12 AND run_resumes = $14::integer AND run_released_at IS NULL))
        AND ($13::text IS NULL
             OR (active_run IS NULL AND EXISTS (SELECT 1 FROM runs r WHERE /*route*/ r.user_id = $2 AND r.id = $13 AND NOT r.sealed)))
  RETURNING last_seq
@@ -43,7 +45,8 @@ RETURNING seq
 /// outcome are durable together. It locks only the session row, as every statement about a
 /// running run does.
 pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
-    let fence = "AND ($12::text IS NULL OR active_run = $12)";
+    let fence = "AND ($12::text IS NULL
+            OR (active_run = $12 AND run_resumes = $14::integer AND run_released_at IS NULL))";
     let free = "last_seq = last_seq + 1\n";
     let finish = " RETURNING last_seq\n), a AS (";
     assert!([fence, free, finish]
@@ -52,7 +55,8 @@ pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
     let sql = APPEND_ROUTED
         .replacen(
             fence,
-            "AND active_run = $12 AND NOT run_cancel_requested",
+            "AND active_run = $12 AND run_resumes = $14::integer AND run_released_at IS NULL
+       AND NOT run_cancel_requested",
             1,
         )
         .replacen(free, "last_seq = last_seq + 1, active_run = NULL\n", 1)
@@ -300,22 +304,25 @@ impl PgStore {
     ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
         let (sql, run, sealing) = match fence {
             Fence::Unfenced => (APPEND.pick(self.citus), None, None),
-            Fence::Run(run) => (APPEND.pick(self.citus), Some(run), None),
-            Fence::RunEnd(run) => (APPEND_END.pick(self.citus), Some(run), None),
+            Fence::Run(run, epoch) => (APPEND.pick(self.citus), Some((run, epoch)), None),
+            Fence::RunEnd(run, epoch) => (APPEND_END.pick(self.citus), Some((run, epoch)), None),
             Fence::Sealing(dead) => (APPEND.pick(self.citus), None, Some(dead)),
         };
         let q = sqlx::query(sql)
             .bind(&key.app_name)
             .bind(&key.user_id)
             .bind(&key.session_id);
-        bind_event(q, event, split).bind(run).bind(sealing)
+        bind_event(q, event, split)
+            .bind(run.map(|(r, _)| r))
+            .bind(sealing)
+            .bind(run.map(|(_, epoch)| epoch))
     }
 
     /// Why a fenced append wrote nothing: the session is gone, or someone else owns it.
     pub(super) async fn append_refused(&self, key: &SessionKey, fence: Fence<'_>) -> StoreError {
         let owner = sqlx::query(
-            "SELECT active_run, run_cancel_requested FROM sessions
-              WHERE app_name = $1 AND user_id = $2 AND id = $3",
+            "SELECT active_run, run_cancel_requested, run_resumes, run_released_at IS NOT NULL
+               FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3",
         )
         .bind(&key.app_name)
         .bind(&key.user_id)
@@ -330,8 +337,15 @@ impl PgStore {
         // The run's last event was refused because a cancel of it came first.
         let active: Option<String> = row.try_get(0).unwrap_or_default();
         let flagged: Option<bool> = row.try_get(1).unwrap_or_default();
+        let epoch: Option<i32> = row.try_get(2).unwrap_or_default();
+        let released: Option<bool> = row.try_get(3).unwrap_or_default();
         match fence {
-            Fence::RunEnd(run) if active.as_deref() == Some(run) && flagged == Some(true) => {
+            Fence::RunEnd(run, at)
+                if active.as_deref() == Some(run)
+                    && epoch == Some(at)
+                    && released == Some(false)
+                    && flagged == Some(true) =>
+            {
                 StoreError::CancelRequested
             }
             _ => StoreError::NotOwner,

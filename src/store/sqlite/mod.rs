@@ -15,6 +15,7 @@ mod memory;
 mod prune;
 mod runs;
 mod sessions;
+mod takeover;
 
 use super::*;
 use crate::event::{apply_delta, now_ts, SplitState};

@@ -5,13 +5,14 @@ use super::*;
 use std::time::Duration;
 
 use crate::store::runs::{record_sqlite, unique_violation, Opened, RUN_COLUMNS};
+use crate::store::{Expired, Orphan, ResumeReason, TakenOver};
 
 /// The invocation ids of a session's runs (every run has its row here, running or not).
 const RUN_INVOCATIONS: &str =
     "SELECT invocation_id FROM runs WHERE app_name = $1 AND user_id = $2 AND session_id = $3";
 
 /// SQLite's form of [`PG_OWNER_DEAD`]; `?2` is now.
-const SQLITE_OWNER_DEAD: &str = "runs.lease_expires_at < ?2
+pub(super) const SQLITE_OWNER_DEAD: &str = "runs.lease_expires_at < ?2
                                  AND NOT EXISTS (SELECT 1 FROM replicas p WHERE p.id = runs.owner
                                    AND p.heartbeat_at > ?2 - p.lease_secs)";
 
@@ -62,11 +63,13 @@ impl RunStore for SqliteStore {
             return Ok(Insert::Occupied);
         }
         let base_seq: i64 = row.try_get("last_seq")?;
+        let durable = run.durable.as_ref();
         let inserted = sqlx::query(
             "INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
                                lease_expires_at, created_at, started_at, base_seq, user_event,
-                               webhooks)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, 0, ?7, ?7, ?8, ?9, ?10)",
+                               webhooks, durable, run_config, deadline)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, 0, ?7, ?7, ?8, ?9, ?10, ?11, ?12,
+                     ?7 + ?13)",
         )
         .bind(&run.run_id)
         .bind(&run.key.app_name)
@@ -78,6 +81,13 @@ impl RunStore for SqliteStore {
         .bind(base_seq)
         .bind(run.user_event)
         .bind(&run.webhooks)
+        .bind(durable.is_some())
+        .bind(
+            durable
+                .and_then(|d| d.config.as_ref())
+                .map(serde_json::Value::to_string),
+        )
+        .bind(durable.map(|d| d.max_secs))
         .execute(&mut *tx)
         .await;
         match inserted {
@@ -106,7 +116,7 @@ impl RunStore for SqliteStore {
         // run's transcript must be sealed first.
         let opened = match &run.opening {
             Some(event) if !unsealed => {
-                let fence = Fence::Run(&run.run_id);
+                let fence = Fence::Run(&run.run_id, 0);
                 // Stamped again now that this transaction holds the write lock: every event
                 // committed before it was stamped earlier, so the transcript's times never go
                 // backwards (the runner's stamp predates the wait for the lock).
@@ -131,14 +141,25 @@ impl RunStore for SqliteStore {
         })
     }
 
-    async fn expire_run(&self, run: &RunRecord) -> StoreResult<bool> {
+    async fn expire_run(&self, run: &RunRecord) -> StoreResult<Expired> {
         let run_id = run.run_id.as_str();
         let now = now_ts();
         let mut tx = self.begin().await?;
+        let durable_dead: bool = sqlx::query_scalar(&format!(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND status = 'running' AND durable
+                              AND {SQLITE_OWNER_DEAD})"
+        ))
+        .bind(run_id)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        if durable_dead {
+            return Ok(Expired::Durable);
+        }
         let dead = sqlx::query(&format!(
             "UPDATE runs SET status = 'abandoned', finished_at = ?2, sealed = 0,
                     error = 'its replica stopped heartbeating'
-              WHERE id = ?1 AND status = 'running' AND {SQLITE_OWNER_DEAD}"
+              WHERE id = ?1 AND status = 'running' AND NOT durable AND {SQLITE_OWNER_DEAD}"
         ))
         .bind(run_id)
         .bind(now)
@@ -161,7 +182,10 @@ impl RunStore for SqliteStore {
         .rows_affected()
             > 0;
         tx.commit().await?;
-        Ok(dead || freed)
+        Ok(match dead || freed {
+            true => Expired::Ended,
+            false => Expired::Alive,
+        })
     }
 
     async fn heartbeat(
@@ -192,12 +216,12 @@ impl RunStore for SqliteStore {
     }
 
     async fn owned_runs(&self, replica: &str) -> StoreResult<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT id FROM runs WHERE owner = ? AND status = 'running'")
-                .bind(replica)
-                .fetch_all(self.writer())
-                .await?,
+        Ok(sqlx::query_scalar(
+            "SELECT id FROM runs WHERE owner = ? AND status = 'running' AND released_at IS NULL",
         )
+        .bind(replica)
+        .fetch_all(self.writer())
+        .await?)
     }
 
     async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
@@ -208,35 +232,48 @@ impl RunStore for SqliteStore {
         Ok(())
     }
 
-    async fn sweep(&self, me: &str) -> StoreResult<Vec<RunRecord>> {
+    async fn orphans(&self, me: &str, mine: bool) -> StoreResult<Vec<Orphan>> {
+        self.find_orphans(me, mine).await
+    }
+
+    async fn take_over(
+        &self,
+        run: &RunRecord,
+        me: &str,
+        reason: ResumeReason,
+        restart: bool,
+    ) -> StoreResult<Option<TakenOver>> {
+        self.take_over_run(run, me, reason, restart).await
+    }
+
+    async fn expire_as(
+        &self,
+        run: &RunRecord,
+        me: &str,
+        restart: bool,
+        status: RunStatus,
+        error: &str,
+    ) -> StoreResult<Option<RunRecord>> {
+        self.expire_run_as(run, me, restart, status, error).await
+    }
+
+    async fn release_run(
+        &self,
+        _user: &str,
+        run_id: &str,
+        epoch: i32,
+        me: &str,
+    ) -> StoreResult<bool> {
+        self.release(run_id, epoch, me).await
+    }
+
+    async fn live_replicas(&self, me: &str) -> StoreResult<usize> {
+        self.count_live_replicas(me).await
+    }
+
+    async fn sweep_housekeeping(&self, me: &str) -> StoreResult<()> {
         let now = now_ts();
         let mut tx = self.begin().await?;
-        let rows = sqlx::query(&format!(
-            "UPDATE runs SET status = 'abandoned', finished_at = ?2, sealed = 0,
-                    error = 'its replica stopped heartbeating'
-              WHERE status = 'running' AND owner <> ?1 AND {SQLITE_OWNER_DEAD}
-             RETURNING {RUN_COLUMNS}"
-        ))
-        .bind(me)
-        .bind(now)
-        .fetch_all(&mut *tx)
-        .await?;
-        let dead = rows
-            .iter()
-            .map(record_sqlite)
-            .collect::<StoreResult<Vec<_>>>()?;
-        for run in &dead {
-            sqlx::query(
-                "UPDATE sessions SET active_run = NULL
-                  WHERE app_name = ? AND user_id = ? AND id = ? AND active_run = ?",
-            )
-            .bind(&run.app_name)
-            .bind(&run.user_id)
-            .bind(&run.session_id)
-            .bind(&run.run_id)
-            .execute(&mut *tx)
-            .await?;
-        }
         sqlx::query("DELETE FROM run_queue WHERE created_at < ? - 3600")
             .bind(now)
             .execute(&mut *tx)
@@ -247,7 +284,7 @@ impl RunStore for SqliteStore {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(dead)
+        Ok(())
     }
 
     async fn unsealed_runs(&self, key: &SessionKey) -> StoreResult<Vec<RunRecord>> {
@@ -277,12 +314,13 @@ impl RunStore for SqliteStore {
         &self,
         _user: &str,
         run_id: &str,
+        epoch: i32,
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
     ) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
-        let done = Self::finish_in(&mut tx, run_id, status, last_seq, error).await?;
+        let done = Self::finish_in(&mut tx, run_id, epoch, status, last_seq, error).await?;
         tx.commit().await?;
         Ok(done)
     }
@@ -429,13 +467,14 @@ impl SqliteStore {
     pub(crate) async fn finish_in(
         tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
         run_id: &str,
+        epoch: i32,
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
     ) -> StoreResult<bool> {
         let key = sqlx::query(
             "UPDATE runs SET status = ?2, finished_at = ?3, last_seq = ?4, error = ?5
-              WHERE id = ?1 AND status = 'running'
+              WHERE id = ?1 AND status = 'running' AND resumes = ?6 AND released_at IS NULL
                 AND NOT (?2 = 'completed' AND cancel_requested)
              RETURNING app_name, user_id, session_id",
         )
@@ -444,6 +483,7 @@ impl SqliteStore {
         .bind(now_ts())
         .bind(last_seq)
         .bind(error)
+        .bind(epoch)
         .fetch_optional(&mut **tx)
         .await?;
         let done = key.is_some();

@@ -35,7 +35,17 @@ impl SqliteStore {
         let owner: Option<String> = row.get("active_run");
         let owned = match fence {
             Fence::Unfenced => true,
-            Fence::Run(run) | Fence::RunEnd(run) => owner.as_deref() == Some(run),
+            Fence::Run(run, epoch) | Fence::RunEnd(run, epoch) => {
+                owner.as_deref() == Some(run)
+                    && sqlx::query_scalar::<_, bool>(
+                        "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ? AND resumes = ?
+                                           AND released_at IS NULL)",
+                    )
+                    .bind(run)
+                    .bind(epoch)
+                    .fetch_one(&mut **tx)
+                    .await?
+            }
             Fence::Sealing(dead) => {
                 owner.is_none()
                     && sqlx::query_scalar::<_, bool>(
@@ -89,8 +99,8 @@ impl SqliteStore {
         // The run's last write: `completed` with this seq, the session freed (the fence above
         // checked that the run owns it; a run no longer running owns nothing, and the
         // caller's transaction rolls back).
-        if let Fence::RunEnd(run) = fence {
-            if !Self::finish_in(tx, run, RunStatus::Completed, Some(seq), None).await? {
+        if let Fence::RunEnd(run, epoch) = fence {
+            if !Self::finish_in(tx, run, epoch, RunStatus::Completed, Some(seq), None).await? {
                 return Err(StoreError::NotOwner);
             }
         }

@@ -76,6 +76,10 @@ struct HttpToolConfig {
     max_response_bytes: Option<usize>,
     #[serde(default)]
     allow_private: Vec<String>,
+    /// Safe to call again if a replica stopped mid-call (default: true for GET, false
+    /// otherwise).
+    #[serde(default)]
+    idempotent: Option<bool>,
 }
 
 /// One REST endpoint as a tool (see the module docs).
@@ -98,6 +102,8 @@ pub struct HttpTool {
     egress: EgressPolicy,
     /// This tool's client: its resolver enforces `egress`.
     client: reqwest::Client,
+    /// See [`Tool::is_idempotent`].
+    idempotent: bool,
 }
 
 impl HttpTool {
@@ -180,6 +186,7 @@ impl HttpTool {
         }
 
         let egress = EgressPolicy::parse(&c.allow_private).map_err(|e| format!("args.{e}"))?;
+        let idempotent = c.idempotent.unwrap_or(method == Method::GET);
         Ok(HttpTool {
             client: tool_client(&egress)?,
             egress,
@@ -194,6 +201,7 @@ impl HttpTool {
             required,
             timeout,
             max_response_bytes,
+            idempotent,
         })
     }
 
@@ -452,6 +460,10 @@ impl Tool for HttpTool {
 
     fn parameters(&self) -> Option<Value> {
         self.parameters.clone()
+    }
+
+    fn is_idempotent(&self) -> bool {
+        self.idempotent
     }
 
     async fn call(&self, args: JsonMap, _ctx: &ToolContext) -> ToolResult {

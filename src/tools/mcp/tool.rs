@@ -173,6 +173,11 @@ impl Tool for McpTool {
         Some(self.parameters.clone())
     }
 
+    /// The server's `readOnlyHint` or `idempotentHint`.
+    fn is_idempotent(&self) -> bool {
+        self.retry_safe
+    }
+
     async fn call(&self, args: JsonMap, _ctx: &ToolContext) -> ToolResult {
         self.execute(&args).await
     }

@@ -105,6 +105,18 @@ fn text_of(event: &Event) -> String {
     crate::http::frontend::kit::answer_text(event)
 }
 
+/// Where a user event keeps the A2A `messageId` its client sent.
+const MESSAGE_ID: &str = "a2a:message_id";
+
+/// What the user event of a run keeps of the client's message: its `messageId`.
+pub fn message_metadata(message: &a2a::Message) -> Option<JsonMap> {
+    (!message.message_id.is_empty() && message.message_id.len() <= 256).then(|| {
+        let mut m = JsonMap::new();
+        m.insert(MESSAGE_ID.into(), Value::String(message.message_id.clone()));
+        m
+    })
+}
+
 /// An event as an A2A message (none if it says nothing A2A can carry).
 pub fn message_of(event: &Event, task_id: &str, context_id: &str) -> Option<a2a::Message> {
     let parts = parts_of(event);
@@ -116,8 +128,17 @@ pub fn message_of(event: &Event, task_id: &str, context_id: &str) -> Option<a2a:
     } else {
         a2a::Role::Agent
     };
+    // The client's own id for its message, when it sent one (kept with the user event).
+    let message_id = event
+        .custom_metadata
+        .as_ref()
+        .and_then(|m| m.get(MESSAGE_ID))
+        .and_then(|v| v.as_str())
+        .filter(|_| role == a2a::Role::User)
+        .unwrap_or(&event.id)
+        .to_string();
     Some(a2a::Message {
-        message_id: event.id.clone(),
+        message_id,
         context_id: context_id.to_string(),
         task_id: task_id.to_string(),
         role: role.into(),

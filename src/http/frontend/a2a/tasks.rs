@@ -188,6 +188,7 @@ pub async fn send(
     run.run_id = Some(run_id);
     run.webhook = push;
     run.run_config.save_input_blobs_as_artifacts = map::saves_blobs(req);
+    run.run_config.user_event_metadata = map::message_metadata(message);
     let handle = kit::start_run(state, run).await?;
     let first = map::submitted(&handle.run_id, &session, &parts, &message.message_id);
     let run_id = handle.run_id.clone();
