@@ -184,7 +184,7 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         (
             "takeover of a durable run",
             TAKE_OVER.citus.as_str(),
-            "'run-1', 'u1', 'r2', 'replica_lost', 0, false, 1000.0",
+            "'run-1', 'u1', 'r2', 'r1', 0, false, 1000.0, '[]'",
         ),
         (
             "end of a run nobody runs",

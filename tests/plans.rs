@@ -155,7 +155,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         (
             "takeover of a durable run",
             TAKE_OVER.plain.as_str(),
-            "'run-live', 'u1', 'r2', 'replica_lost', 0, false, 1000.0",
+            "'run-live', 'u1', 'r2', 'r1', 0, false, 1000.0, '[]'",
             vec![("sessions", &["sessions_running"])],
         ),
         (

@@ -10,6 +10,7 @@ mod a2a;
 mod ceiling;
 mod compaction;
 mod credentials;
+mod durable;
 mod extra;
 mod fork;
 mod load;
@@ -73,6 +74,10 @@ enum Command {
     /// Prompt tokens per turn over a long conversation (200 turns by default) with and
     /// without compaction, against a scripted OpenAI-compatible model that counts them.
     Compaction(BenchArgs),
+    /// Durable runs: the time from a replica's `kill -9` until another owns its runs, and a
+    /// rolling restart of three replicas under load (how many runs end other than
+    /// `completed`), PostgreSQL.
+    Durable(BenchArgs),
     /// Serve a ceiling (started by the harness as a child process).
     Ceiling(ceiling::CeilingArgs),
 }
@@ -193,6 +198,10 @@ pub struct BenchArgs {
     /// webhooks: runs (each with its own webhook) whose delivery latency is measured.
     #[arg(long, default_value_t = 500)]
     pub(crate) webhook_runs: usize,
+
+    /// durable: background runs on the replica that is killed.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) durable_runs: usize,
     /// a2a: requests per protocol whose time to the first answer chunk is measured.
     #[arg(long, default_value_t = 200)]
     pub(crate) a2a_runs: usize,
@@ -245,37 +254,18 @@ fn main() -> Result<()> {
             println!("{text}");
             Ok(())
         }),
-        Command::Compaction(args) => rt.block_on(async {
-            let (agentd_bin, _) = binaries(&args)?;
-            let admin = pg::Admin::connect(&args.database_url).await?;
-            let result = compaction::run(&args, &admin, &agentd_bin).await;
-            admin.drop_created().await;
-            let text = result?;
-            println!("{text}");
-            Ok(())
-        }),
-        Command::A2a(args) => rt.block_on(async {
-            let (agentd_bin, _) = binaries(&args)?;
-            let admin = pg::Admin::connect(&args.database_url).await?;
-            let result = a2a::run(&args, &admin, &agentd_bin).await;
-            admin.drop_created().await;
-            let text = result?;
-            println!("{text}");
-            Ok(())
-        }),
-        Command::Webhooks(args) => rt.block_on(async {
-            let (agentd_bin, _) = binaries(&args)?;
-            let admin = pg::Admin::connect(&args.database_url).await?;
-            let result = webhooks::run(&args, &admin, &agentd_bin).await;
-            admin.drop_created().await;
-            let text = result?;
-            println!("{text}");
-            if let Some(path) = &args.out {
-                std::fs::write(path, &text)
-                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
-            }
-            Ok(())
-        }),
+        Command::Compaction(args) => rt.block_on(on_own_databases(&args, |args, admin, bin| {
+            Box::pin(compaction::run(args, admin, bin))
+        })),
+        Command::A2a(args) => rt.block_on(on_own_databases(&args, |args, admin, bin| {
+            Box::pin(a2a::run(args, admin, bin))
+        })),
+        Command::Durable(args) => rt.block_on(on_own_databases(&args, |args, admin, bin| {
+            Box::pin(durable::run(args, admin, bin))
+        })),
+        Command::Webhooks(args) => rt.block_on(on_own_databases(&args, |args, admin, bin| {
+            Box::pin(webhooks::run(args, admin, bin))
+        })),
         Command::Extra(args) => rt.block_on(bench(
             args,
             Parts {
@@ -408,6 +398,32 @@ async fn soak(args: BenchArgs) -> Result<()> {
 
 /// The agentd binary to measure (`--agentd-bin`, or the one built next to this one) and this
 /// executable (it serves the ceilings).
+/// A measurement that makes its own databases: `measure` runs against agentd, the databases
+/// it created are dropped whatever it returns, and its report is printed (and written to
+/// `--out`).
+async fn on_own_databases(
+    args: &BenchArgs,
+    measure: impl for<'a> FnOnce(
+        &'a BenchArgs,
+        &'a pg::Admin,
+        &'a std::path::Path,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<String>> + 'a>,
+    >,
+) -> Result<()> {
+    let (agentd_bin, _) = binaries(args)?;
+    let admin = pg::Admin::connect(&args.database_url).await?;
+    let result = measure(args, &admin, &agentd_bin).await;
+    admin.drop_created().await;
+    let text = result?;
+    println!("{text}");
+    if let Some(path) = &args.out {
+        std::fs::write(path, &text)
+            .with_context(|| format!("cannot write the report to {}", path.display()))?;
+    }
+    Ok(())
+}
+
 fn binaries(args: &BenchArgs) -> Result<(PathBuf, PathBuf)> {
     let agentd_bin = match &args.agentd_bin {
         Some(p) => p.clone(),

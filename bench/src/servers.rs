@@ -24,7 +24,11 @@ pub struct Server {
 }
 
 impl Server {
-    async fn spawn(name: &'static str, mut cmd: Command, log: PathBuf) -> Result<Server> {
+    pub(crate) async fn spawn(
+        name: &'static str,
+        mut cmd: Command,
+        log: PathBuf,
+    ) -> Result<Server> {
         let addr = cmd_bind(&cmd)?;
         let file = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;

@@ -30,8 +30,7 @@ pub use admission::{claim, Claim};
 pub use edits::fork::ForkPoint;
 pub use edits::hold::HOLD_PREFIX;
 pub use edits::rewind::RewindError;
-pub use life::seal::INVOCATION_ABORTED;
-pub use recovery::MAX_RESUMES_EXCEEDED;
+pub use life::seal::{INVOCATION_ABORTED, MAX_RESUMES_EXCEEDED};
 pub use request::{
     DrainHandover, EditPoint, OnBusy, OnDisconnect, RunError, RunHandle, RunRequest, RunnerConfig,
 };

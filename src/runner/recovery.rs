@@ -9,6 +9,7 @@
 //! several replicas that find the same run, one takes it.
 
 use super::bus::BusMsg;
+use super::life::seal::MAX_RESUMES_EXCEEDED;
 use super::life::{resume, seal};
 use super::{lock, Runner};
 use crate::apps::settings::Resume;
@@ -17,9 +18,6 @@ use std::sync::Arc;
 
 /// Runs one sweep takes on at most (the rest are for the next sweep, or another replica).
 const PER_SWEEP: usize = 64;
-
-/// `errorCode` of a run that failed because its replicas kept dying under it.
-pub const MAX_RESUMES_EXCEEDED: &str = "MAX_RESUMES_EXCEEDED";
 
 /// What to do with a run nobody runs.
 enum Fate {

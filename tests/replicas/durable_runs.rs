@@ -140,20 +140,23 @@ fn assert_whole(events: &[Value]) {
     assert_eq!(invocations.len(), 1, "one invocation: {events:#?}");
 }
 
-/// `kill -9` of the replica running two runs (a background run with a webhook, and a streamed
-/// run) while both are in their tool calls: the other replica takes both over and finishes
-/// them. The client re-attaches there and sees one run end once; the GET tool ran again, the
-/// POST tool did not (the model is told its effect is unknown); one webhook delivery.
+/// `kill -9` of the replica running three runs (a background run with a webhook, a streamed
+/// run and an A2A task) while they are in their tool calls: the other replica takes them over
+/// and finishes them. The client re-attaches there and sees one run end once; the A2A task
+/// completes; the GET tool ran again, the POST tool did not (the model is told its effect is
+/// unknown); one webhook delivery.
 async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
     let model = ScriptedModel::start().await;
     let api = ToolApi::start(3000).await;
     let hooks = Hooks::default();
     let hook_url = hooks.start().await;
     let calls = [("c1", "lookup", "{}"), ("c2", "charge", "{}")];
-    model.push(MODEL, Reply::tool_calls(&calls));
-    model.push(MODEL, Reply::tool_calls(&calls));
-    model.push(MODEL, Reply::text(&["all ", "done"]));
-    model.push(MODEL, Reply::text(&["all ", "done"]));
+    for _ in 0..3 {
+        model.push(MODEL, Reply::tool_calls(&calls));
+    }
+    for _ in 0..3 {
+        model.push(MODEL, Reply::text(&["all ", "done"]));
+    }
     let db = TestDb::new(backend).await;
     let apps = apps(&model, &api);
     let flags = [
@@ -179,7 +182,23 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
     let background = started["runId"].as_str().expect("runId").to_string();
     let mut streamed = Sse::open(a.post("/run", run_body("desk", "s2", "streamed")).await).await;
     let streamed_id = streamed.run_id();
-    api.wait(2, 2).await;
+    // An A2A task, answered at once while it works.
+    let sent = a
+        .client
+        .post(a.url("/a2a/desk"))
+        .header("x-agentd-user-id", USER)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": "m-a2a", "role": "ROLE_USER", "parts": [{"text": "as a task"}]},
+            "configuration": {"returnImmediately": true}}}))
+        .send()
+        .await
+        .expect("SendMessage");
+    let sent = json_with_status(sent, 200).await;
+    let task = sent["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {sent}"))
+        .to_string();
+    api.wait(3, 3).await;
     let seen = committed(&[streamed.next_matching(Msg::is_committed).await]);
 
     a.child.start_kill().expect("kill -9");
@@ -194,7 +213,7 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
     let mut again = Sse::open(req.send().await.expect("GET")).await;
     let rest = again.rest().await;
     assert_eq!(done_of(&rest)["status"], "completed", "{rest:#?}");
-    for run in [&background, &streamed_id] {
+    for run in [&background, &streamed_id, &task] {
         let ended =
             json_with_status(b.post(&format!("/runs/{run}/wait"), json!({})).await, 200).await;
         assert_eq!(ended["status"], "completed", "{ended}");
@@ -206,8 +225,22 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
     }
     assert_eq!(
         api.counts(),
-        (4, 2),
+        (6, 3),
         "lookup (GET) ran again, charge (POST) did not"
+    );
+    // The A2A task is one task that completed, seen from the other replica.
+    let got = b
+        .client
+        .post(b.url("/a2a/desk"))
+        .header("x-agentd-user-id", USER)
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task}}))
+        .send()
+        .await
+        .expect("GetTask");
+    let got = json_with_status(got, 200).await;
+    assert_eq!(
+        got["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{got}"
     );
     for session in ["s1", "s2"] {
         let events = events_of(&b, "desk", session).await;
@@ -225,7 +258,7 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
         .iter()
         .filter(|r| r.to_string().contains("its effect is unknown"))
         .count();
-    assert_eq!(told, 2, "both taken-over runs told the model");
+    assert_eq!(told, 3, "every taken-over run told the model");
     // One end, one webhook.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let delivered = hooks.of(&background);

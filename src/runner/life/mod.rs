@@ -33,6 +33,7 @@ mod guard;
 mod prepare;
 pub(super) mod resume;
 pub(super) mod seal;
+mod stored_config;
 
 pub(super) use guard::RunGuard;
 

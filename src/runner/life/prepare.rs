@@ -102,7 +102,7 @@ impl Prepared {
             webhooks,
             // Another replica goes on with it if this one dies, unless the app says never.
             durable: (entry.resume == crate::apps::settings::Resume::Always).then(|| Durable {
-                config: super::resume::stored_config(&req.run_config),
+                config: super::stored_config::stored_config(&req.run_config),
                 max_secs: runner.run_limit(req.max_duration).as_secs_f64(),
             }),
         };

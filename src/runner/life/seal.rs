@@ -19,6 +19,9 @@ use std::sync::Arc;
 /// `errorCode` of the event that seals a cancelled, timed-out, interrupted or abandoned run.
 pub const INVOCATION_ABORTED: &str = "INVOCATION_ABORTED";
 
+/// `errorCode` of a run that failed because its replicas kept dying under it.
+pub const MAX_RESUMES_EXCEEDED: &str = "MAX_RESUMES_EXCEEDED";
+
 /// The events that answer `open` calls (id → (name, author)) and end the invocation.
 fn seal_events(
     invocation_id: &str,
@@ -184,10 +187,7 @@ fn why_ended(run: &RunRecord) -> (&'static str, String) {
             INVOCATION_ABORTED,
             "Invocation exceeded its maximum duration.".into(),
         ),
-        RunStatus::Failed => (
-            super::super::recovery::MAX_RESUMES_EXCEEDED,
-            run.error.clone().unwrap_or_default(),
-        ),
+        RunStatus::Failed => (MAX_RESUMES_EXCEEDED, run.error.clone().unwrap_or_default()),
         _ => (
             INVOCATION_ABORTED,
             "Invocation was abandoned: the replica running it stopped.".into(),

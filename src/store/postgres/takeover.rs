@@ -22,16 +22,16 @@ fn takeable(me: &str, restart: &str) -> String {
 
 /// Moves a durable run to this replica: the same run and invocation, the epoch one higher, the
 /// move logged. No `runs` row, no webhook: the run goes on. Parameters: $1 run, $2 user, $3
-/// me, $4 reason, $5 the epoch the caller saw, $6 restart, $7 now (Citus refuses a stable
-/// function beside a column in an `UPDATE`'s expressions, so the time comes as a value).
+/// me, $4 the owner the caller saw, $5 the epoch the caller saw, $6 restart, $7 now, $8 the
+/// log entry (`[{from, to, at, reason}]`). Citus refuses a stable function beside a column in
+/// an `UPDATE` (`jsonb_build_object(.., run_owner, ..)`, `statement_timestamp()` next to a
+/// column), so the time and the entry come as values; the owner the entry names is checked.
 pub static TAKE_OVER: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
     Routed::new(format!(
         "UPDATE sessions
             SET run_owner = $3, run_resumes = run_resumes + 1, run_released_at = NULL,
-                run_resume_log = COALESCE(run_resume_log, '[]'::jsonb) || jsonb_build_array(
-                    jsonb_build_object('from', run_owner, 'to', $3::text,
-                                       'at', $7::double precision, 'reason', $4::text))
-          WHERE user_id = $2 AND active_run = $1 AND run_resumes = $5
+                run_resume_log = COALESCE(run_resume_log, '[]'::jsonb) || $8::jsonb
+          WHERE user_id = $2 AND active_run = $1 AND run_resumes = $5 AND run_owner = $4
             AND run_durable = active_run AND {takeable}
          RETURNING {running}, run_config,
                    COALESCE(run_deadline - $7::double precision, 0) AS remaining,
@@ -104,14 +104,19 @@ impl PgStore {
         reason: ResumeReason,
         restart: bool,
     ) -> StoreResult<Option<TakenOver>> {
+        let now = crate::event::now_ts();
+        let entry = serde_json::json!([{
+            "from": run.owner, "to": me, "at": now, "reason": reason.as_str(),
+        }]);
         let row = sqlx::query(TAKE_OVER.pick(self.citus))
             .bind(&run.run_id)
             .bind(&run.user_id)
             .bind(me)
-            .bind(reason.as_str())
+            .bind(&run.owner)
             .bind(run.resumes)
             .bind(restart)
-            .bind(crate::event::now_ts())
+            .bind(now)
+            .bind(Json(entry))
             .fetch_optional(self.pool())
             .await?;
         let Some(row) = row else { return Ok(None) };
