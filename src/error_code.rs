@@ -78,6 +78,8 @@ error_codes! {
     HostForbidden = 403, "host_forbidden", Retry::No, "A non-localhost Host without auth (DNS rebinding).";
     CrossOriginForbidden = 403, "cross_origin_forbidden", Retry::No, "A state-changing request from a disallowed origin.";
     OriginForbidden = 403, "origin_forbidden", Retry::No, "An MCP request from a disallowed page origin.";
+    NotAcceptable = 406, "not_acceptable", Retry::No, "The `Accept` header refuses what MCP answers (it must take `application/json` and `text/event-stream`).";
+    InvalidMcpRequest = 400, "invalid_mcp_request", Retry::No, "An MCP request its transport refuses (e.g. an unsupported `MCP-Protocol-Version`).";
     TooManyAuthFailures = 429, "too_many_auth_failures", Retry::Computed, "This address is blocked after failed authentications.";
     RateLimited = 429, "rate_limited", Retry::Computed, "Over the request rate.";
     AdminRequired = 403, "admin_required", Retry::No, "Needs an admin key.";
@@ -190,7 +192,7 @@ mod tests {
             );
             assert!(!code.meaning().is_empty(), "{s} has no meaning");
         }
-        assert_eq!(ErrorCode::ALL.len(), 87);
+        assert_eq!(ErrorCode::ALL.len(), 89);
     }
 
     /// docs/api.md's table of errors says what this table says, row for row.

@@ -258,6 +258,61 @@ async fn bad_input_is_refused_and_stores_nothing(backend: Backend) {
     .await
     .expect("POST");
     assert_eq!(cross.status(), 403);
+    // JSON that is not a JSON-RPC message: a JSON-RPC invalid request (rmcp alone said 415).
+    for body in [json!({}), json!(5), json!({"jsonrpc": "2.0", "id": 5})] {
+        let resp = rpc(body.clone()).await.expect("POST");
+        assert_eq!(resp.status(), 400, "{body}");
+        let refused: Value = resp.json().await.expect("JSON");
+        assert_eq!(refused["error"]["code"], -32600, "{body}: {refused}");
+    }
+    // What the transport refuses is JSON with a stable code, like every route (rmcp's own
+    // answers were plain text): a method it does not serve, an Accept without SSE, a
+    // protocol version it does not speak; an app that is not served is a 404.
+    let get = r
+        .client
+        .get(r.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(get.status(), 405);
+    assert_eq!(get.headers()["allow"], "POST");
+    let code = |v: Value| v["code"].as_str().unwrap_or_default().to_string();
+    assert_eq!(code(get.json().await.expect("JSON")), "method_not_allowed");
+    let list = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"});
+    let bare = |path: &str, accept: &str, version: &str| {
+        r.client
+            .post(r.url(path))
+            .header("accept", accept)
+            .header("mcp-protocol-version", version)
+            .json(&list)
+            .send()
+    };
+    let both = "application/json, text/event-stream";
+    let plain_json = bare("/mcp", "application/json", "2025-11-25")
+        .await
+        .expect("POST");
+    assert_eq!(plain_json.status(), 406);
+    assert_eq!(
+        code(plain_json.json().await.expect("JSON")),
+        "not_acceptable"
+    );
+    let old = bare("/mcp", both, "1999-01-01").await.expect("POST");
+    assert_eq!(old.status(), 400);
+    let old: Value = old.json().await.expect("JSON");
+    assert_eq!(code(old.clone()), "invalid_mcp_request", "{old}");
+    assert!(
+        old["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("1999-01-01"),
+        "{old}"
+    );
+    let nowhere = bare("/apps/nope/mcp", both, "2025-11-25")
+        .await
+        .expect("POST");
+    assert_eq!(nowhere.status(), 404);
+    assert_eq!(code(nowhere.json().await.expect("JSON")), "app_not_found");
     assert!(runs(&r, "slow").await.is_empty(), "nothing ran");
     // A request id used twice in one session: the second call is refused, the first kept.
     let twice = |id: u64| {

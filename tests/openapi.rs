@@ -90,6 +90,8 @@ async fn document_covers_the_api(backend: Backend) {
         ("POST", "/v1/responses"),
         ("GET", "/v1/responses/{response_id}"),
         ("POST", "/v1/responses/{response_id}/cancel"),
+        ("POST", "/mcp"),
+        ("POST", "/apps/{app}/mcp"),
         ("GET", "/health"),
         ("GET", "/ready"),
         ("GET", "/version"),

@@ -66,6 +66,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
     // For the JSON extractors, which see the request but not the state.
     let json_limits = state.json;
     let (api, mut doc) = api_routes().split_for_parts();
+    doc.merge(<frontend::mcp::McpDoc as utoipa::OpenApi>::openapi());
     openapi::add_door_errors(&mut doc);
     let api = api
         .merge(openapi::router(&doc))

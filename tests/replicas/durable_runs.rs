@@ -11,6 +11,8 @@ use common::model_server::{Reply, ScriptedModel};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const MODEL: &str = "durable";
+/// The scheduled app's model: its replies are queued apart from `desk`'s.
+const CRON_MODEL: &str = "durable-cron";
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// The tools' server: `GET /slow` and `POST /charge`, each taking `ms`, each call counted when
@@ -92,7 +94,8 @@ impl Hooks {
     }
 }
 
-/// `desk`: an LLM agent with `lookup` (GET) and `charge` (POST); `echo` beside it.
+/// `desk` (and `cron`, the same on its own model name): an LLM agent with `lookup` (GET) and
+/// `charge` (POST); `echo` beside them.
 fn apps(model: &ScriptedModel, api: &ToolApi) -> Apps {
     let tool = |name: &str, method: &str, path: &str| {
         format!(
@@ -101,15 +104,20 @@ fn apps(model: &ScriptedModel, api: &ToolApi) -> Apps {
             api.base
         )
     };
-    let yaml = format!(
-        "agent_class: LlmAgent\nname: desk\nmodel: openai/{MODEL}\n\
-         model_options:\n  base_url: {}\n  retry_backoff_ms: 5\n\
-         instruction: Help.\ntools:\n{}{}",
-        model.base_url,
-        tool("lookup", "GET", "/slow"),
-        tool("charge", "POST", "/charge"),
-    );
-    Apps::new().agent("desk", &yaml).echo("echo", "chunks: 1")
+    let yaml = |name: &str, model_name: &str| {
+        format!(
+            "agent_class: LlmAgent\nname: {name}\nmodel: openai/{model_name}\n\
+             model_options:\n  base_url: {}\n  retry_backoff_ms: 5\n\
+             instruction: Help.\ntools:\n{}{}",
+            model.base_url,
+            tool("lookup", "GET", "/slow"),
+            tool("charge", "POST", "/charge"),
+        )
+    };
+    Apps::new()
+        .agent("desk", &yaml("desk", MODEL))
+        .agent("cron", &yaml("cron", CRON_MODEL))
+        .echo("echo", "chunks: 1")
 }
 
 fn message(text: &str) -> Value {
@@ -140,9 +148,9 @@ fn assert_whole(events: &[Value]) {
     assert_eq!(invocations.len(), 1, "one invocation: {events:#?}");
 }
 
-/// `kill -9` of the replica running three runs (a background run with a webhook, a streamed
-/// run and an A2A task) while they are in their tool calls: the other replica takes them over
-/// and finishes them. The client re-attaches there and sees one run end once; the A2A task
+/// `kill -9` of the replica running four runs (a background run with a webhook, a streamed
+/// run, an A2A task and a scheduled run) while they are in their tool calls: the other replica
+/// takes them over and finishes them. The client re-attaches there and sees one run end once; the A2A task
 /// completes; the GET tool ran again, the POST tool did not (the model is told its effect is
 /// unknown); one webhook delivery.
 async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
@@ -157,6 +165,8 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
     for _ in 0..3 {
         model.push(MODEL, Reply::text(&["all ", "done"]));
     }
+    model.push(CRON_MODEL, Reply::tool_calls(&calls));
+    model.push(CRON_MODEL, Reply::text(&["all ", "done"]));
     let db = TestDb::new(backend).await;
     let apps = apps(&model, &api);
     let flags = [
@@ -164,9 +174,21 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
         "2",
         "--webhook-allow-private",
         "127.0.0.1",
+        "--schedule-poll-ms",
+        "100",
+        "--schedule-min-interval-secs",
+        "1",
     ];
     let mut a = Replica::spawn(&db, &apps, "a", &flags).await;
-    let b = Replica::spawn(&db, &apps, "b", &flags).await;
+    // B fires no schedule: the scheduled run starts on A.
+    let b = Replica::spawn(
+        &db,
+        &apps,
+        "b",
+        &[&flags[..], &["--scheduler", "false"][..]].concat(),
+    )
+    .await;
+    let scheduled = scheduled_run(&a).await;
     a.create_session("desk", "s1").await;
     a.create_session("desk", "s2").await;
     let started = json_with_status(
@@ -198,7 +220,7 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
         .as_str()
         .unwrap_or_else(|| panic!("a task: {sent}"))
         .to_string();
-    api.wait(3, 3).await;
+    api.wait(4, 4).await;
     let seen = committed(&[streamed.next_matching(Msg::is_committed).await]);
 
     a.child.start_kill().expect("kill -9");
@@ -213,7 +235,7 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
     let mut again = Sse::open(req.send().await.expect("GET")).await;
     let rest = again.rest().await;
     assert_eq!(done_of(&rest)["status"], "completed", "{rest:#?}");
-    for run in [&background, &streamed_id, &task] {
+    for run in [&background, &streamed_id, &task, &scheduled.0] {
         let ended =
             json_with_status(b.post(&format!("/runs/{run}/wait"), json!({})).await, 200).await;
         assert_eq!(ended["status"], "completed", "{ended}");
@@ -225,7 +247,7 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
     }
     assert_eq!(
         api.counts(),
-        (6, 3),
+        (8, 4),
         "lookup (GET) ran again, charge (POST) did not"
     );
     // The A2A task is one task that completed, seen from the other replica.
@@ -242,8 +264,12 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
         got["result"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{got}"
     );
-    for session in ["s1", "s2"] {
-        let events = events_of(&b, "desk", session).await;
+    for (app, session) in [
+        ("desk", "s1"),
+        ("desk", "s2"),
+        ("cron", scheduled.1.as_str()),
+    ] {
+        let events = events_of(&b, app, session).await;
         assert_whole(&events);
         let charged = responses(&events, "charge");
         assert_eq!(charged.len(), 1, "{events:#?}");
@@ -253,17 +279,68 @@ async fn a_run_goes_on_when_its_replica_is_killed(backend: Backend) {
         assert_eq!(looked[0]["ok"], true, "the repeated call's own answer");
     }
     // The model that went on was told: its request holds the interrupted answer.
-    let told = model
-        .requests_for(MODEL)
+    let told = [MODEL, CRON_MODEL]
         .iter()
+        .flat_map(|m| model.requests_for(m))
         .filter(|r| r.to_string().contains("its effect is unknown"))
         .count();
-    assert_eq!(told, 3, "every taken-over run told the model");
+    assert_eq!(told, 4, "every taken-over run told the model");
+    assert_eq!(model.unused(), 0, "no model call more than the script");
     // One end, one webhook.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let delivered = hooks.of(&background);
     assert_eq!(delivered.len(), 1, "{delivered:#?}");
     assert_eq!(delivered[0]["type"], "run.completed");
+}
+
+/// A schedule of `cron` on `a` that fires once (paused after its first tick): that tick's run
+/// id and session.
+async fn scheduled_run(a: &Replica) -> (String, String) {
+    let path = format!("/apps/cron/users/{USER}/schedules");
+    let created = json_with_status(
+        a.post(
+            &path,
+            json!({"cron": "*/2 * * * * *", "message": "on schedule", "session": "new"}),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let id = created["id"].as_str().expect("schedule id").to_string();
+    let deadline = Instant::now() + PATIENCE;
+    let run = loop {
+        let page = json_with_status(a.get(&format!("{path}/{id}/runs")).await, 200).await;
+        if let Some(run) = page["ticks"][0]["runId"].as_str() {
+            break run.to_string();
+        }
+        assert!(Instant::now() < deadline, "no tick fired: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let paused = a
+        .client
+        .patch(a.url(&format!("{path}/{id}")))
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .expect("PATCH");
+    json_with_status(paused, 200).await;
+    let page = json_with_status(a.get(&format!("{path}/{id}/runs")).await, 200).await;
+    assert_eq!(
+        page["ticks"].as_array().map(Vec::len),
+        Some(1),
+        "one tick before the pause: {page}"
+    );
+    // The tick names its run when it is claimed; the run exists once it is admitted.
+    let record = loop {
+        let resp = a.get(&format!("/apps/cron/users/{USER}/runs/{run}")).await;
+        if resp.status() == 200 {
+            break resp.json::<Value>().await.expect("JSON");
+        }
+        assert!(Instant::now() < deadline, "the tick's run never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let session = record["sessionId"].as_str().expect("session").to_string();
+    (run, session)
 }
 
 /// SIGTERM with another replica live: the run still in its tool call at the end of the drain

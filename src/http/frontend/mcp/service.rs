@@ -11,6 +11,7 @@
 use super::tools::{AgentTools, OneApp};
 use crate::config::ServeArgs;
 use crate::error_code::ErrorCode;
+use crate::http::error::ApiError;
 use crate::http::AppState;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderValue;
@@ -56,9 +57,18 @@ pub fn router(state: &AppState, args: &ServeArgs) -> Router<AppState> {
         .route(
             "/apps/{app}/mcp",
             any(
-                move |State(_): State<AppState>, Path(app): Path<String>, mut req: Request| {
+                move |State(state): State<AppState>, Path(app): Path<String>, mut req: Request| {
                     let mcp = mcp.clone();
                     async move {
+                        // An app that is not served (or not the caller's) is a 404, as on every
+                        // route under /apps/{app}, not a server with no tools.
+                        let allowed = req
+                            .extensions()
+                            .get::<crate::auth::Caller>()
+                            .is_none_or(|c| c.may_use_app(&app));
+                        if state.apps.get(&app).is_none() || !allowed {
+                            return ApiError::app_not_found(&app).into_response();
+                        }
                         req.extensions_mut().insert(OneApp(app));
                         mcp.serve(req).await
                     }
@@ -87,7 +97,7 @@ impl Mcp {
         if let Some(origin) = req.headers().get(axum::http::header::ORIGIN) {
             let origin = origin.to_str().unwrap_or("");
             if !origin_allowed(origin, host, &self.origins) {
-                return crate::http::error::ApiError::new(
+                return ApiError::new(
                     ErrorCode::OriginForbidden,
                     "MCP requests from a page of another origin need --allow-origin",
                 )
@@ -138,13 +148,13 @@ fn body_error(e: &axum::Error, limit: usize) -> crate::http::error::ApiError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
         if s.is::<http_body_util::LengthLimitError>() {
-            return crate::http::error::ApiError::payload_too_large(format!(
+            return ApiError::payload_too_large(format!(
                 "the body is over {limit} bytes (--max-body-bytes)"
             ));
         }
         source = s.source();
     }
-    crate::http::error::ApiError::new(
+    ApiError::new(
         ErrorCode::BodyUnreadable,
         format!("could not read the body: {e}"),
     )
@@ -169,12 +179,48 @@ async fn proxy(service: &Arc<Service>, req: Request, issue: bool) -> Response {
         Ok(r) => r.map(axum::body::Body::new).into_response(),
         Err(never) => match never {},
     };
+    if response.status().is_client_error() && !is_json(&response) {
+        return plain_refusal(response).await;
+    }
     if issue && response.status().is_success() {
         if let Ok(v) = HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()) {
             response.headers_mut().insert("mcp-session-id", v);
         }
     }
     response
+}
+
+fn is_json(response: &Response) -> bool {
+    response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
+}
+
+/// rmcp's own refusals are plain text (`Method Not Allowed`, `Not Acceptable: …`,
+/// `Bad Request: Unsupported MCP-Protocol-Version: …`): answered as every route answers, JSON
+/// with a stable code, its words kept as the detail and its `Allow` header kept.
+async fn plain_refusal(response: Response) -> Response {
+    let (parts, body) = response.into_parts();
+    // rmcp's messages are one line; more is not read.
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let code = match parts.status {
+        axum::http::StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
+        axum::http::StatusCode::NOT_ACCEPTABLE => ErrorCode::NotAcceptable,
+        axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedContentType,
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+        _ => ErrorCode::InvalidMcpRequest,
+    };
+    let mut out = ApiError::new(code, text).into_response();
+    if let Some(allow) = parts.headers.get(axum::http::header::ALLOW) {
+        out.headers_mut()
+            .insert(axum::http::header::ALLOW, allow.clone());
+    }
+    out
 }
 
 /// What every MCP POST must be before rmcp reads it: labelled JSON (415, as every route), one
@@ -201,12 +247,59 @@ fn check_message(
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err(refuse(-32600, "Invalid Request: batches are not supported"));
     }
+    if !is_message(bytes) {
+        return Err(refuse(
+            -32600,
+            "Invalid Request: not a JSON-RPC 2.0 request, notification or response",
+        ));
+    }
     Ok(())
+}
+
+/// Whether `bytes` is shaped as one JSON-RPC 2.0 message: `"jsonrpc": "2.0"` and a `method`
+/// (a request or notification), or an `id` with a `result` or an `error` (a response). rmcp
+/// answers anything else 415, which names the wrong fault.
+fn is_message(bytes: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Shape {
+        jsonrpc: Option<serde_json::Value>,
+        method: Option<serde_json::Value>,
+        id: Option<serde_json::Value>,
+        result: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    let Ok(m) = serde_json::from_slice::<Shape>(bytes) else {
+        return false;
+    };
+    m.jsonrpc.as_ref().and_then(|v| v.as_str()) == Some("2.0")
+        && (m.method.as_ref().is_some_and(|v| v.is_string())
+            || (m.id.is_some() && (m.result.is_some() || m.error.is_some())))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_json_rpc_messages_pass() {
+        for ok in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+        ] {
+            assert!(is_message(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "{}",
+            "5",
+            r#""x""#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            r#"{"jsonrpc":"2.0","id":1}"#,
+        ] {
+            assert!(!is_message(bad.as_bytes()), "{bad}");
+        }
+    }
 
     #[test]
     fn origins_are_the_servers_own_or_allowed() {
