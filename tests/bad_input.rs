@@ -40,6 +40,40 @@ async fn nul_characters_and_oversize_ids_are_refused_alike(backend: Backend) {
     let events = json_with_status(s.get(&format!("{base}/s1/events")).await, 200).await;
     assert_eq!(events["events"], json!([]), "nothing was stored");
 
+    // Routes that read their own bodies (A2A's two bindings, MCP) refuse it alike: on
+    // PostgreSQL they used to pass it on and fail the run with an internal error.
+    let a2a_message =
+        json!({"messageId": "m-nul", "role": "ROLE_USER", "parts": [{"text": "a\u{0}b"}]});
+    for (path, body) in [
+        (
+            "/a2a/echo",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                   "params": {"message": a2a_message.clone()}}),
+        ),
+        ("/a2a/echo/message:send", json!({"message": a2a_message})),
+        (
+            "/apps/echo/mcp",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "echo", "arguments": {"message": "a\u{0}b"}}}),
+        ),
+    ] {
+        let resp = s
+            .client
+            .post(s.url(path))
+            .header("x-agentd-user-id", USER)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .expect("POST");
+        let status = resp.status().as_u16();
+        let got = resp.text().await.unwrap_or_default();
+        assert_eq!(status, 422, "{path}: {got}");
+        assert!(got.contains("nul_character"), "{path}: {got}");
+    }
+    let runs = json_with_status(s.get(&format!("/apps/echo/users/{USER}/runs")).await, 200).await;
+    assert_eq!(runs["runs"], json!([]), "no run started");
+
     // A backslash followed by `u0000` is ordinary text, not a NUL.
     let fine = json!({"sessionId": "s2", "state": {"path": "C:\\u0000"}});
     json_with_status(s.post_json(&base, fine).await, 200).await;

@@ -70,7 +70,6 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
         &raw
     };
     let value = parse_json(bytes)?;
-    refuse_nul(bytes)?;
     Ok((value, raw))
 }
 
@@ -78,8 +77,10 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
 /// Every route's rule for a body: one with content must be labelled JSON
 /// (`application/json` or a `+json` type), else 415 `unsupported_content_type`; an empty (or
 /// all-whitespace) body needs no label; and no body may hold more JSON values than
-/// `--max-json-values` (413 `body_too_complex`, before it is parsed). Routes that read their
-/// body themselves (A2A, MCP) ask this too.
+/// `--max-json-values` (413 `body_too_complex`, before it is parsed), and no string in it may
+/// hold the NUL character (422 `nul_character`, see [`refuse_nul`]). Routes that read their
+/// body themselves (A2A, MCP) ask this too: on PostgreSQL a NUL they passed on failed the run
+/// with an internal error.
 pub(crate) fn require_json(
     headers: &axum::http::HeaderMap,
     raw: &[u8],
@@ -89,7 +90,8 @@ pub(crate) fn require_json(
         return Ok(());
     }
     check_content_type(headers)?;
-    limits.check(raw)
+    limits.check(raw)?;
+    refuse_nul(raw)
 }
 
 fn check_content_type(headers: &axum::http::HeaderMap) -> ApiResult<()> {
