@@ -5,6 +5,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// The default of `--max-json-values`: a long AI SDK or AG-UI conversation (every message
+/// sent again each turn) holds a few ten thousand; parsed, this many values stay in tens of
+/// MiB.
+pub const DEFAULT_MAX_JSON_VALUES: usize = 100_000;
+
 /// agentd: serve AI agents over HTTP/SSE, wire-compatible with Google ADK's api_server.
 #[derive(Debug, Parser)]
 #[command(name = "agentd", version, about)]
@@ -386,7 +391,7 @@ pub struct ServeArgs {
     /// JSON values (objects, arrays, strings, numbers) one request body may hold, counted
     /// before it is parsed (more gets 413 `body_too_complex`): what parsing a body costs grows
     /// with its values, not its bytes.
-    #[arg(long, env = "AGENTD_MAX_JSON_VALUES", default_value_t = crate::http::json_shape::DEFAULT_MAX_VALUES)]
+    #[arg(long, env = "AGENTD_MAX_JSON_VALUES", default_value_t = DEFAULT_MAX_JSON_VALUES)]
     pub max_json_values: usize,
 
     /// Parts one message or stored event may have (more gets 422 `too_many_parts`).
@@ -630,7 +635,7 @@ impl ServeArgs {
             allow_origins: vec![],
             max_body_bytes: 32 * 1024 * 1024,
             max_artifact_bytes: 16 * 1024 * 1024,
-            max_json_values: crate::http::json_shape::DEFAULT_MAX_VALUES,
+            max_json_values: DEFAULT_MAX_JSON_VALUES,
             max_message_parts: crate::store::DEFAULT_MAX_EVENT_PARTS,
             shutdown_grace_secs: 10,
             drain_secs: 20,

@@ -19,15 +19,10 @@ pub struct JsonLimits {
 impl Default for JsonLimits {
     fn default() -> Self {
         JsonLimits {
-            max_values: DEFAULT_MAX_VALUES,
+            max_values: crate::config::DEFAULT_MAX_JSON_VALUES,
         }
     }
 }
-
-/// The default of `--max-json-values`: a long AI SDK or AG-UI conversation (every message
-/// sent again each turn) holds a few ten thousand; parsed, this many values stay in tens of
-/// MiB.
-pub const DEFAULT_MAX_VALUES: usize = 100_000;
 
 impl JsonLimits {
     /// The limits a request carries (the defaults for one built without the router).
