@@ -9,6 +9,22 @@ use serde_json::json;
 
 const USER: &str = "u1";
 
+/// POSTs `body` to any intake (ADK routes, A2A, AI SDK, AG-UI, OpenAI, MCP) as the user, with
+/// the `Accept` MCP needs: the status and the body as text.
+async fn post_to_intake(s: &TestServer, path: &str, body: &serde_json::Value) -> (u16, String) {
+    let resp = s
+        .client
+        .post(s.url(path))
+        .header("x-agentd-user-id", USER)
+        .header("accept", "application/json, text/event-stream")
+        .json(body)
+        .send()
+        .await
+        .expect("POST");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap_or_default())
+}
+
 async fn nul_characters_and_oversize_ids_are_refused_alike(backend: Backend) {
     let s = TestServer::start(backend).await;
     let base = format!("/apps/echo/users/{USER}/sessions");
@@ -57,17 +73,7 @@ async fn nul_characters_and_oversize_ids_are_refused_alike(backend: Backend) {
                    "params": {"name": "echo", "arguments": {"message": "a\u{0}b"}}}),
         ),
     ] {
-        let resp = s
-            .client
-            .post(s.url(path))
-            .header("x-agentd-user-id", USER)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body)
-            .send()
-            .await
-            .expect("POST");
-        let status = resp.status().as_u16();
-        let got = resp.text().await.unwrap_or_default();
+        let (status, got) = post_to_intake(&s, path, &body).await;
         assert_eq!(status, 422, "{path}: {got}");
         assert!(got.contains("nul_character"), "{path}: {got}");
     }
@@ -306,17 +312,7 @@ async fn parts_and_values_are_bounded_on_every_intake(backend: Backend) {
     ));
     for (path, mut body, _) in bodies {
         body["filler"] = json!(many);
-        let resp = s
-            .client
-            .post(s.url(&path))
-            .header("x-agentd-user-id", USER)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body)
-            .send()
-            .await
-            .expect("POST");
-        let status = resp.status().as_u16();
-        let got = resp.text().await.unwrap_or_default();
+        let (status, got) = post_to_intake(&s, &path, &body).await;
         assert_eq!(status, 413, "{path}: {got}");
         assert!(got.contains("body_too_complex"), "{path}: {got}");
     }
