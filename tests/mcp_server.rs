@@ -265,6 +265,14 @@ async fn bad_input_is_refused_and_stores_nothing(backend: Backend) {
         let refused: Value = resp.json().await.expect("JSON");
         assert_eq!(refused["error"]["code"], -32600, "{body}: {refused}");
     }
+    // A message rmcp cannot read (params of the wrong type): 400 `invalid_mcp_request`, not
+    // "not labelled JSON" (rmcp's 415).
+    let unreadable = rpc(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": 5}))
+        .await
+        .expect("POST");
+    assert_eq!(unreadable.status(), 400);
+    let unreadable: Value = unreadable.json().await.expect("JSON");
+    assert_eq!(unreadable["code"], "invalid_mcp_request", "{unreadable}");
     // What the transport refuses is JSON with a stable code, like every route (rmcp's own
     // answers were plain text): a method it does not serve, an Accept without SSE, a
     // protocol version it does not speak; an app that is not served is a 404.

@@ -109,6 +109,9 @@ impl Cluster<'_> {
 }
 
 pub async fn run(args: &BenchArgs, admin: &Admin, agentd_bin: &Path) -> Result<String> {
+    if args.durable_runs == 0 {
+        bail!("--durable-runs must be at least 1");
+    }
     let work = tempfile::Builder::new()
         .prefix("agentd-bench-durable-")
         .tempdir()?;

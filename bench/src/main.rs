@@ -396,8 +396,6 @@ async fn soak(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The agentd binary to measure (`--agentd-bin`, or the one built next to this one) and this
-/// executable (it serves the ceilings).
 /// A measurement that makes its own databases: `measure` runs against agentd, the databases
 /// it created are dropped whatever it returns, and its report is printed (and written to
 /// `--out`).
@@ -424,6 +422,8 @@ async fn on_own_databases(
     Ok(())
 }
 
+/// The agentd binary to measure (`--agentd-bin`, or the one built next to this one) and this
+/// executable (it serves the ceilings).
 fn binaries(args: &BenchArgs) -> Result<(PathBuf, PathBuf)> {
     let agentd_bin = match &args.agentd_bin {
         Some(p) => p.clone(),

@@ -73,7 +73,6 @@ async fn read_json<S: Send + Sync, T: DeserializeOwned>(
     Ok((value, raw))
 }
 
-/// 415 for a body that is not labelled JSON; `what` says what the request sent instead.
 /// Every route's rule for a body: one with content must be labelled JSON
 /// (`application/json` or a `+json` type), else 415 `unsupported_content_type`; an empty (or
 /// all-whitespace) body needs no label; and no body may hold more JSON values than
@@ -106,6 +105,7 @@ fn check_content_type(headers: &axum::http::HeaderMap) -> ApiResult<()> {
     }
 }
 
+/// 415 for a body that is not labelled JSON; `what` says what the request sent instead.
 fn unsupported_content_type(what: &str) -> ApiError {
     ApiError::new(
         ErrorCode::UnsupportedContentType,

@@ -57,18 +57,9 @@ pub fn router(state: &AppState, args: &ServeArgs) -> Router<AppState> {
         .route(
             "/apps/{app}/mcp",
             any(
-                move |State(state): State<AppState>, Path(app): Path<String>, mut req: Request| {
+                move |State(_): State<AppState>, Path(app): Path<String>, mut req: Request| {
                     let mcp = mcp.clone();
                     async move {
-                        // An app that is not served (or not the caller's) is a 404, as on every
-                        // route under /apps/{app}, not a server with no tools.
-                        let allowed = req
-                            .extensions()
-                            .get::<crate::auth::Caller>()
-                            .is_none_or(|c| c.may_use_app(&app));
-                        if state.apps.get(&app).is_none() || !allowed {
-                            return ApiError::app_not_found(&app).into_response();
-                        }
                         req.extensions_mut().insert(OneApp(app));
                         mcp.serve(req).await
                     }
@@ -102,6 +93,18 @@ impl Mcp {
                     "MCP requests from a page of another origin need --allow-origin",
                 )
                 .into_response();
+            }
+        }
+        // `/apps/{app}/mcp` of an app that is not served (or not the caller's) is a 404, as on
+        // every route under /apps/{app}, not a server with no tools. After the Origin check, so
+        // a foreign page learns nothing about which apps exist.
+        if let Some(OneApp(app)) = req.extensions().get::<OneApp>() {
+            let allowed = req
+                .extensions()
+                .get::<crate::auth::Caller>()
+                .is_none_or(|c| c.may_use_app(app));
+            if self.tools.state.apps.get(app).is_none() || !allowed {
+                return ApiError::app_not_found(app).into_response();
             }
         }
         let issue = req.method() == axum::http::Method::POST
@@ -200,7 +203,9 @@ fn is_json(response: &Response) -> bool {
 
 /// rmcp's own refusals are plain text (`Method Not Allowed`, `Not Acceptable: …`,
 /// `Bad Request: Unsupported MCP-Protocol-Version: …`): answered as every route answers, JSON
-/// with a stable code, its words kept as the detail and its `Allow` header kept.
+/// with a stable code, its words kept as the detail and its `Allow` header kept. rmcp's 415
+/// ("fail to deserialize request body") comes after agentd checked the label, so it means a
+/// message rmcp cannot read (`invalid_mcp_request`), not an unlabelled body.
 async fn plain_refusal(response: Response) -> Response {
     let (parts, body) = response.into_parts();
     // rmcp's messages are one line; more is not read.
@@ -211,7 +216,6 @@ async fn plain_refusal(response: Response) -> Response {
     let code = match parts.status {
         axum::http::StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
         axum::http::StatusCode::NOT_ACCEPTABLE => ErrorCode::NotAcceptable,
-        axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedContentType,
         axum::http::StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
         _ => ErrorCode::InvalidMcpRequest,
     };
@@ -271,7 +275,12 @@ fn is_message(bytes: &[u8]) -> bool {
     let Ok(m) = serde_json::from_slice::<Shape>(bytes) else {
         return false;
     };
+    // JSON-RPC ids are strings or numbers (rmcp takes whole numbers).
+    let id_ok =
+        m.id.as_ref()
+            .is_none_or(|v| v.is_string() || v.is_i64() || v.is_u64());
     m.jsonrpc.as_ref().and_then(|v| v.as_str()) == Some("2.0")
+        && id_ok
         && (m.method.as_ref().is_some_and(|v| v.is_string())
             || (m.id.is_some() && (m.result.is_some() || m.error.is_some())))
 }
@@ -296,6 +305,8 @@ mod tests {
             r#"{"jsonrpc":"1.0","id":1,"method":"tools/list"}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
             r#"{"jsonrpc":"2.0","id":1}"#,
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}"#,
         ] {
             assert!(!is_message(bad.as_bytes()), "{bad}");
         }
