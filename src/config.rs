@@ -456,6 +456,11 @@ pub struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub memory_auto_ingest: bool,
+
+    /// A YAML price table: per model, what a million input, output and cached input tokens
+    /// cost, and in what currency (docs/usage.md). Without it every run's cost is `null`.
+    #[arg(long, env = "AGENTD_PRICES")]
+    pub prices: Option<PathBuf>,
 }
 
 /// How other agents reach this server (`docs/a2a.md`).
@@ -648,6 +653,7 @@ impl ServeArgs {
             enqueue_timeout_secs: 60,
             replica_id: None,
             memory_auto_ingest: false,
+            prices: None,
         }
     }
 }

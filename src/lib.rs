@@ -53,6 +53,7 @@ pub mod store;
 pub mod telemetry;
 pub mod tools;
 pub mod transcript;
+pub mod usage;
 pub mod webhook;
 
 /// Lower-case hex of `bytes` (key ids, SHA-256 digests of key secrets and request bodies).

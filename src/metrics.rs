@@ -24,7 +24,8 @@
 //! | `agentd_db_pool_connections` | gauge | state = in_use, idle |
 //! | `agentd_model_calls_total` | counter | provider, model, outcome (`ok` or the error code) |
 //! | `agentd_model_call_duration_seconds` | histogram | provider, model |
-//! | `agentd_model_tokens_total` | counter | provider, model, direction = input, output |
+//! | `agentd_model_tokens_total` | counter | app, model, kind = input, output, cached, reasoning |
+//! | `agentd_model_cost_total` | gauge (only grows) | app, model, currency |
 //! | `agentd_tool_calls_total` | counter | tool, outcome = ok, error |
 //! | `agentd_tool_call_duration_seconds` | histogram | tool |
 //! | `agentd_webhook_attempts_total` | counter | outcome = delivered, retry, failed, skipped |

@@ -13,6 +13,7 @@ use agentd::store::postgres::{
     EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RELEASE_SQL, RUN_INVOCATIONS_SQL,
     TAKE_OVER, USER_RUN_SQL,
 };
+use agentd::store::usage::{BUDGET_SQL, PG_BY_SESSION, PG_SPENT};
 use common::{citus, TestDb};
 use serde_json::Value;
 use sqlx::{Connection, Executor, Row};
@@ -143,8 +144,18 @@ async fn every_hot_statement_is_routed_to_one_shard() {
     let first_page = list_runs_sql(false, false);
     let later_page = list_runs_sql(true, true);
     let session_runs = list_session_runs_sql(false);
+    let by_day = agentd::store::usage::daily_sql(
+        "day",
+        &agentd::store::UsageQuery {
+            app: Some("echo".into()),
+            user: Some("u1".into()),
+            from_day: 0,
+            to_day: 0,
+            group_by: agentd::store::GroupBy::Day,
+        },
+    );
     let append_args =
-        "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL, 0";
+        "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL, 0, '{\"m\": {\"inputTokens\": 1}}'";
     let cases: Vec<(&str, &str, &str)> = vec![
         ("session head", HEAD_SQL, "'echo', 'u1', 's5'"),
         ("append (fenced by the run)", APPEND.citus.as_str(), append_args),
@@ -152,7 +163,7 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         (
             "append (sealing a dead run)",
             APPEND.citus.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-dead', NULL",
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-dead', NULL, NULL",
         ),
         ("create session", CREATE_SQL, "'echo', 'u1', 'new', '{}', 1.0, 1.0"),
         ("list sessions", LIST_SESSIONS_SQL, "'echo', 'u1', NULL, '', 51"),
@@ -192,6 +203,10 @@ async fn every_hot_statement_is_routed_to_one_shard() {
             "'run-1', 'u1', 'abandoned', 'gone', 0, 'r2', false",
         ),
         ("hand-over on drain", RELEASE_SQL, "'run-1', 'u1', 0, 'r1'"),
+        ("a user's budget", BUDGET_SQL, "'echo', 'u1'"),
+        ("what a user spent", PG_SPENT, "'echo', 'u1', 20000, 19990"),
+        ("a user's usage by day", &by_day, "20000, 20030, 'echo', 'u1', 1001"),
+        ("a user's usage by session", PG_BY_SESSION, "20000, 20030, 'echo', 'u1', 1001"),
         ("enqueue", ENQUEUE_SQL.as_str(), "'echo', 'u1', 's5', 'r1'"),
         ("dequeue", DEQUEUE_SQL, "1, 'u1'"),
         ("a user's runs", first_page.citus.as_str(), "'echo', 'u1', 51"),

@@ -23,7 +23,7 @@ use serde_json::Value;
 use sqlx::{Connection, Executor, Row};
 
 /// Tables whose scans are checked (the small shared-state tables may be read any way).
-const CHECKED: &[&str] = &["sessions", "events", "runs", "run_queue"];
+const CHECKED: &[&str] = &["sessions", "events", "runs", "run_queue", "usage_daily"];
 
 /// (name, statement, EXECUTE arguments, table → the indexes it may be read through; a table
 /// written `?t` may also not be read at all).
@@ -110,7 +110,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         (
             "append (fenced by the run)",
             APPEND.plain.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL, 0",
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL, 0, '{}'",
             // A custom plan drops the sealing branch (its parameter is NULL). The session is
             // found by its key or by its running run's id (unique): one row either way.
             vec![
@@ -121,7 +121,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         (
             "append ending the run (reply with the outcome)",
             APPEND_END.plain.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-live', NULL, 0",
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-live', NULL, 0, '{}'",
             // The generic plan keeps the sealing branch (its parameter is NULL here).
             vec![
                 ("sessions", &["sessions_pkey", "sessions_running"]),
@@ -131,7 +131,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         (
             "append (sealing a dead run)",
             APPEND.plain.as_str(),
-            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-1', NULL",
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', NULL, 'run-1', NULL, NULL",
             vec![("sessions", &["sessions_pkey"]), ("runs", &["runs_pkey"])],
         ),
         (
@@ -185,6 +185,16 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             "'echo', 'u1', 's5'",
             // The user's running runs are few: either index is exact enough.
             vec![("sessions", &["sessions_pkey", "sessions_running_by_user"])],
+        ),
+        (
+            "what a user spent (a budget's check)",
+            agentd::store::usage::PG_SPENT,
+            "'echo', 'u1', 20000, 19990",
+            // The user's running runs are few: either index is exact enough.
+            vec![
+                ("sessions", &["sessions_pkey", "sessions_running_by_user"]),
+                ("usage_daily", &["usage_daily_pkey"]),
+            ],
         ),
         (
             "create session",

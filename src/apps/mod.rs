@@ -38,6 +38,8 @@ pub struct AppEntry {
     pub compaction: Option<settings::Compaction>,
     /// `resume:` of the app's `agentd.yaml`.
     pub resume: settings::Resume,
+    /// `context_cache:` of the app's `agentd.yaml`.
+    pub context_cache: Option<crate::model::ContextCache>,
 }
 
 /// The apps, by name.
@@ -103,6 +105,7 @@ impl AppRegistry {
                 None => (tree, None),
             };
             let resume = settings.as_ref().map(|s| s.resume).unwrap_or_default();
+            let context_cache = settings.as_ref().ok().and_then(|s| s.context_cache);
             let (app_webhooks, a2a) = settings.map(|s| (s.webhooks, s.a2a)).unwrap_or_default();
             registry.apps.insert(
                 name.clone(),
@@ -115,6 +118,7 @@ impl AppRegistry {
                     a2a,
                     compaction,
                     resume,
+                    context_cache,
                 },
             );
         }
@@ -174,6 +178,7 @@ impl AppRegistry {
                 a2a: None,
                 compaction: None,
                 resume: settings::Resume::default(),
+                context_cache: None,
             },
         );
     }
@@ -182,6 +187,13 @@ impl AppRegistry {
     pub fn set_resume(&mut self, name: &str, resume: settings::Resume) {
         if let Some(app) = self.apps.get_mut(name) {
             app.resume = resume;
+        }
+    }
+
+    /// Asks providers to cache the prompts of app `name` (built in Rust).
+    pub fn set_context_cache(&mut self, name: &str, cache: crate::model::ContextCache) {
+        if let Some(app) = self.apps.get_mut(name) {
+            app.context_cache = Some(cache);
         }
     }
 

@@ -11,6 +11,9 @@
 //!   overlap: 1
 //!   model: openai/gpt-4o-mini
 //! resume: always       # a run outlives its replica (docs/replicas.md); `never`: sealed
+//! context_cache:       # ADK's ContextCacheConfig names (docs/usage.md#prompt-caching)
+//!   ttl_seconds: 3600
+//!   min_tokens: 1024
 //! a2a:
 //!   name: Order desk
 //!   description: Answers questions about orders.
@@ -43,6 +46,9 @@ pub struct AppSettings {
     /// (`docs/replicas.md`, "Durable runs").
     #[serde(default)]
     pub resume: Resume,
+    /// Ask providers to cache the prompt's stable prefix (`docs/usage.md`).
+    #[serde(default)]
+    pub context_cache: Option<crate::model::ContextCache>,
 }
 
 /// `resume:` of `agentd.yaml`.

@@ -221,6 +221,11 @@ impl From<RunError> for ApiError {
                 "The server is shutting down; retry on another replica.",
             ),
             e @ RunError::TooManyRuns(_) => ApiError::new(ErrorCode::TooManyRuns, e.to_string()),
+            e @ RunError::BudgetExhausted { reset } => {
+                let now = crate::event::now_ts();
+                ApiError::new(ErrorCode::BudgetExhausted, e.to_string())
+                    .retry_after(crate::store::usage::retry_after(reset, now))
+            }
             RunError::Internal(m) => ApiError::internal(m),
             RunError::Store(e) => e.into(),
         }

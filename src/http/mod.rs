@@ -154,6 +154,7 @@ pub fn api_routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::rewind::router())
         .merge(routes::fork::router())
         .merge(routes::schedules::router())
+        .merge(routes::usage::router())
         .merge(frontend::router())
 }
 

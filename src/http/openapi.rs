@@ -51,6 +51,7 @@ use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
         (name = "artifacts", description = "Versioned files a session's agents saved."),
         (name = "memory", description = "Long-term memory across a user's sessions."),
         (name = "runs", description = "Running an agent, following, re-attaching and cancelling runs."),
+        (name = "usage", description = "What users spent (tokens, cost) and may spend (budgets)."),
         (name = "ai-sdk", description = "The Vercel AI SDK's UI message stream protocol."),
         (name = "ag-ui", description = "The AG-UI protocol (CopilotKit and other AG-UI clients)."),
         (name = "openai", description = "OpenAI's Chat Completions and Responses APIs; `model` is the app."),

@@ -59,6 +59,8 @@ struct Shared {
     pending_artifacts: Mutex<Vec<ArtifactWrite>>,
     /// Where the run's events are committed and delivered.
     outbox: Arc<Outbox>,
+    /// The app's `context_cache:`, for the model requests of its agents.
+    context_cache: Option<crate::model::ContextCache>,
 }
 
 /// Inputs to build a context (the runner's side).
@@ -69,6 +71,7 @@ pub(crate) struct ContextParts {
     pub tree: Arc<AgentTree>,
     pub plugins: Arc<PluginSet>,
     pub outbox: Arc<Outbox>,
+    pub context_cache: Option<crate::model::ContextCache>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -88,6 +91,7 @@ impl InvocationContext {
                 ended: AtomicBool::new(false),
                 pending_artifacts: Mutex::new(vec![]),
                 outbox: p.outbox,
+                context_cache: p.context_cache,
             }),
             agent: root.into(),
             branch: None,
@@ -102,6 +106,30 @@ impl InvocationContext {
 
     pub fn session_key(&self) -> &SessionKey {
         self.shared.outbox.session_key()
+    }
+
+    /// The app's prompt-cache settings (`context_cache:` of its `agentd.yaml`).
+    pub fn context_cache(&self) -> Option<&crate::model::ContextCache> {
+        self.shared.context_cache.as_ref()
+    }
+
+    /// Counts a model call's tokens against the run (see [`crate::transcript::Meter`]).
+    pub fn record_usage(&self, model: &str, tokens: crate::usage::Tokens) {
+        if let Some(m) = self.shared.outbox.meter() {
+            m.record(&self.session_key().app_name, model, tokens);
+        }
+    }
+
+    /// Whether the user's budget allows another model call.
+    pub async fn check_budget(&self) -> Result<(), crate::transcript::BudgetExhausted> {
+        match self.shared.outbox.meter() {
+            Some(m) => {
+                let key = self.session_key();
+                m.check(self.store().as_ref(), &key.app_name, &key.user_id)
+                    .await
+            }
+            None => Ok(()),
+        }
     }
 
     /// The store, for agents that read history or artifacts themselves.

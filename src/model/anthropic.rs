@@ -90,7 +90,46 @@ pub fn request_body(model: &str, req: &LlmRequest) -> Value {
     if !c.stop_sequences.is_empty() {
         obj.insert("stop_sequences".into(), c.stop_sequences.clone().into());
     }
+    if let Some(hint) = &req.cache {
+        mark_cache_breakpoints(obj, hint);
+    }
     body
+}
+
+/// Prompt caching (an app's `context_cache:`): `cache_control` breakpoints after the system
+/// prompt, after the tools and after the last message, so each turn reads the conversation so
+/// far from the cache and writes only what is new (three of the four breakpoints the API
+/// allows; <https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching>).
+fn mark_cache_breakpoints(
+    obj: &mut serde_json::Map<String, Value>,
+    hint: &crate::model::CacheHint,
+) {
+    let mut control = json!({"type": "ephemeral"});
+    if hint.ttl_seconds >= 3600 {
+        control["ttl"] = "1h".into();
+    }
+    if let Some(Value::String(sys)) = obj.get("system").cloned() {
+        obj.insert(
+            "system".into(),
+            json!([{"type": "text", "text": sys, "cache_control": control.clone()}]),
+        );
+    }
+    if let Some(tool) = obj
+        .get_mut("tools")
+        .and_then(Value::as_array_mut)
+        .and_then(|t| t.last_mut())
+    {
+        tool["cache_control"] = control.clone();
+    }
+    if let Some(block) = obj
+        .get_mut("messages")
+        .and_then(Value::as_array_mut)
+        .and_then(|m| m.last_mut())
+        .and_then(|m| m["content"].as_array_mut())
+        .and_then(|c| c.last_mut())
+    {
+        block["cache_control"] = control;
+    }
 }
 
 /// The conversation as alternating `user` / `assistant` messages.
@@ -225,6 +264,7 @@ fn error_code(kind: &str) -> &'static str {
 pub struct StreamState {
     input_tokens: u64,
     cache_tokens: u64,
+    cache_read_tokens: u64,
     tool_blocks: BTreeSet<usize>,
     finished: bool,
 }
@@ -323,6 +363,8 @@ impl StreamState {
                         candidates_tokens: output,
                         total_tokens: prompt + output,
                         thoughts_tokens: None,
+                        cached_tokens: (self.cache_read_tokens > 0)
+                            .then_some(self.cache_read_tokens),
                     }));
                 }
             }
@@ -359,6 +401,8 @@ impl StreamState {
         self.input_tokens = n("input_tokens");
         // Cached prompt tokens are billed apart but are part of the prompt.
         self.cache_tokens = n("cache_creation_input_tokens") + n("cache_read_input_tokens");
+        // Only reads are cheaper; a cache write is billed as (more than) input.
+        self.cache_read_tokens = n("cache_read_input_tokens");
     }
 }
 
@@ -511,6 +555,63 @@ mod tests {
     }
 
     #[test]
+    fn prompt_caching_marks_system_tools_and_the_last_message() {
+        let mut req = LlmRequest {
+            system_instruction: Some("be brief".into()),
+            contents: vec![
+                Content::text("user", "hi"),
+                Content::text("model", "hello"),
+                Content::text("user", "weather?"),
+            ],
+            tools: vec![
+                ToolDeclaration {
+                    name: "a".into(),
+                    description: String::new(),
+                    parameters: None,
+                },
+                ToolDeclaration {
+                    name: "b".into(),
+                    description: String::new(),
+                    parameters: None,
+                },
+            ],
+            ..Default::default()
+        };
+        let plain = request_body("claude-x", &req);
+        assert_eq!(plain["system"], "be brief");
+        assert!(!plain.to_string().contains("cache_control"));
+        req.cache = Some(crate::model::CacheHint {
+            key: "k".into(),
+            ttl_seconds: 3600,
+        });
+        let body = request_body("claude-x", &req);
+        let control = json!({"type": "ephemeral", "ttl": "1h"});
+        assert_eq!(
+            body["system"],
+            json!([{"type": "text", "text": "be brief", "cache_control": control}])
+        );
+        assert!(body["tools"][0].get("cache_control").is_none());
+        assert_eq!(body["tools"][1]["cache_control"], control);
+        let msgs = body["messages"].as_array().unwrap();
+        assert!(msgs[0]["content"][0].get("cache_control").is_none());
+        assert_eq!(msgs[2]["content"][0]["cache_control"], control);
+        assert_eq!(
+            body.to_string().matches("cache_control").count(),
+            3,
+            "at most 4 allowed"
+        );
+        req.cache = Some(crate::model::CacheHint {
+            key: "k".into(),
+            ttl_seconds: 300,
+        });
+        let short = request_body("claude-x", &req);
+        assert_eq!(
+            short["tools"][1]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+    }
+
+    #[test]
     fn tools_and_config_map() {
         let req = LlmRequest {
             system_instruction: Some("be brief".into()),
@@ -591,7 +692,8 @@ mod tests {
                     prompt_tokens: 15,
                     candidates_tokens: 7,
                     total_tokens: 22,
-                    thoughts_tokens: None
+                    thoughts_tokens: None,
+                    cached_tokens: Some(5),
                 })
             ]
         );

@@ -34,6 +34,77 @@ pub struct LlmRequest {
     pub contents: Vec<Content>,
     pub tools: Vec<ToolDeclaration>,
     pub config: GenerateConfig,
+    /// Ask the provider to cache the prompt's stable prefix (an app's `context_cache:`).
+    pub cache: Option<CacheHint>,
+}
+
+/// An app's `context_cache:` block, with ADK's `ContextCacheConfig` names (docs/usage.md).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextCache {
+    /// How long the provider keeps the cache: Anthropic's `1h` from 3,600 on, else its 5
+    /// minutes.
+    #[serde(default = "default_cache_ttl")]
+    pub ttl_seconds: u64,
+    /// No caching for prompts estimated below this many tokens (4 characters a token).
+    #[serde(default)]
+    pub min_tokens: u64,
+    /// ADK's bound on how many invocations reuse an explicit (Gemini) cache; accepted for
+    /// compatibility: agentd uses the providers' prefix caching, which needs no refresh.
+    #[serde(default = "default_cache_intervals")]
+    pub cache_intervals: u32,
+}
+
+fn json_len(v: &JsonMap) -> usize {
+    serde_json::to_vec(v).map_or(0, |b| b.len())
+}
+
+fn default_cache_ttl() -> u64 {
+    1800
+}
+
+fn default_cache_intervals() -> u32 {
+    10
+}
+
+/// What one request asks of the provider's prompt cache.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheHint {
+    /// Requests with the same key share a cache (OpenAI's `prompt_cache_key`): one per
+    /// session, so a conversation's turns land on the same cache.
+    pub key: String,
+    pub ttl_seconds: u64,
+}
+
+impl ContextCache {
+    /// The hint for a request in session `session_key` whose prompt is `req`, unless the
+    /// prompt is too short to be worth caching.
+    pub fn hint(&self, session_key: String, req: &LlmRequest) -> Option<CacheHint> {
+        let chars: usize = req.system_instruction.as_deref().map_or(0, str::len)
+            + req
+                .contents
+                .iter()
+                .flat_map(|c| &c.parts)
+                .map(|p| {
+                    p.text.as_deref().map_or(0, str::len)
+                        + p.function_call.as_ref().map_or(0, |f| json_len(&f.args))
+                        + p.function_response
+                            .as_ref()
+                            .map_or(0, |r| json_len(&r.response))
+                })
+                .sum::<usize>()
+            + req
+                .tools
+                .iter()
+                .map(|t| {
+                    t.description.len() + t.parameters.as_ref().map_or(0, |p| p.to_string().len())
+                })
+                .sum::<usize>();
+        ((chars / 4) as u64 >= self.min_tokens).then_some(CacheHint {
+            key: session_key,
+            ttl_seconds: self.ttl_seconds,
+        })
+    }
 }
 
 /// A tool as the model sees it: a name, what it does, a JSON schema of its arguments.
@@ -68,11 +139,16 @@ pub struct Usage {
     pub candidates_tokens: u64,
     pub total_tokens: u64,
     pub thoughts_tokens: Option<u64>,
+    /// The part of the prompt read from the provider's cache (`cachedContentTokenCount`).
+    pub cached_tokens: Option<u64>,
 }
 
 impl Usage {
     pub fn to_json(self) -> Value {
         let mut m = JsonMap::new();
+        if let Some(c) = self.cached_tokens {
+            m.insert("cachedContentTokenCount".into(), c.into());
+        }
         m.insert("candidatesTokenCount".into(), self.candidates_tokens.into());
         m.insert("promptTokenCount".into(), self.prompt_tokens.into());
         if let Some(t) = self.thoughts_tokens {
@@ -80,6 +156,17 @@ impl Usage {
         }
         m.insert("totalTokenCount".into(), self.total_tokens.into());
         Value::Object(m)
+    }
+
+    /// The counts as usage accounting normalises them ([`crate::usage::Tokens::normalise`]).
+    pub fn tokens(self) -> crate::usage::Tokens {
+        crate::usage::Tokens::normalise(
+            self.prompt_tokens,
+            self.candidates_tokens,
+            self.thoughts_tokens.unwrap_or(0),
+            self.cached_tokens.unwrap_or(0),
+            self.total_tokens,
+        )
     }
 }
 

@@ -47,6 +47,11 @@ pub fn request_body(model: &str, req: &LlmRequest) -> Value {
         "stream_options": {"include_usage": true},
     });
     let obj = body.as_object_mut().expect("body is an object");
+    // Prompt caching (an app's `context_cache:`): OpenAI caches long prompt prefixes by
+    // itself; the key keeps one session's requests on one cache.
+    if let Some(hint) = &req.cache {
+        obj.insert("prompt_cache_key".into(), hint.key.clone().into());
+    }
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
             .tools
@@ -219,6 +224,10 @@ pub fn chunk_deltas(chunk: &Value) -> Result<Vec<Delta>, ModelError> {
             candidates_tokens: n("completion_tokens"),
             total_tokens: n("total_tokens"),
             thoughts_tokens: thoughts,
+            cached_tokens: u
+                .get("prompt_tokens_details")
+                .and_then(|d| d.get("cached_tokens"))
+                .and_then(Value::as_u64),
         }));
     }
     Ok(out)
@@ -312,6 +321,7 @@ mod tests {
                 parameters: None,
             }],
             config: Default::default(),
+            cache: None,
         };
         let body = request_body("m", &req);
         let msgs = body["messages"].as_array().unwrap();
@@ -324,6 +334,18 @@ mod tests {
         assert_eq!(msgs[3]["role"], "tool");
         assert_eq!(msgs[3]["tool_call_id"], "c1");
         assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
+        assert!(
+            body.get("prompt_cache_key").is_none(),
+            "no caching unless asked"
+        );
+        let cached = LlmRequest {
+            cache: Some(crate::model::CacheHint {
+                key: "agentd-k".into(),
+                ttl_seconds: 300,
+            }),
+            ..req
+        };
+        assert_eq!(request_body("m", &cached)["prompt_cache_key"], "agentd-k");
     }
 
     #[test]

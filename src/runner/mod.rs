@@ -160,6 +160,11 @@ impl Runner {
         &self.config.owner
     }
 
+    /// The operator's prices (`--prices`).
+    pub fn prices(&self) -> &crate::usage::Prices {
+        &self.config.prices
+    }
+
     /// True from the moment shutdown starts (`GET /ready` answers 503).
     pub fn is_draining(&self) -> bool {
         self.draining.is_cancelled()

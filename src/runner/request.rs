@@ -36,6 +36,8 @@ pub struct RunnerConfig {
     /// Notified when a run of this replica that has webhook targets ends (the webhook sender
     /// looks for the deliveries its end wrote at once instead of at its next poll).
     pub run_ended: Arc<Notify>,
+    /// The operator's prices (`--prices`): what the runs' model calls cost.
+    pub prices: Arc<crate::usage::Prices>,
 }
 
 impl Default for RunnerConfig {
@@ -51,6 +53,7 @@ impl Default for RunnerConfig {
             max_resumes: 3,
             drain_handover: DrainHandover::End,
             run_ended: Arc::new(Notify::new()),
+            prices: Arc::default(),
         }
     }
 }
@@ -149,6 +152,9 @@ pub enum RunError {
     ShuttingDown,
     #[error("this user already has {0} runs in progress")]
     TooManyRuns(usize),
+    /// The user's budget in the app is spent until `reset` (Unix seconds).
+    #[error("the user's budget for this app is spent until {}", crate::usage::iso_time(*reset))]
+    BudgetExhausted { reset: i64 },
     #[error("internal error: {0}")]
     Internal(String),
     #[error(transparent)]

@@ -158,8 +158,14 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
         // The replica is stopping: leave the tick claimed; a live replica takes it over.
         Err(RunError::ShuttingDown) => return,
         // The user's quota of concurrent runs (`--max-runs-per-user`) holds for scheduled
-        // runs too: a tick that finds it full is skipped, like one that finds its session busy.
-        Err(e @ (RunError::Busy(_) | RunError::QueueTimeout(_) | RunError::TooManyRuns(_))) => {
+        // runs too: a tick that finds it full is skipped, like one that finds its session busy,
+        // and so is one whose user's budget is spent.
+        Err(
+            e @ (RunError::Busy(_)
+            | RunError::QueueTimeout(_)
+            | RunError::TooManyRuns(_)
+            | RunError::BudgetExhausted { .. }),
+        ) => {
             metrics::counter!("agentd_schedule_ticks_total", "outcome" => "skipped").increment(1);
             ("skipped", Some(e.to_string()))
         }

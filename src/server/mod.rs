@@ -83,6 +83,7 @@ impl Server {
         runner_config.max_message_parts = args.max_message_parts;
         runner_config.max_resumes = args.max_resumes;
         runner_config.drain_handover = args.drain_handover;
+        runner_config.prices = Arc::new(load_prices(args.prices.as_deref())?);
         let run_ended = runner_config.run_ended.clone();
         // Checked before anything starts: a refused configuration leaves nothing running.
         let jwt = jwt_verifier(&args)?;
@@ -402,4 +403,15 @@ fn warn_missing_keys(apps: &AppRegistry) {
             );
         }
     }
+}
+
+/// The `--prices` table; a file that cannot be read or is wrong stops the start.
+fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<crate::usage::Prices> {
+    let Some(path) = path else {
+        return Ok(crate::usage::Prices::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read --prices {}: {e}", path.display()))?;
+    crate::usage::Prices::parse(&text)
+        .map_err(|e| anyhow::anyhow!("--prices {}: {e}", path.display()))
 }

@@ -22,6 +22,7 @@ pub mod runs;
 pub mod schedules;
 pub mod sessions;
 pub mod sqlite;
+pub mod usage;
 pub mod webhooks;
 
 pub use artifacts::{
@@ -44,6 +45,7 @@ pub use sessions::{
     EventPage, EventRange, NewSession, SessionCursor, SessionHead, SessionPage, SessionStore,
     StoredEvent,
 };
+pub use usage::{GroupBy, UsageQuery, UsageRow, UsageStore};
 pub use webhooks::{Delivery, DeliveryRecord, DueDelivery, Settle, WebhookStore};
 
 use crate::event::{Event, JsonMap, Part, Session};
@@ -198,6 +200,7 @@ pub trait Store:
     + fork::ForkStore
     + push::PushStore
     + rewinds::RewindStore
+    + UsageStore
 {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;

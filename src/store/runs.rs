@@ -223,6 +223,11 @@ pub struct RunRecord {
     /// Each move: from, to, when and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub resumed: Vec<ResumeStep>,
+    /// What the run spent (so far, while it runs): tokens and cost over every model, and by
+    /// model (docs/usage.md).
+    #[serde(serialize_with = "crate::usage::serialize_run_usage")]
+    #[schema(value_type = crate::usage::RunUsageView)]
+    pub usage: Option<crate::usage::RunUsage>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -406,11 +411,11 @@ pub trait RunStore: Send + Sync + 'static {
 pub(crate) const RUN_COLUMNS: &str =
     "id, app_name, user_id, session_id, invocation_id, status, owner, cancel_requested, \
      cancelled_by, cancel_reason, created_at, started_at, finished_at, base_seq, user_event, \
-     last_seq, error, sealed, resumes, resume_log";
+     last_seq, error, sealed, resumes, resume_log, usage";
 
 /// Reads a `runs` row; the same code for both backends' row types.
 macro_rules! run_record_reader {
-    ($fn_name:ident, $row:ty, $log:ty, $parse:expr) => {
+    ($fn_name:ident, $row:ty, $log:ty, $parse:expr, $usage:ty, $parse_usage:expr) => {
         pub(crate) fn $fn_name(r: &$row) -> StoreResult<RunRecord> {
             Ok(RunRecord {
                 run_id: r.try_get("id")?,
@@ -436,6 +441,9 @@ macro_rules! run_record_reader {
                     .try_get::<Option<$log>, _>("resume_log")?
                     .map($parse)
                     .unwrap_or_default(),
+                usage: r
+                    .try_get::<Option<$usage>, _>("usage")?
+                    .and_then($parse_usage),
             })
         }
     };
@@ -445,13 +453,17 @@ run_record_reader!(
     record_pg,
     sqlx::postgres::PgRow,
     sqlx::types::Json<Vec<ResumeStep>>,
-    |j: sqlx::types::Json<Vec<ResumeStep>>| j.0
+    |j: sqlx::types::Json<Vec<ResumeStep>>| j.0,
+    sqlx::types::Json<crate::usage::RunUsage>,
+    |j: sqlx::types::Json<crate::usage::RunUsage>| Some(j.0)
 );
 run_record_reader!(
     record_sqlite,
     sqlx::sqlite::SqliteRow,
     String,
-    |s: String| serde_json::from_str::<Vec<ResumeStep>>(&s).unwrap_or_default()
+    |s: String| serde_json::from_str::<Vec<ResumeStep>>(&s).unwrap_or_default(),
+    String,
+    |s: String| serde_json::from_str::<crate::usage::RunUsage>(&s).ok()
 );
 
 pub(crate) fn unique_violation(e: &sqlx::Error) -> bool {

@@ -134,6 +134,22 @@ pub trait SessionStore: Send + Sync + 'static {
         event: Event,
         artifacts: Vec<ArtifactWrite>,
         fence: Fence<'_>,
+    ) -> StoreResult<StoredEvent> {
+        self.append_metered(key, event, artifacts, fence, None)
+            .await
+    }
+
+    /// [`SessionStore::append_fenced`] for a run's commit, writing the run's usage so far
+    /// (`usage`, when it changed) on the run's record in the same statement: what the run
+    /// spent is committed with the events it spent it on, at no commit of its own, and a
+    /// replica that takes the run over goes on from it. Ignored unless `fence` names a run.
+    async fn append_metered(
+        &self,
+        key: &SessionKey,
+        event: Event,
+        artifacts: Vec<ArtifactWrite>,
+        fence: Fence<'_>,
+        usage: Option<&crate::usage::RunUsage>,
     ) -> StoreResult<StoredEvent>;
 
     /// Several complete events committed in one transaction, in order, each as

@@ -7,10 +7,12 @@
 
 pub mod compaction;
 mod item;
+mod meter;
 mod outbox;
 pub mod rewind;
 
 pub use item::{RunItem, RunObserver};
+pub use meter::{BudgetExhausted, Meter};
 pub use outbox::{
     temp_keys, CommitError, CommitResult, EmitState, Outbox, OutboxParts, HOLD_LIMIT,
 };

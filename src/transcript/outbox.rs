@@ -13,7 +13,7 @@
 //! The agent side ([`crate::agent::InvocationContext`]) and the runner ([`crate::runner`])
 //! both drive this; neither reaches into the other.
 
-use super::{RunItem, RunObserver};
+use super::{Meter, RunItem, RunObserver};
 use crate::event::{apply_delta, Event, JsonMap, TEMP_PREFIX};
 use crate::store::{ArtifactWrite, Fence, SessionKey, Store, StoreError, StoreResult, StoredEvent};
 use std::collections::BTreeMap;
@@ -76,6 +76,8 @@ pub struct OutboxParts {
     /// The session state the run starts from.
     pub state: JsonMap,
     pub out: mpsc::Sender<RunItem>,
+    /// What the run spends: its total rides on every commit of the run.
+    pub meter: Option<Arc<Meter>>,
 }
 
 /// One run's commit-then-deliver machinery (see the module docs).
@@ -92,6 +94,7 @@ pub struct Outbox {
     /// The session state as this run sees it (see [`Outbox::state`]).
     state: Mutex<JsonMap>,
     emit: Arc<tokio::sync::Mutex<EmitState>>,
+    meter: Option<Arc<Meter>>,
 }
 
 /// The `temp:` keys of an event's state delta: never stored, but the run sees them.
@@ -132,11 +135,17 @@ impl Outbox {
                 failed: None,
                 cancel_requested: false,
             })),
+            meter: p.meter,
         })
     }
 
     pub fn invocation_id(&self) -> &str {
         &self.invocation_id
+    }
+
+    /// The run's meter, if it counts what it spends.
+    pub fn meter(&self) -> Option<&Arc<Meter>> {
+        self.meter.as_ref()
     }
 
     pub fn session_key(&self) -> &SessionKey {
@@ -390,11 +399,16 @@ impl Outbox {
         };
         let started = std::time::Instant::now();
         let span = tracing::info_span!("commit", event = %event.id, seq = tracing::field::Empty);
+        let usage = self.meter.as_ref().and_then(|m| m.pending());
         let stored = tracing::Instrument::instrument(
-            self.store.append_fenced(&self.key, event, artifacts, fence),
+            self.store
+                .append_metered(&self.key, event, artifacts, fence, usage.as_ref()),
             span.clone(),
         )
         .await?;
+        if let (Some(meter), Some(usage)) = (&self.meter, usage) {
+            meter.committed(usage);
+        }
         span.record("seq", stored.seq);
         metrics::histogram!("agentd_commit_duration_seconds")
             .record(started.elapsed().as_secs_f64());

@@ -91,6 +91,19 @@ impl Reply {
         Reply::Stream(chunks)
     }
 
+    /// The same reply with `usage` (OpenAI's `usage` object) in its usage chunk.
+    pub fn with_usage(self, usage: Value) -> Reply {
+        match self {
+            Reply::Stream(mut chunks) => {
+                if let Some(last) = chunks.iter_mut().rev().find(|c| c.get("usage").is_some()) {
+                    last["usage"] = usage;
+                }
+                Reply::Stream(chunks)
+            }
+            other => other,
+        }
+    }
+
     pub fn status(code: u16, message: &str) -> Reply {
         Reply::Status(
             code,

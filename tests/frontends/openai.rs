@@ -23,6 +23,16 @@ async fn openai_chat_completions(backend: Backend) {
     assert_eq!(out["content"], "Hello");
     assert_eq!(out["finish_reason"], "stop");
     assert_eq!(out["usage"]["prompt_tokens"], 10, "{out}");
+    // The run's real counts, details included, as the SDK parses them.
+    assert_eq!(out["usage"]["total_tokens"], 15, "{out}");
+    assert_eq!(
+        out["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "{out}"
+    );
+    assert_eq!(
+        out["usage"]["completion_tokens_details"]["reasoning_tokens"], 0,
+        "{out}"
+    );
     let sid = out["session_header"]
         .as_str()
         .expect("a new session's id")

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 mod model_errors;
 mod tools;
+mod usage;
 mod workflows;
 mod yaml_apps;
 

@@ -85,8 +85,7 @@ async fn a_tool_loop_streams_commits_and_feeds_results_back(backend: Backend) {
         "{metrics}"
     );
     assert!(
-        value(r#"agentd_model_tokens_total{provider="openai",model="weather",direction="output"}"#)
-            > 0.0,
+        value(r#"agentd_model_tokens_total{app="weather",model="weather",kind="output"}"#) > 0.0,
         "{metrics}"
     );
     assert!(

@@ -41,7 +41,8 @@ async fn anthropic_streams_text_and_a_tool_call() {
             prompt_tokens: 472,
             candidates_tokens: 89,
             total_tokens: 561,
-            thoughts_tokens: None
+            thoughts_tokens: None,
+            cached_tokens: None,
         })
     );
     assert_eq!(
@@ -135,14 +136,15 @@ async fn anthropic_streams_thinking_and_parallel_calls_with_the_api_key() {
     assert_eq!(calls[1].name, "get_weather");
     assert_eq!(calls[1].args["city"], "Tokyo");
     assert_eq!(r.finish_reason.as_deref(), Some("STOP"));
-    // Cached prompt tokens count as prompt tokens.
+    // Cached prompt tokens count as prompt tokens, and as cached (read from the cache).
     assert_eq!(
         r.usage,
         Some(Usage {
             prompt_tokens: 1021 + 2048,
             candidates_tokens: 131,
             total_tokens: 1021 + 2048 + 131,
-            thoughts_tokens: None
+            thoughts_tokens: None,
+            cached_tokens: Some(2048),
         })
     );
     assert_eq!(r.model_version.as_deref(), Some("claude-opus-4-1-20250805"));

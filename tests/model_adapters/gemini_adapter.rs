@@ -48,7 +48,8 @@ async fn gemini_streams_thought_text_and_a_call() {
                 prompt_tokens: 98,
                 candidates_tokens: 27,
                 total_tokens: 168,
-                thoughts_tokens: Some(43)
+                thoughts_tokens: Some(43),
+                cached_tokens: None,
             })
         );
         assert_eq!(r.model_version.as_deref(), Some("gemini-2.5-flash"));

@@ -298,5 +298,6 @@ fn conversation() -> LlmRequest {
             stop_sequences: vec!["###".into()],
             seed: Some(11),
         },
+        cache: None,
     }
 }

@@ -191,7 +191,7 @@ impl<'a> Turn<'a> {
             }
             system.push_str(&transfer_instruction(self.ctx, &self.agent.name, &targets));
         }
-        Ok(LlmRequest {
+        let mut request = LlmRequest {
             model: self.agent.model.name().to_string(),
             system_instruction: (!system.is_empty()).then_some(system),
             contents: history::contents(
@@ -202,7 +202,12 @@ impl<'a> Turn<'a> {
             ),
             tools: tools.iter().map(|t| t.declaration()).collect(),
             config: self.agent.generate_config.clone(),
-        })
+            cache: None,
+        };
+        if let Some(c) = self.ctx.context_cache() {
+            request.cache = c.hint(cache_key(self.ctx.session_key()), &request);
+        }
+        Ok(request)
     }
 }
 
@@ -246,4 +251,13 @@ fn transfer_instruction(
         }
     }
     s
+}
+
+/// One prompt-cache key per session, naming none of its ids (it is sent to the provider).
+fn cache_key(key: &crate::store::SessionKey) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(
+        format!("{}\x1f{}\x1f{}", key.app_name, key.user_id, key.session_id).as_bytes(),
+    );
+    format!("agentd-{}", &crate::hex(&digest)[..32])
 }

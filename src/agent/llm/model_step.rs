@@ -73,6 +73,20 @@ impl<'a> Turn<'a> {
             gen_ai.usage.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
+        // A user whose budget is spent gets no further call: the run fails with
+        // `BUDGET_EXHAUSTED` (docs/usage.md).
+        if let Err(spent) = self.ctx.check_budget().await {
+            let e = crate::model::ModelError {
+                code: "BUDGET_EXHAUSTED",
+                message: format!(
+                    "The user's budget for this app is spent; it resets at {}.",
+                    crate::usage::iso_time(spent.reset)
+                ),
+                retryable: false,
+                retry_after: None,
+            };
+            return Ok((failed(LlmResponse::default(), e), true));
+        }
         let response = self
             .call_model_inner(request, event_id)
             .instrument(span.clone())
@@ -91,10 +105,7 @@ impl<'a> Turn<'a> {
             metrics::histogram!("agentd_model_call_duration_seconds", "provider" => provider, "model" => model.clone())
                 .record(started.elapsed().as_secs_f64());
             if let Some(u) = r.usage {
-                metrics::counter!("agentd_model_tokens_total", "provider" => provider, "model" => model.clone(), "direction" => "input")
-                    .increment(u.prompt_tokens);
-                metrics::counter!("agentd_model_tokens_total", "provider" => provider, "model" => model, "direction" => "output")
-                    .increment(u.candidates_tokens);
+                self.ctx.record_usage(&model, u.tokens());
             }
         }
         response

@@ -21,7 +21,7 @@ use utoipa_axum::routes;
 
 error_set!(
     /// What `POST /apps/{app}/users/{user}/sessions/{session}/runs` answers beyond the door's codes.
-    StartBackgroundRunErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge
+    StartBackgroundRunErrors: AppNotFound, SessionNotFound, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge
 );
 
 pub fn router() -> OpenApiRouter<AppState> {

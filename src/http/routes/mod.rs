@@ -15,3 +15,4 @@ pub mod service;
 pub mod session_body;
 pub mod session_stream;
 pub mod sessions;
+pub mod usage;

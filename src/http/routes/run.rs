@@ -29,12 +29,12 @@ use utoipa_axum::routes;
 
 error_set!(
     /// What `POST /run_sse` answers beyond the door's codes.
-    RunSseErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge
+    RunSseErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge
 );
 
 error_set!(
     /// What `POST /run` answers beyond the door's codes.
-    RunErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge, RunFailed, RunCancelled
+    RunErrors: AppNotFound, SessionNotFound, AppNameRequired, InvalidId, ValidationError, AppStateForbidden, EditAmbiguous, WebhookUrlInvalid, WebhookUrlRefused, WebhookEventUnknown, WebhookSecretRequired, WebhookSecretInvalid, InvalidIdempotencyKey, IdempotencyKeyReused, IdempotencyKeyInProgress, RunNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout, NewMessageRequired, InvocationNotFound, TurnNotFound, ArtifactTooLarge, RunFailed, RunCancelled
 );
 
 /// Partial events a JSON-mode `/run` keeps for its answer, in bytes of text; beyond it, later

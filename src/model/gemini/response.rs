@@ -110,6 +110,7 @@ pub fn chunk_deltas(chunk: &Value) -> Result<Vec<Delta>, ModelError> {
             total_tokens: n("totalTokenCount")
                 .unwrap_or(prompt + candidates + thoughts.unwrap_or(0)),
             thoughts_tokens: thoughts,
+            cached_tokens: n("cachedContentTokenCount"),
         }));
     }
     Ok(out)

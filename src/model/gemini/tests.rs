@@ -243,7 +243,8 @@ fn chunks_map_to_deltas() {
                 prompt_tokens: 3,
                 candidates_tokens: 4,
                 total_tokens: 9,
-                thoughts_tokens: Some(2)
+                thoughts_tokens: Some(2),
+                cached_tokens: None
             }),
         ]
     );

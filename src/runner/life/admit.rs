@@ -45,6 +45,8 @@ pub(in crate::runner) struct Admitted {
     pub(super) boundary: Arc<std::sync::atomic::AtomicBool>,
     /// A run taken over from a replica that stopped (`super::resume`).
     pub(super) resumed: Option<Resumed>,
+    /// The user's budget in the app (see [`crate::transcript::Meter`]).
+    pub(super) budget: Option<crate::usage::Budget>,
 }
 
 /// What a taken-over run starts from.
@@ -53,6 +55,8 @@ pub(in crate::runner) struct Resumed {
     pub(super) session_seq: i64,
     /// The run's user message, committed by its first owner.
     pub(super) user_content: Option<crate::event::Content>,
+    /// What the run had spent up to its last commit.
+    pub(super) usage: Option<crate::usage::RunUsage>,
 }
 
 impl Prepared {
@@ -66,6 +70,7 @@ impl Prepared {
             mut new_run,
             user,
             local,
+            budget,
         } = self;
         let (unsealed, opened) = claim_by_policy(&runner, &mut new_run, &req, caller).await?;
         metrics::counter!("agentd_runs_started_total", "app" => req.key.app_name.clone())
@@ -89,6 +94,7 @@ impl Prepared {
             cause,
             boundary,
             resumed: None,
+            budget,
         })
     }
 }

@@ -12,7 +12,7 @@ use super::prepare::user_event;
 use super::{seal, RunGuard};
 use crate::invocation::{AgentTree, ContextParts, InvocationContext};
 use crate::store::{SessionKey, StoreError, StoredEvent};
-use crate::transcript::{temp_keys, Outbox, OutboxParts, RunItem, RunObserver};
+use crate::transcript::{temp_keys, Meter, Outbox, OutboxParts, RunItem, RunObserver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -64,6 +64,7 @@ impl Admitted {
             cause,
             boundary,
             resumed,
+            budget,
         } = self;
         let key = req.key.clone();
         let fail = |guard, e: RunError| Err(Box::new((guard, e)));
@@ -134,6 +135,11 @@ impl Admitted {
             observer: Some(observer),
             state,
             out: tx,
+            meter: Some(Arc::new(Meter::new(
+                runner.config.prices.clone(),
+                budget,
+                resumed.as_ref().and_then(|r| r.usage.clone()),
+            ))),
         });
         let user_content = match &resumed {
             Some(r) => r.user_content.clone(),
@@ -146,6 +152,7 @@ impl Admitted {
             tree: tree.clone(),
             plugins: runner.plugins.clone(),
             outbox: outbox.clone(),
+            context_cache: runner.apps.get(&key.app_name).and_then(|a| a.context_cache),
         });
         runner.bus.run_started(&key, &run_id, &invocation_id);
         // A resume without a message has no user event.

@@ -21,6 +21,8 @@ pub(in crate::runner) struct Prepared {
     /// The run in this process's registry (cancel, drain, reconciliation) and its place in the
     /// user's quota, from before admission on: reconciliation never mistakes it for a leak.
     pub(super) local: Registration,
+    /// The user's budget in the app, checked before each model call of the run.
+    pub(super) budget: Option<crate::usage::Budget>,
 }
 
 impl Prepared {
@@ -47,6 +49,7 @@ impl Prepared {
             .take(&req.key.user_id)
             .ok_or(RunError::TooManyRuns(runner.config.max_runs_per_user))?;
         let store = &runner.store;
+        let budget = budget_gate(runner, &req.key).await?;
         if req.new_message.is_none() && !req.run_config.resume && req.edit.is_none() {
             return Err(
                 if req.create_session || store.session_head(&req.key).await?.is_some() {
@@ -113,6 +116,7 @@ impl Prepared {
             tree,
             new_run,
             user,
+            budget,
         })
     }
 
@@ -124,6 +128,23 @@ impl Prepared {
             app = %key.app_name, user = %key.user_id, session = %key.session_id,
             run = %self.new_run.run_id, invocation = %self.new_run.invocation_id,
         )
+    }
+}
+
+/// The user's budget in the app, refused when it is spent (before anything is stored). One
+/// read for a user without a budget, two for one with (docs/usage.md).
+async fn budget_gate(
+    runner: &Runner,
+    key: &crate::store::SessionKey,
+) -> Result<Option<crate::usage::Budget>, RunError> {
+    let Some(budget) = runner.store.budget(&key.app_name, &key.user_id).await? else {
+        return Ok(None);
+    };
+    let w = crate::usage::Window::now();
+    let spent = runner.store.spent(&key.app_name, &key.user_id, &w).await?;
+    match budget.exhausted(&spent, &w) {
+        Some(reset) => Err(RunError::BudgetExhausted { reset }),
+        None => Ok(Some(budget)),
     }
 }
 

@@ -59,6 +59,14 @@ async fn continue_run(runner: Arc<Runner>, taken: TakenOver, local: Registration
         resumes = taken.run.resumes,
         "took over a run whose replica stopped; continuing it"
     );
+    // The budget is checked before each of its model calls here too (it was admitted).
+    let budget = match runner.store.budget(&key.app_name, &key.user_id).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the user's budget; the run goes on unchecked");
+            None
+        }
+    };
     let (cancel, cause) = (local.cancel.clone(), local.cause.clone());
     let boundary = local.boundary.clone();
     let req = RunRequest {
@@ -92,7 +100,9 @@ async fn continue_run(runner: Arc<Runner>, taken: TakenOver, local: Registration
         resumed: Some(Resumed {
             session_seq: taken.session_seq,
             user_content,
+            usage: taken.run.usage.clone(),
         }),
+        budget,
     };
     match admitted.begin().await {
         Ok(mut begun) => {

@@ -26,6 +26,8 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "webhook_deliveries",
     "schedules",
     "schedule_ticks",
+    "usage_daily",
+    "budgets",
 ];
 
 /// An arbitrary constant: the advisory lock replicas starting together take, so that one of

@@ -19,6 +19,7 @@ mod run_record;
 mod runs;
 mod sessions;
 mod takeover;
+mod usage;
 
 pub use runs::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, CANCEL_RUN,

@@ -7,7 +7,6 @@
 use super::*;
 use std::time::Duration;
 
-use super::outbox::outbox_cte;
 use super::run_record;
 use crate::store::runs::{record_pg, Opened, RUN_COLUMNS};
 use crate::store::{Expired, Orphan, ResumeReason, TakenOver};
@@ -66,7 +65,7 @@ pub fn pg_insert_run_sql() -> &'static str {
                         run_cancelled_by = NULL, run_cancel_reason = NULL,
                         run_durable = $20, run_config = $21::jsonb,
                         run_deadline = {PG_NOW} + $22::double precision, run_resumes = 0,
-                        run_resume_log = NULL, run_released_at = NULL,
+                        run_resume_log = NULL, run_released_at = NULL, run_usage = NULL,
                         state = CASE WHEN o.with_event THEN state || $11::jsonb ELSE state END,
                         update_time = CASE WHEN o.with_event THEN GREATEST($14, update_time)
                                            ELSE update_time END,
@@ -219,7 +218,7 @@ pub static FINISH_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
              SELECT count(*) FROM s",
         ending = run_record::ENDING_RETURNING,
         insert = run_record::insert_ended("s", "$1", "$2", "$3", "$4", "true"),
-        outbox = outbox_cte("r")
+        outbox = run_record::after_end("r")
     ))
 });
 
@@ -274,7 +273,7 @@ pub static EXPIRE_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
             "'its replica stopped heartbeating'",
             "false"
         ),
-        outbox = outbox_cte("r")
+        outbox = run_record::after_end("r")
     ))
 });
 

@@ -9,14 +9,17 @@ use super::*;
 /// The append of one complete event (see the module docs of [`super`]), in both forms
 /// ([`Routed`]): parameters $1 app, $2 user, $3 session, then [`bind_event`]'s, then $12 the
 /// run that must own the session (or NULL), $13 the dead run being sealed (or NULL), $14 the
-/// epoch the run must own it at (its takeovers so far; NULL when $12 is).
+/// epoch the run must own it at (its takeovers so far; NULL when $12 is), $15 the run's usage
+/// so far (or NULL: unchanged).
 pub static APPEND: std::sync::LazyLock<Routed> =
     std::sync::LazyLock::new(|| Routed::new(APPEND_ROUTED.to_string()));
 
 const APPEND_ROUTED: &str = r#"
 WITH s AS (
     UPDATE sessions
-       SET state = state || $4::jsonb, update_time = $7, last_seq = last_seq + 1
+       SET state = state || $4::jsonb, update_time = $7,
+           run_usage = CASE WHEN $12::text IS NULL THEN run_usage ELSE COALESCE($15::jsonb, run_usage) END,
+           last_seq = last_seq + 1
      WHERE app_name = $1 AND user_id = $2 AND id = $3
        AND ($12::text IS NULL
             OR (active_run = $12 AND run_resumes = $14::integer AND run_released_at IS NULL))
@@ -74,7 +77,7 @@ pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
                     "NULL::text",
                     "true"
                 ),
-                outbox = super::outbox::outbox_cte("r")
+                outbox = super::run_record::after_end("r")
             ),
             1,
         );
@@ -209,11 +212,12 @@ impl PgStore {
         split: &SplitState,
         artifacts: &[ArtifactWrite],
         fence: Fence<'_>,
+        usage: Option<&crate::usage::RunUsage>,
     ) -> StoreResult<(Option<i64>, std::collections::BTreeMap<String, i64>)> {
         let mut versions = std::collections::BTreeMap::new();
         if artifacts.is_empty() {
             let seq = self
-                .append_statement(key, event, split, fence)
+                .append_statement(key, event, split, fence, usage)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(map_unique_to_conflict)?
@@ -230,7 +234,7 @@ impl PgStore {
             event.actions.artifact_delta.insert(w.filename.clone(), v);
         }
         let seq = self
-            .append_statement(key, &event, split, fence)
+            .append_statement(key, &event, split, fence, usage)
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_unique_to_conflict)?
@@ -282,7 +286,7 @@ impl PgStore {
             }
             let split = SplitState::split(&event.actions.state_delta);
             let seq = self
-                .append_statement(key, &event, &split, fence)
+                .append_statement(key, &event, &split, fence, None)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(map_unique_to_conflict)?
@@ -301,6 +305,7 @@ impl PgStore {
         event: &'q Event,
         split: &'q SplitState,
         fence: Fence<'q>,
+        usage: Option<&'q crate::usage::RunUsage>,
     ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
         let (sql, run, sealing) = match fence {
             Fence::Unfenced => (APPEND.pick(self.citus), None, None),
@@ -316,6 +321,7 @@ impl PgStore {
             .bind(run.map(|(r, _)| r))
             .bind(sealing)
             .bind(run.map(|(_, epoch)| epoch))
+            .bind(usage.map(Json))
     }
 
     /// Why a fenced append wrote nothing: the session is gone, or someone else owns it.
@@ -574,12 +580,13 @@ impl SessionStore for PgStore {
         Ok(deleted > 0)
     }
 
-    async fn append_fenced(
+    async fn append_metered(
         &self,
         key: &SessionKey,
         mut event: Event,
         mut artifacts: Vec<ArtifactWrite>,
         fence: Fence<'_>,
+        usage: Option<&crate::usage::RunUsage>,
     ) -> StoreResult<StoredEvent> {
         prepare_event(&mut event, &self.limits)?;
         // One global insert order, so two appends staging the same files cannot deadlock.
@@ -595,7 +602,7 @@ impl SessionStore for PgStore {
         let mut transient = 0;
         let (seq, versions) = loop {
             match self
-                .append_once(key, &event, &split, &artifacts, fence)
+                .append_once(key, &event, &split, &artifacts, fence, usage)
                 .await
             {
                 Err(StoreError::Conflict) if attempt < CONFLICT_RETRIES => attempt += 1,

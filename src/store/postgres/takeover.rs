@@ -57,7 +57,7 @@ pub static EXPIRE_AS: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| 
         ending = run_record::ENDING_RETURNING,
         insert =
             run_record::insert_ended("s", "$1", "$3::text", "NULL::bigint", "$4::text", "false"),
-        outbox = super::outbox::outbox_cte("r")
+        outbox = super::run_record::after_end("r")
     ))
 });
 

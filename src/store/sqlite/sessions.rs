@@ -371,18 +371,29 @@ impl SessionStore for SqliteStore {
         Ok(deleted > 0)
     }
 
-    async fn append_fenced(
+    async fn append_metered(
         &self,
         key: &SessionKey,
         event: Event,
         artifacts: Vec<ArtifactWrite>,
         fence: Fence<'_>,
+        usage: Option<&crate::usage::RunUsage>,
     ) -> StoreResult<StoredEvent> {
         for a in &artifacts {
             validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
         }
         // Dropping `tx` on any early return rolls everything back.
         let mut tx = self.begin().await?;
+        // Before the append: a run's last commit ends the run, and the trigger that adds its
+        // usage to the aggregates reads the row (migration 0014). A fence that refuses rolls
+        // this back with the rest.
+        if let (Fence::Run(run, _) | Fence::RunEnd(run, _), Some(usage)) = (fence, usage) {
+            sqlx::query("UPDATE runs SET usage = ? WHERE id = ? AND status = 'running'")
+                .bind(serde_json::to_string(usage)?)
+                .bind(run)
+                .execute(&mut *tx)
+                .await?;
+        }
         let stored = Self::append_in(&mut tx, key, event, &artifacts, fence, &self.limits).await?;
         tx.commit().await?;
         Ok(stored)

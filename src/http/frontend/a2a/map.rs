@@ -251,8 +251,20 @@ pub fn task_of(
             vec![]
         },
         history,
-        metadata: None,
+        metadata: usage_metadata(run),
     }
+}
+
+/// The run's token counts and cost as the task's metadata (`agentd_usage`, docs/usage.md),
+/// once it has called a model.
+fn usage_metadata(run: &RunRecord) -> Option<pbjson_types::Struct> {
+    let usage = run.usage.as_ref().filter(|u| !u.is_empty())?;
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "agentd_usage".into(),
+        serde_json::to_value(usage.totals()).ok()?,
+    );
+    struct_of(meta)
 }
 
 /// One A2A message's parts as agentd's: text as text, `raw` as inline data, `url` as a
@@ -608,6 +620,52 @@ mod tests {
             extra: JsonMap::new(),
         });
         e
+    }
+
+    #[test]
+    fn a_task_carries_its_runs_usage_in_its_metadata() {
+        let mut usage = crate::usage::RunUsage::default();
+        let tokens = crate::usage::Tokens {
+            input: 10,
+            output: 5,
+            cached: 0,
+            reasoning: 0,
+        };
+        usage.record("m", tokens, &crate::usage::Prices::default());
+        let mut run = RunRecord {
+            run_id: "r1".into(),
+            app_name: "a".into(),
+            user_id: "u".into(),
+            session_id: "s".into(),
+            invocation_id: "e-1".into(),
+            status: RunStatus::Completed,
+            owner: "o".into(),
+            cancel_requested: false,
+            cancelled_by: None,
+            cancel_reason: None,
+            created_at: 1.0,
+            started_at: Some(1.0),
+            finished_at: Some(2.0),
+            base_seq: Some(0),
+            user_event: true,
+            last_seq: Some(2),
+            error: None,
+            sealed: true,
+            resumes: 0,
+            resumed: vec![],
+            usage: None,
+        };
+        assert!(task_of(&run, &[], None, false).metadata.is_none());
+        run.usage = Some(usage);
+        let task = serde_json::to_value(task_of(&run, &[], None, false)).unwrap();
+        let u = &task["metadata"]["agentd_usage"];
+        // Protobuf numbers are doubles.
+        let n = |k: &str| u[k].as_f64();
+        assert_eq!(
+            (n("inputTokens"), n("outputTokens"), n("modelCalls")),
+            (Some(10.0), Some(5.0), Some(1.0))
+        );
+        assert_eq!(u["cost"], Value::Null);
     }
 
     #[test]

@@ -36,12 +36,12 @@ error_set!(
 
 error_set!(
     /// What `POST /a2a/{app}/message:send` answers beyond the door's codes.
-    MessageSendErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
+    MessageSendErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
 );
 
 error_set!(
     /// What `POST /a2a/{app}/message:stream` answers beyond the door's codes.
-    MessageStreamErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
+    MessageStreamErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout, ArtifactTooLarge
 );
 
 error_set!(

@@ -24,7 +24,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 error_set!(
     /// What `POST /a2a/{app}` answers beyond the door's codes.
-    RpcErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout, ArtifactTooLarge, RunNotFound
+    RpcErrors as "A2aErrorBody": AppNotFound, InvalidId, UserForbidden, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout, ArtifactTooLarge, RunNotFound
 );
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -38,7 +38,7 @@ use utoipa_axum::routes;
 
 error_set!(
     /// What `POST /apps/{app}/ag-ui` answers beyond the door's codes.
-    RunErrors: AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout
+    RunErrors: AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout
 );
 
 /// The longest thread (in events) that gets a closing `MESSAGES_SNAPSHOT` (it replaces the

@@ -5,7 +5,8 @@
 //! `finish-step`) per model response; text and reasoning parts keyed by the event id (the
 //! id every partial chunk of one model response shares, and the id of the stored event);
 //! tool calls and results keyed by the function call id; then `finish` (or `error`, or
-//! `abort` for a cancelled run) and `[DONE]`.
+//! `abort` for a cancelled run) and `[DONE]`. A completed run's `finish` carries the run's
+//! token counts as `messageMetadata.usage`.
 //!
 //! Only chunk fields every client from ai 5.0 on accepts are sent (ai 5.0.0 and 6.0.0 validate
 //! chunks with strict schemas, so one unknown field fails the whole chat). What only ai ≥ 6
@@ -18,6 +19,7 @@ use crate::event::{CONFIRMATION_REJECTED, CONFIRMATION_REQUIRED, REQUEST_CONFIRM
 use crate::http::frontend::kit::{answer_text, thought_text, Streamed};
 use crate::store::RunStatus;
 use crate::transcript::RunItem;
+use crate::usage::Tokens;
 use serde_json::{json, Value};
 
 /// The mapping state of one response stream.
@@ -38,6 +40,9 @@ pub struct UiStream {
     reasoning: Streamed,
     /// An `error` chunk was sent: the client stops reading there.
     errored: bool,
+    /// The run's model responses' token counts, sent as the `finish` chunk's
+    /// `messageMetadata.usage` (the AI SDK's `LanguageModelUsage` names).
+    usage: Tokens,
 }
 
 impl UiStream {
@@ -53,6 +58,7 @@ impl UiStream {
             text: Streamed::default(),
             reasoning: Streamed::default(),
             errored: false,
+            usage: Tokens::default(),
         }
     }
 
@@ -78,6 +84,9 @@ impl UiStream {
                 seq: Some(_),
             } => {
                 if event.author != "user" {
+                    if let Some(u) = &event.usage_metadata {
+                        self.usage.add(Tokens::of_metadata(u));
+                    }
                     self.complete(event, &mut out);
                 }
             }
@@ -285,7 +294,13 @@ impl UiStream {
             self.step_open = false;
         }
         match status {
-            RunStatus::Completed => out.push(json!({"type": "finish"})),
+            RunStatus::Completed => {
+                let u = self.usage;
+                out.push(json!({"type": "finish", "messageMetadata": {"usage": {
+                    "inputTokens": u.input, "outputTokens": u.output, "totalTokens": u.total(),
+                    "reasoningTokens": u.reasoning, "cachedInputTokens": u.cached,
+                }}}))
+            }
             RunStatus::Cancelled => out.push(json!({"type": "abort"})),
             other => self.fail(format!("the run ended: {}", other.as_str()), out),
         }
@@ -330,6 +345,28 @@ mod tests {
             status,
             last_seq: None,
         }
+    }
+
+    #[test]
+    fn finish_carries_the_runs_token_counts() {
+        let mut s = UiStream::new("msg_1".into(), true, true);
+        let mut a = text_event("e1", "Hi", false);
+        a.usage_metadata = Some(json!({"promptTokenCount": 10, "candidatesTokenCount": 5,
+                                       "totalTokenCount": 15}));
+        let mut b = text_event("e2", "there", false);
+        b.usage_metadata = Some(json!({"promptTokenCount": 20, "candidatesTokenCount": 4,
+                                       "thoughtsTokenCount": 3, "cachedContentTokenCount": 8,
+                                       "totalTokenCount": 27}));
+        let out = run(
+            &mut s,
+            vec![ev(a, Some(2)), ev(b, Some(3)), done(RunStatus::Completed)],
+        );
+        let finish = out.iter().find(|c| c["type"] == "finish").unwrap();
+        assert_eq!(
+            finish["messageMetadata"]["usage"],
+            json!({"inputTokens": 30, "outputTokens": 12, "totalTokens": 42,
+                   "reasoningTokens": 3, "cachedInputTokens": 8})
+        );
     }
 
     #[test]

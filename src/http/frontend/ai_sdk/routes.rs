@@ -44,7 +44,7 @@ use utoipa_axum::routes;
 
 error_set!(
     /// What `POST /apps/{app}/chat` answers beyond the door's codes.
-    ChatErrors: AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, NoNewInput, InvalidFile, SessionNotFound, InvocationNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout
+    ChatErrors: AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, NoNewInput, InvalidFile, SessionNotFound, InvocationNotFound, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout
 );
 
 error_set!(

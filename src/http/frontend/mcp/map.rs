@@ -53,7 +53,10 @@ pub fn tool(app: &str, description: &str) -> Tool {
             "session_id": {"type": "string"},
             "run_id": {"type": "string"},
             "status": {"type": "string", "description":
-                "completed, input_required, failed, cancelled, timed_out, interrupted or abandoned"}
+                "completed, input_required, failed, cancelled, timed_out, interrupted or abandoned"},
+            "usage": {"type": "object", "description": "The run's token counts.", "properties": {
+                "input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"},
+                "cached_tokens": {"type": "integer"}, "reasoning_tokens": {"type": "integer"}}}
         },
         "required": ["text", "session_id", "run_id", "status"]
     }))));
@@ -115,6 +118,30 @@ mod tests {
     }
 
     #[test]
+    fn a_calls_result_carries_its_runs_token_counts() {
+        let mut fold = CallFold::default();
+        let mut e = crate::event::Event::new("inv", "agent")
+            .with_content(crate::event::Content::text("model", "hi"));
+        e.usage_metadata = Some(json!({"promptTokenCount": 10, "candidatesTokenCount": 5,
+                                       "totalTokenCount": 15, "cachedContentTokenCount": 4}));
+        fold.item(&RunItem::Event {
+            event: Box::new(e),
+            seq: Some(2),
+        });
+        fold.item(&RunItem::Done {
+            status: RunStatus::Completed,
+            last_seq: Some(2),
+        });
+        let r = serde_json::to_value(fold.result("s", "r")).unwrap();
+        assert_eq!(
+            r["structuredContent"]["usage"],
+            json!({"input_tokens": 10, "output_tokens": 5, "cached_tokens": 4,
+                   "reasoning_tokens": 0})
+        );
+        assert_eq!(r["structuredContent"]["text"], "hi");
+    }
+
+    #[test]
     fn tools_and_results() {
         assert!(is_tool_name("help_desk-2.v1"));
         assert!(!is_tool_name("has space") && !is_tool_name(""));
@@ -170,6 +197,8 @@ pub struct CallFold {
     waiting: std::collections::BTreeMap<String, String>,
     error: Option<String>,
     status: Option<RunStatus>,
+    /// The run's model responses' token counts.
+    usage: crate::usage::Tokens,
 }
 
 impl CallFold {
@@ -186,6 +215,9 @@ impl CallFold {
                 (Some(chunk), false)
             }
             RunItem::Event { event, .. } => {
+                if let Some(u) = &event.usage_metadata {
+                    self.usage.add(crate::usage::Tokens::of_metadata(u));
+                }
                 if event.author != "user" {
                     let t = answer_text(event);
                     if !t.is_empty() {
@@ -222,6 +254,12 @@ impl CallFold {
             (true, Some(e)) => e,
             _ => self.text,
         };
-        result(text, session_id, run_id, status)
+        let mut r = result(text, session_id, run_id, status);
+        if let Some(s) = r.structured_content.as_mut() {
+            let u = self.usage;
+            s["usage"] = json!({"input_tokens": u.input, "output_tokens": u.output,
+                                "cached_tokens": u.cached, "reasoning_tokens": u.reasoning});
+        }
+        r
     }
 }

@@ -29,7 +29,7 @@ use serde_json::Value;
 
 error_set!(
     /// What `POST /v1/chat/completions` answers beyond the door's codes.
-    ChatCompletionsErrors as "OpenAiErrorBody": AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, TooManyMessages, InvalidMessage, NoNewInput, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout
+    ChatCompletionsErrors as "OpenAiErrorBody": AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, TooManyMessages, InvalidMessage, NoNewInput, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout
 );
 
 // ------------------------------------------------------------------ Chat Completions

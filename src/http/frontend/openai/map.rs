@@ -13,21 +13,17 @@ use crate::event::Event;
 use crate::http::frontend::kit::{answer_text, Streamed};
 use crate::store::RunStatus;
 use crate::transcript::RunItem;
+use crate::usage::Tokens;
 use serde_json::{json, Value};
 
 /// Token counts summed over the run's model responses.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Usage {
-    pub input: u64,
-    pub output: u64,
-}
+pub struct Usage(pub Tokens);
 
 impl Usage {
     fn add(&mut self, event: &Event) {
         if let Some(u) = &event.usage_metadata {
-            let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-            self.input += n("promptTokenCount");
-            self.output += n("candidatesTokenCount");
+            self.0.add(Tokens::of_metadata(u));
         }
     }
 }
@@ -181,8 +177,11 @@ impl ChatStream {
     }
 
     pub fn usage(&self) -> Value {
-        json!({"prompt_tokens": self.usage.input, "completion_tokens": self.usage.output,
-               "total_tokens": self.usage.input + self.usage.output})
+        let t = self.usage.0;
+        json!({"prompt_tokens": t.input, "completion_tokens": t.output,
+               "total_tokens": t.total(),
+               "prompt_tokens_details": {"cached_tokens": t.cached},
+               "completion_tokens_details": {"reasoning_tokens": t.reasoning}})
     }
 
     /// The closing chunks of a run that ended with `status`: the error, or the finish reason
@@ -328,9 +327,11 @@ impl ResponsesStream {
             "background": self.meta.background,
             "previous_response_id": self.meta.previous_response_id,
             "usage": if status == "in_progress" || status == "queued" { Value::Null } else {
-                json!({"input_tokens": self.usage.input, "input_tokens_details": {"cached_tokens": 0},
-                       "output_tokens": self.usage.output, "output_tokens_details": {"reasoning_tokens": 0},
-                       "total_tokens": self.usage.input + self.usage.output})
+                json!({"input_tokens": self.usage.0.input,
+                       "input_tokens_details": {"cached_tokens": self.usage.0.cached},
+                       "output_tokens": self.usage.0.output,
+                       "output_tokens_details": {"reasoning_tokens": self.usage.0.reasoning},
+                       "total_tokens": self.usage.0.total()})
             },
         })
     }

@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 error_set!(
     /// What `POST /v1/responses` answers beyond the door's codes.
-    CreateResponseErrors as "OpenAiErrorBody": AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, InvalidInput, ResponseNotFound, TooManyMessages, InvalidMessage, NoNewInput, ShuttingDown, AppLoadFailed, TooManyRuns, TooManyParts, SessionBusy, SessionBusyTimeout
+    CreateResponseErrors as "OpenAiErrorBody": AppNotFound, InvalidId, UserForbidden, UserRequired, ValidationError, TooManyTools, InvalidTool, InvalidInput, ResponseNotFound, TooManyMessages, InvalidMessage, NoNewInput, ShuttingDown, AppLoadFailed, TooManyRuns, BudgetExhausted, TooManyParts, SessionBusy, SessionBusyTimeout
 );
 
 error_set!(

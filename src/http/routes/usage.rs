@@ -1,0 +1,332 @@
+//! What users spent and may spend (docs/usage.md): a user's usage report
+//! (`GET /apps/{app}/users/{user}/usage`), everyone's for admins (`GET /usage`), and a user's
+//! budget (`GET`, and for admins `PUT` and `DELETE`, `/apps/{app}/users/{user}/budget`).
+
+use crate::auth::Caller;
+use crate::error_code::ErrorCode;
+use crate::http::error::{problem, ApiError, ApiResult};
+use crate::http::extract::{Json, Path, Query};
+use crate::http::openapi::{error_set, Errors, UserPath};
+use crate::http::AppState;
+use crate::store::usage::MAX_USAGE_GROUPS;
+use crate::store::{GroupBy, UsageQuery, UsageRow};
+use crate::usage::{date_day, iso_time, Budget, Spent, Window, DAY_SECS};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/usage` answers beyond the door's codes.
+    UserUsageErrors: AppNotFound, NotFound, InvalidId, ValidationError
+);
+
+error_set!(
+    /// What `GET /usage` answers beyond the door's codes.
+    AllUsageErrors: AdminRequired, ValidationError
+);
+
+error_set!(
+    /// What `GET /apps/{app}/users/{user}/budget` answers beyond the door's codes.
+    GetBudgetErrors: AppNotFound, NotFound, InvalidId
+);
+
+error_set!(
+    /// What `PUT /apps/{app}/users/{user}/budget` answers beyond the door's codes.
+    PutBudgetErrors: AppNotFound, NotFound, InvalidId, AdminRequired, ValidationError, JsonInvalid
+);
+
+error_set!(
+    /// What `DELETE /apps/{app}/users/{user}/budget` answers beyond the door's codes.
+    DeleteBudgetErrors: AppNotFound, NotFound, InvalidId, AdminRequired, BudgetNotFound
+);
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(user_usage))
+        .routes(routes!(all_usage))
+        .routes(routes!(get_budget, put_budget, delete_budget))
+}
+
+/// The longest period one report covers.
+pub const MAX_REPORT_DAYS: i64 = 366;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct UsageParams {
+    /// First day (`YYYY-MM-DD`, UTC); the current month's first by default.
+    from: Option<String>,
+    /// Last day, included (`YYYY-MM-DD`, UTC); today by default.
+    to: Option<String>,
+    /// `day`, `model` or `session` for a user; `user`, `app`, `model` or `day` for admins.
+    #[param(inline)]
+    group_by: Option<GroupBy>,
+    /// Admins' report only: one app.
+    app: Option<String>,
+}
+
+/// A usage report: one entry per group, and their total.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageReport {
+    usage: Vec<UsageRow>,
+    total: UsageRow,
+    from: String,
+    to: String,
+    /// The prices' currency, when the server has prices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    currency: Option<String>,
+    /// More groups than one report holds: the rest are left out (and out of `total`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
+}
+
+/// A user's usage in an app by day, model or session.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/usage", tag = "usage",
+    params(UserPath, UsageParams),
+    responses((status = 200, description = "The report.", body = UsageReport), Errors, UserUsageErrors))]
+async fn user_usage(
+    state: axum::extract::State<AppState>,
+    Path((app, user)): Path<(String, String)>,
+    Query(q): Query<UsageParams>,
+) -> ApiResult<axum::Json<UsageReport>> {
+    if q.app.is_some() {
+        return Err(invalid("app", "`app` is the path's here"));
+    }
+    let group_by = q.group_by.unwrap_or(GroupBy::Day);
+    if !matches!(group_by, GroupBy::Day | GroupBy::Model | GroupBy::Session) {
+        return Err(invalid(
+            "groupBy",
+            "a user's report groups by day, model or session",
+        ));
+    }
+    report(&state, Some(app), Some(user), &q, group_by).await
+}
+
+/// Everyone's usage by user, app, model or day (admins).
+#[utoipa::path(get, path = "/usage", tag = "usage",
+    params(UsageParams),
+    responses((status = 200, description = "The report.", body = UsageReport), Errors, AllUsageErrors))]
+async fn all_usage(
+    state: axum::extract::State<AppState>,
+    caller: Caller,
+    Query(q): Query<UsageParams>,
+) -> ApiResult<axum::Json<UsageReport>> {
+    if !caller.may_see_internals() {
+        return Err(crate::http::auth::admin_required(
+            &caller,
+            "Everyone's usage",
+        ));
+    }
+    let group_by = q.group_by.unwrap_or(GroupBy::User);
+    if group_by == GroupBy::Session {
+        return Err(invalid(
+            "groupBy",
+            "everyone's report groups by user, app, model or day",
+        ));
+    }
+    report(&state, q.app.clone(), None, &q, group_by).await
+}
+
+async fn report(
+    state: &AppState,
+    app: Option<String>,
+    user: Option<String>,
+    q: &UsageParams,
+    group_by: GroupBy,
+) -> ApiResult<axum::Json<UsageReport>> {
+    let w = Window::now();
+    let from_day = match &q.from {
+        Some(d) => parse_day("from", d)?,
+        None => w.month_first,
+    };
+    let to_day = match &q.to {
+        Some(d) => parse_day("to", d)?,
+        None => w.today,
+    };
+    if to_day < from_day {
+        return Err(invalid("to", "`to` is before `from`"));
+    }
+    if to_day - from_day >= MAX_REPORT_DAYS {
+        return Err(invalid(
+            "to",
+            format!("one report covers at most {MAX_REPORT_DAYS} days"),
+        ));
+    }
+    let query = UsageQuery {
+        app,
+        user,
+        from_day,
+        to_day,
+        group_by,
+    };
+    let mut usage = state.store.usage_report(&query).await?;
+    let truncated = usage.len() as i64 > MAX_USAGE_GROUPS;
+    usage.truncate(MAX_USAGE_GROUPS as usize);
+    let mut total = UsageRow {
+        key: "total".into(),
+        cost: Some(0.0),
+        ..UsageRow::default()
+    };
+    // Runs by model count a run once per model it called: the total counts runs once.
+    for row in &usage {
+        total.add(row);
+    }
+    if group_by == GroupBy::Model {
+        total.runs = runs_in(state, &query).await?;
+    }
+    Ok(axum::Json(UsageReport {
+        usage,
+        total,
+        from: crate::usage::day_date(from_day).to_string(),
+        to: crate::usage::day_date(to_day).to_string(),
+        currency: state.runner.prices().currency.clone(),
+        truncated,
+    }))
+}
+
+/// Runs in a report's period, counted once each (by day, not by model).
+async fn runs_in(state: &AppState, q: &UsageQuery) -> ApiResult<u64> {
+    let by_day = UsageQuery {
+        group_by: GroupBy::Day,
+        ..q.clone()
+    };
+    let rows = state.store.usage_report(&by_day).await?;
+    Ok(rows.iter().map(|r| r.runs).sum())
+}
+
+fn parse_day(field: &str, s: &str) -> ApiResult<i64> {
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map(date_day)
+        .map_err(|_| invalid(field, format!("`{s}` is not a date (YYYY-MM-DD)")))
+}
+
+fn invalid(field: &str, msg: impl Into<String>) -> ApiError {
+    ApiError::validation(vec![problem(
+        "query_invalid",
+        vec![json!("query"), json!(field)],
+        msg,
+    )])
+}
+
+/// A user's budget with what is spent in its windows and when they reset.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetView {
+    /// Input plus output tokens per UTC day (`null`: no bound).
+    tokens_per_day: Option<u64>,
+    /// Cost per UTC calendar month, in the prices' currency (`null`: no bound).
+    cost_per_month: Option<f64>,
+    spent: Spent,
+    /// When each bound's window starts again (RFC 3339, UTC).
+    resets: Resets,
+    /// Whether a bound is reached: runs are refused until it resets.
+    exhausted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    currency: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resets {
+    tokens_per_day: String,
+    cost_per_month: String,
+}
+
+/// The user's budget in the app (its bounds `null` when none is set) and what is spent.
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/budget", tag = "usage",
+    params(UserPath),
+    responses((status = 200, description = "The budget.", body = BudgetView), Errors, GetBudgetErrors))]
+async fn get_budget(
+    state: axum::extract::State<AppState>,
+    Path((app, user)): Path<(String, String)>,
+) -> ApiResult<axum::Json<BudgetView>> {
+    let budget = state.store.budget(&app, &user).await?.unwrap_or_default();
+    view(&state, &app, &user, budget).await
+}
+
+/// Sets the user's budget in the app (admins): `tokensPerDay` and/or `costPerMonth`.
+#[utoipa::path(put, path = "/apps/{app}/users/{user}/budget", tag = "usage",
+    params(UserPath), request_body = Budget,
+    responses((status = 200, description = "The budget as set.", body = BudgetView), Errors, PutBudgetErrors))]
+async fn put_budget(
+    state: axum::extract::State<AppState>,
+    caller: Caller,
+    Path((app, user)): Path<(String, String)>,
+    Json(budget): Json<Budget>,
+) -> ApiResult<axum::Json<BudgetView>> {
+    if !caller.may_see_internals() {
+        return Err(crate::http::auth::admin_required(
+            &caller,
+            "Setting a budget",
+        ));
+    }
+    if !budget.valid() {
+        return Err(ApiError::validation(vec![problem(
+            "value_error",
+            vec![json!("body"), json!("costPerMonth")],
+            "must be a number at or above zero",
+        )]));
+    }
+    if budget.tokens_per_day.is_none() && budget.cost_per_month.is_none() {
+        return Err(ApiError::validation(vec![problem(
+            "missing",
+            vec![json!("body")],
+            "give `tokensPerDay`, `costPerMonth` or both (DELETE removes a budget)",
+        )]));
+    }
+    state
+        .store
+        .set_budget(&app, &user, &budget, crate::event::now_ts())
+        .await?;
+    view(&state, &app, &user, budget).await
+}
+
+/// Removes the user's budget in the app (admins).
+#[utoipa::path(delete, path = "/apps/{app}/users/{user}/budget", tag = "usage",
+    params(UserPath),
+    responses((status = 204, description = "Removed."), Errors, DeleteBudgetErrors))]
+async fn delete_budget(
+    state: axum::extract::State<AppState>,
+    caller: Caller,
+    Path((app, user)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    if !caller.may_see_internals() {
+        return Err(crate::http::auth::admin_required(
+            &caller,
+            "Removing a budget",
+        ));
+    }
+    match state.store.delete_budget(&app, &user).await? {
+        true => Ok(StatusCode::NO_CONTENT.into_response()),
+        false => Err(ApiError::new(
+            ErrorCode::BudgetNotFound,
+            "The user has no budget in this app",
+        )),
+    }
+}
+
+async fn view(
+    state: &AppState,
+    app: &str,
+    user: &str,
+    budget: Budget,
+) -> ApiResult<axum::Json<BudgetView>> {
+    let w = Window::now();
+    let spent = state.store.spent(app, user, &w).await?;
+    Ok(axum::Json(BudgetView {
+        tokens_per_day: budget.tokens_per_day,
+        cost_per_month: budget.cost_per_month,
+        spent,
+        resets: Resets {
+            tokens_per_day: iso_time((w.today + 1) * DAY_SECS),
+            cost_per_month: iso_time(w.next_month_first * DAY_SECS),
+        },
+        exhausted: budget.exhausted(&spent, &w).is_some(),
+        currency: state.runner.prices().currency.clone(),
+    }))
+}

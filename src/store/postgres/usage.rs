@@ -1,0 +1,35 @@
+//! The run's usage added to the daily aggregates by the statement that ends the run (see
+//! migration 0016 and [`crate::store::usage`]).
+
+use super::PG_NOW;
+
+/// A CTE adding the usage of the run a preceding CTE `ended` ended (it must return
+/// `app_name, user_id, usage`) to `usage_daily`: one row per model, and one with model ''
+/// counting the run. Only immutable functions touch the row's columns, so Citus routes the
+/// statement to the user's shard as it does the outbox's. Starts with `, `.
+pub(crate) fn spent_cte(ended: &str) -> String {
+    format!(
+        ", spent AS (
+    INSERT INTO usage_daily AS t (app_name, user_id, day, model, input_tokens, output_tokens,
+                                  cached_tokens, reasoning_tokens, model_calls, runs, cost)
+    SELECT e.app_name, e.user_id, floor({PG_NOW} / 86400.0)::integer, m.key,
+           COALESCE((m.value->>'inputTokens')::bigint, 0),
+           COALESCE((m.value->>'outputTokens')::bigint, 0),
+           COALESCE((m.value->>'cachedTokens')::bigint, 0),
+           COALESCE((m.value->>'reasoningTokens')::bigint, 0),
+           COALESCE((m.value->>'modelCalls')::bigint, 0), 1,
+           CASE WHEN m.key = '' THEN 0 ELSE (m.value->>'cost')::double precision END
+      FROM {ended} e
+           CROSS JOIN LATERAL jsonb_each(e.usage || '{{\"\": {{}}}}'::jsonb) AS m
+     WHERE e.usage IS NOT NULL AND e.usage <> '{{}}'::jsonb
+    ON CONFLICT (app_name, user_id, day, model) DO UPDATE
+       SET input_tokens = t.input_tokens + EXCLUDED.input_tokens,
+           output_tokens = t.output_tokens + EXCLUDED.output_tokens,
+           cached_tokens = t.cached_tokens + EXCLUDED.cached_tokens,
+           reasoning_tokens = t.reasoning_tokens + EXCLUDED.reasoning_tokens,
+           model_calls = t.model_calls + EXCLUDED.model_calls,
+           runs = t.runs + EXCLUDED.runs,
+           cost = t.cost + EXCLUDED.cost
+)"
+    )
+}

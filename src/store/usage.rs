@@ -1,0 +1,323 @@
+//! Usage and budgets in the database (docs/usage.md): the daily aggregates the statement that
+//! ends a run writes (`usage_daily`), reports over them, and the budgets admission and every
+//! model call check.
+//!
+//! The SQL is the same on both backends where it can be (SQLite binds `$N` by position too),
+//! so one macro writes both implementations; the JSON of a run's usage is read with each
+//! backend's own functions.
+
+use super::postgres::PgStore;
+use super::sqlite::SqliteStore;
+use super::StoreResult;
+use crate::usage::{day_date, Budget, RunUsage, Spent, Window};
+use async_trait::async_trait;
+use sqlx::Row;
+
+/// The most groups one report returns (a month of one user by session can hold more: the
+/// report says it is cut).
+pub const MAX_USAGE_GROUPS: i64 = 1_000;
+
+/// How a usage report groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupBy {
+    Day,
+    Model,
+    Session,
+    User,
+    App,
+}
+
+/// What a report covers: an app and a user (or every one: admins), days `from..=to`.
+#[derive(Debug, Clone)]
+pub struct UsageQuery {
+    pub app: Option<String>,
+    pub user: Option<String>,
+    pub from_day: i64,
+    pub to_day: i64,
+    pub group_by: GroupBy,
+}
+
+/// One group of a report.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRow {
+    /// The day (`YYYY-MM-DD`), model, session, user or app.
+    pub key: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cached_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub model_calls: u64,
+    /// Runs that ended in the period (by model: runs that called it).
+    pub runs: u64,
+    /// `null` when part of it was spent on a model without a price.
+    pub cost: Option<f64>,
+}
+
+impl UsageRow {
+    /// Adds `other` into `self` (a report's total).
+    pub fn add(&mut self, other: &UsageRow) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.model_calls += other.model_calls;
+        self.runs += other.runs;
+        self.cost = match (self.cost, other.cost) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+}
+
+#[async_trait]
+pub trait UsageStore: Send + Sync + 'static {
+    /// A report: at most [`MAX_USAGE_GROUPS`] + 1 groups, ordered by key.
+    async fn usage_report(&self, q: &UsageQuery) -> StoreResult<Vec<UsageRow>>;
+    async fn budget(&self, app: &str, user: &str) -> StoreResult<Option<Budget>>;
+    async fn set_budget(&self, app: &str, user: &str, budget: &Budget, at: f64) -> StoreResult<()>;
+    /// False when there was none.
+    async fn delete_budget(&self, app: &str, user: &str) -> StoreResult<bool>;
+    /// What the user spent in the app in `w`'s windows: ended runs' aggregates and what the
+    /// user's running runs have committed so far, in one read.
+    async fn spent(&self, app: &str, user: &str, w: &Window) -> StoreResult<Spent>;
+}
+
+/// A report over `usage_daily` grouped by `key` (a column or expression). Parameters: $1 from
+/// day, $2 to day, $3 app, $4 user, $5 limit. The '' model's rows count runs; the others
+/// count tokens (and, grouped by model, the runs that called it).
+pub fn daily_sql(key: &str, q: &UsageQuery) -> String {
+    let by_model = q.group_by == GroupBy::Model;
+    let runs_from = if by_model {
+        "model <> ''"
+    } else {
+        "model = ''"
+    };
+    // A user's report names the user in the statement itself: one shard on Citus.
+    let app = if q.app.is_some() {
+        "app_name = $3"
+    } else {
+        "$3 IS NULL"
+    };
+    let user = if q.user.is_some() {
+        "user_id = $4"
+    } else {
+        "$4 IS NULL"
+    };
+    format!(
+        "SELECT CAST({key} AS TEXT) AS key,
+                CAST(COALESCE(sum(input_tokens) FILTER (WHERE model <> ''), 0) AS BIGINT) AS input_tokens,
+                CAST(COALESCE(sum(output_tokens) FILTER (WHERE model <> ''), 0) AS BIGINT) AS output_tokens,
+                CAST(COALESCE(sum(cached_tokens) FILTER (WHERE model <> ''), 0) AS BIGINT) AS cached_tokens,
+                CAST(COALESCE(sum(reasoning_tokens) FILTER (WHERE model <> ''), 0) AS BIGINT) AS reasoning_tokens,
+                CAST(COALESCE(sum(model_calls) FILTER (WHERE model <> ''), 0) AS BIGINT) AS model_calls,
+                CAST(COALESCE(sum(runs) FILTER (WHERE {runs_from}), 0) AS BIGINT) AS runs,
+                CASE WHEN max(CASE WHEN cost IS NULL AND model <> '' THEN 1 ELSE 0 END) = 1 THEN NULL
+                     ELSE COALESCE(sum(cost) FILTER (WHERE model <> ''), 0) END AS cost
+           FROM usage_daily
+          WHERE day >= $1 AND day <= $2 AND {app} AND {user} {models}
+          GROUP BY 1 ORDER BY 1 LIMIT $5",
+        models = if by_model { "AND model <> ''" } else { "" },
+    )
+}
+
+/// A user's budget in an app: $1 app, $2 user.
+pub const BUDGET_SQL: &str =
+    "SELECT tokens_per_day, cost_per_month FROM budgets WHERE app_name = $1 AND user_id = $2";
+
+/// A user's report by session, from the ended runs' own records. Parameters as
+/// [`daily_sql`]'s.
+pub const PG_BY_SESSION: &str = "SELECT r.session_id AS key,
+        CAST(COALESCE(sum((m.value->>'inputTokens')::bigint), 0) AS BIGINT) AS input_tokens,
+        CAST(COALESCE(sum((m.value->>'outputTokens')::bigint), 0) AS BIGINT) AS output_tokens,
+        CAST(COALESCE(sum((m.value->>'cachedTokens')::bigint), 0) AS BIGINT) AS cached_tokens,
+        CAST(COALESCE(sum((m.value->>'reasoningTokens')::bigint), 0) AS BIGINT) AS reasoning_tokens,
+        CAST(COALESCE(sum((m.value->>'modelCalls')::bigint), 0) AS BIGINT) AS model_calls,
+        CAST(count(DISTINCT r.id) AS BIGINT) AS runs,
+        CASE WHEN bool_or(m.value->>'cost' IS NULL) THEN NULL
+             ELSE sum((m.value->>'cost')::double precision) END AS cost
+   FROM runs r CROSS JOIN LATERAL jsonb_each(r.usage) m
+  WHERE r.app_name = $3 AND r.user_id = $4 AND r.usage IS NOT NULL
+    AND r.finished_at >= $1 * 86400.0 AND r.finished_at < ($2 + 1) * 86400.0
+  GROUP BY r.session_id ORDER BY 1 LIMIT $5";
+
+const SQLITE_BY_SESSION: &str = "SELECT r.session_id AS key,
+        CAST(COALESCE(sum(json_extract(m.value, '$.inputTokens')), 0) AS BIGINT) AS input_tokens,
+        CAST(COALESCE(sum(json_extract(m.value, '$.outputTokens')), 0) AS BIGINT) AS output_tokens,
+        CAST(COALESCE(sum(json_extract(m.value, '$.cachedTokens')), 0) AS BIGINT) AS cached_tokens,
+        CAST(COALESCE(sum(json_extract(m.value, '$.reasoningTokens')), 0) AS BIGINT) AS reasoning_tokens,
+        CAST(COALESCE(sum(json_extract(m.value, '$.modelCalls')), 0) AS BIGINT) AS model_calls,
+        CAST(count(DISTINCT r.id) AS BIGINT) AS runs,
+        CASE WHEN max(json_extract(m.value, '$.cost') IS NULL) = 1 THEN NULL
+             ELSE sum(json_extract(m.value, '$.cost')) END AS cost
+   FROM runs r, json_each(r.usage) m
+  WHERE r.app_name = $3 AND r.user_id = $4 AND r.usage IS NOT NULL AND r.status <> 'running'
+    AND r.finished_at >= $1 * 86400.0 AND r.finished_at < ($2 + 1) * 86400.0
+  GROUP BY r.session_id ORDER BY 1 LIMIT $5";
+
+/// What a user spent: $1 app, $2 user, $3 today, $4 the month's first day. The running runs'
+/// usage comes back as one JSON array.
+pub const PG_SPENT: &str = "SELECT
+    CAST(COALESCE((SELECT sum(input_tokens + output_tokens) FROM usage_daily
+                    WHERE app_name = $1 AND user_id = $2 AND day = $3 AND model <> ''), 0) AS BIGINT) AS tokens_today,
+    COALESCE((SELECT sum(cost) FROM usage_daily
+               WHERE app_name = $1 AND user_id = $2 AND day >= $4 AND day <= $3 AND model <> ''), 0)
+        AS cost_this_month,
+    (SELECT CAST(jsonb_agg(run_usage) AS TEXT) FROM sessions
+      WHERE app_name = $1 AND user_id = $2 AND active_run IS NOT NULL AND run_usage IS NOT NULL)
+        AS running";
+
+const SQLITE_SPENT: &str = "SELECT
+    CAST(COALESCE((SELECT sum(input_tokens + output_tokens) FROM usage_daily
+                    WHERE app_name = $1 AND user_id = $2 AND day = $3 AND model <> ''), 0) AS BIGINT) AS tokens_today,
+    CAST(COALESCE((SELECT sum(cost) FROM usage_daily
+                    WHERE app_name = $1 AND user_id = $2 AND day >= $4 AND day <= $3 AND model <> ''), 0) AS REAL)
+        AS cost_this_month,
+    (SELECT json_group_array(json(usage)) FROM runs
+      WHERE app_name = $1 AND user_id = $2 AND status = 'running' AND usage IS NOT NULL)
+        AS running";
+
+fn read_row<R: Row>(row: &R, by_day: bool) -> StoreResult<UsageRow>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    f64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let n = |c: &str| -> StoreResult<u64> { Ok(row.try_get::<i64, _>(c)?.max(0) as u64) };
+    let key: String = row.try_get("key")?;
+    Ok(UsageRow {
+        key: match by_day {
+            true => key
+                .parse::<i64>()
+                .map(|d| day_date(d).to_string())
+                .unwrap_or(key),
+            false => key,
+        },
+        input_tokens: n("input_tokens")?,
+        output_tokens: n("output_tokens")?,
+        cached_tokens: n("cached_tokens")?,
+        reasoning_tokens: n("reasoning_tokens")?,
+        model_calls: n("model_calls")?,
+        runs: n("runs")?,
+        cost: row.try_get("cost")?,
+    })
+}
+
+/// The spending of the running runs (their usage as one JSON array) added to the aggregates'.
+fn with_running(mut spent: Spent, running: Option<String>) -> Spent {
+    let runs: Vec<Option<RunUsage>> = running
+        .and_then(|r| serde_json::from_str(&r).ok())
+        .unwrap_or_default();
+    for u in runs.into_iter().flatten() {
+        let t = u.totals();
+        spent.tokens_today = spent
+            .tokens_today
+            .saturating_add(t.input_tokens + t.output_tokens);
+        spent.cost_this_month += u.priced_cost();
+    }
+    spent
+}
+
+macro_rules! usage_store {
+    ($store:ty, $writer:ident, $reader:ident, $by_session:expr, $spent:expr) => {
+        #[async_trait]
+        impl UsageStore for $store {
+            async fn usage_report(&self, q: &UsageQuery) -> StoreResult<Vec<UsageRow>> {
+                let sql = match q.group_by {
+                    GroupBy::Session => $by_session.to_string(),
+                    GroupBy::Day => daily_sql("day", q),
+                    GroupBy::Model => daily_sql("model", q),
+                    GroupBy::User => daily_sql("user_id", q),
+                    GroupBy::App => daily_sql("app_name", q),
+                };
+                let rows = sqlx::query(&sql)
+                    .bind(q.from_day)
+                    .bind(q.to_day)
+                    .bind(&q.app)
+                    .bind(&q.user)
+                    .bind(MAX_USAGE_GROUPS + 1)
+                    .fetch_all(&self.$reader)
+                    .await?;
+                rows.iter()
+                    .map(|r| read_row(r, q.group_by == GroupBy::Day))
+                    .collect()
+            }
+
+            async fn budget(&self, app: &str, user: &str) -> StoreResult<Option<Budget>> {
+                let row = sqlx::query(BUDGET_SQL)
+                .bind(app)
+                .bind(user)
+                .fetch_optional(&self.$reader)
+                .await?;
+                row.map(|r| {
+                    Ok(Budget {
+                        tokens_per_day: r
+                            .try_get::<Option<i64>, _>("tokens_per_day")?
+                            .map(|t| t.max(0) as u64),
+                        cost_per_month: r.try_get("cost_per_month")?,
+                    })
+                })
+                .transpose()
+            }
+
+            async fn set_budget(
+                &self,
+                app: &str,
+                user: &str,
+                budget: &Budget,
+                at: f64,
+            ) -> StoreResult<()> {
+                sqlx::query(
+                    "INSERT INTO budgets (app_name, user_id, tokens_per_day, cost_per_month, update_time)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (app_name, user_id) DO UPDATE
+                        SET tokens_per_day = excluded.tokens_per_day,
+                            cost_per_month = excluded.cost_per_month,
+                            update_time = excluded.update_time",
+                )
+                .bind(app)
+                .bind(user)
+                .bind(budget.tokens_per_day.map(|t| t.min(i64::MAX as u64) as i64))
+                .bind(budget.cost_per_month)
+                .bind(at)
+                .execute(&self.$writer)
+                .await?;
+                Ok(())
+            }
+
+            async fn delete_budget(&self, app: &str, user: &str) -> StoreResult<bool> {
+                let done = sqlx::query("DELETE FROM budgets WHERE app_name = $1 AND user_id = $2")
+                    .bind(app)
+                    .bind(user)
+                    .execute(&self.$writer)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn spent(&self, app: &str, user: &str, w: &Window) -> StoreResult<Spent> {
+                let row = sqlx::query($spent)
+                    .bind(app)
+                    .bind(user)
+                    .bind(w.today)
+                    .bind(w.month_first)
+                    .fetch_one(&self.$reader)
+                    .await?;
+                let spent = Spent {
+                    tokens_today: row.try_get::<i64, _>("tokens_today")?.max(0) as u64,
+                    cost_this_month: row.try_get("cost_this_month")?,
+                };
+                Ok(with_running(spent, row.try_get("running")?))
+            }
+        }
+    };
+}
+
+usage_store!(PgStore, pool, pool, PG_BY_SESSION, PG_SPENT);
+usage_store!(SqliteStore, writer, reader, SQLITE_BY_SESSION, SQLITE_SPENT);
+
+/// Seconds until `reset` (a Unix time), at least one.
+pub fn retry_after(reset: i64, now: f64) -> u64 {
+    ((reset as f64 - now).ceil() as i64).max(1) as u64
+}

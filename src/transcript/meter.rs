@@ -1,0 +1,121 @@
+//! What one run spends, counted as it spends it (docs/usage.md).
+//!
+//! Every model call's tokens are added to the run's [`RunUsage`] here; the outbox writes the
+//! total with the run's next commit ([`crate::store::SessionStore::append_metered`]), so the
+//! database always knows what the run spent up to its last committed event. With a budget,
+//! every model call first asks the database what the user has spent (ended runs and the
+//! user's other running runs as far as they have committed) and adds what this run has not
+//! committed yet: two runs of one user on two replicas overshoot a budget by at most the one
+//! call each has in flight.
+
+use crate::store::Store;
+use crate::usage::{Budget, Prices, RunUsage, Tokens, Window};
+use std::sync::{Arc, Mutex};
+
+/// A run's meter.
+pub struct Meter {
+    prices: Arc<Prices>,
+    /// The user's budget in the app when the run was admitted (`None`: no checks).
+    budget: Option<Budget>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    usage: RunUsage,
+    /// What the run's commits have written so far.
+    committed: RunUsage,
+}
+
+/// A budget the user has spent: nothing more is called before `reset` (Unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("the user's budget in this app is spent until {reset} (Unix time)")]
+pub struct BudgetExhausted {
+    pub reset: i64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Meter {
+    /// A meter counting from `seed` (what a run taken over had committed).
+    pub fn new(prices: Arc<Prices>, budget: Option<Budget>, seed: Option<RunUsage>) -> Self {
+        let seed = seed.unwrap_or_default();
+        Meter {
+            prices,
+            budget,
+            state: Mutex::new(State {
+                usage: seed.clone(),
+                committed: seed,
+            }),
+        }
+    }
+
+    /// Counts one model call of `model` (the configured name) in app `app`.
+    pub fn record(&self, app: &str, model: &str, tokens: Tokens) {
+        let cost = self.prices.cost(model, tokens);
+        lock(&self.state).usage.record(model, tokens, &self.prices);
+        let kinds = [
+            ("input", tokens.input),
+            ("output", tokens.output),
+            ("cached", tokens.cached),
+            ("reasoning", tokens.reasoning),
+        ];
+        for (kind, n) in kinds {
+            metrics::counter!("agentd_model_tokens_total", "app" => app.to_string(), "model" => model.to_string(), "kind" => kind)
+                .increment(n);
+        }
+        if let (Some(cost), Some(currency)) = (cost, &self.prices.currency) {
+            metrics::gauge!("agentd_model_cost_total", "app" => app.to_string(), "model" => model.to_string(), "currency" => currency.clone())
+                .increment(cost);
+        }
+    }
+
+    /// The run's usage if a commit has not written it yet.
+    pub(super) fn pending(&self) -> Option<RunUsage> {
+        let st = lock(&self.state);
+        (st.usage != st.committed).then(|| st.usage.clone())
+    }
+
+    /// A commit wrote `usage`.
+    pub(super) fn committed(&self, usage: RunUsage) {
+        lock(&self.state).committed = usage;
+    }
+
+    /// The run's usage so far.
+    pub fn usage(&self) -> RunUsage {
+        lock(&self.state).usage.clone()
+    }
+
+    /// Whether another model call is within the user's budget. A failed read lets the call
+    /// go (a database that cannot answer must not stop every agent); it is logged.
+    pub async fn check(
+        &self,
+        store: &dyn Store,
+        app: &str,
+        user: &str,
+    ) -> Result<(), BudgetExhausted> {
+        let Some(budget) = self.budget else {
+            return Ok(());
+        };
+        let w = Window::now();
+        let mut spent = match store.spent(app, user, &w).await {
+            Ok(spent) => spent,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the user's spending; the model call goes ahead");
+                return Ok(());
+            }
+        };
+        let (tokens, cost) = {
+            let st = lock(&self.state);
+            st.usage.beyond(&st.committed)
+        };
+        spent.tokens_today = spent.tokens_today.saturating_add(tokens);
+        spent.cost_this_month += cost;
+        match budget.exhausted(&spent, &w) {
+            Some(reset) => Err(BudgetExhausted { reset }),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Budgets: what one user of one app may spend, in tokens per UTC day and/or in cost per UTC
+//! calendar month, and what is spent in the current windows.
+
+use chrono::{Datelike, NaiveDate, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+
+pub const DAY_SECS: i64 = 86_400;
+
+/// A user's budget in an app. Either bound may be absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Budget {
+    /// Input plus output tokens per UTC day.
+    #[serde(default)]
+    pub tokens_per_day: Option<u64>,
+    /// Cost per UTC calendar month, in the prices' currency (priced models only).
+    #[serde(default)]
+    pub cost_per_month: Option<f64>,
+}
+
+/// What is spent in the budget's current windows: ended runs' aggregates plus what the
+/// user's running runs have committed so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Spent {
+    pub tokens_today: u64,
+    pub cost_this_month: f64,
+}
+
+/// The budget windows around one instant: today and this month, as days since 1970-01-01.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub today: i64,
+    pub month_first: i64,
+    pub next_month_first: i64,
+}
+
+impl Window {
+    /// The windows at `unix_secs`.
+    pub fn at(unix_secs: f64) -> Self {
+        let today = (unix_secs / DAY_SECS as f64).floor() as i64;
+        let date = day_date(today);
+        let first = NaiveDate::from_ymd_opt(date.year(), date.month(), 1).unwrap_or(date);
+        let next = match date.month() {
+            12 => NaiveDate::from_ymd_opt(date.year() + 1, 1, 1),
+            m => NaiveDate::from_ymd_opt(date.year(), m + 1, 1),
+        }
+        .unwrap_or(date);
+        Window {
+            today,
+            month_first: date_day(first),
+            next_month_first: date_day(next),
+        }
+    }
+
+    pub fn now() -> Self {
+        Self::at(Utc::now().timestamp_micros() as f64 / 1e6)
+    }
+}
+
+impl Budget {
+    /// Whether `spent` has reached a bound; with the Unix time (seconds) that bound's window
+    /// resets at.
+    pub fn exhausted(&self, spent: &Spent, w: &Window) -> Option<i64> {
+        let tokens = self
+            .tokens_per_day
+            .filter(|limit| spent.tokens_today >= *limit)
+            .map(|_| (w.today + 1) * DAY_SECS);
+        let cost = self
+            .cost_per_month
+            .filter(|limit| spent.cost_this_month >= *limit)
+            .map(|_| w.next_month_first * DAY_SECS);
+        // Spending is allowed again only when every exhausted window has reset.
+        tokens.into_iter().chain(cost).max()
+    }
+
+    /// Whether the budget is well formed: bounds at or above zero, finite.
+    pub fn valid(&self) -> bool {
+        self.cost_per_month
+            .is_none_or(|c| c.is_finite() && c >= 0.0)
+    }
+}
+
+/// A Unix time as RFC 3339 (UTC).
+pub fn iso_time(unix_secs: i64) -> String {
+    chrono::DateTime::from_timestamp(unix_secs, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+/// The date of a day number.
+pub fn day_date(day: i64) -> NaiveDate {
+    Utc.timestamp_opt(day.saturating_mul(DAY_SECS), 0)
+        .single()
+        .map(|t| t.date_naive())
+        .unwrap_or_default()
+}
+
+/// The day number of a date.
+pub fn date_day(date: NaiveDate) -> i64 {
+    date.and_hms_opt(0, 0, 0)
+        .map(|t| t.and_utc().timestamp() / DAY_SECS)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_follow_the_utc_calendar() {
+        // 2026-12-31T23:59:59Z.
+        let w = Window::at(1_798_761_599.0);
+        assert_eq!(day_date(w.today).to_string(), "2026-12-31");
+        assert_eq!(day_date(w.month_first).to_string(), "2026-12-01");
+        assert_eq!(day_date(w.next_month_first).to_string(), "2027-01-01");
+    }
+
+    #[test]
+    fn a_budget_is_exhausted_until_every_spent_window_resets() {
+        let w = Window::at(1_798_761_599.0);
+        let b = Budget {
+            tokens_per_day: Some(100),
+            cost_per_month: Some(1.0),
+        };
+        let under = Spent {
+            tokens_today: 99,
+            cost_this_month: 0.5,
+        };
+        assert_eq!(b.exhausted(&under, &w), None);
+        let tokens = Spent {
+            tokens_today: 100,
+            cost_this_month: 0.5,
+        };
+        assert_eq!(b.exhausted(&tokens, &w), Some((w.today + 1) * DAY_SECS));
+        let both = Spent {
+            tokens_today: 100,
+            cost_this_month: 1.0,
+        };
+        assert_eq!(b.exhausted(&both, &w), Some(w.next_month_first * DAY_SECS));
+    }
+}
