@@ -188,7 +188,7 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         (
             "outcome",
             FINISH_RUN.citus.as_str(),
-            "'run-1', 'completed', 2, NULL, 'u1', 0",
+            "'run-1', 'completed', 2, NULL, 'u1', 0, '{\"m\": {\"inputTokens\": 1}}'",
         ),
         ("cancel", CANCEL_RUN.citus.as_str(), "'run-1', 'me', 'why', 'u1'"),
         ("takeover of a dead run", EXPIRE_RUN.citus.as_str(), "'run-1', 'u1'"),

@@ -137,7 +137,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         (
             "a run's outcome",
             FINISH_RUN.plain.as_str(),
-            "'run-live', 'completed', 2, NULL, 'u1', 0",
+            "'run-live', 'completed', 2, NULL, 'u1', 0, NULL",
             vec![("sessions", &["sessions_running"])],
         ),
         (

@@ -21,8 +21,10 @@ CREATE TABLE usage_daily (
     reasoning_tokens bigint NOT NULL DEFAULT 0,
     model_calls      bigint NOT NULL DEFAULT 0,
     runs             bigint NOT NULL DEFAULT 0,
-    -- NULL: some of it was spent on a model without a price.
-    cost             double precision,
+    -- The cost of the calls that had a price; `unpriced_calls` counts the others (a report
+    -- shows no cost for them, never a guess; a cost budget counts what is known).
+    cost             double precision NOT NULL DEFAULT 0,
+    unpriced_calls   bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (app_name, user_id, day, model)
 );
 -- The admins' report over every user reads a range of days.

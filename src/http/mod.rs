@@ -178,6 +178,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
                 Method::GET,
                 Method::POST,
                 Method::PATCH,
+                Method::PUT,
                 Method::DELETE,
                 Method::OPTIONS,
             ])

@@ -360,6 +360,24 @@ pub trait RunStore: Send + Sync + 'static {
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
+    ) -> StoreResult<bool> {
+        self.finish_metered(user, run_id, epoch, status, last_seq, error, None)
+            .await
+    }
+
+    /// [`RunStore::finish_run`] writing the run's usage (`usage`: what its commits have not
+    /// written yet, if anything) in the same statement, so the outcome's statement adds all
+    /// of it to the aggregates (a failed run's last model call has no commit of its own).
+    #[allow(clippy::too_many_arguments)]
+    async fn finish_metered(
+        &self,
+        user: &str,
+        run_id: &str,
+        epoch: i32,
+        status: RunStatus,
+        last_seq: Option<i64>,
+        error: Option<&str>,
+        usage: Option<&crate::usage::RunUsage>,
     ) -> StoreResult<bool>;
 
     /// Flags a running run for cancellation (idempotent). `None` if no such run.

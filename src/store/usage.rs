@@ -49,7 +49,7 @@ pub struct UsageRow {
     pub cached_tokens: u64,
     pub reasoning_tokens: u64,
     pub model_calls: u64,
-    /// Runs that ended in the period (by model: runs that called it).
+    /// Runs that ended in the period having called a model (by model: that model).
     pub runs: u64,
     /// `null` when part of it was spent on a model without a price.
     pub cost: Option<f64>,
@@ -113,8 +113,8 @@ pub fn daily_sql(key: &str, q: &UsageQuery) -> String {
                 CAST(COALESCE(sum(reasoning_tokens) FILTER (WHERE model <> ''), 0) AS BIGINT) AS reasoning_tokens,
                 CAST(COALESCE(sum(model_calls) FILTER (WHERE model <> ''), 0) AS BIGINT) AS model_calls,
                 CAST(COALESCE(sum(runs) FILTER (WHERE {runs_from}), 0) AS BIGINT) AS runs,
-                CASE WHEN max(CASE WHEN cost IS NULL AND model <> '' THEN 1 ELSE 0 END) = 1 THEN NULL
-                     ELSE COALESCE(sum(cost) FILTER (WHERE model <> ''), 0) END AS cost
+                CASE WHEN COALESCE(sum(unpriced_calls), 0) > 0 THEN NULL
+                     ELSE CAST(COALESCE(sum(cost) FILTER (WHERE model <> ''), 0) AS DOUBLE PRECISION) END AS cost
            FROM usage_daily
           WHERE day >= $1 AND day <= $2 AND {app} AND {user} {models}
           GROUP BY 1 ORDER BY 1 LIMIT $5",
@@ -135,8 +135,8 @@ pub const PG_BY_SESSION: &str = "SELECT r.session_id AS key,
         CAST(COALESCE(sum((m.value->>'reasoningTokens')::bigint), 0) AS BIGINT) AS reasoning_tokens,
         CAST(COALESCE(sum((m.value->>'modelCalls')::bigint), 0) AS BIGINT) AS model_calls,
         CAST(count(DISTINCT r.id) AS BIGINT) AS runs,
-        CASE WHEN bool_or(m.value->>'cost' IS NULL) THEN NULL
-             ELSE sum((m.value->>'cost')::double precision) END AS cost
+        CASE WHEN COALESCE(sum((m.value->>'unpricedCalls')::bigint), 0) > 0 THEN NULL
+             ELSE COALESCE(sum((m.value->>'pricedCost')::double precision), 0) END AS cost
    FROM runs r CROSS JOIN LATERAL jsonb_each(r.usage) m
   WHERE r.app_name = $3 AND r.user_id = $4 AND r.usage IS NOT NULL
     AND r.finished_at >= $1 * 86400.0 AND r.finished_at < ($2 + 1) * 86400.0
@@ -149,8 +149,8 @@ const SQLITE_BY_SESSION: &str = "SELECT r.session_id AS key,
         CAST(COALESCE(sum(json_extract(m.value, '$.reasoningTokens')), 0) AS BIGINT) AS reasoning_tokens,
         CAST(COALESCE(sum(json_extract(m.value, '$.modelCalls')), 0) AS BIGINT) AS model_calls,
         CAST(count(DISTINCT r.id) AS BIGINT) AS runs,
-        CASE WHEN max(json_extract(m.value, '$.cost') IS NULL) = 1 THEN NULL
-             ELSE sum(json_extract(m.value, '$.cost')) END AS cost
+        CASE WHEN COALESCE(sum(json_extract(m.value, '$.unpricedCalls')), 0) > 0 THEN NULL
+             ELSE CAST(COALESCE(sum(json_extract(m.value, '$.pricedCost')), 0) AS REAL) END AS cost
    FROM runs r, json_each(r.usage) m
   WHERE r.app_name = $3 AND r.user_id = $4 AND r.usage IS NOT NULL AND r.status <> 'running'
     AND r.finished_at >= $1 * 86400.0 AND r.finished_at < ($2 + 1) * 86400.0

@@ -73,7 +73,7 @@ impl Meter {
     }
 
     /// The run's usage if a commit has not written it yet.
-    pub(super) fn pending(&self) -> Option<RunUsage> {
+    pub fn pending(&self) -> Option<RunUsage> {
         let st = lock(&self.state);
         (st.usage != st.committed).then(|| st.usage.clone())
     }

@@ -77,8 +77,9 @@ impl Tokens {
     }
 }
 
-/// One model's share of a run: its calls' tokens and what they cost (`None`: the model has
-/// no price, and its cost is never guessed).
+/// One model's share of a run: its calls' tokens and what they cost (`cost` is `None` once a
+/// call had no price: a cost is never guessed; `pricedCost` and `unpricedCalls` keep the
+/// known part apart, which is what a cost budget counts).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelUsage {
@@ -94,6 +95,12 @@ pub struct ModelUsage {
     pub model_calls: u64,
     #[serde(default)]
     pub cost: Option<f64>,
+    /// The cost of the calls that had a price.
+    #[serde(default)]
+    pub priced_cost: f64,
+    /// Calls whose model had no price.
+    #[serde(default)]
+    pub unpriced_calls: u64,
 }
 
 impl ModelUsage {
@@ -107,13 +114,11 @@ impl ModelUsage {
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
-        // Unknown as soon as one call's is; a model not called before costs nothing yet.
-        self.cost = match (self.model_calls, self.cost, other.cost) {
-            (0, _, b) => b,
-            (_, Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
         self.model_calls = self.model_calls.saturating_add(other.model_calls);
+        self.priced_cost += other.priced_cost;
+        self.unpriced_calls = self.unpriced_calls.saturating_add(other.unpriced_calls);
+        // Unknown as soon as one call's is.
+        self.cost = (self.unpriced_calls == 0).then_some(self.priced_cost);
     }
 }
 
@@ -127,13 +132,16 @@ pub struct RunUsage(pub BTreeMap<String, ModelUsage>);
 impl RunUsage {
     /// Counts one model call's tokens, priced by `prices`.
     pub fn record(&mut self, model: &str, tokens: Tokens, prices: &Prices) {
+        let cost = prices.cost(model, tokens);
         let call = ModelUsage {
             input_tokens: tokens.input,
             output_tokens: tokens.output,
             cached_tokens: tokens.cached.min(tokens.input),
             reasoning_tokens: tokens.reasoning,
             model_calls: 1,
-            cost: prices.cost(model, tokens),
+            cost,
+            priced_cost: cost.unwrap_or(0.0),
+            unpriced_calls: u64::from(cost.is_none()),
         };
         self.0.entry(model.to_string()).or_default().add(&call);
     }
@@ -181,7 +189,7 @@ impl RunUsage {
 
     /// The cost of the priced models (what counts against a cost budget).
     pub fn priced_cost(&self) -> f64 {
-        self.0.values().filter_map(|m| m.cost).sum()
+        self.0.values().map(|m| m.priced_cost).sum()
     }
 }
 

@@ -325,7 +325,94 @@ async fn context_cache_sends_one_prompt_cache_key_per_session(backend: Backend) 
     );
 }
 
+/// A run that fails after a model call whose event is never committed (an after-model
+/// callback refuses the answer) still counts that call: the outcome's statement writes it.
+async fn a_failed_runs_last_call_is_counted(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    m.push("weather", Reply::text(&["Hello."]));
+    let agent = LlmAgent::new("weather_agent", m.model("weather")).llm_callbacks(
+        agentd::agent::llm::LlmCallbacks::default().after_model(|_ctx, _r| async move {
+            Err(agentd::agent::AgentError::failed(
+                "REFUSED",
+                "not this answer",
+            ))
+        }),
+    );
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert(
+        "weather",
+        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
+    );
+    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
+    let mut b = body("weather", "s1", "Hi");
+    b["streaming"] = json!(false);
+    let msgs = s.run_stream(b).await;
+    assert_eq!(done_status(&msgs), "failed", "{msgs:#?}");
+    assert!(
+        complete(&msgs).iter().all(|e| e["usageMetadata"].is_null()),
+        "{msgs:#?}"
+    );
+    let page = json_with_status(
+        s.get(&format!("/apps/weather/users/{USER}/runs")).await,
+        200,
+    )
+    .await;
+    assert_eq!(page["runs"][0]["usage"]["inputTokens"], 10, "{page}");
+    let r = report(&s, "").await;
+    assert_eq!(r["total"]["inputTokens"], 10, "{r}");
+    assert_eq!(r["total"]["runs"], 1, "{r}");
+}
+
+/// Deleting a session while its run is in a (slow) tool call keeps what the run spent: the
+/// deletion adds it to the aggregates in its own transaction.
+async fn a_deleted_sessions_running_spend_is_kept(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    m.push(
+        "weather",
+        Reply::tool_calls(&[("call_1", "slow_lookup", r#"{"city": "Paris"}"#)]),
+    );
+    let slow = FunctionTool::new("slow_lookup", "Slow.", |a: City, _ctx| async move {
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        Ok(json!({"city": a.city}))
+    });
+    let agent = LlmAgent::new("weather_agent", m.model("weather")).tool(slow);
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert(
+        "weather",
+        agentd::agent::AgentTree::new(Arc::new(agent)).expect("tree"),
+    );
+    let s = TestServer::start_embedded(backend, apps, PluginSet::default()).await;
+    let mut b = body("weather", "s1", "Weather?");
+    b["background"] = json!(true);
+    let started = s.post_json("/run", b).await;
+    assert_eq!(started.status(), 202);
+    // The tool call's event (with the call's usage) is committed, the tool is running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let page = json_with_status(
+            s.get(&format!("/apps/weather/users/{USER}/runs")).await,
+            200,
+        )
+        .await;
+        if page["runs"][0]["usage"]["modelCalls"] == 1 {
+            assert_eq!(page["runs"][0]["status"], "running", "{page}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = s
+        .delete(&format!("/apps/weather/users/{USER}/sessions/s1"))
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = report(&s, "").await;
+    assert_eq!(r["total"]["inputTokens"], 10, "{r}");
+    assert_eq!(r["total"]["modelCalls"], 1, "{r}");
+}
+
 both_backends!(
+    a_deleted_sessions_running_spend_is_kept,
+    a_failed_runs_last_call_is_counted,
     context_cache_sends_one_prompt_cache_key_per_session,
     usage_is_summed_per_run_session_model_and_day,
     a_model_without_a_price_costs_null,

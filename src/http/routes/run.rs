@@ -164,10 +164,12 @@ async fn collect_json(mut handle: RunHandle) -> ApiResult<Response> {
             RunItem::Event { event, .. } => events.push(*event),
             RunItem::Error { kind, message } => {
                 tracing::warn!(%kind, %message, "run failed (JSON mode)");
-                return Err(ApiError::new(
-                    ErrorCode::RunFailed,
-                    format!("{kind}: {message}"),
-                ));
+                // A budget spent mid-run is the user's limit, not the server's failure.
+                let code = match kind.as_str() {
+                    "BUDGET_EXHAUSTED" => ErrorCode::BudgetExhausted,
+                    _ => ErrorCode::RunFailed,
+                };
+                return Err(ApiError::new(code, format!("{kind}: {message}")));
             }
             RunItem::Done { status, .. } => {
                 if status == RunStatus::Cancelled {

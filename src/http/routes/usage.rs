@@ -5,7 +5,7 @@
 use crate::auth::Caller;
 use crate::error_code::ErrorCode;
 use crate::http::error::{problem, ApiError, ApiResult};
-use crate::http::extract::{Json, Path, Query};
+use crate::http::extract::{validate_id, Json, Path, Query};
 use crate::http::openapi::{error_set, Errors, UserPath};
 use crate::http::AppState;
 use crate::store::usage::MAX_USAGE_GROUPS;
@@ -26,7 +26,7 @@ error_set!(
 
 error_set!(
     /// What `GET /usage` answers beyond the door's codes.
-    AllUsageErrors: AdminRequired, ValidationError
+    AllUsageErrors: AdminRequired, ValidationError, InvalidId
 );
 
 error_set!(
@@ -121,6 +121,9 @@ async fn all_usage(
             &caller,
             "Everyone's usage",
         ));
+    }
+    if let Some(app) = &q.app {
+        validate_id("app", app)?;
     }
     let group_by = q.group_by.unwrap_or(GroupBy::User);
     if group_by == GroupBy::Session {
@@ -264,6 +267,10 @@ async fn put_budget(
             &caller,
             "Setting a budget",
         ));
+    }
+    // A budget for an app nobody runs would never apply: refused as schedules are.
+    if state.apps.get(&app).is_none() {
+        return Err(crate::http::auth::app_hidden(&state.apps, &caller, &app));
     }
     if !budget.valid() {
         return Err(ApiError::validation(vec![problem(

@@ -169,10 +169,23 @@ impl Runner {
                 .cloned()
                 .collect();
             let (summary, usage) = summarise(c, &covered).await?;
-            let event = compaction_event(&covered, summary, usage);
+            // The summary's tokens are the user's spending too: the commit that ends the
+            // hold adds them to the aggregates (docs/usage.md).
+            let spent = usage.map(|u| {
+                let mut spent = crate::usage::RunUsage::default();
+                spent.record(c.model.name(), u.tokens(), &self.config.prices);
+                spent
+            });
+            let event = compaction_event(&covered, summary, usage.map(|u| u.to_json()));
             let stored = self
                 .store
-                .append_fenced(key, event, vec![], Fence::RunEnd(&run_id, 0))
+                .append_metered(
+                    key,
+                    event,
+                    vec![],
+                    Fence::RunEnd(&run_id, 0),
+                    spent.as_ref(),
+                )
                 .await?;
             Ok::<_, CompactError>(Some(stored))
         };
@@ -212,7 +225,7 @@ impl Runner {
 async fn summarise(
     c: &Compaction,
     events: &[Event],
-) -> Result<(String, Option<serde_json::Value>), CompactError> {
+) -> Result<(String, Option<crate::model::Usage>), CompactError> {
     let request = LlmRequest {
         model: c.model.name().to_string(),
         contents: vec![Content {
@@ -232,7 +245,7 @@ async fn summarise(
     while let Some(delta) = stream.next().await {
         match delta.map_err(|e| CompactError::Model(e.to_string()))? {
             Delta::Text(t) => text.push_str(&t),
-            Delta::Usage(u) => usage = Some(u.to_json()),
+            Delta::Usage(u) => usage = Some(u),
             _ => {}
         }
     }

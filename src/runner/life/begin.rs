@@ -122,6 +122,13 @@ impl Admitted {
             first_event: std::sync::atomic::AtomicBool::new(false),
         });
         let cancel_on_disconnect = req.on_disconnect == OnDisconnect::Cancel;
+        let meter = Arc::new(Meter::new(
+            runner.config.prices.clone(),
+            budget,
+            resumed.as_ref().and_then(|r| r.usage.clone()),
+        ));
+        let mut guard = guard;
+        guard.metered(meter.clone());
         let outbox = Outbox::new(OutboxParts {
             invocation_id: invocation_id.clone(),
             key: key.clone(),
@@ -135,11 +142,7 @@ impl Admitted {
             observer: Some(observer),
             state,
             out: tx,
-            meter: Some(Arc::new(Meter::new(
-                runner.config.prices.clone(),
-                budget,
-                resumed.as_ref().and_then(|r| r.usage.clone()),
-            ))),
+            meter: Some(meter.clone()),
         });
         let user_content = match &resumed {
             Some(r) => r.user_content.clone(),

@@ -27,6 +27,8 @@ pub(in crate::runner) struct RunGuard {
     /// The epoch the run holds its session at (its takeovers so far): the outcome is recorded
     /// only while it still does.
     epoch: i32,
+    /// What the run spends: the outcome's statement writes what its commits did not.
+    meter: Option<Arc<crate::transcript::Meter>>,
 }
 
 impl RunGuard {
@@ -42,7 +44,18 @@ impl RunGuard {
             local: Some(local),
             webhooks,
             epoch: 0,
+            meter: None,
         }
+    }
+
+    /// The run's meter, once it has one (from its beginning on).
+    pub(in crate::runner) fn metered(&mut self, meter: Arc<crate::transcript::Meter>) {
+        self.meter = Some(meter);
+    }
+
+    /// The run's usage its commits have not written yet.
+    fn pending_usage(&self) -> Option<crate::usage::RunUsage> {
+        self.meter.as_ref().and_then(|m| m.pending())
     }
 
     /// The guard of a run this replica took over at `epoch`.
@@ -114,7 +127,14 @@ impl RunGuard {
         let run_id = self.run_id().to_string();
         let user = self.key.user_id.clone();
         let epoch = self.epoch;
-        match finish(&self.runner, &user, &run_id, epoch, status, last_seq, error).await {
+        let usage = self.pending_usage();
+        let outcome = Outcome {
+            status,
+            last_seq,
+            error,
+            usage: usage.as_ref(),
+        };
+        match finish(&self.runner, &user, &run_id, epoch, outcome).await {
             Finished::CancelRequested => Err(self),
             Finished::Owned(owned) => {
                 drop(self.local.take());
@@ -155,20 +175,20 @@ enum Finished {
     CancelRequested,
 }
 
-async fn finish(
-    runner: &Runner,
-    user: &str,
-    run_id: &str,
-    epoch: i32,
+/// What a run's end records.
+struct Outcome<'a> {
     status: RunStatus,
     last_seq: Option<i64>,
-    error: Option<&str>,
-) -> Finished {
+    error: Option<&'a str>,
+    usage: Option<&'a crate::usage::RunUsage>,
+}
+
+async fn finish(runner: &Runner, user: &str, run_id: &str, epoch: i32, o: Outcome<'_>) -> Finished {
     let mut delay = Duration::from_millis(100);
     for attempt in 0..8 {
         match runner
             .store
-            .finish_run(user, run_id, epoch, status, last_seq, error)
+            .finish_metered(user, run_id, epoch, o.status, o.last_seq, o.error, o.usage)
             .await
         {
             Ok(owned) => return Finished::Owned(owned),
@@ -193,22 +213,20 @@ impl Drop for RunGuard {
         let runner = self.runner.clone();
         let key = self.key.clone();
         let epoch = self.epoch;
+        let usage = self.pending_usage();
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         rt.spawn(async move {
             let run_id = local.run_id().to_string();
             let error = "the run's task ended unexpectedly";
-            let _ = finish(
-                &runner,
-                &key.user_id,
-                &run_id,
-                epoch,
-                RunStatus::Failed,
-                None,
-                Some(error),
-            )
-            .await;
+            let outcome = Outcome {
+                status: RunStatus::Failed,
+                last_seq: None,
+                error: Some(error),
+                usage: usage.as_ref(),
+            };
+            let _ = finish(&runner, &key.user_id, &run_id, epoch, outcome).await;
             drop(local);
             runner.config.run_ended.notify_one();
             runner.bus.publish(

@@ -49,7 +49,6 @@ impl Prepared {
             .take(&req.key.user_id)
             .ok_or(RunError::TooManyRuns(runner.config.max_runs_per_user))?;
         let store = &runner.store;
-        let budget = budget_gate(runner, &req.key).await?;
         if req.new_message.is_none() && !req.run_config.resume && req.edit.is_none() {
             return Err(
                 if req.create_session || store.session_head(&req.key).await?.is_some() {
@@ -72,6 +71,8 @@ impl Prepared {
                 });
             }
         }
+        // After the request's own mistakes, before anything is stored.
+        let budget = budget_gate(runner, &req.key).await?;
         let run_id = req
             .run_id
             .clone()

@@ -204,11 +204,13 @@ pub fn list_session_runs_sql(cursor: bool) -> String {
 
 /// A run's outcome, freeing its session, writing its one `runs` row and its webhook
 /// deliveries (`RunStore::finish_run`). Parameters: $1 run, $2 status, $3 last seq, $4 error,
-/// $5 user, $6 the epoch the run holds it at.
+/// $5 user, $6 the epoch the run holds it at, $7 the run's usage if its commits have not
+/// written all of it (or NULL).
 pub static FINISH_RUN: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
     Routed::new(format!(
         "WITH async_commit AS ({ASYNC_COMMIT}), s AS (
-                 UPDATE sessions SET active_run = NULL
+                 UPDATE sessions SET active_run = NULL,
+                        run_usage = COALESCE($7::jsonb, run_usage)
                    FROM async_commit
                   WHERE user_id = $5 AND active_run = $1 AND run_resumes = $6
                     AND run_released_at IS NULL
@@ -569,7 +571,7 @@ impl RunStore for PgStore {
         Ok(())
     }
 
-    async fn finish_run(
+    async fn finish_metered(
         &self,
         user: &str,
         run_id: &str,
@@ -577,6 +579,7 @@ impl RunStore for PgStore {
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
+        usage: Option<&crate::usage::RunUsage>,
     ) -> StoreResult<bool> {
         let n: i64 = sqlx::query_scalar(FINISH_RUN.pick(self.citus))
             .bind(run_id)
@@ -585,6 +588,7 @@ impl RunStore for PgStore {
             .bind(error)
             .bind(user)
             .bind(epoch)
+            .bind(usage.map(Json))
             .fetch_one(self.pool())
             .await?;
         if n == 0 && status == RunStatus::Completed {

@@ -550,14 +550,22 @@ impl SessionStore for PgStore {
 
     async fn delete_session(&self, key: &SessionKey) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await?;
-        let deleted =
-            sqlx::query("DELETE FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3")
-                .bind(&key.app_name)
-                .bind(&key.user_id)
-                .bind(&key.session_id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+        // A run still going spent what it spent: its usage goes to the aggregates with the
+        // session (its later commits and outcome find no session and write nothing).
+        let deleted: i64 = sqlx::query_scalar(&format!(
+            "WITH gone AS (
+                 DELETE FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3
+                 RETURNING app_name, user_id,
+                           CASE WHEN active_run IS NOT NULL THEN run_usage END AS usage
+             ){spent}
+             SELECT count(*) FROM gone",
+            spent = super::usage::spent_cte("gone")
+        ))
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_one(&mut *tx)
+        .await?;
         // Its runs (with their webhook deliveries) and queue tickets go too: a session
         // re-created under the same id must not inherit a dead run to seal or a waiter's place.
         sqlx::query(super::outbox::DELETE_SESSION_DELIVERIES)

@@ -11,14 +11,16 @@ pub(crate) fn spent_cte(ended: &str) -> String {
     format!(
         ", spent AS (
     INSERT INTO usage_daily AS t (app_name, user_id, day, model, input_tokens, output_tokens,
-                                  cached_tokens, reasoning_tokens, model_calls, runs, cost)
+                                  cached_tokens, reasoning_tokens, model_calls, runs, cost,
+                                  unpriced_calls)
     SELECT e.app_name, e.user_id, floor({PG_NOW} / 86400.0)::integer, m.key,
            COALESCE((m.value->>'inputTokens')::bigint, 0),
            COALESCE((m.value->>'outputTokens')::bigint, 0),
            COALESCE((m.value->>'cachedTokens')::bigint, 0),
            COALESCE((m.value->>'reasoningTokens')::bigint, 0),
            COALESCE((m.value->>'modelCalls')::bigint, 0), 1,
-           CASE WHEN m.key = '' THEN 0 ELSE (m.value->>'cost')::double precision END
+           COALESCE((m.value->>'pricedCost')::double precision, 0),
+           COALESCE((m.value->>'unpricedCalls')::bigint, 0)
       FROM {ended} e
            CROSS JOIN LATERAL jsonb_each(e.usage || '{{\"\": {{}}}}'::jsonb) AS m
      WHERE e.usage IS NOT NULL AND e.usage <> '{{}}'::jsonb
@@ -29,7 +31,8 @@ pub(crate) fn spent_cte(ended: &str) -> String {
            reasoning_tokens = t.reasoning_tokens + EXCLUDED.reasoning_tokens,
            model_calls = t.model_calls + EXCLUDED.model_calls,
            runs = t.runs + EXCLUDED.runs,
-           cost = t.cost + EXCLUDED.cost
+           cost = t.cost + EXCLUDED.cost,
+           unpriced_calls = t.unpriced_calls + EXCLUDED.unpriced_calls
 )"
     )
 }

@@ -310,7 +310,7 @@ impl RunStore for SqliteStore {
         Ok(())
     }
 
-    async fn finish_run(
+    async fn finish_metered(
         &self,
         _user: &str,
         run_id: &str,
@@ -318,8 +318,18 @@ impl RunStore for SqliteStore {
         status: RunStatus,
         last_seq: Option<i64>,
         error: Option<&str>,
+        usage: Option<&crate::usage::RunUsage>,
     ) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
+        // Before the outcome: the trigger that adds the run's usage to the aggregates reads
+        // the row as the outcome's update leaves it (migration 0014).
+        if let Some(usage) = usage {
+            sqlx::query("UPDATE runs SET usage = ? WHERE id = ? AND status = 'running'")
+                .bind(serde_json::to_string(usage)?)
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         let done = Self::finish_in(&mut tx, run_id, epoch, status, last_seq, error).await?;
         tx.commit().await?;
         Ok(done)
