@@ -16,6 +16,7 @@
 //! compaction, fork: writes that hold a session and are not turns) and the [`bus`].
 
 mod admission;
+pub mod budgets;
 pub mod bus;
 mod control;
 mod edits;
@@ -163,6 +164,11 @@ impl Runner {
     /// The operator's prices (`--prices`).
     pub fn prices(&self) -> &crate::usage::Prices {
         &self.config.prices
+    }
+
+    /// A user's budget was set or removed here: admission reads it again.
+    pub fn budgets_changed(&self) {
+        self.config.budgets.changed();
     }
 
     /// True from the moment shutdown starts (`GET /ready` answers 503).

@@ -38,6 +38,8 @@ pub struct RunnerConfig {
     pub run_ended: Arc<Notify>,
     /// The operator's prices (`--prices`): what the runs' model calls cost.
     pub prices: Arc<crate::usage::Prices>,
+    /// The users' budgets as admission reads them (cached; see [`super::budgets`]).
+    pub budgets: Arc<super::budgets::BudgetCache>,
 }
 
 impl Default for RunnerConfig {
@@ -54,6 +56,7 @@ impl Default for RunnerConfig {
             drain_handover: DrainHandover::End,
             run_ended: Arc::new(Notify::new()),
             prices: Arc::default(),
+            budgets: Arc::default(),
         }
     }
 }

@@ -84,6 +84,7 @@ impl Server {
         runner_config.max_resumes = args.max_resumes;
         runner_config.drain_handover = args.drain_handover;
         runner_config.prices = Arc::new(load_prices(args.prices.as_deref())?);
+        let budgets = runner_config.budgets.clone();
         let run_ended = runner_config.run_ended.clone();
         // Checked before anything starts: a refused configuration leaves nothing running.
         let jwt = jwt_verifier(&args)?;
@@ -91,7 +92,7 @@ impl Server {
         // With PostgreSQL, other replicas revoke keys too: their notifications (and any gap in
         // them) invalidate this replica's key cache. SQLite has no other process to hear from.
         let key_changes = store.pg_pool().map(|_| KeyChanges::default());
-        let channels = key_changes
+        let mut channels: Vec<ChannelListener> = key_changes
             .iter()
             .map(|changes| {
                 let (on_notify, on_gap) = (changes.clone(), changes.clone());
@@ -102,6 +103,15 @@ impl Server {
                 }
             })
             .collect();
+        // Budgets set on other replicas, likewise (docs/usage.md).
+        if store.pg_pool().is_some() {
+            let (on_notify, on_gap) = (budgets.on_change(), budgets.on_change());
+            channels.push(ChannelListener {
+                channel: crate::runner::budgets::BUDGETS_CHANNEL,
+                on_notify: Box::new(move |_| on_notify()),
+                on_gap: Box::new(on_gap),
+            });
+        }
         let runner = Runner::start(
             store.clone(),
             apps.clone(),

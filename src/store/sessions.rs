@@ -140,9 +140,12 @@ pub trait SessionStore: Send + Sync + 'static {
     }
 
     /// [`SessionStore::append_fenced`] for a run's commit, writing the run's usage so far
-    /// (`usage`, when it changed) on the run's record in the same statement: what the run
-    /// spent is committed with the events it spent it on, at no commit of its own, and a
-    /// replica that takes the run over goes on from it. Ignored unless `fence` names a run.
+    /// (`usage`: when it changed; on the run's last commit, [`Fence::RunEnd`], whenever the
+    /// run spent anything) on the run's record in the same statement: what the run spent is
+    /// committed with the events it spent it on, at no commit of its own, and a replica that
+    /// takes the run over goes on from it. A last commit without usage may leave the daily
+    /// aggregates untouched: the caller says the run spent nothing. Ignored unless `fence`
+    /// names a run.
     async fn append_metered(
         &self,
         key: &SessionKey,

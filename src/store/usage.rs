@@ -13,6 +13,9 @@ use crate::usage::{day_date, Budget, RunUsage, Spent, Window};
 use async_trait::async_trait;
 use sqlx::Row;
 
+/// The notification channel a budget's change is announced on (PostgreSQL).
+pub const BUDGETS_CHANNEL: &str = "agentd_budgets";
+
 /// The most groups one report returns (a month of one user by session can hold more: the
 /// report says it is cut).
 pub const MAX_USAGE_GROUPS: i64 = 1_000;
@@ -284,6 +287,7 @@ macro_rules! usage_store {
                 .bind(at)
                 .execute(&self.$writer)
                 .await?;
+                self.budget_changed().await;
                 Ok(())
             }
 
@@ -293,6 +297,7 @@ macro_rules! usage_store {
                     .bind(user)
                     .execute(&self.$writer)
                     .await?;
+                self.budget_changed().await;
                 Ok(done.rows_affected() > 0)
             }
 
@@ -312,6 +317,26 @@ macro_rules! usage_store {
             }
         }
     };
+}
+
+impl PgStore {
+    /// Tells every replica that a budget changed (they read it again: the runner's budget
+    /// cache listens on this channel). On the coordinator, after the write: a notification
+    /// from a Citus worker would reach nobody. A lost one is covered by the cache's age limit.
+    async fn budget_changed(&self) {
+        if let Err(e) = sqlx::query("SELECT pg_notify($1, '')")
+            .bind(BUDGETS_CHANNEL)
+            .execute(self.pool())
+            .await
+        {
+            tracing::warn!(error = %e, "could not announce a budget change; replicas see it within their cache's age limit");
+        }
+    }
+}
+
+impl SqliteStore {
+    /// One process: the runner marks its own cache stale.
+    async fn budget_changed(&self) {}
 }
 
 usage_store!(PgStore, pool, pool, PG_BY_SESSION, PG_SPENT);

@@ -399,7 +399,14 @@ impl Outbox {
         };
         let started = std::time::Instant::now();
         let span = tracing::info_span!("commit", event = %event.id, seq = tracing::field::Empty);
-        let usage = self.meter.as_ref().and_then(|m| m.pending());
+        // The run's last commit carries all its usage if it spent anything (the statement then
+        // adds it to the aggregates; one that spent nothing leaves them untouched), any other
+        // commit what changed since the one before.
+        let usage = match &self.meter {
+            Some(m) if last => Some(m.usage()).filter(|u| !u.is_empty()),
+            Some(m) => m.pending(),
+            None => None,
+        };
         let stored = tracing::Instrument::instrument(
             self.store
                 .append_metered(&self.key, event, artifacts, fence, usage.as_ref()),

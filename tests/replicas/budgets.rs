@@ -143,4 +143,56 @@ async fn a_budget_holds_across_two_replicas(backend: Backend) {
     }
 }
 
-postgres_backends!(a_budget_holds_across_two_replicas);
+/// A budget set on one replica applies on another that had just read "no budget" (and cached
+/// it): the change is announced, so the other refuses the user's next run at once, well
+/// before its cache would have expired.
+async fn a_budget_set_on_one_replica_applies_on_the_other_at_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let apps = Apps::new().echo("echo", "chunks: 1");
+    let a = Replica::spawn(&db, &apps, "a", &[]).await;
+    let b = Replica::spawn(&db, &apps, "b", &[]).await;
+    async fn run(r: &Replica, session: &str) -> reqwest::Response {
+        let mut body = run_body("echo", session, "hi");
+        body["createSession"] = json!(true);
+        r.post("/run", body).await
+    }
+    let first = read_all(run(&b, "s0").await).await;
+    assert_eq!(first.last().map(|m| m.event.as_str()), Some("done"));
+    let put = a
+        .client
+        .put(a.url(&format!("/apps/echo/users/{USER}/budget")))
+        .json(&json!({"tokensPerDay": 0}))
+        .send()
+        .await
+        .expect("PUT budget");
+    assert_eq!(put.status(), 200);
+    let started = Instant::now();
+    let mut admitted = 0;
+    loop {
+        let resp = run(&b, &format!("s{}", admitted + 1)).await;
+        if resp.status() == 429 {
+            assert_eq!(
+                json_with_status(resp, 429).await["code"],
+                "budget_exhausted"
+            );
+            break;
+        }
+        read_all(resp).await;
+        admitted += 1;
+        assert!(
+            started.elapsed() < PATIENCE,
+            "replica b never heard of the budget"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited < agentd::runner::budgets::MAX_AGE / 2,
+        "b refused only after {waited:?} ({admitted} runs admitted): the notification was not heard"
+    );
+}
+
+postgres_backends!(
+    a_budget_holds_across_two_replicas,
+    a_budget_set_on_one_replica_applies_on_the_other_at_once
+);

@@ -290,6 +290,7 @@ async fn put_budget(
         .store
         .set_budget(&app, &user, &budget, crate::event::now_ts())
         .await?;
+    state.runner.budgets_changed();
     view(&state, &app, &user, budget).await
 }
 
@@ -308,7 +309,9 @@ async fn delete_budget(
             "Removing a budget",
         ));
     }
-    match state.store.delete_budget(&app, &user).await? {
+    let deleted = state.store.delete_budget(&app, &user).await?;
+    state.runner.budgets_changed();
+    match deleted {
         true => Ok(StatusCode::NO_CONTENT.into_response()),
         false => Err(ApiError::new(
             ErrorCode::BudgetNotFound,

@@ -132,13 +132,18 @@ impl Prepared {
     }
 }
 
-/// The user's budget in the app, refused when it is spent (before anything is stored). One
-/// read for a user without a budget, two for one with (docs/usage.md).
+/// The user's budget in the app, refused when it is spent (before anything is stored). No
+/// read for a user without a budget (the budgets are cached: [`super::super::budgets`]), one
+/// for a user with one (docs/usage.md).
 async fn budget_gate(
     runner: &Runner,
     key: &crate::store::SessionKey,
 ) -> Result<Option<crate::usage::Budget>, RunError> {
-    let Some(budget) = runner.store.budget(&key.app_name, &key.user_id).await? else {
+    let cached = runner
+        .config
+        .budgets
+        .get(runner.store.as_ref(), &key.app_name, &key.user_id);
+    let Some(budget) = cached.await? else {
         return Ok(None);
     };
     let w = crate::usage::Window::now();

@@ -46,8 +46,20 @@ RETURNING seq
 /// been asked to cancel, which also frees the session and writes the run's one `runs` row,
 /// `completed` with the event's seq (see [`super::run_record`]). One statement, one synchronous commit: the reply and the
 /// outcome are durable together. It locks only the session row, as every statement about a
-/// running run does.
-pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(|| {
+/// running run does. This form also adds the run's usage to the daily aggregates: for a run
+/// that spent something ($15 is its usage).
+pub static APPEND_END: std::sync::LazyLock<Routed> =
+    std::sync::LazyLock::new(|| append_end(super::run_record::after_end("r")));
+
+/// [`APPEND_END`] for a run that called no model ($15 NULL): the same statement without the
+/// usage aggregates, so that it does not touch `usage_daily` at all. Every relation a
+/// statement names costs a lock at each execution; past a backend's 16 fast-path slots those
+/// go through the shared lock manager, which 32 concurrent runs measurably contend on
+/// (docs/performance.md).
+pub static APPEND_END_UNMETERED: std::sync::LazyLock<Routed> =
+    std::sync::LazyLock::new(|| append_end(super::outbox::outbox_cte("r")));
+
+fn append_end(after_end: String) -> Routed {
     let fence = "AND ($12::text IS NULL
             OR (active_run = $12 AND run_resumes = $14::integer AND run_released_at IS NULL))";
     let free = "last_seq = last_seq + 1\n";
@@ -77,12 +89,12 @@ pub static APPEND_END: std::sync::LazyLock<Routed> = std::sync::LazyLock::new(||
                     "NULL::text",
                     "true"
                 ),
-                outbox = super::run_record::after_end("r")
+                outbox = after_end
             ),
             1,
         );
     Routed::new(sql)
-});
+}
 
 /// Creating a session with no initial events and no `app:`/`user:` state (the usual case) is
 /// one statement: insert the row, read back the head with the shared state. No conflict
@@ -310,7 +322,14 @@ impl PgStore {
         let (sql, run, sealing) = match fence {
             Fence::Unfenced => (APPEND.pick(self.citus), None, None),
             Fence::Run(run, epoch) => (APPEND.pick(self.citus), Some((run, epoch)), None),
-            Fence::RunEnd(run, epoch) => (APPEND_END.pick(self.citus), Some((run, epoch)), None),
+            Fence::RunEnd(run, epoch) if usage.is_some() => {
+                (APPEND_END.pick(self.citus), Some((run, epoch)), None)
+            }
+            Fence::RunEnd(run, epoch) => (
+                APPEND_END_UNMETERED.pick(self.citus),
+                Some((run, epoch)),
+                None,
+            ),
             Fence::Sealing(dead) => (APPEND.pick(self.citus), None, Some(dead)),
         };
         let q = sqlx::query(sql)
