@@ -134,9 +134,13 @@ fn stored_event(r: &sqlx::sqlite::SqliteRow) -> StoreResult<StoredEvent> {
 
 impl Store for SqliteStore {
     fn pool_stats(&self) -> (u32, usize) {
+        // Saturating: a pool's counts are read while connections come and go, and a debug
+        // build once panicked adding them (tests/metrics.rs, a scrape): a gauge must not.
         (
-            self.writer.size() + self.reader.size(),
-            self.writer.num_idle() + self.reader.num_idle(),
+            self.writer.size().saturating_add(self.reader.size()),
+            self.writer
+                .num_idle()
+                .saturating_add(self.reader.num_idle()),
         )
     }
 
