@@ -342,6 +342,23 @@ impl SqliteStore {
 usage_store!(PgStore, pool, pool, PG_BY_SESSION, PG_SPENT);
 usage_store!(SqliteStore, writer, reader, SQLITE_BY_SESSION, SQLITE_SPENT);
 
+/// When `budget` (the user's in the app) was exhausted, the Unix time it resets at: what the
+/// database says the user spent now, plus `unsaved` (tokens, cost) it has not seen yet. The
+/// one check admission and every model call make.
+pub async fn budget_reset(
+    store: &dyn UsageStore,
+    app: &str,
+    user: &str,
+    budget: &Budget,
+    unsaved: (u64, f64),
+) -> StoreResult<Option<i64>> {
+    let w = Window::now();
+    let mut spent = store.spent(app, user, &w).await?;
+    spent.tokens_today = spent.tokens_today.saturating_add(unsaved.0);
+    spent.cost_this_month += unsaved.1;
+    Ok(budget.exhausted(&spent, &w))
+}
+
 /// Seconds until `reset` (a Unix time), at least one.
 pub fn retry_after(reset: i64, now: f64) -> u64 {
     ((reset as f64 - now).ceil() as i64).max(1) as u64

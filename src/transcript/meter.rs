@@ -9,7 +9,7 @@
 //! call each has in flight.
 
 use crate::store::Store;
-use crate::usage::{Budget, Prices, RunUsage, Tokens, Window};
+use crate::usage::{Budget, Prices, RunUsage, Tokens};
 use std::sync::{Arc, Mutex};
 
 /// A run's meter.
@@ -99,23 +99,17 @@ impl Meter {
         let Some(budget) = self.budget else {
             return Ok(());
         };
-        let w = Window::now();
-        let mut spent = match store.spent(app, user, &w).await {
-            Ok(spent) => spent,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read the user's spending; the model call goes ahead");
-                return Ok(());
-            }
-        };
-        let (tokens, cost) = {
+        let unsaved = {
             let st = lock(&self.state);
             st.usage.beyond(&st.committed)
         };
-        spent.tokens_today = spent.tokens_today.saturating_add(tokens);
-        spent.cost_this_month += cost;
-        match budget.exhausted(&spent, &w) {
-            Some(reset) => Err(BudgetExhausted { reset }),
-            None => Ok(()),
+        match crate::store::usage::budget_reset(store, app, user, &budget, unsaved).await {
+            Ok(Some(reset)) => Err(BudgetExhausted { reset }),
+            Ok(None) => Ok(()),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the user's spending; the model call goes ahead");
+                Ok(())
+            }
         }
     }
 }

@@ -104,11 +104,6 @@ pub struct ModelUsage {
 }
 
 impl ModelUsage {
-    /// Tokens that count against a budget: everything read and written.
-    pub fn tokens(&self) -> u64 {
-        self.input_tokens.saturating_add(self.output_tokens)
-    }
-
     fn add(&mut self, other: &ModelUsage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);

@@ -146,9 +146,9 @@ async fn budget_gate(
     let Some(budget) = cached.await? else {
         return Ok(None);
     };
-    let w = crate::usage::Window::now();
-    let spent = runner.store.spent(&key.app_name, &key.user_id, &w).await?;
-    match budget.exhausted(&spent, &w) {
+    let (app, user) = (&key.app_name, &key.user_id);
+    let store = runner.store.as_ref();
+    match crate::store::usage::budget_reset(store, app, user, &budget, (0, 0.0)).await? {
         Some(reset) => Err(RunError::BudgetExhausted { reset }),
         None => Ok(Some(budget)),
     }
