@@ -68,6 +68,13 @@ pub enum KeysCommand {
         /// Expire after this long (`90d`, `12h`, …). Default: never.
         #[arg(long, value_parser = parse_duration)]
         expires: Option<std::time::Duration>,
+        /// The key's budget: input plus output tokens per UTC day, in every app it may use
+        /// (docs/usage.md#budgets; `PUT /keys/{key}/budget` changes it).
+        #[arg(long)]
+        budget_tokens_per_day: Option<u64>,
+        /// The key's budget: cost per UTC calendar month, in the prices' currency.
+        #[arg(long)]
+        budget_cost_per_month: Option<f64>,
     },
     /// List keys (never their secrets), as JSON lines.
     List,

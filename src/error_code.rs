@@ -109,8 +109,9 @@ error_codes! {
     EditAmbiguous = 400, "edit_ambiguous", Retry::No, "Edit options that conflict.";
     ShuttingDown = 503, "shutting_down", Retry::After(1), "The replica is draining.";
     TooManyRuns = 429, "too_many_runs", Retry::After(1), "The user's run quota is used up.";
-    BudgetExhausted = 429, "budget_exhausted", Retry::Computed, "The user's token or cost budget in the app is spent until its window resets (`Retry-After`).";
-    BudgetNotFound = 404, "budget_not_found", Retry::No, "The user has no budget in the app.";
+    BudgetExhausted = 429, "budget_exhausted", Retry::Computed, "A token or cost budget of the run (the user's in the app, the app's, the API key's) is spent until its window resets (`Retry-After`).";
+    BudgetNotFound = 404, "budget_not_found", Retry::No, "No budget is set there.";
+    KeyNotFound = 404, "key_not_found", Retry::No, "No such API key.";
     RunNotFound = 404, "run_not_found", Retry::No, "No such run.";
     RunNotActive = 409, "run_not_active", Retry::No, "The run already ended.";
     NoActiveRun = 409, "no_active_run", Retry::No, "The session has no running run.";
@@ -194,7 +195,7 @@ mod tests {
             );
             assert!(!code.meaning().is_empty(), "{s} has no meaning");
         }
-        assert_eq!(ErrorCode::ALL.len(), 91);
+        assert_eq!(ErrorCode::ALL.len(), 92);
     }
 
     /// docs/api.md's table of errors says what this table says, row for row.

@@ -115,9 +115,18 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
             admin,
             name,
             expires,
+            budget_tokens_per_day,
+            budget_cost_per_month,
         } => {
             agentd::http::extract::validate_id("--user", &user)
                 .map_err(|e| anyhow::anyhow!("{}", e.detail))?;
+            let budget = agentd::usage::Budget {
+                tokens_per_day: budget_tokens_per_day,
+                cost_per_month: budget_cost_per_month,
+            };
+            if !budget.valid() {
+                anyhow::bail!("--budget-cost-per-month must be a number at or above zero");
+            }
             let apps = match apps {
                 None => None,
                 Some(list) => {
@@ -142,6 +151,17 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
                 },
                 now,
             )?;
+            // The budget first: a key is never usable without the budget it was given.
+            if budget != agentd::usage::Budget::default() {
+                let payer = agentd::usage::Payer::Key {
+                    id: key.record.id.clone(),
+                    user: key.record.user_id.clone(),
+                };
+                store
+                    .set_budget(&payer, &budget, now)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot store the key's budget: {e}"))?;
+            }
             store
                 .insert_api_key(&key.record)
                 .await

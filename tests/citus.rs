@@ -13,7 +13,8 @@ use agentd::store::postgres::{
     EVENT_BY_ID_SQL, EXPIRE_AS, EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RELEASE_SQL,
     RUN_INVOCATIONS_SQL, TAKE_OVER, USER_RUN_SQL,
 };
-use agentd::store::usage::{BUDGET_SQL, PG_BY_SESSION, PG_SPENT};
+use agentd::store::usage::{spent_sql, BUDGET_SQL, PG_BY_SESSION};
+use agentd::usage::Payer;
 use common::{citus, TestDb};
 use serde_json::Value;
 use sqlx::{Connection, Executor, Row};
@@ -141,6 +142,22 @@ async fn every_hot_statement_is_routed_to_one_shard() {
     .expect("rows");
 
     let insert_run = pg_insert_run_sql();
+    // An app's spending is every user's: the one budget check that is not one shard's
+    // (docs/usage.md).
+    let user_spent = spent_sql(
+        &Payer::User {
+            app: "echo".into(),
+            user: "u1".into(),
+        },
+        true,
+    );
+    let key_spent = spent_sql(
+        &Payer::Key {
+            id: "k1".into(),
+            user: "u1".into(),
+        },
+        true,
+    );
     let first_page = list_runs_sql(false, false);
     let later_page = list_runs_sql(true, true);
     let session_runs = list_session_runs_sql(false);
@@ -176,13 +193,13 @@ async fn every_hot_statement_is_routed_to_one_shard() {
             "admission with the user event",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', true, NULL, 90.0, \
-             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL, 'run-new', NULL, 600.0",
+             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL, 'run-new', NULL, 600.0, 'k1'",
         ),
         (
             "admission of a resume",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', false, NULL, 90.0, \
-             false, '{}', '{}', '{}', 0.0, '', '', '', '{}', NULL, NULL, NULL, NULL",
+             false, '{}', '{}', '{}', 0.0, '', '', '', '{}', NULL, NULL, NULL, NULL, NULL",
         ),
         ("replay: events after a seq", EVENTS_AFTER_SQL, "'echo', 'u1', 's5', 1, 501"),
         ("event by id", EVENT_BY_ID_SQL, "'echo', 'u1', 's5', 'ev-1'"),
@@ -208,8 +225,10 @@ async fn every_hot_statement_is_routed_to_one_shard() {
             "'run-1', 'u1', 'abandoned', 'gone', 0, 'r2', false",
         ),
         ("hand-over on drain", RELEASE_SQL, "'run-1', 'u1', 0, 'r1'"),
-        ("a user's budget", BUDGET_SQL, "'echo', 'u1'"),
-        ("what a user spent", PG_SPENT, "'echo', 'u1', 20000, 19990"),
+        ("a user's budget", BUDGET_SQL, "'echo', 'u1', ''"),
+        ("a key's budget", BUDGET_SQL, "'', 'u1', 'k1'"),
+        ("what a user spent", &user_spent, "'echo', 'u1', '', 20000, 19990"),
+        ("what a key spent", &key_spent, "'', 'u1', 'k1', 20000, 19990"),
         ("a user's usage by day", &by_day, "20000, 20030, 'echo', 'u1', 1001"),
         ("a user's usage by session", PG_BY_SESSION, "20000, 20030, 'echo', 'u1', 1001"),
         ("enqueue", ENQUEUE_SQL.as_str(), "'echo', 'u1', 's5', 'r1'"),

@@ -114,7 +114,10 @@ async fn spans_are_exported_with_the_callers_trace() {
     let m = ScriptedModel::start().await;
     m.push(
         "otel-model",
-        Reply::tool_calls(&[("w1", "get_weather", "{}")]),
+        Reply::tool_calls(&[("w1", "get_weather", "{}")]).with_usage(json!({
+            "prompt_tokens": 100, "completion_tokens": 40, "total_tokens": 140,
+            "prompt_tokens_details": {"cached_tokens": 60}
+        })),
     );
     m.push("otel-model", Reply::text(&["It is ", "21 degrees."]));
     let apps = tempfile::tempdir().unwrap();
@@ -244,8 +247,13 @@ async fn spans_are_exported_with_the_callers_trace() {
         "{:?}",
         chat.1
     );
-    assert!(
-        !chat.1["gen_ai.usage.output_tokens"].is_null(),
+    // The GenAI semantic conventions' usage: cached input is part of the input.
+    let attr = |k: &str| chat.1[k].to_string().trim_matches('"').to_string();
+    assert_eq!(attr("gen_ai.usage.input_tokens"), "100", "{:?}", chat.1);
+    assert_eq!(attr("gen_ai.usage.output_tokens"), "40", "{:?}", chat.1);
+    assert_eq!(
+        attr("gen_ai.usage.cache_read.input_tokens"),
+        "60",
         "{:?}",
         chat.1
     );

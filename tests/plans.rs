@@ -97,6 +97,16 @@ async fn hot_statements_use_their_indexes_without_statistics() {
     );
 
     let insert_run = pg_insert_run_sql();
+    let spent = |payer: agentd::usage::Payer| agentd::store::usage::spent_sql(&payer, true);
+    let user_spent = spent(agentd::usage::Payer::User {
+        app: "echo".into(),
+        user: "u1".into(),
+    });
+    let key_spent = spent(agentd::usage::Payer::Key {
+        id: "k1".into(),
+        user: "u1".into(),
+    });
+    let app_spent = spent(agentd::usage::Payer::App { app: "echo".into() });
     let first_page = list_runs_sql(false, false);
     let later_page = list_runs_sql(true, true);
     let session_runs = list_session_runs_sql(false);
@@ -198,12 +208,31 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         ),
         (
             "what a user spent (a budget's check)",
-            agentd::store::usage::PG_SPENT,
-            "'echo', 'u1', 20000, 19990",
+            &user_spent,
+            "'echo', 'u1', '', 20000, 19990",
             // The user's running runs are few: either index is exact enough.
             vec![
                 ("sessions", &["sessions_pkey", "sessions_running_by_user"]),
-                ("usage_daily", &["usage_daily_pkey"]),
+                ("usage_daily", &["usage_daily_pkey", "usage_daily_by_user"]),
+            ],
+        ),
+        (
+            "what an API key spent (a budget's check)",
+            &key_spent,
+            "'', 'u1', 'k1', 20000, 19990",
+            // Running runs are few: any index on them is exact enough.
+            vec![
+                ("sessions", &["sessions_running", "sessions_running_by_owner", "sessions_running_by_user"]),
+                ("usage_daily", &["usage_daily_by_user"]),
+            ],
+        ),
+        (
+            "what an app spent (a budget's check)",
+            &app_spent,
+            "'echo', '', '', 20000, 19990",
+            vec![
+                ("sessions", &["sessions_running", "sessions_running_by_owner", "sessions_running_by_user", "sessions_pkey"]),
+                ("usage_daily", &["usage_daily_by_day", "usage_daily_pkey"]),
             ],
         ),
         (
@@ -228,7 +257,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             "admission with the user event",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', true, NULL, 90.0, \
-             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL, 'run-new', NULL, 600.0",
+             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL, 'run-new', NULL, 600.0, 'k1'",
             vec![
                 ("sessions", &["sessions_pkey"]),
                 ("run_queue", &["run_queue_by_session"]),
@@ -240,7 +269,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             "admission of a resume (no user event)",
             insert_run,
             "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', false, NULL, 90.0, \
-             false, '{}', '{}', '{}', 0.0, '', '', '', '{}', NULL, NULL, NULL, NULL",
+             false, '{}', '{}', '{}', 0.0, '', '', '', '{}', NULL, NULL, NULL, NULL, NULL",
             vec![
                 ("sessions", &["sessions_pkey"]),
                 ("run_queue", &["run_queue_by_session"]),

@@ -45,6 +45,14 @@ impl Caller {
         }
     }
 
+    /// The id of the API key the caller presented, if any: runs it starts are charged to it.
+    pub fn api_key(&self) -> Option<String> {
+        match &self.via {
+            Via::ApiKey(id) => Some(id.clone()),
+            _ => None,
+        }
+    }
+
     pub fn may_use_app(&self, app: &str) -> bool {
         self.apps
             .as_ref()

@@ -221,10 +221,10 @@ impl From<RunError> for ApiError {
                 "The server is shutting down; retry on another replica.",
             ),
             e @ RunError::TooManyRuns(_) => ApiError::new(ErrorCode::TooManyRuns, e.to_string()),
-            e @ RunError::BudgetExhausted { reset } => {
+            RunError::BudgetExhausted(spent) => {
                 let now = crate::event::now_ts();
-                ApiError::new(ErrorCode::BudgetExhausted, e.to_string())
-                    .retry_after(crate::store::usage::retry_after(reset, now))
+                ApiError::new(ErrorCode::BudgetExhausted, spent.to_string())
+                    .retry_after(crate::store::usage::retry_after(spent.reset, now))
             }
             RunError::Internal(m) => ApiError::internal(m),
             RunError::Store(e) => e.into(),

@@ -155,6 +155,7 @@ pub fn api_routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::fork::router())
         .merge(routes::schedules::router())
         .merge(routes::usage::router())
+        .merge(routes::budgets::router())
         .merge(frontend::router())
 }
 

@@ -120,14 +120,11 @@ impl InvocationContext {
         }
     }
 
-    /// Whether the user's budget allows another model call.
-    pub async fn check_budget(&self) -> Result<(), crate::transcript::BudgetExhausted> {
+    /// Whether the run's budgets (its user's, its app's, its API key's) allow another
+    /// model call.
+    pub async fn check_budget(&self) -> Result<(), crate::usage::Exhausted> {
         match self.shared.outbox.meter() {
-            Some(m) => {
-                let key = self.session_key();
-                m.check(self.store().as_ref(), &key.app_name, &key.user_id)
-                    .await
-            }
+            Some(m) => m.check(self.store().as_ref()).await,
             None => Ok(()),
         }
     }

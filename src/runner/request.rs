@@ -118,6 +118,9 @@ pub struct RunRequest {
     /// Go back to before a turn first (regenerate, edit): the rewind and the new user event
     /// are one commit of this run. Without `new_message`, the turn's own message runs again.
     pub edit: Option<EditPoint>,
+    /// The API key that asked for the run (`None`: no key, as under `--auth none` or with a
+    /// JWT): the run is held to the key's budget too, and its spending is counted as the key's.
+    pub api_key: Option<String>,
 }
 
 /// The turn an edit of the conversation goes back to (see `docs/editing.md`).
@@ -155,9 +158,9 @@ pub enum RunError {
     ShuttingDown,
     #[error("this user already has {0} runs in progress")]
     TooManyRuns(usize),
-    /// The user's budget in the app is spent until `reset` (Unix seconds).
-    #[error("the user's budget for this app is spent until {}", crate::usage::iso_time(*reset))]
-    BudgetExhausted { reset: i64 },
+    /// A budget the run is held to is spent (until its `reset`, Unix seconds).
+    #[error(transparent)]
+    BudgetExhausted(crate::usage::Exhausted),
     #[error("internal error: {0}")]
     Internal(String),
     #[error(transparent)]

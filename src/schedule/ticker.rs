@@ -146,6 +146,8 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
         webhook,
         run_id: Some(tick.run_id.clone()),
         edit: None,
+        // The key that made the schedule pays for its runs, as for the runs it starts itself.
+        api_key: s.created_by.clone(),
     };
     let (status, error) = match runner.start_run(req).await {
         Ok(handle) => {
@@ -159,12 +161,12 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
         Err(RunError::ShuttingDown) => return,
         // The user's quota of concurrent runs (`--max-runs-per-user`) holds for scheduled
         // runs too: a tick that finds it full is skipped, like one that finds its session busy,
-        // and so is one whose user's budget is spent.
+        // and so is one whose budget (the user's, the app's, the schedule's key's) is spent.
         Err(
             e @ (RunError::Busy(_)
             | RunError::QueueTimeout(_)
             | RunError::TooManyRuns(_)
-            | RunError::BudgetExhausted { .. }),
+            | RunError::BudgetExhausted(_)),
         ) => {
             metrics::counter!("agentd_schedule_ticks_total", "outcome" => "skipped").increment(1);
             ("skipped", Some(e.to_string()))

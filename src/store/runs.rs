@@ -53,6 +53,8 @@ pub struct NewRun {
     /// Resumable by another replica if this one dies (`None`: a hold, or an app with
     /// `resume: never`): what the run continues with.
     pub durable: Option<Durable>,
+    /// The API key that asked for the run: its spending is counted as the key's.
+    pub api_key: Option<String>,
 }
 
 /// What a resumed run continues with (see docs/replicas.md, "Durable runs").
@@ -228,6 +230,9 @@ pub struct RunRecord {
     #[serde(serialize_with = "crate::usage::serialize_run_usage")]
     #[schema(value_type = crate::usage::RunUsageView)]
     pub usage: Option<crate::usage::RunUsage>,
+    /// The id of the API key that started the run (its spending is the key's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -429,7 +434,7 @@ pub trait RunStore: Send + Sync + 'static {
 pub(crate) const RUN_COLUMNS: &str =
     "id, app_name, user_id, session_id, invocation_id, status, owner, cancel_requested, \
      cancelled_by, cancel_reason, created_at, started_at, finished_at, base_seq, user_event, \
-     last_seq, error, sealed, resumes, resume_log, usage";
+     last_seq, error, sealed, resumes, resume_log, usage, key_id";
 
 /// Reads a `runs` row; the same code for both backends' row types.
 macro_rules! run_record_reader {
@@ -462,6 +467,7 @@ macro_rules! run_record_reader {
                 usage: r
                     .try_get::<Option<$usage>, _>("usage")?
                     .and_then($parse_usage),
+                api_key: r.try_get("key_id")?,
             })
         }
     };

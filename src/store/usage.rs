@@ -9,7 +9,7 @@
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 use super::StoreResult;
-use crate::usage::{day_date, Budget, RunUsage, Spent, Window};
+use crate::usage::{day_date, Budget, Exhausted, Limit, Payer, RunUsage, Spent, Window};
 use async_trait::async_trait;
 use sqlx::Row;
 
@@ -29,6 +29,8 @@ pub enum GroupBy {
     Session,
     User,
     App,
+    /// The API key the runs were charged to (`''`: none, e.g. `--auth none` or a JWT).
+    Key,
 }
 
 /// What a report covers: an app and a user (or every one: admins), days `from..=to`.
@@ -78,13 +80,13 @@ impl UsageRow {
 pub trait UsageStore: Send + Sync + 'static {
     /// A report: at most [`MAX_USAGE_GROUPS`] + 1 groups, ordered by key.
     async fn usage_report(&self, q: &UsageQuery) -> StoreResult<Vec<UsageRow>>;
-    async fn budget(&self, app: &str, user: &str) -> StoreResult<Option<Budget>>;
-    async fn set_budget(&self, app: &str, user: &str, budget: &Budget, at: f64) -> StoreResult<()>;
+    async fn budget(&self, payer: &Payer) -> StoreResult<Option<Budget>>;
+    async fn set_budget(&self, payer: &Payer, budget: &Budget, at: f64) -> StoreResult<()>;
     /// False when there was none.
-    async fn delete_budget(&self, app: &str, user: &str) -> StoreResult<bool>;
-    /// What the user spent in the app in `w`'s windows: ended runs' aggregates and what the
-    /// user's running runs have committed so far, in one read.
-    async fn spent(&self, app: &str, user: &str, w: &Window) -> StoreResult<Spent>;
+    async fn delete_budget(&self, payer: &Payer) -> StoreResult<bool>;
+    /// What the payer spent in `w`'s windows: ended runs' aggregates and what its running
+    /// runs have committed so far, in one read.
+    async fn spent(&self, payer: &Payer, w: &Window) -> StoreResult<Spent>;
 }
 
 /// A report over `usage_daily` grouped by `key` (a column or expression). Parameters: $1 from
@@ -125,9 +127,9 @@ pub fn daily_sql(key: &str, q: &UsageQuery) -> String {
     )
 }
 
-/// A user's budget in an app: $1 app, $2 user.
-pub const BUDGET_SQL: &str =
-    "SELECT tokens_per_day, cost_per_month FROM budgets WHERE app_name = $1 AND user_id = $2";
+/// A payer's budget: $1 app, $2 user, $3 key ([`Payer::columns`]).
+pub const BUDGET_SQL: &str = "SELECT tokens_per_day, cost_per_month FROM budgets
+  WHERE app_name = $1 AND user_id = $2 AND key_id = $3";
 
 /// A user's report by session, from the ended runs' own records. Parameters as
 /// [`daily_sql`]'s.
@@ -159,27 +161,54 @@ const SQLITE_BY_SESSION: &str = "SELECT r.session_id AS key,
     AND r.finished_at >= $1 * 86400.0 AND r.finished_at < ($2 + 1) * 86400.0
   GROUP BY r.session_id ORDER BY 1 LIMIT $5";
 
-/// What a user spent: $1 app, $2 user, $3 today, $4 the month's first day. The running runs'
-/// usage comes back as one JSON array.
-pub const PG_SPENT: &str = "SELECT
+/// What a payer spent: $1 app, $2 user, $3 key ([`Payer::columns`]; every one is named so
+/// that both backends bind the same three), $4 today, $5 the month's first day. The running
+/// runs' usage comes back as one JSON array. A user's or a key's spending is read where the
+/// user's rows are (one shard on Citus); an app's is every user's (docs/usage.md).
+pub fn spent_sql(payer: &Payer, postgres: bool) -> String {
+    let (daily, running) = match payer {
+        Payer::User { .. } => (
+            "app_name = $1 AND user_id = $2 AND $3 = ''",
+            "app_name = $1 AND user_id = $2 AND $3 = ''",
+        ),
+        Payer::App { .. } => (
+            "app_name = $1 AND $2 = '' AND $3 = ''",
+            "app_name = $1 AND $2 = '' AND $3 = ''",
+        ),
+        Payer::Key { .. } => (
+            "$1 = '' AND user_id = $2 AND key_id = $3",
+            match postgres {
+                true => "$1 = '' AND user_id = $2 AND run_key = $3",
+                false => "$1 = '' AND user_id = $2 AND key_id = $3",
+            },
+        ),
+    };
+    let (cost_type, running_usage) = match postgres {
+        true => (
+            "DOUBLE PRECISION",
+            format!(
+                "SELECT CAST(jsonb_agg(run_usage) AS TEXT) FROM sessions
+                  WHERE {running} AND active_run IS NOT NULL AND run_usage IS NOT NULL"
+            ),
+        ),
+        false => (
+            "REAL",
+            format!(
+                "SELECT json_group_array(json(usage)) FROM runs
+                  WHERE {running} AND status = 'running' AND usage IS NOT NULL"
+            ),
+        ),
+    };
+    format!(
+        "SELECT
     CAST(COALESCE((SELECT sum(input_tokens + output_tokens) FROM usage_daily
-                    WHERE app_name = $1 AND user_id = $2 AND day = $3 AND model <> ''), 0) AS BIGINT) AS tokens_today,
-    COALESCE((SELECT sum(cost) FROM usage_daily
-               WHERE app_name = $1 AND user_id = $2 AND day >= $4 AND day <= $3 AND model <> ''), 0)
-        AS cost_this_month,
-    (SELECT CAST(jsonb_agg(run_usage) AS TEXT) FROM sessions
-      WHERE app_name = $1 AND user_id = $2 AND active_run IS NOT NULL AND run_usage IS NOT NULL)
-        AS running";
-
-const SQLITE_SPENT: &str = "SELECT
-    CAST(COALESCE((SELECT sum(input_tokens + output_tokens) FROM usage_daily
-                    WHERE app_name = $1 AND user_id = $2 AND day = $3 AND model <> ''), 0) AS BIGINT) AS tokens_today,
+                    WHERE {daily} AND day = $4 AND model <> ''), 0) AS BIGINT) AS tokens_today,
     CAST(COALESCE((SELECT sum(cost) FROM usage_daily
-                    WHERE app_name = $1 AND user_id = $2 AND day >= $4 AND day <= $3 AND model <> ''), 0) AS REAL)
+                    WHERE {daily} AND day >= $5 AND day <= $4 AND model <> ''), 0) AS {cost_type})
         AS cost_this_month,
-    (SELECT json_group_array(json(usage)) FROM runs
-      WHERE app_name = $1 AND user_id = $2 AND status = 'running' AND usage IS NOT NULL)
-        AS running";
+    ({running_usage}) AS running"
+    )
+}
 
 fn read_row<R: Row>(row: &R, by_day: bool) -> StoreResult<UsageRow>
 where
@@ -224,7 +253,7 @@ fn with_running(mut spent: Spent, running: Option<String>) -> Spent {
 }
 
 macro_rules! usage_store {
-    ($store:ty, $writer:ident, $reader:ident, $by_session:expr, $spent:expr) => {
+    ($store:ty, $writer:ident, $reader:ident, $by_session:expr, $postgres:expr) => {
         #[async_trait]
         impl UsageStore for $store {
             async fn usage_report(&self, q: &UsageQuery) -> StoreResult<Vec<UsageRow>> {
@@ -234,6 +263,7 @@ macro_rules! usage_store {
                     GroupBy::Model => daily_sql("model", q),
                     GroupBy::User => daily_sql("user_id", q),
                     GroupBy::App => daily_sql("app_name", q),
+                    GroupBy::Key => daily_sql("key_id", q),
                 };
                 let rows = sqlx::query(&sql)
                     .bind(q.from_day)
@@ -248,10 +278,12 @@ macro_rules! usage_store {
                     .collect()
             }
 
-            async fn budget(&self, app: &str, user: &str) -> StoreResult<Option<Budget>> {
+            async fn budget(&self, payer: &Payer) -> StoreResult<Option<Budget>> {
+                let (app, user, key) = payer.columns();
                 let row = sqlx::query(BUDGET_SQL)
                 .bind(app)
                 .bind(user)
+                .bind(key)
                 .fetch_optional(&self.$reader)
                 .await?;
                 row.map(|r| {
@@ -265,23 +297,20 @@ macro_rules! usage_store {
                 .transpose()
             }
 
-            async fn set_budget(
-                &self,
-                app: &str,
-                user: &str,
-                budget: &Budget,
-                at: f64,
-            ) -> StoreResult<()> {
+            async fn set_budget(&self, payer: &Payer, budget: &Budget, at: f64) -> StoreResult<()> {
+                let (app, user, key) = payer.columns();
                 sqlx::query(
-                    "INSERT INTO budgets (app_name, user_id, tokens_per_day, cost_per_month, update_time)
-                     VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (app_name, user_id) DO UPDATE
+                    "INSERT INTO budgets (app_name, user_id, key_id, tokens_per_day, cost_per_month,
+                                          update_time)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (app_name, user_id, key_id) DO UPDATE
                         SET tokens_per_day = excluded.tokens_per_day,
                             cost_per_month = excluded.cost_per_month,
                             update_time = excluded.update_time",
                 )
                 .bind(app)
                 .bind(user)
+                .bind(key)
                 .bind(budget.tokens_per_day.map(|t| t.min(i64::MAX as u64) as i64))
                 .bind(budget.cost_per_month)
                 .bind(at)
@@ -291,20 +320,26 @@ macro_rules! usage_store {
                 Ok(())
             }
 
-            async fn delete_budget(&self, app: &str, user: &str) -> StoreResult<bool> {
-                let done = sqlx::query("DELETE FROM budgets WHERE app_name = $1 AND user_id = $2")
+            async fn delete_budget(&self, payer: &Payer) -> StoreResult<bool> {
+                let (app, user, key) = payer.columns();
+                let done = sqlx::query(
+                    "DELETE FROM budgets WHERE app_name = $1 AND user_id = $2 AND key_id = $3",
+                )
                     .bind(app)
                     .bind(user)
+                    .bind(key)
                     .execute(&self.$writer)
                     .await?;
                 self.budget_changed().await;
                 Ok(done.rows_affected() > 0)
             }
 
-            async fn spent(&self, app: &str, user: &str, w: &Window) -> StoreResult<Spent> {
-                let row = sqlx::query($spent)
+            async fn spent(&self, payer: &Payer, w: &Window) -> StoreResult<Spent> {
+                let (app, user, key) = payer.columns();
+                let row = sqlx::query(&spent_sql(payer, $postgres))
                     .bind(app)
                     .bind(user)
+                    .bind(key)
                     .bind(w.today)
                     .bind(w.month_first)
                     .fetch_one(&self.$reader)
@@ -339,24 +374,34 @@ impl SqliteStore {
     async fn budget_changed(&self) {}
 }
 
-usage_store!(PgStore, pool, pool, PG_BY_SESSION, PG_SPENT);
-usage_store!(SqliteStore, writer, reader, SQLITE_BY_SESSION, SQLITE_SPENT);
+usage_store!(PgStore, pool, pool, PG_BY_SESSION, true);
+usage_store!(SqliteStore, writer, reader, SQLITE_BY_SESSION, false);
 
-/// When `budget` (the user's in the app) was exhausted, the Unix time it resets at: what the
-/// database says the user spent now, plus `unsaved` (tokens, cost) it has not seen yet. The
-/// one check admission and every model call make.
-pub async fn budget_reset(
+/// Whether any of `limits` is spent: what the database says each payer spent now, plus
+/// `unsaved` (tokens, cost) the run has not committed yet. When several are, the one that
+/// resets last (spending is allowed again only when every one has reset). The one check
+/// admission and every model call make; no read when there are no limits.
+pub async fn exhausted(
     store: &dyn UsageStore,
-    app: &str,
-    user: &str,
-    budget: &Budget,
+    limits: &[Limit],
     unsaved: (u64, f64),
-) -> StoreResult<Option<i64>> {
+) -> StoreResult<Option<Exhausted>> {
     let w = Window::now();
-    let mut spent = store.spent(app, user, &w).await?;
-    spent.tokens_today = spent.tokens_today.saturating_add(unsaved.0);
-    spent.cost_this_month += unsaved.1;
-    Ok(budget.exhausted(&spent, &w))
+    let mut worst: Option<Exhausted> = None;
+    for limit in limits {
+        let mut spent = store.spent(&limit.payer, &w).await?;
+        spent.tokens_today = spent.tokens_today.saturating_add(unsaved.0);
+        spent.cost_this_month += unsaved.1;
+        if let Some(reset) = limit.budget.exhausted(&spent, &w) {
+            if worst.as_ref().is_none_or(|e| reset > e.reset) {
+                worst = Some(Exhausted {
+                    payer: limit.payer.clone(),
+                    reset,
+                });
+            }
+        }
+    }
+    Ok(worst)
 }
 
 /// Seconds until `reset` (a Unix time), at least one.

@@ -2,21 +2,21 @@
 //!
 //! Every model call's tokens are added to the run's [`RunUsage`] here; the outbox writes the
 //! total with the run's next commit ([`crate::store::SessionStore::append_metered`]), so the
-//! database always knows what the run spent up to its last committed event. With a budget,
-//! every model call first asks the database what the user has spent (ended runs and the
-//! user's other running runs as far as they have committed) and adds what this run has not
-//! committed yet: two runs of one user on two replicas overshoot a budget by at most the one
-//! call each has in flight.
+//! database always knows what the run spent up to its last committed event. With budgets,
+//! every model call first asks the database what each payer (the user in the app, the app,
+//! the API key) has spent (ended runs and its other running runs as far as they have
+//! committed) and adds what this run has not committed yet: two runs of one payer on two
+//! replicas overshoot a budget by at most the one call each has in flight.
 
 use crate::store::Store;
-use crate::usage::{Budget, Prices, RunUsage, Tokens};
+use crate::usage::{Exhausted, Limit, Prices, RunUsage, Tokens};
 use std::sync::{Arc, Mutex};
 
 /// A run's meter.
 pub struct Meter {
     prices: Arc<Prices>,
-    /// The user's budget in the app when the run was admitted (`None`: no checks).
-    budget: Option<Budget>,
+    /// The budgets the run was admitted under (none: no checks).
+    limits: Vec<Limit>,
     state: Mutex<State>,
 }
 
@@ -27,24 +27,17 @@ struct State {
     committed: RunUsage,
 }
 
-/// A budget the user has spent: nothing more is called before `reset` (Unix seconds).
-#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
-#[error("the user's budget in this app is spent until {reset} (Unix time)")]
-pub struct BudgetExhausted {
-    pub reset: i64,
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Meter {
     /// A meter counting from `seed` (what a run taken over had committed).
-    pub fn new(prices: Arc<Prices>, budget: Option<Budget>, seed: Option<RunUsage>) -> Self {
+    pub fn new(prices: Arc<Prices>, limits: Vec<Limit>, seed: Option<RunUsage>) -> Self {
         let seed = seed.unwrap_or_default();
         Meter {
             prices,
-            budget,
+            limits,
             state: Mutex::new(State {
                 usage: seed.clone(),
                 committed: seed,
@@ -88,26 +81,21 @@ impl Meter {
         lock(&self.state).usage.clone()
     }
 
-    /// Whether another model call is within the user's budget. A failed read lets the call
-    /// go (a database that cannot answer must not stop every agent); it is logged.
-    pub async fn check(
-        &self,
-        store: &dyn Store,
-        app: &str,
-        user: &str,
-    ) -> Result<(), BudgetExhausted> {
-        let Some(budget) = self.budget else {
+    /// Whether another model call is within every budget of the run. A failed read lets the
+    /// call go (a database that cannot answer must not stop every agent); it is logged.
+    pub async fn check(&self, store: &dyn Store) -> Result<(), Exhausted> {
+        if self.limits.is_empty() {
             return Ok(());
-        };
+        }
         let unsaved = {
             let st = lock(&self.state);
             st.usage.beyond(&st.committed)
         };
-        match crate::store::usage::budget_reset(store, app, user, &budget, unsaved).await {
-            Ok(Some(reset)) => Err(BudgetExhausted { reset }),
+        match crate::store::usage::exhausted(store, &self.limits, unsaved).await {
+            Ok(Some(spent)) => Err(spent),
             Ok(None) => Ok(()),
             Err(e) => {
-                tracing::warn!(error = %e, "could not read the user's spending; the model call goes ahead");
+                tracing::warn!(error = %e, "could not read what was spent; the model call goes ahead");
                 Ok(())
             }
         }

@@ -12,7 +12,7 @@ mod outbox;
 pub mod rewind;
 
 pub use item::{RunItem, RunObserver};
-pub use meter::{BudgetExhausted, Meter};
+pub use meter::Meter;
 pub use outbox::{
     temp_keys, CommitError, CommitResult, EmitState, Outbox, OutboxParts, HOLD_LIMIT,
 };

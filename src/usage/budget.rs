@@ -1,12 +1,61 @@
-//! Budgets: what one user of one app may spend, in tokens per UTC day and/or in cost per UTC
-//! calendar month, and what is spent in the current windows.
+//! Budgets: what one payer (a user in an app, a whole app, or an API key) may spend, in tokens
+//! per UTC day and/or in cost per UTC calendar month, and what is spent in the current windows.
 
 use chrono::{Datelike, NaiveDate, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 pub const DAY_SECS: i64 = 86_400;
 
-/// A user's budget in an app. Either bound may be absent.
+/// Whose spending a budget bounds. A run is held to every budget that applies to it: its
+/// user's in its app, its app's, and the API key's that started it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Payer {
+    /// One user in one app.
+    User { app: String, user: String },
+    /// Every user of one app together.
+    App { app: String },
+    /// One API key, in every app it may use (a key acts as one user: `user` is its user, so
+    /// its spending is read on that user's shard).
+    Key { id: String, user: String },
+}
+
+impl Payer {
+    /// The budget's row in `budgets` and its spending's in `usage_daily`: (app, user, key),
+    /// with `''` for what the payer does not name (ids are never empty).
+    pub fn columns(&self) -> (&str, &str, &str) {
+        match self {
+            Payer::User { app, user } => (app, user, ""),
+            Payer::App { app } => (app, "", ""),
+            Payer::Key { id, user } => ("", user, id),
+        }
+    }
+
+    /// Whose budget it is, for messages: "the user's budget in this app" and the like.
+    pub fn whose(&self) -> &'static str {
+        match self {
+            Payer::User { .. } => "the user's budget in this app",
+            Payer::App { .. } => "the app's budget",
+            Payer::Key { .. } => "the API key's budget",
+        }
+    }
+}
+
+/// A budget with its payer: what one run is checked against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    pub payer: Payer,
+    pub budget: Budget,
+}
+
+/// A budget one payer has spent: nothing more is called before `reset` (Unix seconds).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{} is spent until {}", .payer.whose(), iso_time(*.reset))]
+pub struct Exhausted {
+    pub payer: Payer,
+    pub reset: i64,
+}
+
+/// A user's budget in an app, an app's or a key's. Either bound may be absent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Budget {

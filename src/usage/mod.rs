@@ -8,7 +8,9 @@
 mod budget;
 mod prices;
 
-pub use budget::{date_day, day_date, iso_time, Budget, Spent, Window, DAY_SECS};
+pub use budget::{
+    date_day, day_date, iso_time, Budget, Exhausted, Limit, Payer, Spent, Window, DAY_SECS,
+};
 pub use prices::{Price, Prices, PricesError};
 
 use serde::{Deserialize, Serialize};

@@ -353,6 +353,50 @@ async fn keys_cli_creates_lists_and_revokes() {
     assert!(!ok, "--apps with no app is not an unrestricted key: {err}");
     let (ok, _, err) = run(&["keys", "create", "--user", ""]);
     assert!(!ok, "an empty user is refused: {err}");
+
+    // A key made with a budget has it from its first request (docs/usage.md#budgets).
+    let (ok, capped, err) = run(&[
+        "keys",
+        "create",
+        "--user",
+        "alice",
+        "--budget-tokens-per-day",
+        "500",
+        "--budget-cost-per-month",
+        "2.5",
+    ]);
+    assert!(ok, "{err}");
+    let capped_id = capped.split('_').nth(1).unwrap().to_string();
+    let budget = db
+        .store()
+        .await
+        .budget(&agentd::usage::Payer::Key {
+            id: capped_id,
+            user: "alice".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        budget,
+        Some(agentd::usage::Budget {
+            tokens_per_day: Some(500),
+            cost_per_month: Some(2.5),
+        })
+    );
+    let (ok, _, err) = run(&[
+        "keys",
+        "create",
+        "--user",
+        "alice",
+        "--budget-cost-per-month=-1",
+    ]);
+    assert!(!ok, "a negative budget is refused: {err}");
+    let (_, listed, _) = run(&["keys", "list"]);
+    assert_eq!(
+        listed.lines().count(),
+        2,
+        "the refused key was not stored: {listed}"
+    );
 }
 
 both_backends!(

@@ -38,6 +38,7 @@ async fn the_outboxes_are_database_facts(backend: Backend) {
             target("https://c.example/", &["run.input_required"]),
         ])),
         durable: None,
+        api_key: None,
     };
     claim(store.as_ref(), &run, None).await.expect("admitted");
     assert!(

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+mod budgets;
 mod model_errors;
 mod tools;
 mod usage;

@@ -22,8 +22,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod anthropic_adapter;
 mod gemini_adapter;
+mod usage_sums;
 
 const ANTHROPIC_TEXT_AND_TOOL: &str =
     include_str!("../fixtures/model_wire/anthropic_text_and_tool.sse");

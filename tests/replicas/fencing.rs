@@ -39,6 +39,7 @@ fn new_run(key: &SessionKey, id: &str, owner: &str, opening: Option<Event>) -> N
         opening,
         webhooks: None,
         durable: None,
+        api_key: None,
     }
 }
 

@@ -273,6 +273,7 @@ async fn a_run_id_names_one_run(backend: Backend) {
         opening: None,
         webhooks: None,
         durable: None,
+        api_key: None,
     };
     let first = store.insert_run(&run("a"), None).await.unwrap();
     assert!(matches!(first, Insert::Inserted { .. }), "{first:?}");

@@ -71,15 +71,17 @@ impl<'a> Turn<'a> {
             gen_ai.request.model = %model,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
-        // A user whose budget is spent gets no further call: the run fails with
-        // `BUDGET_EXHAUSTED` (docs/usage.md).
+        // A run whose budget (its user's, app's or key's) is spent makes no further call: it
+        // fails with `BUDGET_EXHAUSTED` (docs/usage.md).
         if let Err(spent) = self.ctx.check_budget().await {
             let e = crate::model::ModelError {
                 code: "BUDGET_EXHAUSTED",
                 message: format!(
-                    "The user's budget for this app is spent; it resets at {}.",
+                    "{} is spent; it resets at {}.",
+                    upper_first(spent.payer.whose()),
                     crate::usage::iso_time(spent.reset)
                 ),
                 retryable: false,
@@ -95,6 +97,10 @@ impl<'a> Turn<'a> {
             if let Some(u) = r.usage {
                 span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
                 span.record("gen_ai.usage.output_tokens", u.candidates_tokens);
+                // Part of the input tokens, as the semantic conventions count them.
+                if let Some(cached) = u.cached_tokens {
+                    span.record("gen_ai.usage.cache_read.input_tokens", cached);
+                }
             }
             if let Some(code) = &r.error_code {
                 span.record("error.type", code.as_str());
@@ -235,4 +241,12 @@ fn failed(mut r: LlmResponse, e: crate::model::ModelError) -> LlmResponse {
     r.error_code = Some(e.code.to_string());
     r.error_message = Some(e.message);
     r
+}
+
+/// "the app's budget" → "The app's budget".
+fn upper_first(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }

@@ -86,8 +86,9 @@ pub fn check_app(apps: &crate::apps::AppRegistry, caller: &Caller, app: &str) ->
 }
 
 /// A frontend's turn as a run request: the new input as the user's message, the session
-/// created on demand, a busy session refused (409).
+/// created on demand, a busy session refused (409), charged to the caller's API key.
 pub fn turn(
+    api_key: Option<String>,
     key: SessionKey,
     parts: Vec<crate::event::Part>,
     streaming: bool,
@@ -114,6 +115,7 @@ pub fn turn(
         webhook: None,
         run_id: None,
         edit: None,
+        api_key,
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod apps;
 pub mod artifacts;
 pub mod background;
+pub mod budgets;
 pub mod fork;
 pub mod memory;
 pub mod rewind;

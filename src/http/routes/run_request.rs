@@ -208,6 +208,7 @@ impl RunAgentRequest {
             webhook,
             run_id: None,
             edit,
+            api_key: caller.api_key(),
         })
     }
 }

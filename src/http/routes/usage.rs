@@ -1,18 +1,15 @@
-//! What users spent and may spend (docs/usage.md): a user's usage report
-//! (`GET /apps/{app}/users/{user}/usage`), everyone's for admins (`GET /usage`), and a user's
-//! budget (`GET`, and for admins `PUT` and `DELETE`, `/apps/{app}/users/{user}/budget`).
+//! What users spent (docs/usage.md): a user's usage report
+//! (`GET /apps/{app}/users/{user}/usage`) and everyone's for admins (`GET /usage`). What they
+//! may spend is in [`super::budgets`].
 
 use crate::auth::Caller;
-use crate::error_code::ErrorCode;
 use crate::http::error::{problem, ApiError, ApiResult};
-use crate::http::extract::{validate_id, Json, Path, Query};
+use crate::http::extract::{validate_id, Path, Query};
 use crate::http::openapi::{error_set, Errors, UserPath};
 use crate::http::AppState;
 use crate::store::usage::MAX_USAGE_GROUPS;
 use crate::store::{GroupBy, UsageQuery, UsageRow};
-use crate::usage::{date_day, iso_time, Budget, Spent, Window, DAY_SECS};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use crate::usage::{date_day, Window};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
@@ -29,26 +26,10 @@ error_set!(
     AllUsageErrors: AdminRequired, ValidationError, InvalidId
 );
 
-error_set!(
-    /// What `GET /apps/{app}/users/{user}/budget` answers beyond the door's codes.
-    GetBudgetErrors: AppNotFound, NotFound, InvalidId
-);
-
-error_set!(
-    /// What `PUT /apps/{app}/users/{user}/budget` answers beyond the door's codes.
-    PutBudgetErrors: AppNotFound, NotFound, InvalidId, AdminRequired, ValidationError, JsonInvalid
-);
-
-error_set!(
-    /// What `DELETE /apps/{app}/users/{user}/budget` answers beyond the door's codes.
-    DeleteBudgetErrors: AppNotFound, NotFound, InvalidId, AdminRequired, BudgetNotFound
-);
-
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(user_usage))
         .routes(routes!(all_usage))
-        .routes(routes!(get_budget, put_budget, delete_budget))
 }
 
 /// The longest period one report covers.
@@ -62,7 +43,8 @@ pub struct UsageParams {
     from: Option<String>,
     /// Last day, included (`YYYY-MM-DD`, UTC); today by default.
     to: Option<String>,
-    /// `day`, `model` or `session` for a user; `user`, `app`, `model` or `day` for admins.
+    /// `day`, `model` or `session` for a user; `user`, `app`, `model`, `day` or `key` (the
+    /// API key the runs were charged to, `""` for none) for admins.
     #[param(inline)]
     group_by: Option<GroupBy>,
     /// Admins' report only: one app.
@@ -129,7 +111,7 @@ async fn all_usage(
     if group_by == GroupBy::Session {
         return Err(invalid(
             "groupBy",
-            "everyone's report groups by user, app, model or day",
+            "everyone's report groups by user, app, model, day or key",
         ));
     }
     report(&state, q.app.clone(), None, &q, group_by).await
@@ -214,129 +196,4 @@ fn invalid(field: &str, msg: impl Into<String>) -> ApiError {
         vec![json!("query"), json!(field)],
         msg,
     )])
-}
-
-/// A user's budget with what is spent in its windows and when they reset.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BudgetView {
-    /// Input plus output tokens per UTC day (`null`: no bound).
-    tokens_per_day: Option<u64>,
-    /// Cost per UTC calendar month, in the prices' currency (`null`: no bound).
-    cost_per_month: Option<f64>,
-    spent: Spent,
-    /// When each bound's window starts again (RFC 3339, UTC).
-    resets: Resets,
-    /// Whether a bound is reached: runs are refused until it resets.
-    exhausted: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    currency: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Resets {
-    tokens_per_day: String,
-    cost_per_month: String,
-}
-
-/// The user's budget in the app (its bounds `null` when none is set) and what is spent.
-#[utoipa::path(get, path = "/apps/{app}/users/{user}/budget", tag = "usage",
-    params(UserPath),
-    responses((status = 200, description = "The budget.", body = BudgetView), Errors, GetBudgetErrors))]
-async fn get_budget(
-    state: axum::extract::State<AppState>,
-    Path((app, user)): Path<(String, String)>,
-) -> ApiResult<axum::Json<BudgetView>> {
-    let budget = state.store.budget(&app, &user).await?.unwrap_or_default();
-    view(&state, &app, &user, budget).await
-}
-
-/// Sets the user's budget in the app (admins): `tokensPerDay` and/or `costPerMonth`.
-#[utoipa::path(put, path = "/apps/{app}/users/{user}/budget", tag = "usage",
-    params(UserPath), request_body = Budget,
-    responses((status = 200, description = "The budget as set.", body = BudgetView), Errors, PutBudgetErrors))]
-async fn put_budget(
-    state: axum::extract::State<AppState>,
-    caller: Caller,
-    Path((app, user)): Path<(String, String)>,
-    Json(budget): Json<Budget>,
-) -> ApiResult<axum::Json<BudgetView>> {
-    if !caller.may_see_internals() {
-        return Err(crate::http::auth::admin_required(
-            &caller,
-            "Setting a budget",
-        ));
-    }
-    // A budget for an app nobody runs would never apply: refused as schedules are.
-    if state.apps.get(&app).is_none() {
-        return Err(crate::http::auth::app_hidden(&state.apps, &caller, &app));
-    }
-    if !budget.valid() {
-        return Err(ApiError::validation(vec![problem(
-            "value_error",
-            vec![json!("body"), json!("costPerMonth")],
-            "must be a number at or above zero",
-        )]));
-    }
-    if budget.tokens_per_day.is_none() && budget.cost_per_month.is_none() {
-        return Err(ApiError::validation(vec![problem(
-            "missing",
-            vec![json!("body")],
-            "give `tokensPerDay`, `costPerMonth` or both (DELETE removes a budget)",
-        )]));
-    }
-    state
-        .store
-        .set_budget(&app, &user, &budget, crate::event::now_ts())
-        .await?;
-    state.runner.budgets_changed();
-    view(&state, &app, &user, budget).await
-}
-
-/// Removes the user's budget in the app (admins).
-#[utoipa::path(delete, path = "/apps/{app}/users/{user}/budget", tag = "usage",
-    params(UserPath),
-    responses((status = 204, description = "Removed."), Errors, DeleteBudgetErrors))]
-async fn delete_budget(
-    state: axum::extract::State<AppState>,
-    caller: Caller,
-    Path((app, user)): Path<(String, String)>,
-) -> ApiResult<Response> {
-    if !caller.may_see_internals() {
-        return Err(crate::http::auth::admin_required(
-            &caller,
-            "Removing a budget",
-        ));
-    }
-    let deleted = state.store.delete_budget(&app, &user).await?;
-    state.runner.budgets_changed();
-    match deleted {
-        true => Ok(StatusCode::NO_CONTENT.into_response()),
-        false => Err(ApiError::new(
-            ErrorCode::BudgetNotFound,
-            "The user has no budget in this app",
-        )),
-    }
-}
-
-async fn view(
-    state: &AppState,
-    app: &str,
-    user: &str,
-    budget: Budget,
-) -> ApiResult<axum::Json<BudgetView>> {
-    let w = Window::now();
-    let spent = state.store.spent(app, user, &w).await?;
-    Ok(axum::Json(BudgetView {
-        tokens_per_day: budget.tokens_per_day,
-        cost_per_month: budget.cost_per_month,
-        spent,
-        resets: Resets {
-            tokens_per_day: iso_time((w.today + 1) * DAY_SECS),
-            cost_per_month: iso_time(w.next_month_first * DAY_SECS),
-        },
-        exhausted: budget.exhausted(&spent, &w).is_some(),
-        currency: state.runner.prices().currency.clone(),
-    }))
 }

@@ -121,6 +121,7 @@ impl Runner {
             opening: None,
             webhooks: None,
             durable: None,
+            api_key: None,
         };
         // Registered before admission, so reconciliation never mistakes it for a leak.
         let local = self.register(&run_id, None);

@@ -45,8 +45,8 @@ pub(in crate::runner) struct Admitted {
     pub(super) boundary: Arc<std::sync::atomic::AtomicBool>,
     /// A run taken over from a replica that stopped (`super::resume`).
     pub(super) resumed: Option<Resumed>,
-    /// The user's budget in the app (see [`crate::transcript::Meter`]).
-    pub(super) budget: Option<crate::usage::Budget>,
+    /// The budgets the run is held to (see [`crate::transcript::Meter`]).
+    pub(super) budget: Vec<crate::usage::Limit>,
 }
 
 /// What a taken-over run starts from.

@@ -21,8 +21,9 @@ pub(in crate::runner) struct Prepared {
     /// The run in this process's registry (cancel, drain, reconciliation) and its place in the
     /// user's quota, from before admission on: reconciliation never mistakes it for a leak.
     pub(super) local: Registration,
-    /// The user's budget in the app, checked before each model call of the run.
-    pub(super) budget: Option<crate::usage::Budget>,
+    /// The budgets the run is held to (its user's in the app, the app's, its API key's),
+    /// checked again before each model call of the run.
+    pub(super) budget: Vec<crate::usage::Limit>,
 }
 
 impl Prepared {
@@ -72,7 +73,7 @@ impl Prepared {
             }
         }
         // After the request's own mistakes, before anything is stored.
-        let budget = budget_gate(runner, &req.key).await?;
+        let budget = budget_gate(runner, &req.key, req.api_key.as_deref()).await?;
         let run_id = req
             .run_id
             .clone()
@@ -109,6 +110,7 @@ impl Prepared {
                 config: super::stored_config::stored_config(&req.run_config),
                 max_secs: runner.run_limit(req.max_duration).as_secs_f64(),
             }),
+            api_key: req.api_key.clone(),
         };
         Ok(Prepared {
             local: runner.register(&run_id, slot),
@@ -132,25 +134,23 @@ impl Prepared {
     }
 }
 
-/// The user's budget in the app, refused when it is spent (before anything is stored). No
-/// read for a user without a budget (the budgets are cached: [`super::super::budgets`]), one
-/// for a user with one (docs/usage.md).
+/// The budgets the run is held to, refused when one is spent (before anything is stored). No
+/// read for a run without budgets (they are cached: [`super::super::budgets`]), one per
+/// budget otherwise (docs/usage.md).
 async fn budget_gate(
     runner: &Runner,
     key: &crate::store::SessionKey,
-) -> Result<Option<crate::usage::Budget>, RunError> {
-    let cached = runner
+    api_key: Option<&str>,
+) -> Result<Vec<crate::usage::Limit>, RunError> {
+    let store = runner.store.as_ref();
+    let limits = runner
         .config
         .budgets
-        .get(runner.store.as_ref(), &key.app_name, &key.user_id);
-    let Some(budget) = cached.await? else {
-        return Ok(None);
-    };
-    let (app, user) = (&key.app_name, &key.user_id);
-    let store = runner.store.as_ref();
-    match crate::store::usage::budget_reset(store, app, user, &budget, (0, 0.0)).await? {
-        Some(reset) => Err(RunError::BudgetExhausted { reset }),
-        None => Ok(Some(budget)),
+        .limits(store, &key.app_name, &key.user_id, api_key)
+        .await?;
+    match crate::store::usage::exhausted(store, &limits, (0, 0.0)).await? {
+        Some(spent) => Err(RunError::BudgetExhausted(spent)),
+        None => Ok(limits),
     }
 }
 

@@ -59,12 +59,20 @@ async fn continue_run(runner: Arc<Runner>, taken: TakenOver, local: Registration
         resumes = taken.run.resumes,
         "took over a run whose replica stopped; continuing it"
     );
-    // The budget is checked before each of its model calls here too (it was admitted).
-    let budget = match runner.store.budget(&key.app_name, &key.user_id).await {
+    // Its budgets are checked before each of its model calls here too (it was admitted).
+    let api_key = taken.run.api_key.clone();
+    let budgets = &runner.config.budgets;
+    let limits = budgets.limits(
+        runner.store.as_ref(),
+        &key.app_name,
+        &key.user_id,
+        api_key.as_deref(),
+    );
+    let budget = match limits.await {
         Ok(b) => b,
         Err(e) => {
-            tracing::warn!(error = %e, "could not read the user's budget; the run goes on unchecked");
-            None
+            tracing::warn!(error = %e, "could not read the run's budgets; the run goes on unchecked");
+            vec![]
         }
     };
     let (cancel, cause) = (local.cancel.clone(), local.cause.clone());
@@ -81,6 +89,7 @@ async fn continue_run(runner: Arc<Runner>, taken: TakenOver, local: Registration
         webhook: None,
         run_id: Some(taken.run.run_id.clone()),
         edit: None,
+        api_key,
     };
     let guard =
         RunGuard::new(runner.clone(), key, taken.has_webhooks, local).at_epoch(taken.run.resumes);

@@ -22,7 +22,8 @@ pub(crate) fn running_columns(id: &str, t: &str) -> String {
          {t}.run_created_at AS started_at, NULL::double precision AS finished_at,
          {t}.run_base_seq AS base_seq, {t}.run_user_event AS user_event,
          NULL::bigint AS last_seq, NULL::text AS error, true AS sealed,
-         {t}.run_resumes AS resumes, {t}.run_resume_log AS resume_log, {t}.run_usage AS usage"
+         {t}.run_resumes AS resumes, {t}.run_resume_log AS resume_log, {t}.run_usage AS usage,
+         {t}.run_key AS key_id"
     )
 }
 
@@ -32,7 +33,8 @@ pub(crate) const ENDING_RETURNING: &str = "sessions.app_name, sessions.user_id, 
      sessions.id AS session_id, sessions.run_invocation, sessions.run_owner, \
      sessions.run_cancel_requested, sessions.run_cancelled_by, sessions.run_cancel_reason, \
      sessions.run_created_at, sessions.run_base_seq, sessions.run_user_event, \
-     sessions.run_webhooks, sessions.run_resumes, sessions.run_resume_log, sessions.run_usage";
+     sessions.run_webhooks, sessions.run_resumes, sessions.run_resume_log, sessions.run_usage, \
+     sessions.run_key";
 
 /// A CTE body inserting the ended run's one `runs` row from `from` (a CTE returning
 /// [`ENDING_RETURNING`]): `id`, `status`, `last_seq`, `error` and `sealed` are SQL
@@ -52,12 +54,12 @@ pub(crate) fn insert_ended(
         "INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
                            lease_expires_at, cancel_requested, cancelled_by, cancel_reason,
                            created_at, started_at, finished_at, base_seq, user_event, last_seq,
-                           error, sealed, webhooks, resumes, resume_log, usage)
+                           error, sealed, webhooks, resumes, resume_log, usage, key_id)
          SELECT {id}, f.app_name, f.user_id, f.session_id, f.run_invocation, {status},
                 f.run_owner, 0, f.run_cancel_requested, f.run_cancelled_by,
                 f.run_cancel_reason, f.run_created_at, f.run_created_at, {PG_NOW},
                 f.run_base_seq, f.run_user_event, {last_seq}, {error}, {sealed}, f.run_webhooks,
-                f.run_resumes, f.run_resume_log, f.run_usage
+                f.run_resumes, f.run_resume_log, f.run_usage, f.run_key
            FROM {from} f
          ON CONFLICT DO NOTHING
          RETURNING {RUN_COLUMNS}, webhooks"

@@ -67,9 +67,9 @@ impl RunStore for SqliteStore {
         let inserted = sqlx::query(
             "INSERT INTO runs (id, app_name, user_id, session_id, invocation_id, status, owner,
                                lease_expires_at, created_at, started_at, base_seq, user_event,
-                               webhooks, durable, run_config, deadline)
+                               webhooks, durable, run_config, deadline, key_id)
              VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, 0, ?7, ?7, ?8, ?9, ?10, ?11, ?12,
-                     ?7 + ?13)",
+                     ?7 + ?13, ?14)",
         )
         .bind(&run.run_id)
         .bind(&run.key.app_name)
@@ -88,6 +88,7 @@ impl RunStore for SqliteStore {
                 .map(serde_json::Value::to_string),
         )
         .bind(durable.map(|d| d.max_secs))
+        .bind(&run.api_key)
         .execute(&mut *tx)
         .await;
         match inserted {

@@ -654,6 +654,7 @@ mod tests {
             resumes: 0,
             resumed: vec![],
             usage: None,
+            api_key: None,
         };
         assert!(task_of(&run, &[], None, false).metadata.is_none());
         run.usage = Some(usage);

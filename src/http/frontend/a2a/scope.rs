@@ -17,6 +17,8 @@ pub const ANONYMOUS: &str = "a2a";
 pub struct Scope {
     pub app: String,
     pub user: String,
+    /// The caller's API key, charged with the runs it starts.
+    pub api_key: Option<String>,
 }
 
 /// Checks `A2A-Version`: 1.0 (or 1), and 0.3, whose method names the JSON-RPC binding also
@@ -62,6 +64,7 @@ impl Scope {
         Ok(Scope {
             app: app.to_string(),
             user,
+            api_key: caller.api_key(),
         })
     }
 }

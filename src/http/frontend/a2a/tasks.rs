@@ -184,7 +184,14 @@ pub async fn send(
     let session = session_for(state, scope, message).await?;
     let key = SessionKey::new(&scope.app, &scope.user, &session);
     check_answers(state, &key, &parts).await?;
-    let mut run = turn(key, parts.clone(), true, vec![], OnDisconnect::Continue);
+    let mut run = turn(
+        scope.api_key.clone(),
+        key,
+        parts.clone(),
+        true,
+        vec![],
+        OnDisconnect::Continue,
+    );
     run.run_id = Some(run_id);
     run.webhook = push;
     run.run_config.save_input_blobs_as_artifacts = map::saves_blobs(req);

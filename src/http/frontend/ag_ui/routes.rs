@@ -179,6 +179,7 @@ async fn run(
             state_delta: (!turn.delta.is_empty()).then_some(turn.delta),
             edit: turn.edit.map(EditPoint::Invocation),
             ..crate::http::frontend::kit::turn(
+                caller.api_key(),
                 key.clone(),
                 turn.parts,
                 true,

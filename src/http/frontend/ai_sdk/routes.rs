@@ -251,7 +251,14 @@ async fn chat(
         RunRequest {
             edit,
             // A dropped connection is not a stop: the client can resume the stream.
-            ..turn(key.clone(), parts, true, vec![], OnDisconnect::Continue)
+            ..turn(
+                caller.api_key(),
+                key.clone(),
+                parts,
+                true,
+                vec![],
+                OnDisconnect::Continue,
+            )
         },
     )
     .await?;

@@ -121,7 +121,8 @@ impl AgentTools {
         // `follow`), and a dropped handler drops the handle's guard.
         let streaming = progress.is_some();
         let parts = vec![crate::event::Part::text(message)];
-        let mut req = kit::turn(key, parts, streaming, vec![], OnDisconnect::Cancel);
+        let api_key = call.caller.api_key();
+        let mut req = kit::turn(api_key, key, parts, streaming, vec![], OnDisconnect::Cancel);
         req.run_id = Some(run_id.clone());
         let handle = match kit::start_run(&self.state, req).await {
             Ok(h) => h,

@@ -85,7 +85,15 @@ pub(super) async fn chat_completions(
     if parts.is_empty() {
         return Err(no_input());
     }
-    let run = turn(key.clone(), parts, req.stream, tools, OnDisconnect::Cancel);
+    let api_key = caller.api_key();
+    let run = turn(
+        api_key,
+        key.clone(),
+        parts,
+        req.stream,
+        tools,
+        OnDisconnect::Cancel,
+    );
     let handle = start_or_forget(&state, new_session, run).await?;
     let extra = run_headers(&handle.run_id, &handle.invocation_id, Some(&key.session_id));
     let id = format!("chatcmpl-{}", handle.run_id);

@@ -273,7 +273,14 @@ pub(super) async fn create_response(
         false => OnDisconnect::Cancel,
     };
     let streaming = req.stream && !req.background;
-    let turn = turn(key.clone(), parts, streaming, tools, on_disconnect);
+    let turn = turn(
+        caller.api_key(),
+        key.clone(),
+        parts,
+        streaming,
+        tools,
+        on_disconnect,
+    );
     let new_session = req.previous_response_id.is_none();
     let handle: RunHandle = start_or_forget(&state, new_session, turn).await?;
     let extra = run_headers(&handle.run_id, &handle.invocation_id, Some(&key.session_id));

@@ -1,0 +1,286 @@
+//! Budgets of an app and of an API key (docs/usage.md#budgets), beside the user's (in
+//! `usage.rs`): each scripted call spends 15 tokens, a run two calls.
+
+use super::*;
+use crate::both_backends;
+use crate::common::sse_client::{self, Msg};
+use agentd::config::AuthMode;
+
+fn run_body(user: &str, session: &str) -> Value {
+    json!({
+        "appName": "weather", "userId": user, "sessionId": session,
+        "newMessage": {"role": "user", "parts": [{"text": "Weather?"}]},
+        "streaming": true, "createSession": true,
+    })
+}
+
+fn weather_apps(m: &ScriptedModel) -> agentd::apps::AppRegistry {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let agent = LlmAgent::new("weather_agent", m.model("weather")).tool(weather_tool(calls));
+    let mut apps = agentd::apps::AppRegistry::default();
+    apps.insert(
+        "weather",
+        agentd::agent::AgentTree::new(Arc::new(agent)).expect("valid tree"),
+    );
+    apps
+}
+
+fn script_runs(m: &ScriptedModel, runs: usize) {
+    for _ in 0..runs {
+        m.push(
+            "weather",
+            Reply::tool_calls(&[("call_1", "get_weather", r#"{"city": "Paris"}"#)]),
+        )
+        .push("weather", Reply::text(&["Sunny."]));
+    }
+}
+
+fn last_error_code(msgs: &[Msg]) -> Value {
+    complete(msgs)
+        .last()
+        .map(|e| e["errorCode"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// An app's budget holds all its users together: one user's run spends it, another's is
+/// stopped mid-run, a third is refused at admission naming the app's budget; removing it
+/// lets runs go again. Only admins see or set it.
+async fn an_apps_budget_holds_all_its_users(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    script_runs(&m, 3);
+    let s =
+        TestServer::start_embedded_with(backend, weather_apps(&m), PluginSet::default(), |_| {})
+            .await;
+    let path = "/apps/weather/budget";
+    let r = s
+        .client
+        .put(s.url(path))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422, "an empty budget is refused");
+    let r = s
+        .client
+        .put(s.url("/apps/nowhere/budget"))
+        .json(&json!({"tokensPerDay": 40}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_with_status(r, 404).await["code"], "app_not_found");
+    let r = s
+        .client
+        .put(s.url(path))
+        .json(&json!({"tokensPerDay": 40}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_with_status(r, 200).await["tokensPerDay"], 40);
+
+    let msgs = s.run_stream(run_body("ann", "s1")).await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
+    let msgs = s.run_stream(run_body("bob", "s1")).await;
+    assert_eq!(done_status(&msgs), "failed", "{msgs:#?}");
+    assert_eq!(last_error_code(&msgs), "BUDGET_EXHAUSTED");
+    let text = complete(&msgs)
+        .last()
+        .and_then(|e| e["errorMessage"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    assert!(text.contains("The app's budget"), "{text}");
+    assert_eq!(m.unused(), 3, "bob's second call was never made");
+
+    let r = s.post_json("/run_sse", run_body("cy", "s1")).await;
+    assert!(r.headers().contains_key("retry-after"));
+    let refused = json_with_status(r, 429).await;
+    assert_eq!(refused["code"], "budget_exhausted", "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("app's budget"),
+        "{refused}"
+    );
+    let gone = s.get("/apps/weather/users/cy/sessions/s1").await;
+    assert_eq!(gone.status(), 404, "a refused run creates nothing");
+    // The users' own budgets are untouched: none was set.
+    let own = json_with_status(s.get("/apps/weather/users/cy/budget").await, 200).await;
+    assert_eq!(own["exhausted"], false, "{own}");
+
+    let view = json_with_status(s.get(path).await, 200).await;
+    assert_eq!(view["spent"]["tokensToday"], 45, "{view}");
+    assert_eq!(view["exhausted"], true, "{view}");
+    assert_eq!(s.delete(path).await.status(), 204);
+    let r = s.delete(path).await;
+    assert_eq!(json_with_status(r, 404).await["code"], "budget_not_found");
+    let msgs = s.run_stream(run_body("cy", "s1")).await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
+}
+
+async fn run_with(s: &TestServer, key: &str, body: Value) -> Vec<Msg> {
+    let r = s
+        .client
+        .post(s.url("/run"))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .expect("POST");
+    sse_client::read_all(r).await
+}
+
+async fn new_key(s: &TestServer, user: &str, admin: bool) -> (String, String) {
+    let k = agentd::auth::keys::generate(
+        agentd::auth::keys::KeySpec {
+            user_id: user.into(),
+            apps: None,
+            admin,
+            name: None,
+            expires_at: None,
+        },
+        agentd::event::now_ts(),
+    )
+    .expect("key");
+    s.db.store()
+        .await
+        .insert_api_key(&k.record)
+        .await
+        .expect("stored");
+    (k.plaintext, k.record.id)
+}
+
+/// An API key's budget holds the key, not its user: the key's runs are stopped and then
+/// refused while another key of the same user goes on; the key may read its own budget but
+/// not another's; everyone's report by key says which key spent what; each run names its key.
+async fn a_keys_budget_holds_the_key_not_its_user(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    script_runs(&m, 4);
+    let s = TestServer::start_embedded_with(backend, weather_apps(&m), PluginSet::default(), |a| {
+        a.security.auth = vec![AuthMode::ApiKey]
+    })
+    .await;
+    let (admin, _) = new_key(&s, "ops", true).await;
+    let (capped, capped_id) = new_key(&s, USER, false).await;
+    let (other, other_id) = new_key(&s, USER, false).await;
+    let path = format!("/keys/{capped_id}/budget");
+
+    let r = s
+        .client
+        .put(s.url(&path))
+        .bearer_auth(&capped)
+        .json(&json!({"tokensPerDay": 40}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_with_status(r, 403).await["code"], "admin_required");
+    let r = s
+        .client
+        .put(s.url("/keys/00000000000000aa/budget"))
+        .bearer_auth(&admin)
+        .json(&json!({"tokensPerDay": 40}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_with_status(r, 404).await["code"], "key_not_found");
+    let r = s
+        .client
+        .put(s.url(&path))
+        .bearer_auth(&admin)
+        .json(&json!({"tokensPerDay": 40}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_with_status(r, 200).await["tokensPerDay"], 40);
+
+    let msgs = run_with(&s, &capped, run_body(USER, "s1")).await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
+    let msgs = run_with(&s, &capped, run_body(USER, "s2")).await;
+    assert_eq!(done_status(&msgs), "failed", "{msgs:#?}");
+    assert_eq!(last_error_code(&msgs), "BUDGET_EXHAUSTED");
+    let r = s
+        .client
+        .post(s.url("/run_sse"))
+        .bearer_auth(&capped)
+        .json(&run_body(USER, "s3"))
+        .send()
+        .await
+        .unwrap();
+    let refused = json_with_status(r, 429).await;
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("API key's budget"),
+        "{refused}"
+    );
+    // The same user through another key is not held by the first key's budget (its run gets
+    // the reply the stopped run never asked for: one call, 15 tokens).
+    let msgs = run_with(&s, &other, run_body(USER, "s3")).await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
+
+    let get = |key: &str, path: &str| {
+        s.client
+            .get(s.url(path))
+            .bearer_auth(key.to_string())
+            .send()
+    };
+    let own = json_with_status(get(&capped, &path).await.unwrap(), 200).await;
+    assert_eq!(own["spent"]["tokensToday"], 45, "{own}");
+    assert_eq!(own["exhausted"], true, "{own}");
+    let r = get(&capped, &format!("/keys/{other_id}/budget"))
+        .await
+        .unwrap();
+    assert_eq!(json_with_status(r, 403).await["code"], "admin_required");
+    let theirs = json_with_status(
+        get(&admin, &format!("/keys/{other_id}/budget"))
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    assert_eq!(theirs["spent"]["tokensToday"], 15, "{theirs}");
+    assert_eq!(theirs["tokensPerDay"], Value::Null, "{theirs}");
+
+    let by_key = json_with_status(get(&admin, "/usage?groupBy=key").await.unwrap(), 200).await;
+    let tokens = |id: &str| {
+        by_key["usage"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["key"] == id))
+            .map(|r| {
+                r["inputTokens"].as_u64().unwrap_or(0) + r["outputTokens"].as_u64().unwrap_or(0)
+            })
+    };
+    assert_eq!(tokens(&capped_id), Some(45), "{by_key}");
+    assert_eq!(tokens(&other_id), Some(15), "{by_key}");
+    let runs = json_with_status(
+        get(&capped, &format!("/apps/weather/users/{USER}/runs"))
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    let keys: Vec<&Value> = runs["runs"]
+        .as_array()
+        .map(|r| r.iter().map(|r| &r["apiKey"]).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        keys,
+        [&json!(other_id), &json!(capped_id), &json!(capped_id)],
+        "{runs}"
+    );
+
+    let r = s
+        .client
+        .delete(s.url(&path))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let msgs = run_with(&s, &capped, run_body(USER, "s4")).await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
+}
+
+both_backends!(
+    an_apps_budget_holds_all_its_users,
+    a_keys_budget_holds_the_key_not_its_user,
+);
