@@ -151,21 +151,21 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
                 },
                 now,
             )?;
-            // The budget first: a key is never usable without the budget it was given.
+            store
+                .insert_api_key(&key.record)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot store the key: {e}"))?;
+            // A key whose budget could not be stored is never shown, so never used.
             if budget != agentd::usage::Budget::default() {
                 let payer = agentd::usage::Payer::Key {
                     id: key.record.id.clone(),
-                    user: key.record.user_id.clone(),
+                    user: (!key.record.admin).then(|| key.record.user_id.clone()),
                 };
                 store
                     .set_budget(&payer, &budget, now)
                     .await
                     .map_err(|e| anyhow::anyhow!("cannot store the key's budget: {e}"))?;
             }
-            store
-                .insert_api_key(&key.record)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot store the key: {e}"))?;
             eprintln!(
                 "created key {} for user {:?}{}; it is shown only now:",
                 key.record.id,

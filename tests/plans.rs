@@ -24,7 +24,14 @@ use serde_json::Value;
 use sqlx::{Connection, Executor, Row};
 
 /// Tables whose scans are checked (the small shared-state tables may be read any way).
-const CHECKED: &[&str] = &["sessions", "events", "runs", "run_queue", "usage_daily"];
+const CHECKED: &[&str] = &[
+    "sessions",
+    "events",
+    "runs",
+    "run_queue",
+    "usage_daily",
+    "usage_keys",
+];
 
 /// (name, statement, EXECUTE arguments, table → the indexes it may be read through; a table
 /// written `?t` may also not be read at all).
@@ -104,7 +111,11 @@ async fn hot_statements_use_their_indexes_without_statistics() {
     });
     let key_spent = spent(agentd::usage::Payer::Key {
         id: "k1".into(),
-        user: "u1".into(),
+        user: Some("u1".into()),
+    });
+    let admin_key_spent = spent(agentd::usage::Payer::Key {
+        id: "k1".into(),
+        user: None,
     });
     let app_spent = spent(agentd::usage::Payer::App { app: "echo".into() });
     let first_page = list_runs_sql(false, false);
@@ -213,7 +224,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             // The user's running runs are few: either index is exact enough.
             vec![
                 ("sessions", &["sessions_pkey", "sessions_running_by_user"]),
-                ("usage_daily", &["usage_daily_pkey", "usage_daily_by_user"]),
+                ("usage_daily", &["usage_daily_pkey"]),
             ],
         ),
         (
@@ -223,16 +234,26 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             // Running runs are few: any index on them is exact enough.
             vec![
                 ("sessions", &["sessions_running", "sessions_running_by_owner", "sessions_running_by_user"]),
-                ("usage_daily", &["usage_daily_by_user"]),
+                ("usage_keys", &["usage_keys_pkey", "usage_keys_by_key"]),
+            ],
+        ),
+        (
+            "what an admin API key spent (a budget's check)",
+            &admin_key_spent,
+            "'', '', 'k1', 20000, 19990",
+            vec![
+                ("sessions", &["sessions_running", "sessions_running_by_owner", "sessions_running_by_user"]),
+                ("usage_keys", &["usage_keys_by_key"]),
             ],
         ),
         (
             "what an app spent (a budget's check)",
             &app_spent,
             "'echo', '', '', 20000, 19990",
+            // Never every session of the app: only the running ones.
             vec![
-                ("sessions", &["sessions_running", "sessions_running_by_owner", "sessions_running_by_user", "sessions_pkey"]),
-                ("usage_daily", &["usage_daily_by_day", "usage_daily_pkey"]),
+                ("sessions", &["sessions_running", "sessions_running_by_owner", "sessions_running_by_user"]),
+                ("usage_daily", &["usage_daily_by_app"]),
             ],
         ),
         (

@@ -1,23 +1,41 @@
--- Budgets per app and per API key besides per user (docs/usage.md).
+-- Budgets per app and per API key besides per user (docs/usage.md#budgets). Only additions:
+-- replicas from before this migration go on working beside it (a rolling update).
 --
--- A run is charged to the API key that started it: the key's id is on the session row while
--- the run runs (`run_key`, written by admission), on the run's `runs` row once it has ended,
--- and a dimension of `usage_daily` ('' for a run without a key), so a key's spending is read
--- like a user's, on the user's rows (a key acts as one user).
---
--- A budget's row names its payer: (app, user, '') a user in an app, (app, '', '') an app's
--- users together, ('', user, key) an API key. Ids are never empty, so '' names nobody.
--- Adding columns with a constant default rewrites nothing; the primary keys are rebuilt
--- (`usage_daily` and `budgets` hold one row per user, app, day and model at most).
+-- An app's budget is a `budgets` row with user '' (ids are never empty, so '' names nobody).
+-- An API key's budget is on the key's own row (a reference table on Citus, read with the key).
+ALTER TABLE api_keys ADD COLUMN budget_tokens_per_day bigint;
+ALTER TABLE api_keys ADD COLUMN budget_cost_per_month double precision;
+
+-- A run is charged to the API key that started it. While it runs the key is on its session
+-- row, with the run it was written for: a replica from before this migration admits runs
+-- without writing `run_key`, and such a run must not inherit the key of the session's
+-- previous run. Once ended, the key is on the run's `runs` row.
 ALTER TABLE sessions ADD COLUMN run_key text;
+ALTER TABLE sessions ADD COLUMN run_key_run text;
 ALTER TABLE runs ADD COLUMN key_id text;
 
-ALTER TABLE usage_daily ADD COLUMN key_id text NOT NULL DEFAULT '';
-ALTER TABLE usage_daily DROP CONSTRAINT usage_daily_pkey;
-ALTER TABLE usage_daily ADD PRIMARY KEY (app_name, user_id, day, model, key_id);
--- A key's spending (its user's rows of a day), without the app the primary key starts with.
-CREATE INDEX usage_daily_by_user ON usage_daily (user_id, day);
-
-ALTER TABLE budgets ADD COLUMN key_id text NOT NULL DEFAULT '';
-ALTER TABLE budgets DROP CONSTRAINT budgets_pkey;
-ALTER TABLE budgets ADD PRIMARY KEY (app_name, user_id, key_id);
+-- What each key spent, per user, UTC day and app: written by the statement that ends a keyed
+-- run, beside `usage_daily` (whose key this migration leaves alone, for the older replicas'
+-- statements). Distributed by user on Citus: a key that acts as one user is read on that
+-- user's shard; an admin key's spending (any user's) on every shard, by `usage_keys_by_key`.
+CREATE TABLE usage_keys (
+    user_id          text NOT NULL,
+    key_id           text NOT NULL,
+    -- Days since 1970-01-01, UTC.
+    day              integer NOT NULL,
+    app_name         text NOT NULL,
+    input_tokens     bigint NOT NULL DEFAULT 0,
+    output_tokens    bigint NOT NULL DEFAULT 0,
+    cached_tokens    bigint NOT NULL DEFAULT 0,
+    reasoning_tokens bigint NOT NULL DEFAULT 0,
+    model_calls      bigint NOT NULL DEFAULT 0,
+    runs             bigint NOT NULL DEFAULT 0,
+    cost             double precision NOT NULL DEFAULT 0,
+    unpriced_calls   bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (user_id, key_id, day, app_name)
+);
+CREATE INDEX usage_keys_by_key ON usage_keys (key_id, day);
+-- An app's spending (an app budget's check) reads the app's rows of the month, not its
+-- history. On an expression (ids never hold '/'), so that a user's check, which names the app
+-- too, is never planned on it instead of the primary key (whose prefix is the user's rows).
+CREATE INDEX usage_daily_by_app ON usage_daily ((app_name || '/'), day);

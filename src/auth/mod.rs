@@ -45,10 +45,13 @@ impl Caller {
         }
     }
 
-    /// The id of the API key the caller presented, if any: runs it starts are charged to it.
-    pub fn api_key(&self) -> Option<String> {
+    /// The API key the caller presented, if any: runs it starts are charged to it.
+    pub fn api_key(&self) -> Option<crate::usage::ChargedKey> {
         match &self.via {
-            Via::ApiKey(id) => Some(id.clone()),
+            Via::ApiKey(id) => Some(crate::usage::ChargedKey {
+                id: id.clone(),
+                user: self.user_id.clone().filter(|_| !self.admin),
+            }),
             _ => None,
         }
     }

@@ -8,7 +8,7 @@
 //! What is *spent* is never cached: it is read from the database whenever a budget exists.
 
 use crate::store::{Store, StoreResult};
-use crate::usage::{Budget, Limit, Payer};
+use crate::usage::{Budget, ChargedKey, Limit, Payer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,7 +53,7 @@ impl BudgetCache {
         store: &dyn Store,
         app: &str,
         user: &str,
-        key: Option<&str>,
+        key: Option<&ChargedKey>,
     ) -> StoreResult<Vec<Limit>> {
         let mut payers = vec![
             Payer::User {
@@ -64,12 +64,7 @@ impl BudgetCache {
                 app: app.to_string(),
             },
         ];
-        if let Some(id) = key {
-            payers.push(Payer::Key {
-                id: id.to_string(),
-                user: user.to_string(),
-            });
-        }
+        payers.extend(key.map(ChargedKey::payer));
         let mut limits = vec![];
         for payer in payers {
             if let Some(budget) = self.get(store, &payer).await? {
@@ -105,6 +100,15 @@ impl BudgetCache {
         }
         Ok(budget)
     }
+}
+
+/// The key a run not started by a request is charged to (a resumed run's, a schedule's),
+/// from its stored id. A key gone from the database charges nobody.
+pub async fn charged_key(store: &dyn Store, id: &str) -> StoreResult<Option<ChargedKey>> {
+    Ok(store.find_api_key(id).await?.map(|k| ChargedKey {
+        user: (!k.admin).then_some(k.user_id),
+        id: k.id,
+    }))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

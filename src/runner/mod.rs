@@ -166,7 +166,8 @@ impl Runner {
         &self.config.prices
     }
 
-    /// A user's budget was set or removed here: admission reads it again.
+    /// A budget (a user's, an app's, a key's) was set or removed here: admission reads it
+    /// again.
     pub fn budgets_changed(&self) {
         self.config.budgets.changed();
     }

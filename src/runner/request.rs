@@ -120,7 +120,7 @@ pub struct RunRequest {
     pub edit: Option<EditPoint>,
     /// The API key that asked for the run (`None`: no key, as under `--auth none` or with a
     /// JWT): the run is held to the key's budget too, and its spending is counted as the key's.
-    pub api_key: Option<String>,
+    pub api_key: Option<crate::usage::ChargedKey>,
 }
 
 /// The turn an edit of the conversation goes back to (see `docs/editing.md`).

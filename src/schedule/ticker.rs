@@ -8,6 +8,7 @@ use crate::event::Content;
 use crate::runner::{OnBusy, OnDisconnect, RunError, RunRequest, Runner};
 use crate::store::schedules::Planner;
 use crate::store::{ScheduleRecord, SessionKey, TickRecord};
+use crate::usage::ChargedKey;
 use crate::webhook::WebhookTarget;
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,17 +107,21 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
             return;
         }
     }
-    let gone = match owner_gone(&runner, &s).await {
-        Ok(None) => None,
-        Ok(Some(reason)) => {
+    let (gone, api_key) = match owner_gone(&runner, &s).await {
+        Ok(Ok(key)) => (None, key),
+        Ok(Err(reason)) => {
             pause(&runner, &s, reason).await;
-            Some(format!(
+            let why = format!(
                 "the API key that made the schedule is {}: the schedule is paused",
                 reason.trim_start_matches("key_")
-            ))
+            );
+            (Some(why), None)
         }
         // The key store is down: the tick is skipped rather than fired unchecked.
-        Err(e) => Some(format!("could not check the schedule's API key: {e}")),
+        Err(e) => (
+            Some(format!("could not check the schedule's API key: {e}")),
+            None,
+        ),
     };
     if let Some(why) = gone {
         metrics::counter!("agentd_schedule_ticks_total", "outcome" => "skipped").increment(1);
@@ -146,8 +151,8 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
         webhook,
         run_id: Some(tick.run_id.clone()),
         edit: None,
-        // The key that made the schedule pays for its runs, as for the runs it starts itself.
-        api_key: s.created_by.clone(),
+        // The key that made (or last changed) the schedule pays for its runs.
+        api_key,
     };
     let (status, error) = match runner.start_run(req).await {
         Ok(handle) => {
@@ -192,20 +197,25 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
 /// Why the schedule's owner may no longer start runs: the API key that made it was revoked or
 /// has expired. A schedule made without a key (no authentication, or a JWT, which the
 /// server cannot check again without the token) has nothing to check.
+/// Why the schedule's API key can no longer start runs, or the key its runs are charged to
+/// (`None` for a schedule made without a key).
 async fn owner_gone(
     runner: &Runner,
     s: &ScheduleRecord,
-) -> Result<Option<&'static str>, crate::store::StoreError> {
+) -> Result<Result<Option<ChargedKey>, &'static str>, crate::store::StoreError> {
     let Some(key_id) = s.created_by.as_deref() else {
-        return Ok(None);
+        return Ok(Ok(None));
     };
     Ok(match runner.store().find_api_key(key_id).await? {
-        None => Some(PAUSED_KEY_REVOKED),
-        Some(k) if k.revoked_at.is_some() => Some(PAUSED_KEY_REVOKED),
+        None => Err(PAUSED_KEY_REVOKED),
+        Some(k) if k.revoked_at.is_some() => Err(PAUSED_KEY_REVOKED),
         Some(k) if k.expires_at.is_some_and(|t| t <= crate::event::now_ts()) => {
-            Some(PAUSED_KEY_EXPIRED)
+            Err(PAUSED_KEY_EXPIRED)
         }
-        Some(_) => None,
+        Some(k) => Ok(Some(ChargedKey {
+            user: (!k.admin).then_some(k.user_id),
+            id: k.id,
+        })),
     })
 }
 

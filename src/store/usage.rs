@@ -47,7 +47,7 @@ pub struct UsageQuery {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageRow {
-    /// The day (`YYYY-MM-DD`), model, session, user or app.
+    /// The day (`YYYY-MM-DD`), model, session, user, app or API key.
     pub key: String,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -127,9 +127,9 @@ pub fn daily_sql(key: &str, q: &UsageQuery) -> String {
     )
 }
 
-/// A payer's budget: $1 app, $2 user, $3 key ([`Payer::columns`]).
+/// A user's budget in an app ($1 app, $2 user), or an app's (user '').
 pub const BUDGET_SQL: &str = "SELECT tokens_per_day, cost_per_month FROM budgets
-  WHERE app_name = $1 AND user_id = $2 AND key_id = $3";
+  WHERE app_name = $1 AND user_id = $2";
 
 /// A user's report by session, from the ended runs' own records. Parameters as
 /// [`daily_sql`]'s.
@@ -163,23 +163,45 @@ const SQLITE_BY_SESSION: &str = "SELECT r.session_id AS key,
 
 /// What a payer spent: $1 app, $2 user, $3 key ([`Payer::columns`]; every one is named so
 /// that both backends bind the same three), $4 today, $5 the month's first day. The running
-/// runs' usage comes back as one JSON array. A user's or a key's spending is read where the
-/// user's rows are (one shard on Citus); an app's is every user's (docs/usage.md).
+/// runs' usage comes back as one JSON array. A user's spending, and a key's that acts as one
+/// user, is read where the user's rows are (one shard on Citus); an app's and an admin key's
+/// are every user's (docs/usage.md#budgets).
 pub fn spent_sql(payer: &Payer, postgres: bool) -> String {
-    let (daily, running) = match payer {
+    // PostgreSQL keeps a running run on its session row, with the key written for that run.
+    // The running runs of an app or an admin key are read from an index of running runs only
+    // (`active_run >= ''` is true of every one): never every session of the app. The app is
+    // named through an expression no index has, for the same reason (and, in `usage_daily`,
+    // the one `usage_daily_by_app` has).
+    let pg_key = "run_key = $3 AND run_key_run = active_run";
+    let all_running = match postgres {
+        true => " AND active_run >= ''",
+        false => "",
+    };
+    let (table, filter, running) = match payer {
         Payer::User { .. } => (
-            "app_name = $1 AND user_id = $2 AND $3 = ''",
-            "app_name = $1 AND user_id = $2 AND $3 = ''",
+            "usage_daily",
+            "app_name = $1 AND user_id = $2 AND $3 = '' AND model <> ''",
+            "app_name = $1 AND user_id = $2 AND $3 = ''".to_string(),
         ),
         Payer::App { .. } => (
-            "app_name = $1 AND $2 = '' AND $3 = ''",
-            "app_name = $1 AND $2 = '' AND $3 = ''",
+            "usage_daily",
+            "(app_name || '/') = ($1 || '/') AND $2 = '' AND $3 = '' AND model <> ''",
+            format!("(app_name || '/') = ($1 || '/') AND $2 = '' AND $3 = ''{all_running}"),
         ),
-        Payer::Key { .. } => (
+        Payer::Key { user: Some(_), .. } => (
+            "usage_keys",
             "$1 = '' AND user_id = $2 AND key_id = $3",
             match postgres {
-                true => "$1 = '' AND user_id = $2 AND run_key = $3",
-                false => "$1 = '' AND user_id = $2 AND key_id = $3",
+                true => format!("$1 = '' AND user_id = $2 AND {pg_key}"),
+                false => "$1 = '' AND user_id = $2 AND key_id = $3".to_string(),
+            },
+        ),
+        Payer::Key { user: None, .. } => (
+            "usage_keys",
+            "$1 = '' AND $2 = '' AND key_id = $3",
+            match postgres {
+                true => format!("$1 = '' AND $2 = '' AND {pg_key}{all_running}"),
+                false => "$1 = '' AND $2 = '' AND key_id = $3".to_string(),
             },
         ),
     };
@@ -201,14 +223,43 @@ pub fn spent_sql(payer: &Payer, postgres: bool) -> String {
     };
     format!(
         "SELECT
-    CAST(COALESCE((SELECT sum(input_tokens + output_tokens) FROM usage_daily
-                    WHERE {daily} AND day = $4 AND model <> ''), 0) AS BIGINT) AS tokens_today,
-    CAST(COALESCE((SELECT sum(cost) FROM usage_daily
-                    WHERE {daily} AND day >= $5 AND day <= $4 AND model <> ''), 0) AS {cost_type})
+    CAST(COALESCE((SELECT sum(input_tokens + output_tokens) FROM {table}
+                    WHERE {filter} AND day = $4), 0) AS BIGINT) AS tokens_today,
+    CAST(COALESCE((SELECT sum(cost) FROM {table}
+                    WHERE {filter} AND day >= $5 AND day <= $4), 0) AS {cost_type})
         AS cost_this_month,
     ({running_usage}) AS running"
     )
 }
+
+/// Everyone's report by the API key the runs were charged to (runs without a key are not in
+/// it). Parameters as [`daily_sql`]'s ($4, the user, is NULL: admins only).
+pub fn by_key_sql(q: &UsageQuery) -> String {
+    let app = match q.app.is_some() {
+        true => "app_name = $3",
+        false => "$3 IS NULL",
+    };
+    format!(
+        "SELECT key_id AS key,
+                CAST(COALESCE(sum(input_tokens), 0) AS BIGINT) AS input_tokens,
+                CAST(COALESCE(sum(output_tokens), 0) AS BIGINT) AS output_tokens,
+                CAST(COALESCE(sum(cached_tokens), 0) AS BIGINT) AS cached_tokens,
+                CAST(COALESCE(sum(reasoning_tokens), 0) AS BIGINT) AS reasoning_tokens,
+                CAST(COALESCE(sum(model_calls), 0) AS BIGINT) AS model_calls,
+                CAST(COALESCE(sum(runs), 0) AS BIGINT) AS runs,
+                CASE WHEN COALESCE(sum(unpriced_calls), 0) > 0 THEN NULL
+                     ELSE CAST(COALESCE(sum(cost), 0) AS DOUBLE PRECISION) END AS cost
+           FROM usage_keys
+          WHERE day >= $1 AND day <= $2 AND {app} AND ($4 IS NULL OR user_id = $4)
+          GROUP BY 1 ORDER BY 1 LIMIT $5"
+    )
+}
+
+/// A key's budget, on its row: $1 the key.
+pub const KEY_BUDGET_SQL: &str =
+    "SELECT budget_tokens_per_day AS tokens_per_day, budget_cost_per_month AS cost_per_month
+       FROM api_keys WHERE id = $1 AND (budget_tokens_per_day IS NOT NULL
+                                        OR budget_cost_per_month IS NOT NULL)";
 
 fn read_row<R: Row>(row: &R, by_day: bool) -> StoreResult<UsageRow>
 where
@@ -263,7 +314,7 @@ macro_rules! usage_store {
                     GroupBy::Model => daily_sql("model", q),
                     GroupBy::User => daily_sql("user_id", q),
                     GroupBy::App => daily_sql("app_name", q),
-                    GroupBy::Key => daily_sql("key_id", q),
+                    GroupBy::Key => by_key_sql(q),
                 };
                 let rows = sqlx::query(&sql)
                     .bind(q.from_day)
@@ -280,10 +331,10 @@ macro_rules! usage_store {
 
             async fn budget(&self, payer: &Payer) -> StoreResult<Option<Budget>> {
                 let (app, user, key) = payer.columns();
-                let row = sqlx::query(BUDGET_SQL)
-                .bind(app)
-                .bind(user)
-                .bind(key)
+                let row = match payer {
+                    Payer::Key { .. } => sqlx::query(KEY_BUDGET_SQL).bind(key),
+                    _ => sqlx::query(BUDGET_SQL).bind(app).bind(user),
+                }
                 .fetch_optional(&self.$reader)
                 .await?;
                 row.map(|r| {
@@ -299,21 +350,30 @@ macro_rules! usage_store {
 
             async fn set_budget(&self, payer: &Payer, budget: &Budget, at: f64) -> StoreResult<()> {
                 let (app, user, key) = payer.columns();
-                sqlx::query(
-                    "INSERT INTO budgets (app_name, user_id, key_id, tokens_per_day, cost_per_month,
-                                          update_time)
-                     VALUES ($1, $2, $3, $4, $5, $6)
-                     ON CONFLICT (app_name, user_id, key_id) DO UPDATE
-                        SET tokens_per_day = excluded.tokens_per_day,
-                            cost_per_month = excluded.cost_per_month,
-                            update_time = excluded.update_time",
-                )
-                .bind(app)
-                .bind(user)
-                .bind(key)
-                .bind(budget.tokens_per_day.map(|t| t.min(i64::MAX as u64) as i64))
-                .bind(budget.cost_per_month)
-                .bind(at)
+                let tokens = budget.tokens_per_day.map(|t| t.min(i64::MAX as u64) as i64);
+                match payer {
+                    Payer::Key { .. } => sqlx::query(
+                        "UPDATE api_keys SET budget_tokens_per_day = $2, budget_cost_per_month = $3
+                          WHERE id = $1",
+                    )
+                    .bind(key)
+                    .bind(tokens)
+                    .bind(budget.cost_per_month),
+                    _ => sqlx::query(
+                        "INSERT INTO budgets (app_name, user_id, tokens_per_day, cost_per_month,
+                                              update_time)
+                         VALUES ($1, $2, $3, $4, $5)
+                         ON CONFLICT (app_name, user_id) DO UPDATE
+                            SET tokens_per_day = excluded.tokens_per_day,
+                                cost_per_month = excluded.cost_per_month,
+                                update_time = excluded.update_time",
+                    )
+                    .bind(app)
+                    .bind(user)
+                    .bind(tokens)
+                    .bind(budget.cost_per_month)
+                    .bind(at),
+                }
                 .execute(&self.$writer)
                 .await?;
                 self.budget_changed().await;
@@ -322,14 +382,19 @@ macro_rules! usage_store {
 
             async fn delete_budget(&self, payer: &Payer) -> StoreResult<bool> {
                 let (app, user, key) = payer.columns();
-                let done = sqlx::query(
-                    "DELETE FROM budgets WHERE app_name = $1 AND user_id = $2 AND key_id = $3",
-                )
-                    .bind(app)
-                    .bind(user)
-                    .bind(key)
-                    .execute(&self.$writer)
-                    .await?;
+                let done = match payer {
+                    Payer::Key { .. } => sqlx::query(
+                        "UPDATE api_keys SET budget_tokens_per_day = NULL, budget_cost_per_month = NULL
+                          WHERE id = $1 AND (budget_tokens_per_day IS NOT NULL
+                                             OR budget_cost_per_month IS NOT NULL)",
+                    )
+                    .bind(key),
+                    _ => sqlx::query("DELETE FROM budgets WHERE app_name = $1 AND user_id = $2")
+                        .bind(app)
+                        .bind(user),
+                }
+                .execute(&self.$writer)
+                .await?;
                 self.budget_changed().await;
                 Ok(done.rows_affected() > 0)
             }

@@ -14,19 +14,21 @@ pub enum Payer {
     User { app: String, user: String },
     /// Every user of one app together.
     App { app: String },
-    /// One API key, in every app it may use (a key acts as one user: `user` is its user, so
-    /// its spending is read on that user's shard).
-    Key { id: String, user: String },
+    /// One API key, in every app it may use. `user` is the one user a key acts as (its
+    /// spending is then read on that user's shard); `None` for an admin key, which acts for
+    /// any user.
+    Key { id: String, user: Option<String> },
 }
 
 impl Payer {
-    /// The budget's row in `budgets` and its spending's in `usage_daily`: (app, user, key),
-    /// with `''` for what the payer does not name (ids are never empty).
+    /// What names the payer's rows: (app, user, key), with `''` for what the payer does not
+    /// name (ids are never empty). A user's and an app's budget are `budgets` rows keyed by
+    /// (app, user); a key's is on its `api_keys` row.
     pub fn columns(&self) -> (&str, &str, &str) {
         match self {
             Payer::User { app, user } => (app, user, ""),
             Payer::App { app } => (app, "", ""),
-            Payer::Key { id, user } => ("", user, id),
+            Payer::Key { id, user } => ("", user.as_deref().unwrap_or(""), id),
         }
     }
 
@@ -36,6 +38,23 @@ impl Payer {
             Payer::User { .. } => "the user's budget in this app",
             Payer::App { .. } => "the app's budget",
             Payer::Key { .. } => "the API key's budget",
+        }
+    }
+}
+
+/// The API key a run is charged to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChargedKey {
+    pub id: String,
+    /// The one user the key acts as; `None` for an admin key (it acts for any user).
+    pub user: Option<String>,
+}
+
+impl ChargedKey {
+    pub fn payer(&self) -> Payer {
+        Payer::Key {
+            id: self.id.clone(),
+            user: self.user.clone(),
         }
     }
 }
@@ -68,7 +87,7 @@ pub struct Budget {
 }
 
 /// What is spent in the budget's current windows: ended runs' aggregates plus what the
-/// user's running runs have committed so far.
+/// payer's running runs have committed so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Spent {

@@ -1,5 +1,6 @@
 //! What a run spends, in the run's own vocabulary: token counts per model, their cost under
-//! the operator's prices, and the budgets that bound a user's spending (docs/usage.md).
+//! the operator's prices, and the budgets that bound what a user, an app or an API key
+//! spends (docs/usage.md).
 //!
 //! It sits below every layer: the model adapters produce [`Tokens`], the outbox sums them
 //! into a [`RunUsage`] that every commit of the run carries to the database, the store keeps
@@ -9,7 +10,8 @@ mod budget;
 mod prices;
 
 pub use budget::{
-    date_day, day_date, iso_time, Budget, Exhausted, Limit, Payer, Spent, Window, DAY_SECS,
+    date_day, day_date, iso_time, Budget, ChargedKey, Exhausted, Limit, Payer, Spent, Window,
+    DAY_SECS,
 };
 pub use prices::{Price, Prices, PricesError};
 

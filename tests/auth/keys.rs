@@ -372,7 +372,7 @@ async fn keys_cli_creates_lists_and_revokes() {
         .await
         .budget(&agentd::usage::Payer::Key {
             id: capped_id,
-            user: "alice".into(),
+            user: Some("alice".into()),
         })
         .await
         .unwrap();

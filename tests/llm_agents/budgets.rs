@@ -280,7 +280,117 @@ async fn a_keys_budget_holds_the_key_not_its_user(backend: Backend) {
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
 }
 
+/// An admin (service) key acts for any user: its budget holds what it spends for all of
+/// them together.
+async fn an_admin_keys_budget_holds_it_across_users(backend: Backend) {
+    let m = ScriptedModel::start().await;
+    script_runs(&m, 3);
+    let s = TestServer::start_embedded_with(backend, weather_apps(&m), PluginSet::default(), |a| {
+        a.security.auth = vec![AuthMode::ApiKey]
+    })
+    .await;
+    let (service, service_id) = new_key(&s, "backend", true).await;
+    let path = format!("/keys/{service_id}/budget");
+    let r = s
+        .client
+        .put(s.url(&path))
+        .bearer_auth(&service)
+        .json(&json!({"tokensPerDay": 40}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_with_status(r, 200).await["tokensPerDay"], 40);
+    let msgs = run_with(&s, &service, run_body("ann", "s1")).await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
+    let msgs = run_with(&s, &service, run_body("bob", "s1")).await;
+    assert_eq!(done_status(&msgs), "failed", "{msgs:#?}");
+    assert_eq!(last_error_code(&msgs), "BUDGET_EXHAUSTED");
+    let r = s
+        .client
+        .post(s.url("/run_sse"))
+        .bearer_auth(&service)
+        .json(&run_body("cy", "s1"))
+        .send()
+        .await
+        .unwrap();
+    let refused = json_with_status(r, 429).await;
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("API key's budget"),
+        "{refused}"
+    );
+    let r = s
+        .client
+        .get(s.url(&path))
+        .bearer_auth(&service)
+        .send()
+        .await
+        .unwrap();
+    let view = json_with_status(r, 200).await;
+    assert_eq!(
+        view["spent"]["tokensToday"], 45,
+        "ann's 30 and bob's 15: {view}"
+    );
+}
+
+/// A replica from before migration 0017 admits runs without writing the session's key: such
+/// a run is charged to no key, never to the key of the session's previous run.
+async fn a_run_an_older_replica_admitted_inherits_no_key(backend: Backend) {
+    use sqlx::Connection;
+    let m = ScriptedModel::start().await;
+    script_runs(&m, 1);
+    let s = TestServer::start_embedded_with(backend, weather_apps(&m), PluginSet::default(), |a| {
+        a.security.auth = vec![AuthMode::ApiKey]
+    })
+    .await;
+    let (key, key_id) = new_key(&s, USER, false).await;
+    let msgs = run_with(&s, &key, run_body(USER, "s1")).await;
+    assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
+    // What an older replica's admission writes: every run column it knows, not the key.
+    let mut db = sqlx::PgConnection::connect(&s.db.url)
+        .await
+        .expect("connect");
+    let admitted = sqlx::query(
+        "UPDATE sessions SET active_run = 'run-old', run_invocation = 'e-old', run_owner = 'old',
+                run_created_at = extract(epoch from now()), run_base_seq = last_seq,
+                run_user_event = false, run_cancel_requested = false, run_resumes = 0,
+                run_usage = NULL, run_webhooks = NULL
+          WHERE app_name = 'weather' AND user_id = $1 AND id = 's1' AND active_run IS NULL",
+    )
+    .bind(USER)
+    .execute(&mut db)
+    .await
+    .expect("admitted");
+    assert_eq!(admitted.rows_affected(), 1);
+    let path = format!("/apps/weather/users/{USER}/runs");
+    let r = s
+        .client
+        .get(s.url(&path))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    let runs = json_with_status(r, 200).await;
+    let by_id = |id: &str| {
+        runs["runs"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["runId"] == id).cloned())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(by_id("run-old")["apiKey"], Value::Null, "{runs}");
+    let ended = runs["runs"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["runId"] != "run-old").cloned())
+        .unwrap_or(Value::Null);
+    assert_eq!(ended["apiKey"], json!(key_id), "{runs}");
+}
+
+crate::postgres_backends!(a_run_an_older_replica_admitted_inherits_no_key);
+
 both_backends!(
     an_apps_budget_holds_all_its_users,
     a_keys_budget_holds_the_key_not_its_user,
+    an_admin_keys_budget_holds_it_across_users,
 );

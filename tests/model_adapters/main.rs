@@ -27,6 +27,7 @@ mod common;
 
 mod anthropic_adapter;
 mod gemini_adapter;
+mod prompt_cache;
 mod usage_sums;
 
 const ANTHROPIC_TEXT_AND_TOOL: &str =

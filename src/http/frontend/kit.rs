@@ -88,7 +88,7 @@ pub fn check_app(apps: &crate::apps::AppRegistry, caller: &Caller, app: &str) ->
 /// A frontend's turn as a run request: the new input as the user's message, the session
 /// created on demand, a busy session refused (409), charged to the caller's API key.
 pub fn turn(
-    api_key: Option<String>,
+    api_key: Option<crate::usage::ChargedKey>,
     key: SessionKey,
     parts: Vec<crate::event::Part>,
     streaming: bool,

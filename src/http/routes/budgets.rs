@@ -163,6 +163,7 @@ async fn get_app_budget(
 ) -> ApiResult<axum::Json<BudgetView>> {
     admin(&caller, "An app's budget")?;
     validate_id("app", &app)?;
+    served(&state, &caller, &app)?;
     show(&state, &Payer::App { app }).await
 }
 
@@ -206,7 +207,7 @@ async fn get_key_budget(
     caller: Caller,
     Path(key): Path<String>,
 ) -> ApiResult<axum::Json<BudgetView>> {
-    if caller.api_key().as_deref() != Some(key.as_str()) {
+    if caller.api_key().is_none_or(|k| k.id != key) {
         admin(&caller, "Another key's budget")?;
     }
     let payer = key_payer(&state, &key).await?;
@@ -262,9 +263,10 @@ fn served(state: &AppState, caller: &Caller, app: &str) -> ApiResult<()> {
 async fn key_payer(state: &AppState, id: &str) -> ApiResult<Payer> {
     validate_id("key", id)?;
     match state.store.find_api_key(id).await? {
+        // An admin key acts for any user: its spending is every user's.
         Some(k) => Ok(Payer::Key {
+            user: (!k.admin).then_some(k.user_id),
             id: k.id,
-            user: k.user_id,
         }),
         None => Err(ApiError::new(
             ErrorCode::KeyNotFound,

@@ -110,11 +110,13 @@ impl Runner {
         self: &Arc<Self>,
         key: &SessionKey,
         c: Compaction,
+        api_key: Option<String>,
     ) {
         if self.is_draining() {
             return;
         }
-        let held = match self.hold(key).await {
+        // The summary is charged to the key whose run made it due.
+        let held = match self.hold(key, api_key).await {
             Ok(held) => held,
             Err(e) => {
                 tracing::debug!(error = %e, "compaction deferred: the session is taken");

@@ -34,12 +34,17 @@ impl Runner {
     /// Takes `key` for a write that is not a turn; `Busy` if a run holds it. The claim runs on
     /// the runner's tracker: a caller that goes away mid-way cannot abandon a claim the
     /// database already holds (the unclaimed [`Held`] is dropped, and its guard frees it).
-    pub(super) async fn hold(self: &Arc<Self>, key: &SessionKey) -> Result<Held, RunError> {
+    /// What it spends (a summary's model call) is charged to `api_key`'s key, if given.
+    pub(super) async fn hold(
+        self: &Arc<Self>,
+        key: &SessionKey,
+        api_key: Option<String>,
+    ) -> Result<Held, RunError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let runner = self.clone();
         let key = key.clone();
         self.tracker.spawn(async move {
-            let _ = tx.send(runner.hold_now(&key).await);
+            let _ = tx.send(runner.hold_now(&key, api_key).await);
         });
         rx.await
             .map_err(|_| RunError::Internal("the hold's task ended before it answered".into()))?
@@ -59,7 +64,7 @@ impl Runner {
         let mut sub = None;
         let mut interrupted = false;
         loop {
-            let holder = match self.hold(key).await {
+            let holder = match self.hold(key, None).await {
                 Err(RunError::Busy(holder)) => holder,
                 other => return other,
             };
@@ -109,7 +114,11 @@ impl Runner {
         }
     }
 
-    async fn hold_now(self: &Arc<Self>, key: &SessionKey) -> Result<Held, RunError> {
+    async fn hold_now(
+        self: &Arc<Self>,
+        key: &SessionKey,
+        api_key: Option<String>,
+    ) -> Result<Held, RunError> {
         let run_id = format!("run-{}", uuid::Uuid::new_v4());
         let new_run = NewRun {
             run_id: run_id.clone(),
@@ -121,7 +130,7 @@ impl Runner {
             opening: None,
             webhooks: None,
             durable: None,
-            api_key: None,
+            api_key,
         };
         // Registered before admission, so reconciliation never mistakes it for a leak.
         let local = self.register(&run_id, None);

@@ -28,6 +28,8 @@ pub(in crate::runner) struct Begun {
     pub(super) max_duration: Option<Duration>,
     pub(super) cancel: CancellationToken,
     pub(super) cause: Arc<Mutex<Option<StopCause>>>,
+    /// The id of the API key the run is charged to (so is the compaction its end starts).
+    pub(super) api_key: Option<String>,
     /// What the caller's [`RunHandle`] is made of, until it takes it.
     handle: Option<(mpsc::Receiver<RunItem>, bool)>,
     run_id: String,
@@ -207,6 +209,7 @@ impl Admitted {
             max_duration: req.max_duration,
             cancel,
             cause,
+            api_key: req.api_key.map(|k| k.id),
             handle: Some((rx, cancel_on_disconnect)),
             run_id,
         })

@@ -153,7 +153,9 @@ impl Outcome {
         metrics::histogram!("agentd_run_duration_seconds", "app" => app, "status" => status.as_str())
             .record(started.elapsed().as_secs_f64());
         if let Some(c) = compaction.filter(|_| status == RunStatus::Completed) {
-            runner.compact_after(ctx.session_key(), c).await;
+            runner
+                .compact_after(ctx.session_key(), c, run.api_key.clone())
+                .await;
         }
         let mut st = outbox.emit().await;
         let done = RunItem::Done { status, last_seq };

@@ -73,7 +73,7 @@ impl Prepared {
             }
         }
         // After the request's own mistakes, before anything is stored.
-        let budget = budget_gate(runner, &req.key, req.api_key.as_deref()).await?;
+        let budget = budget_gate(runner, &req.key, req.api_key.as_ref()).await?;
         let run_id = req
             .run_id
             .clone()
@@ -110,7 +110,7 @@ impl Prepared {
                 config: super::stored_config::stored_config(&req.run_config),
                 max_secs: runner.run_limit(req.max_duration).as_secs_f64(),
             }),
-            api_key: req.api_key.clone(),
+            api_key: req.api_key.as_ref().map(|k| k.id.clone()),
         };
         Ok(Prepared {
             local: runner.register(&run_id, slot),
@@ -140,7 +140,7 @@ impl Prepared {
 async fn budget_gate(
     runner: &Runner,
     key: &crate::store::SessionKey,
-    api_key: Option<&str>,
+    api_key: Option<&crate::usage::ChargedKey>,
 ) -> Result<Vec<crate::usage::Limit>, RunError> {
     let store = runner.store.as_ref();
     let limits = runner

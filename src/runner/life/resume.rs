@@ -60,19 +60,22 @@ async fn continue_run(runner: Arc<Runner>, taken: TakenOver, local: Registration
         "took over a run whose replica stopped; continuing it"
     );
     // Its budgets are checked before each of its model calls here too (it was admitted).
-    let api_key = taken.run.api_key.clone();
-    let budgets = &runner.config.budgets;
-    let limits = budgets.limits(
-        runner.store.as_ref(),
-        &key.app_name,
-        &key.user_id,
-        api_key.as_deref(),
-    );
-    let budget = match limits.await {
+    let store = runner.store.as_ref();
+    let api_key = match &taken.run.api_key {
+        Some(id) => crate::runner::budgets::charged_key(store, id).await,
+        None => Ok(None),
+    };
+    let limits = async {
+        let api_key = api_key?;
+        let budgets = &runner.config.budgets;
+        let limits = budgets.limits(store, &key.app_name, &key.user_id, api_key.as_ref());
+        Ok::<_, crate::store::StoreError>((limits.await?, api_key))
+    };
+    let (budget, api_key) = match limits.await {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(error = %e, "could not read the run's budgets; the run goes on unchecked");
-            vec![]
+            (vec![], None)
         }
     };
     let (cancel, cause) = (local.cancel.clone(), local.cause.clone());

@@ -28,6 +28,7 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "schedule_ticks",
     "usage_daily",
     "budgets",
+    "usage_keys",
 ];
 
 /// An arbitrary constant: the advisory lock replicas starting together take, so that one of

@@ -23,7 +23,7 @@ pub(crate) fn running_columns(id: &str, t: &str) -> String {
          {t}.run_base_seq AS base_seq, {t}.run_user_event AS user_event,
          NULL::bigint AS last_seq, NULL::text AS error, true AS sealed,
          {t}.run_resumes AS resumes, {t}.run_resume_log AS resume_log, {t}.run_usage AS usage,
-         {t}.run_key AS key_id"
+         CASE WHEN {t}.run_key_run = {id} THEN {t}.run_key END AS key_id"
     )
 }
 
@@ -34,7 +34,7 @@ pub(crate) const ENDING_RETURNING: &str = "sessions.app_name, sessions.user_id, 
      sessions.run_cancel_requested, sessions.run_cancelled_by, sessions.run_cancel_reason, \
      sessions.run_created_at, sessions.run_base_seq, sessions.run_user_event, \
      sessions.run_webhooks, sessions.run_resumes, sessions.run_resume_log, sessions.run_usage, \
-     sessions.run_key";
+     sessions.run_key, sessions.run_key_run";
 
 /// A CTE body inserting the ended run's one `runs` row from `from` (a CTE returning
 /// [`ENDING_RETURNING`]): `id`, `status`, `last_seq`, `error` and `sealed` are SQL
@@ -59,7 +59,8 @@ pub(crate) fn insert_ended(
                 f.run_owner, 0, f.run_cancel_requested, f.run_cancelled_by,
                 f.run_cancel_reason, f.run_created_at, f.run_created_at, {PG_NOW},
                 f.run_base_seq, f.run_user_event, {last_seq}, {error}, {sealed}, f.run_webhooks,
-                f.run_resumes, f.run_resume_log, f.run_usage, f.run_key
+                f.run_resumes, f.run_resume_log, f.run_usage,
+                CASE WHEN f.run_key_run = {id} THEN f.run_key END
            FROM {from} f
          ON CONFLICT DO NOTHING
          RETURNING {RUN_COLUMNS}, webhooks"

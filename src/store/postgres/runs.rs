@@ -66,7 +66,7 @@ pub fn pg_insert_run_sql() -> &'static str {
                         run_durable = $20, run_config = $21::jsonb,
                         run_deadline = {PG_NOW} + $22::double precision, run_resumes = 0,
                         run_resume_log = NULL, run_released_at = NULL, run_usage = NULL,
-                        run_key = $23,
+                        run_key = $23, run_key_run = $1,
                         state = CASE WHEN o.with_event THEN state || $11::jsonb ELSE state END,
                         update_time = CASE WHEN o.with_event THEN GREATEST($14, update_time)
                                            ELSE update_time END,

@@ -574,7 +574,8 @@ impl SessionStore for PgStore {
         let deleted: i64 = sqlx::query_scalar(&format!(
             "WITH gone AS (
                  DELETE FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3
-                 RETURNING app_name, user_id, run_key AS key_id,
+                 RETURNING app_name, user_id,
+                           CASE WHEN run_key_run = active_run THEN run_key END AS key_id,
                            CASE WHEN active_run IS NOT NULL THEN run_usage END AS usage
              ){spent}
              SELECT count(*) FROM gone",

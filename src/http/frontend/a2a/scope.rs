@@ -18,7 +18,7 @@ pub struct Scope {
     pub app: String,
     pub user: String,
     /// The caller's API key, charged with the runs it starts.
-    pub api_key: Option<String>,
+    pub api_key: Option<crate::usage::ChargedKey>,
 }
 
 /// Checks `A2A-Version`: 1.0 (or 1), and 0.3, whose method names the JSON-RPC binding also
