@@ -262,6 +262,32 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         wrong.join("\n\n")
     );
 
+    // An app's and an admin key's spending are every user's: not one shard's, but Citus must
+    // run them (a refusal would fail every admission under such a budget).
+    for (name, payer) in [
+        ("what an app spent", Payer::App { app: "echo".into() }),
+        (
+            "what an admin key spent",
+            Payer::Key {
+                id: "k1".into(),
+                user: None,
+            },
+        ),
+    ] {
+        let (app, user, key) = payer.columns();
+        let row = sqlx::query(&spent_sql(&payer, true))
+            .bind(app)
+            .bind(user)
+            .bind(key)
+            .bind(20_000_i64)
+            .bind(19_990_i64)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let tokens: i64 = row.get("tokens_today");
+        assert!(tokens >= 0, "{name}");
+    }
+
     // The check can tell: a run found by its id alone (the bare `/runs/{id}`) asks every
     // shard of `runs`.
     let bare = with_arguments("SELECT * FROM runs WHERE id = $1", "'run-0'");

@@ -400,3 +400,59 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         wrong.join("\n")
     );
 }
+
+/// SQLite: the budget checks (each payer's spending) search their tables through an index,
+/// never scan them whole: the running runs through `runs_running`, the aggregates through
+/// their keys.
+#[tokio::test]
+async fn sqlite_budget_checks_search_through_indexes() {
+    use agentd::usage::Payer;
+    let db = TestDb::sqlite().await;
+    db.store().await; // migrated
+    let mut conn = sqlx::SqliteConnection::connect(&db.url)
+        .await
+        .expect("connect");
+    let payers = [
+        Payer::User {
+            app: "echo".into(),
+            user: "u1".into(),
+        },
+        Payer::App { app: "echo".into() },
+        Payer::Key {
+            id: "k1".into(),
+            user: Some("u1".into()),
+        },
+        Payer::Key {
+            id: "k1".into(),
+            user: None,
+        },
+    ];
+    let mut wrong = vec![];
+    for payer in &payers {
+        let (app, user, key) = payer.columns();
+        let sql = agentd::store::usage::spent_sql(payer, false);
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .bind(app)
+            .bind(user)
+            .bind(key)
+            .bind(20_000_i64)
+            .bind(19_990_i64)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{payer:?}: {e}"));
+        let steps: Vec<String> = rows.iter().map(|r| r.get::<String, _>("detail")).collect();
+        for table in ["runs", "usage_daily", "usage_keys"] {
+            if steps
+                .iter()
+                .any(|s| s.starts_with(&format!("SCAN {table}")))
+            {
+                wrong.push(format!("{payer:?} scans {table}: {steps:?}"));
+            }
+        }
+        assert!(
+            steps.iter().any(|s| s.contains("runs_running")),
+            "{payer:?}: {steps:?}"
+        );
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

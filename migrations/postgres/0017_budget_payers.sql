@@ -2,7 +2,7 @@
 -- replicas from before this migration go on working beside it (a rolling update).
 --
 -- An app's budget is a `budgets` row with user '' (ids are never empty, so '' names nobody).
--- An API key's budget is on the key's own row (a reference table on Citus, read with the key).
+-- An API key's budget is on the key's own row (a reference table on Citus: one read on any node).
 ALTER TABLE api_keys ADD COLUMN budget_tokens_per_day bigint;
 ALTER TABLE api_keys ADD COLUMN budget_cost_per_month double precision;
 

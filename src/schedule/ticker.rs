@@ -194,11 +194,10 @@ async fn fire(runner: Arc<Runner>, s: ScheduleRecord, tick: TickRecord, taken_ov
     settle(&runner, &tick, &owner, status, error.as_deref()).await;
 }
 
-/// Why the schedule's owner may no longer start runs: the API key that made it was revoked or
-/// has expired. A schedule made without a key (no authentication, or a JWT, which the
-/// server cannot check again without the token) has nothing to check.
-/// Why the schedule's API key can no longer start runs, or the key its runs are charged to
-/// (`None` for a schedule made without a key).
+/// The key the schedule's runs are charged to, or why its owner may no longer start runs
+/// (`Err`: the API key that made it was revoked or has expired). A schedule made without a
+/// key (no authentication, or a JWT, which the server cannot check again without the token)
+/// has nothing to check and charges no key (`Ok(None)`).
 async fn owner_gone(
     runner: &Runner,
     s: &ScheduleRecord,

@@ -42,8 +42,8 @@ pub use runs::{
 pub use schedules::{ScheduleRecord, ScheduleStore, TickPlan, TickRecord};
 pub(crate) use sessions::{initial_update_time, prepare_event, prepare_initial_events};
 pub use sessions::{
-    EventPage, EventRange, NewSession, SessionCursor, SessionHead, SessionPage, SessionStore,
-    StoredEvent,
+    EventPage, EventRange, Metered, NewSession, SessionCursor, SessionHead, SessionPage,
+    SessionStore, StoredEvent,
 };
 pub use usage::{GroupBy, UsageQuery, UsageRow, UsageStore};
 pub use webhooks::{Delivery, DeliveryRecord, DueDelivery, Settle, WebhookStore};

@@ -230,8 +230,10 @@ pub struct RunRecord {
     #[serde(serialize_with = "crate::usage::serialize_run_usage")]
     #[schema(value_type = crate::usage::RunUsageView)]
     pub usage: Option<crate::usage::RunUsage>,
-    /// The id of the API key that started the run (its spending is the key's).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The id of the API key that started the run (its spending is the key's). Not shown:
+    /// it would name a service key to the end users it acts for; admins see what each key
+    /// spent in `GET /usage?groupBy=key`.
+    #[serde(skip)]
     pub api_key: Option<String>,
 }
 

@@ -81,6 +81,17 @@ pub struct SessionPage {
 }
 
 /// Sessions and their events.
+/// What a run's commit writes of its usage ([`SessionStore::append_metered`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Metered<'a> {
+    /// The run's usage so far.
+    pub usage: &'a crate::usage::RunUsage,
+    /// The run is charged to an API key: its last commit adds the usage to the key's
+    /// aggregates too (and only such a commit names them: every relation a statement names
+    /// costs a lock at each execution, docs/performance.md).
+    pub keyed: bool,
+}
+
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {
     /// Creates a session; `SessionExists` if the id is taken. Initial state is split by
@@ -152,7 +163,7 @@ pub trait SessionStore: Send + Sync + 'static {
         event: Event,
         artifacts: Vec<ArtifactWrite>,
         fence: Fence<'_>,
-        usage: Option<&crate::usage::RunUsage>,
+        usage: Option<Metered<'_>>,
     ) -> StoreResult<StoredEvent>;
 
     /// Several complete events committed in one transaction, in order, each as

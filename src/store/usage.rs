@@ -1,6 +1,7 @@
 //! Usage and budgets in the database (docs/usage.md): the daily aggregates the statement that
-//! ends a run writes (`usage_daily`), reports over them, and the budgets admission and every
-//! model call check.
+//! ends a run writes (`usage_daily`, and `usage_keys` for a run an API key started), reports
+//! over them, and the budgets admission and every model call check (`budgets` rows for users
+//! and apps, the key's own row for a key).
 //!
 //! The SQL is the same on both backends where it can be (SQLite binds `$N` by position too),
 //! so one macro writes both implementations; the JSON of a run's usage is read with each
@@ -29,7 +30,7 @@ pub enum GroupBy {
     Session,
     User,
     App,
-    /// The API key the runs were charged to (`''`: none, e.g. `--auth none` or a JWT).
+    /// The API key the runs were charged to (runs started without a key are not in it).
     Key,
 }
 

@@ -17,6 +17,8 @@ pub struct Meter {
     prices: Arc<Prices>,
     /// The budgets the run was admitted under (none: no checks).
     limits: Vec<Limit>,
+    /// The run is charged to an API key.
+    keyed: bool,
     state: Mutex<State>,
 }
 
@@ -33,11 +35,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Meter {
     /// A meter counting from `seed` (what a run taken over had committed).
-    pub fn new(prices: Arc<Prices>, limits: Vec<Limit>, seed: Option<RunUsage>) -> Self {
+    pub fn new(
+        prices: Arc<Prices>,
+        limits: Vec<Limit>,
+        seed: Option<RunUsage>,
+        keyed: bool,
+    ) -> Self {
         let seed = seed.unwrap_or_default();
         Meter {
             prices,
             limits,
+            keyed,
             state: Mutex::new(State {
                 usage: seed.clone(),
                 committed: seed,
@@ -63,6 +71,11 @@ impl Meter {
             metrics::gauge!("agentd_model_cost_total", "app" => app.to_string(), "model" => model.to_string(), "currency" => currency.clone())
                 .increment(cost);
         }
+    }
+
+    /// Whether the run is charged to an API key (its end adds to the key's aggregates).
+    pub fn keyed(&self) -> bool {
+        self.keyed
     }
 
     /// The run's usage if a commit has not written it yet.

@@ -407,9 +407,13 @@ impl Outbox {
             Some(m) => m.pending(),
             None => None,
         };
+        let metered = usage.as_ref().map(|usage| crate::store::Metered {
+            usage,
+            keyed: self.meter.as_ref().is_some_and(|m| m.keyed()),
+        });
         let stored = tracing::Instrument::instrument(
             self.store
-                .append_metered(&self.key, event, artifacts, fence, usage.as_ref()),
+                .append_metered(&self.key, event, artifacts, fence, metered),
             span.clone(),
         )
         .await?;

@@ -44,7 +44,7 @@ fn last_error_code(msgs: &[Msg]) -> Value {
 
 /// An app's budget holds all its users together: one user's run spends it, another's is
 /// stopped mid-run, a third is refused at admission naming the app's budget; removing it
-/// lets runs go again. Only admins see or set it.
+/// lets runs go again. (That only admins see or set it is in the key test below.)
 async fn an_apps_budget_holds_all_its_users(backend: Backend) {
     let m = ScriptedModel::start().await;
     script_runs(&m, 3);
@@ -52,29 +52,25 @@ async fn an_apps_budget_holds_all_its_users(backend: Backend) {
         TestServer::start_embedded_with(backend, weather_apps(&m), PluginSet::default(), |_| {})
             .await;
     let path = "/apps/weather/budget";
-    let r = s
-        .client
-        .put(s.url(path))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
+    let r = call(&s, reqwest::Method::PUT, path, None, Some(json!({}))).await;
     assert_eq!(r.status(), 422, "an empty budget is refused");
-    let r = s
-        .client
-        .put(s.url("/apps/nowhere/budget"))
-        .json(&json!({"tokensPerDay": 40}))
-        .send()
-        .await
-        .unwrap();
+    let r = call(
+        &s,
+        reqwest::Method::PUT,
+        "/apps/nowhere/budget",
+        None,
+        Some(json!({"tokensPerDay": 40})),
+    )
+    .await;
     assert_eq!(json_with_status(r, 404).await["code"], "app_not_found");
-    let r = s
-        .client
-        .put(s.url(path))
-        .json(&json!({"tokensPerDay": 40}))
-        .send()
-        .await
-        .unwrap();
+    let r = call(
+        &s,
+        reqwest::Method::PUT,
+        path,
+        None,
+        Some(json!({"tokensPerDay": 40})),
+    )
+    .await;
     assert_eq!(json_with_status(r, 200).await["tokensPerDay"], 40);
 
     let msgs = s.run_stream(run_body("ann", "s1")).await;
@@ -116,15 +112,26 @@ async fn an_apps_budget_holds_all_its_users(backend: Backend) {
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
 }
 
+/// A request as `key` (none: no `Authorization`), with a JSON body if given.
+async fn call(
+    s: &TestServer,
+    method: reqwest::Method,
+    path: &str,
+    key: Option<&str>,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut req = s.client.request(method, s.url(path));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    req.send().await.expect("request")
+}
+
 async fn run_with(s: &TestServer, key: &str, body: Value) -> Vec<Msg> {
-    let r = s
-        .client
-        .post(s.url("/run"))
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .expect("POST");
+    let r = call(s, reqwest::Method::POST, "/run", Some(key), Some(body)).await;
     sse_client::read_all(r).await
 }
 
@@ -150,7 +157,7 @@ async fn new_key(s: &TestServer, user: &str, admin: bool) -> (String, String) {
 
 /// An API key's budget holds the key, not its user: the key's runs are stopped and then
 /// refused while another key of the same user goes on; the key may read its own budget but
-/// not another's; everyone's report by key says which key spent what; each run names its key.
+/// not another's; everyone's report by key says which key spent what, in how many runs.
 async fn a_keys_budget_holds_the_key_not_its_user(backend: Backend) {
     let m = ScriptedModel::start().await;
     script_runs(&m, 4);
@@ -163,32 +170,32 @@ async fn a_keys_budget_holds_the_key_not_its_user(backend: Backend) {
     let (other, other_id) = new_key(&s, USER, false).await;
     let path = format!("/keys/{capped_id}/budget");
 
-    let r = s
-        .client
-        .put(s.url(&path))
-        .bearer_auth(&capped)
-        .json(&json!({"tokensPerDay": 40}))
-        .send()
-        .await
-        .unwrap();
+    let r = call(
+        &s,
+        reqwest::Method::PUT,
+        &path,
+        Some(&capped),
+        Some(json!({"tokensPerDay": 40})),
+    )
+    .await;
     assert_eq!(json_with_status(r, 403).await["code"], "admin_required");
-    let r = s
-        .client
-        .put(s.url("/keys/00000000000000aa/budget"))
-        .bearer_auth(&admin)
-        .json(&json!({"tokensPerDay": 40}))
-        .send()
-        .await
-        .unwrap();
+    let r = call(
+        &s,
+        reqwest::Method::PUT,
+        "/keys/00000000000000aa/budget",
+        Some(&admin),
+        Some(json!({"tokensPerDay": 40})),
+    )
+    .await;
     assert_eq!(json_with_status(r, 404).await["code"], "key_not_found");
-    let r = s
-        .client
-        .put(s.url(&path))
-        .bearer_auth(&admin)
-        .json(&json!({"tokensPerDay": 40}))
-        .send()
-        .await
-        .unwrap();
+    let r = call(
+        &s,
+        reqwest::Method::PUT,
+        &path,
+        Some(&admin),
+        Some(json!({"tokensPerDay": 40})),
+    )
+    .await;
     assert_eq!(json_with_status(r, 200).await["tokensPerDay"], 40);
 
     let msgs = run_with(&s, &capped, run_body(USER, "s1")).await;
@@ -196,14 +203,14 @@ async fn a_keys_budget_holds_the_key_not_its_user(backend: Backend) {
     let msgs = run_with(&s, &capped, run_body(USER, "s2")).await;
     assert_eq!(done_status(&msgs), "failed", "{msgs:#?}");
     assert_eq!(last_error_code(&msgs), "BUDGET_EXHAUSTED");
-    let r = s
-        .client
-        .post(s.url("/run_sse"))
-        .bearer_auth(&capped)
-        .json(&run_body(USER, "s3"))
-        .send()
-        .await
-        .unwrap();
+    let r = call(
+        &s,
+        reqwest::Method::POST,
+        "/run_sse",
+        Some(&capped),
+        Some(run_body(USER, "s3")),
+    )
+    .await;
     let refused = json_with_status(r, 429).await;
     assert!(
         refused["detail"]
@@ -217,30 +224,49 @@ async fn a_keys_budget_holds_the_key_not_its_user(backend: Backend) {
     let msgs = run_with(&s, &other, run_body(USER, "s3")).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
 
-    let get = |key: &str, path: &str| {
-        s.client
-            .get(s.url(path))
-            .bearer_auth(key.to_string())
-            .send()
-    };
-    let own = json_with_status(get(&capped, &path).await.unwrap(), 200).await;
+    let own = json_with_status(
+        call(&s, reqwest::Method::GET, &path, Some(&capped), None).await,
+        200,
+    )
+    .await;
     assert_eq!(own["spent"]["tokensToday"], 45, "{own}");
     assert_eq!(own["exhausted"], true, "{own}");
-    let r = get(&capped, &format!("/keys/{other_id}/budget"))
-        .await
-        .unwrap();
+    let r = call(
+        &s,
+        reqwest::Method::GET,
+        &format!("/keys/{other_id}/budget"),
+        Some(&capped),
+        None,
+    )
+    .await;
     assert_eq!(json_with_status(r, 403).await["code"], "admin_required");
     let theirs = json_with_status(
-        get(&admin, &format!("/keys/{other_id}/budget"))
-            .await
-            .unwrap(),
+        call(
+            &s,
+            reqwest::Method::GET,
+            &format!("/keys/{other_id}/budget"),
+            Some(&admin),
+            None,
+        )
+        .await,
         200,
     )
     .await;
     assert_eq!(theirs["spent"]["tokensToday"], 15, "{theirs}");
     assert_eq!(theirs["tokensPerDay"], Value::Null, "{theirs}");
 
-    let by_key = json_with_status(get(&admin, "/usage?groupBy=key").await.unwrap(), 200).await;
+    let by_key = json_with_status(
+        call(
+            &s,
+            reqwest::Method::GET,
+            "/usage?groupBy=key",
+            Some(&admin),
+            None,
+        )
+        .await,
+        200,
+    )
+    .await;
     let tokens = |id: &str| {
         by_key["usage"]
             .as_array()
@@ -251,30 +277,30 @@ async fn a_keys_budget_holds_the_key_not_its_user(backend: Backend) {
     };
     assert_eq!(tokens(&capped_id), Some(45), "{by_key}");
     assert_eq!(tokens(&other_id), Some(15), "{by_key}");
-    let runs = json_with_status(
-        get(&capped, &format!("/apps/weather/users/{USER}/runs"))
-            .await
-            .unwrap(),
-        200,
-    )
-    .await;
-    let keys: Vec<&Value> = runs["runs"]
-        .as_array()
-        .map(|r| r.iter().map(|r| &r["apiKey"]).collect())
-        .unwrap_or_default();
-    assert_eq!(
-        keys,
-        [&json!(other_id), &json!(capped_id), &json!(capped_id)],
-        "{runs}"
-    );
+    let runs_of = |id: &str| {
+        by_key["usage"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["key"] == id))
+            .map(|r| r["runs"].clone())
+    };
+    assert_eq!(runs_of(&capped_id), Some(json!(2)), "{by_key}");
+    assert_eq!(runs_of(&other_id), Some(json!(1)), "{by_key}");
+    // Only admins see what keys spent, and only admins see or set an app's budget.
+    for (method, path) in [
+        (reqwest::Method::GET, "/usage?groupBy=key"),
+        (reqwest::Method::GET, "/apps/weather/budget"),
+        (reqwest::Method::PUT, "/apps/weather/budget"),
+    ] {
+        let body = (method == reqwest::Method::PUT).then(|| json!({"tokensPerDay": 1}));
+        let r = call(&s, method, path, Some(&capped), body).await;
+        assert_eq!(
+            json_with_status(r, 403).await["code"],
+            "admin_required",
+            "{path}"
+        );
+    }
 
-    let r = s
-        .client
-        .delete(s.url(&path))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap();
+    let r = call(&s, reqwest::Method::DELETE, &path, Some(&admin), None).await;
     assert_eq!(r.status(), 204);
     let msgs = run_with(&s, &capped, run_body(USER, "s4")).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
@@ -291,28 +317,28 @@ async fn an_admin_keys_budget_holds_it_across_users(backend: Backend) {
     .await;
     let (service, service_id) = new_key(&s, "backend", true).await;
     let path = format!("/keys/{service_id}/budget");
-    let r = s
-        .client
-        .put(s.url(&path))
-        .bearer_auth(&service)
-        .json(&json!({"tokensPerDay": 40}))
-        .send()
-        .await
-        .unwrap();
+    let r = call(
+        &s,
+        reqwest::Method::PUT,
+        &path,
+        Some(&service),
+        Some(json!({"tokensPerDay": 40})),
+    )
+    .await;
     assert_eq!(json_with_status(r, 200).await["tokensPerDay"], 40);
     let msgs = run_with(&s, &service, run_body("ann", "s1")).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
     let msgs = run_with(&s, &service, run_body("bob", "s1")).await;
     assert_eq!(done_status(&msgs), "failed", "{msgs:#?}");
     assert_eq!(last_error_code(&msgs), "BUDGET_EXHAUSTED");
-    let r = s
-        .client
-        .post(s.url("/run_sse"))
-        .bearer_auth(&service)
-        .json(&run_body("cy", "s1"))
-        .send()
-        .await
-        .unwrap();
+    let r = call(
+        &s,
+        reqwest::Method::POST,
+        "/run_sse",
+        Some(&service),
+        Some(run_body("cy", "s1")),
+    )
+    .await;
     let refused = json_with_status(r, 429).await;
     assert!(
         refused["detail"]
@@ -321,13 +347,7 @@ async fn an_admin_keys_budget_holds_it_across_users(backend: Backend) {
             .contains("API key's budget"),
         "{refused}"
     );
-    let r = s
-        .client
-        .get(s.url(&path))
-        .bearer_auth(&service)
-        .send()
-        .await
-        .unwrap();
+    let r = call(&s, reqwest::Method::GET, &path, Some(&service), None).await;
     let view = json_with_status(r, 200).await;
     assert_eq!(
         view["spent"]["tokensToday"], 45,
@@ -336,7 +356,8 @@ async fn an_admin_keys_budget_holds_it_across_users(backend: Backend) {
 }
 
 /// A replica from before migration 0017 admits runs without writing the session's key: such
-/// a run is charged to no key, never to the key of the session's previous run.
+/// a run is charged to no key, never to the key of the session's previous run: not while it
+/// runs (its record, the key's spending), not when it ends (its `runs` row, `usage_keys`).
 async fn a_run_an_older_replica_admitted_inherits_no_key(backend: Backend) {
     use sqlx::Connection;
     let m = ScriptedModel::start().await;
@@ -348,7 +369,19 @@ async fn a_run_an_older_replica_admitted_inherits_no_key(backend: Backend) {
     let (key, key_id) = new_key(&s, USER, false).await;
     let msgs = run_with(&s, &key, run_body(USER, "s1")).await;
     assert_eq!(done_status(&msgs), "completed", "{msgs:#?}");
-    // What an older replica's admission writes: every run column it knows, not the key.
+    let budget = format!("/keys/{key_id}/budget");
+    let spent = |v: Value| v["spent"]["tokensToday"].clone();
+    let before = spent(
+        json_with_status(
+            call(&s, reqwest::Method::GET, &budget, Some(&key), None).await,
+            200,
+        )
+        .await,
+    );
+    assert_eq!(before, 30, "the key's own run");
+
+    // What an older replica's admission writes: every run column it knows, not the key; and
+    // what its run's commits write: the usage so far.
     let mut db = sqlx::PgConnection::connect(&s.db.url)
         .await
         .expect("connect");
@@ -356,7 +389,8 @@ async fn a_run_an_older_replica_admitted_inherits_no_key(backend: Backend) {
         "UPDATE sessions SET active_run = 'run-old', run_invocation = 'e-old', run_owner = 'old',
                 run_created_at = extract(epoch from now()), run_base_seq = last_seq,
                 run_user_event = false, run_cancel_requested = false, run_resumes = 0,
-                run_usage = NULL, run_webhooks = NULL
+                run_webhooks = NULL,
+                run_usage = '{\"weather\": {\"inputTokens\": 100, \"modelCalls\": 1, \"unpricedCalls\": 1}}'
           WHERE app_name = 'weather' AND user_id = $1 AND id = 's1' AND active_run IS NULL",
     )
     .bind(USER)
@@ -364,27 +398,75 @@ async fn a_run_an_older_replica_admitted_inherits_no_key(backend: Backend) {
     .await
     .expect("admitted");
     assert_eq!(admitted.rows_affected(), 1);
-    let path = format!("/apps/weather/users/{USER}/runs");
-    let r = s
-        .client
-        .get(s.url(&path))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
-    let runs = json_with_status(r, 200).await;
-    let by_id = |id: &str| {
+    let runs_path = format!("/apps/weather/users/{USER}/runs");
+    let runs = json_with_status(
+        call(&s, reqwest::Method::GET, &runs_path, Some(&key), None).await,
+        200,
+    )
+    .await;
+    let old = |runs: &Value| {
         runs["runs"]
             .as_array()
-            .and_then(|r| r.iter().find(|r| r["runId"] == id).cloned())
+            .and_then(|r| r.iter().find(|r| r["runId"] == "run-old").cloned())
             .unwrap_or(Value::Null)
     };
-    assert_eq!(by_id("run-old")["apiKey"], Value::Null, "{runs}");
-    let ended = runs["runs"]
-        .as_array()
-        .and_then(|r| r.iter().find(|r| r["runId"] != "run-old").cloned())
-        .unwrap_or(Value::Null);
-    assert_eq!(ended["apiKey"], json!(key_id), "{runs}");
+    assert_eq!(old(&runs)["status"], "running", "{runs}");
+    let running = spent(
+        json_with_status(
+            call(&s, reqwest::Method::GET, &budget, Some(&key), None).await,
+            200,
+        )
+        .await,
+    );
+    assert_eq!(
+        running, before,
+        "the older replica's run is not the key's spending"
+    );
+
+    // Its end (here by this replica's store, as a sweep or a takeover would end it).
+    let store = s.db.store().await;
+    store
+        .finish_run(
+            USER,
+            "run-old",
+            0,
+            agentd::store::RunStatus::Completed,
+            None,
+            None,
+        )
+        .await
+        .expect("finished");
+    let runs = json_with_status(
+        call(&s, reqwest::Method::GET, &runs_path, Some(&key), None).await,
+        200,
+    )
+    .await;
+    assert_ne!(old(&runs)["status"], "running", "{runs}");
+    assert_eq!(old(&runs)["usage"]["inputTokens"], 100, "{runs}");
+    let after = spent(
+        json_with_status(
+            call(&s, reqwest::Method::GET, &budget, Some(&key), None).await,
+            200,
+        )
+        .await,
+    );
+    assert_eq!(
+        after, before,
+        "its end adds nothing to the key's aggregates"
+    );
+    let keys: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT id, key_id FROM runs WHERE user_id = $1 ORDER BY created_at")
+            .bind(USER)
+            .fetch_all(&mut db)
+            .await
+            .expect("runs");
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_eq!(
+        keys[0].1.as_deref(),
+        Some(key_id.as_str()),
+        "the key's own run: {keys:?}"
+    );
+    assert_eq!(keys[1], ("run-old".to_string(), None), "{keys:?}");
 }
 
 crate::postgres_backends!(a_run_an_older_replica_admitted_inherits_no_key);

@@ -1,10 +1,13 @@
 //! What prompt caching saves over a 20-turn conversation (docs/usage.md#prompt-caching).
 //!
-//! A fake Anthropic server that keeps a prompt cache as the Messages API documents it: a
-//! request whose content carries `cache_control` breakpoints reads the longest prefix an
-//! earlier request marked (reported as `cache_read_input_tokens`) and writes the rest up to its
-//! last breakpoint (`cache_creation_input_tokens`); a request without breakpoints is all fresh
-//! input. Tokens are estimated at 4 bytes of JSON each. The same 20-turn session runs through
+//! A fake Anthropic server that keeps a prompt cache as the Messages API documents it: the
+//! prefixes a request marks end where it puts a `cache_control` breakpoint (after the system
+//! prompt and tools, after a message); a request reads the longest prefix an earlier request
+//! marked (`cache_read_input_tokens`), writes the rest up to its own last breakpoint
+//! (`cache_creation_input_tokens`), and the rest is fresh input; a request without
+//! breakpoints is all fresh input. So the reads follow from where agentd puts its breakpoints:
+//! anywhere but after the last message, the next turn could not read the whole conversation.
+//! Tokens are estimated at 4 bytes of JSON each. The same 20-turn session runs through
 //! an app with `context_cache:` and one without; each turn's usage comes from agentd's own run
 //! records, priced by `--prices`. The figures printed are the ones in docs/usage.md: they
 //! measure where agentd puts its breakpoints under that documented accounting, not a
@@ -45,7 +48,7 @@ fn hash_of(units: &[String]) -> u64 {
 
 async fn messages(State(cache): State<Arc<Cache>>, body: Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let marked = body.to_string().contains("cache_control");
+    let has_mark = |v: &Value| v.to_string().contains("cache_control");
     let head = json!([strip(&body["system"]), strip(&body["tools"])]).to_string();
     let units: Vec<String> = std::iter::once(head)
         .chain(
@@ -58,18 +61,37 @@ async fn messages(State(cache): State<Arc<Cache>>, body: Bytes) -> Response {
         .collect();
     let tokens = |k: usize| units[..k].iter().map(|u| u.len() as u64 / 4).sum::<u64>();
     let n = units.len();
-    let (fresh, write, read) = if marked {
-        let mut seen = cache.marked.lock().unwrap();
-        let hit = (1..=n)
-            .rev()
-            .find(|&k| seen.contains(&hash_of(&units[..k])));
-        let read = hit.map_or(0, tokens);
-        // agentd's breakpoints: after the system prompt and tools, and after the last message.
-        seen.insert(hash_of(&units[..1]));
-        seen.insert(hash_of(&units[..n]));
-        (0, tokens(n) - read, read)
-    } else {
-        (tokens(n), 0, 0)
+    // The prefixes this request marks: up to the system prompt and tools if either carries a
+    // breakpoint, and up to each message that carries one (unit k + 1 is message k).
+    let mut marks: Vec<usize> = vec![];
+    if has_mark(&body["system"]) || has_mark(&body["tools"]) {
+        marks.push(1);
+    }
+    for (i, m) in body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if has_mark(m) {
+            marks.push(i + 2);
+        }
+    }
+    let (fresh, write, read) = match marks.last() {
+        Some(&last) => {
+            let mut seen = cache.marked.lock().unwrap();
+            let hit = (1..=n)
+                .rev()
+                .find(|&k| seen.contains(&hash_of(&units[..k])));
+            let read = hit.map_or(0, tokens);
+            for &k in &marks {
+                seen.insert(hash_of(&units[..k]));
+            }
+            // Read, then written up to the last breakpoint, then fresh after it.
+            let written = tokens(last).saturating_sub(read);
+            (tokens(n) - read - written, written, read)
+        }
+        None => (tokens(n), 0, 0),
     };
     let turn = {
         let mut t = cache.turn.lock().unwrap();
@@ -149,10 +171,11 @@ fn input_cost(u: &Value) -> f64 {
 
 #[tokio::test]
 async fn context_cache_makes_each_turn_read_the_conversation_so_far() {
-    let origin = anthropic_with_a_cache().await;
     let mut apps = agentd::apps::AppRegistry::default();
     let instruction = "You keep a user's notes and answer from them. ".repeat(200);
     for app in ["cached", "uncached"] {
+        // A provider each: both conversations get the same answers.
+        let origin = anthropic_with_a_cache().await;
         let m =
             model::resolve("anthropic/claude-x", &options(format!("{origin}/v1"))).expect("model");
         let agent = agentd::agent::llm::LlmAgent::new("notes_agent", m).instruction(&instruction);
@@ -186,6 +209,12 @@ async fn context_cache_makes_each_turn_read_the_conversation_so_far() {
     eprintln!("turn | input tokens | cached | input cost without | with (per million)");
     for (i, (w, wo)) in with.iter().zip(&without).enumerate() {
         assert_eq!(wo["cachedTokens"], 0, "no breakpoints, no cache: {wo}");
+        // The same conversation both ways: the marks change only the system prompt's shape.
+        let (a, b) = (w["inputTokens"].as_i64(), wo["inputTokens"].as_i64());
+        assert!(
+            a.zip(b).is_some_and(|(a, b)| (a - b).abs() <= 10),
+            "{w} {wo}"
+        );
         if i == 0 {
             assert_eq!(w["cachedTokens"], 0, "nothing to read on the first turn");
         } else {

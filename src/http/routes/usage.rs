@@ -44,7 +44,7 @@ pub struct UsageParams {
     /// Last day, included (`YYYY-MM-DD`, UTC); today by default.
     to: Option<String>,
     /// `day`, `model` or `session` for a user; `user`, `app`, `model`, `day` or `key` (the
-    /// API key the runs were charged to, `""` for none) for admins.
+    /// API key the runs were charged to; runs without a key are not in it) for admins.
     #[param(inline)]
     group_by: Option<GroupBy>,
     /// Admins' report only: one app.

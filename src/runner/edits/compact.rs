@@ -155,7 +155,7 @@ impl Runner {
         c: &Compaction,
         held: super::hold::Held,
     ) -> Result<Option<i64>, CompactError> {
-        let run_id = held.run_id.clone();
+        let (run_id, keyed) = (held.run_id.clone(), held.keyed);
         let limit = self.config.enqueue_timeout / 2;
         let work = async {
             if held.unsealed {
@@ -171,8 +171,9 @@ impl Runner {
                 .cloned()
                 .collect();
             let (summary, usage) = summarise(c, &covered).await?;
-            // The summary's tokens are the user's spending too: the commit that ends the
-            // hold adds them to the aggregates (docs/usage.md).
+            // The summary's tokens are spent by the user (and the key of the run that made it
+            // due) too: the commit that ends the hold adds them to the aggregates
+            // (docs/usage.md). No budget is checked before it: the run that made it due was.
             let spent = usage.map(|u| {
                 let mut spent = crate::usage::RunUsage::default();
                 spent.record(c.model.name(), u.tokens(), &self.config.prices);
@@ -186,7 +187,9 @@ impl Runner {
                     event,
                     vec![],
                     Fence::RunEnd(&run_id, 0),
-                    spent.as_ref(),
+                    spent
+                        .as_ref()
+                        .map(|usage| crate::store::Metered { usage, keyed }),
                 )
                 .await?;
             Ok::<_, CompactError>(Some(stored))

@@ -28,6 +28,8 @@ pub(super) struct Held {
     pub unsealed: bool,
     /// Cancelled by a cancel of the session's run (a stop button) or a replica stop.
     pub cancel: CancellationToken,
+    /// Charged to an API key (what it spends is the key's too).
+    pub keyed: bool,
 }
 
 impl Runner {
@@ -120,6 +122,7 @@ impl Runner {
         api_key: Option<String>,
     ) -> Result<Held, RunError> {
         let run_id = format!("run-{}", uuid::Uuid::new_v4());
+        let keyed = api_key.is_some();
         let new_run = NewRun {
             run_id: run_id.clone(),
             key: key.clone(),
@@ -141,6 +144,7 @@ impl Runner {
                 run_id,
                 unsealed,
                 cancel,
+                keyed,
             }),
             other => {
                 drop(local);

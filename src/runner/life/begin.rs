@@ -128,6 +128,7 @@ impl Admitted {
             runner.config.prices.clone(),
             budget,
             resumed.as_ref().and_then(|r| r.usage.clone()),
+            req.api_key.is_some(),
         ));
         let mut guard = guard;
         guard.metered(meter.clone());

@@ -13,6 +13,7 @@ use super::stored_config::run_config;
 use super::RunGuard;
 use crate::event::Content;
 use crate::store::{StoreResult, TakenOver};
+use crate::usage::ChargedKey;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -60,22 +61,27 @@ async fn continue_run(runner: Arc<Runner>, taken: TakenOver, local: Registration
         "took over a run whose replica stopped; continuing it"
     );
     // Its budgets are checked before each of its model calls here too (it was admitted).
+    // It stays charged to its key whatever happens to the key's record since.
     let store = runner.store.as_ref();
-    let api_key = match &taken.run.api_key {
-        Some(id) => crate::runner::budgets::charged_key(store, id).await,
-        None => Ok(None),
-    };
+    let api_key = taken.run.api_key.as_ref().map(|id| ChargedKey {
+        id: id.clone(),
+        user: Some(key.user_id.clone()),
+    });
     let limits = async {
-        let api_key = api_key?;
+        let api_key = match &taken.run.api_key {
+            Some(id) => crate::runner::budgets::charged_key(store, id).await?,
+            None => None,
+        };
         let budgets = &runner.config.budgets;
-        let limits = budgets.limits(store, &key.app_name, &key.user_id, api_key.as_ref());
-        Ok::<_, crate::store::StoreError>((limits.await?, api_key))
+        budgets
+            .limits(store, &key.app_name, &key.user_id, api_key.as_ref())
+            .await
     };
-    let (budget, api_key) = match limits.await {
+    let budget = match limits.await {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(error = %e, "could not read the run's budgets; the run goes on unchecked");
-            (vec![], None)
+            vec![]
         }
     };
     let (cancel, cause) = (local.cancel.clone(), local.cause.clone());

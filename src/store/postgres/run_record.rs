@@ -75,7 +75,16 @@ pub(crate) fn after_end(ended: &str) -> String {
     format!(
         "{}{}",
         super::outbox::outbox_cte(ended),
-        super::usage::spent_cte(ended)
+        super::usage::spent_cte(ended, true)
+    )
+}
+
+/// [`after_end`] for a run no API key started: without the key's aggregates.
+pub(crate) fn after_end_keyless(ended: &str) -> String {
+    format!(
+        "{}{}",
+        super::outbox::outbox_cte(ended),
+        super::usage::spent_cte(ended, false)
     )
 }
 

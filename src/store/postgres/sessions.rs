@@ -51,6 +51,11 @@ RETURNING seq
 pub static APPEND_END: std::sync::LazyLock<Routed> =
     std::sync::LazyLock::new(|| append_end(super::run_record::after_end("r")));
 
+/// [`APPEND_END`] for a run no API key started: the same statement without the key's
+/// aggregates (`usage_keys`).
+pub static APPEND_END_KEYLESS: std::sync::LazyLock<Routed> =
+    std::sync::LazyLock::new(|| append_end(super::run_record::after_end_keyless("r")));
+
 /// [`APPEND_END`] for a run that called no model ($15 NULL): the same statement without the
 /// usage aggregates, so that it does not touch `usage_daily` at all. Every relation a
 /// statement names costs a lock at each execution; past a backend's 16 fast-path slots those
@@ -224,7 +229,7 @@ impl PgStore {
         split: &SplitState,
         artifacts: &[ArtifactWrite],
         fence: Fence<'_>,
-        usage: Option<&crate::usage::RunUsage>,
+        usage: Option<Metered<'_>>,
     ) -> StoreResult<(Option<i64>, std::collections::BTreeMap<String, i64>)> {
         let mut versions = std::collections::BTreeMap::new();
         if artifacts.is_empty() {
@@ -317,14 +322,19 @@ impl PgStore {
         event: &'q Event,
         split: &'q SplitState,
         fence: Fence<'q>,
-        usage: Option<&'q crate::usage::RunUsage>,
+        usage: Option<Metered<'q>>,
     ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
         let (sql, run, sealing) = match fence {
             Fence::Unfenced => (APPEND.pick(self.citus), None, None),
             Fence::Run(run, epoch) => (APPEND.pick(self.citus), Some((run, epoch)), None),
-            Fence::RunEnd(run, epoch) if usage.is_some() => {
+            Fence::RunEnd(run, epoch) if usage.is_some_and(|m| m.keyed) => {
                 (APPEND_END.pick(self.citus), Some((run, epoch)), None)
             }
+            Fence::RunEnd(run, epoch) if usage.is_some() => (
+                APPEND_END_KEYLESS.pick(self.citus),
+                Some((run, epoch)),
+                None,
+            ),
             Fence::RunEnd(run, epoch) => (
                 APPEND_END_UNMETERED.pick(self.citus),
                 Some((run, epoch)),
@@ -340,7 +350,7 @@ impl PgStore {
             .bind(run.map(|(r, _)| r))
             .bind(sealing)
             .bind(run.map(|(_, epoch)| epoch))
-            .bind(usage.map(Json))
+            .bind(usage.map(|m| Json(m.usage)))
     }
 
     /// Why a fenced append wrote nothing: the session is gone, or someone else owns it.
@@ -579,7 +589,7 @@ impl SessionStore for PgStore {
                            CASE WHEN active_run IS NOT NULL THEN run_usage END AS usage
              ){spent}
              SELECT count(*) FROM gone",
-            spent = super::usage::spent_cte("gone")
+            spent = super::usage::spent_cte("gone", true)
         ))
         .bind(&key.app_name)
         .bind(&key.user_id)
@@ -614,7 +624,7 @@ impl SessionStore for PgStore {
         mut event: Event,
         mut artifacts: Vec<ArtifactWrite>,
         fence: Fence<'_>,
-        usage: Option<&crate::usage::RunUsage>,
+        usage: Option<Metered<'_>>,
     ) -> StoreResult<StoredEvent> {
         prepare_event(&mut event, &self.limits)?;
         // One global insert order, so two appends staging the same files cannot deadlock.

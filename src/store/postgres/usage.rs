@@ -5,9 +5,14 @@ use super::PG_NOW;
 
 /// CTEs adding the usage of the run a preceding CTE `ended` ended (it must return
 /// `app_name, user_id, usage, key_id`) to `usage_daily` (one row per model, and one with model
-/// '' counting the run) and, for a run an API key started, to the key's `usage_keys` row. Only immutable functions touch the row's columns, so Citus routes the
+/// '' counting the run) and, with `keyed`, for a run an API key started, to the key's
+/// `usage_keys` row. Only immutable functions touch the row's columns, so Citus routes the
 /// statement to the user's shard as it does the outbox's. Starts with `, `.
-pub(crate) fn spent_cte(ended: &str) -> String {
+pub(crate) fn spent_cte(ended: &str, keyed: bool) -> String {
+    let keyed = match keyed {
+        true => keyed_cte(ended),
+        false => String::new(),
+    };
     format!(
         ", spent AS (
     INSERT INTO usage_daily AS t (app_name, user_id, day, model, input_tokens, output_tokens,
@@ -26,7 +31,26 @@ pub(crate) fn spent_cte(ended: &str) -> String {
      WHERE e.usage IS NOT NULL AND e.usage <> '{{}}'::jsonb
     ON CONFLICT (app_name, user_id, day, model) DO UPDATE
        SET {sums}
-), keyed AS (
+)
+{keyed}",
+        sums = SUMS
+    )
+}
+
+/// What a second run's usage adds to an aggregate row (`t`) in an upsert.
+const SUMS: &str = "input_tokens = t.input_tokens + EXCLUDED.input_tokens,
+           output_tokens = t.output_tokens + EXCLUDED.output_tokens,
+           cached_tokens = t.cached_tokens + EXCLUDED.cached_tokens,
+           reasoning_tokens = t.reasoning_tokens + EXCLUDED.reasoning_tokens,
+           model_calls = t.model_calls + EXCLUDED.model_calls,
+           runs = t.runs + EXCLUDED.runs,
+           cost = t.cost + EXCLUDED.cost,
+           unpriced_calls = t.unpriced_calls + EXCLUDED.unpriced_calls";
+
+/// The CTE adding a keyed run's usage to its key's `usage_keys` row (see [`spent_cte`]).
+fn keyed_cte(ended: &str) -> String {
+    format!(
+        ", keyed AS (
     INSERT INTO usage_keys AS t (user_id, key_id, day, app_name, input_tokens, output_tokens,
                                  cached_tokens, reasoning_tokens, model_calls, runs, cost,
                                  unpriced_calls)
@@ -47,13 +71,3 @@ pub(crate) fn spent_cte(ended: &str) -> String {
         sums = SUMS
     )
 }
-
-/// What a second run's usage adds to an aggregate row (`t`) in an upsert.
-const SUMS: &str = "input_tokens = t.input_tokens + EXCLUDED.input_tokens,
-           output_tokens = t.output_tokens + EXCLUDED.output_tokens,
-           cached_tokens = t.cached_tokens + EXCLUDED.cached_tokens,
-           reasoning_tokens = t.reasoning_tokens + EXCLUDED.reasoning_tokens,
-           model_calls = t.model_calls + EXCLUDED.model_calls,
-           runs = t.runs + EXCLUDED.runs,
-           cost = t.cost + EXCLUDED.cost,
-           unpriced_calls = t.unpriced_calls + EXCLUDED.unpriced_calls";

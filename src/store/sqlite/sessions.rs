@@ -377,7 +377,7 @@ impl SessionStore for SqliteStore {
         event: Event,
         artifacts: Vec<ArtifactWrite>,
         fence: Fence<'_>,
-        usage: Option<&crate::usage::RunUsage>,
+        usage: Option<Metered<'_>>,
     ) -> StoreResult<StoredEvent> {
         for a in &artifacts {
             validate_artifact(&a.filename, &a.part, self.limits.max_artifact_bytes)?;
@@ -387,9 +387,10 @@ impl SessionStore for SqliteStore {
         // Before the append: a run's last commit ends the run, and the trigger that adds its
         // usage to the aggregates reads the row (migration 0014). A fence that refuses rolls
         // this back with the rest.
-        if let (Fence::Run(run, _) | Fence::RunEnd(run, _), Some(usage)) = (fence, usage) {
+        // (The run's row has its key: the trigger reads it too.)
+        if let (Fence::Run(run, _) | Fence::RunEnd(run, _), Some(m)) = (fence, usage) {
             sqlx::query("UPDATE runs SET usage = ? WHERE id = ? AND status = 'running'")
-                .bind(serde_json::to_string(usage)?)
+                .bind(serde_json::to_string(m.usage)?)
                 .bind(run)
                 .execute(&mut *tx)
                 .await?;
