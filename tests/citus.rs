@@ -9,9 +9,9 @@ mod common;
 
 use agentd::store::postgres::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
-    APPEND_END_UNMETERED, CANCEL_RUN, CREATE_SQL, DEQUEUE_SQL, ENQUEUE_SQL, EVENTS_AFTER_SQL,
-    EVENT_BY_ID_SQL, EXPIRE_AS, EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RELEASE_SQL,
-    RUN_INVOCATIONS_SQL, TAKE_OVER, USER_RUN_SQL,
+    APPEND_END_KEYLESS, APPEND_END_UNMETERED, CANCEL_RUN, CREATE_SQL, DEQUEUE_SQL, ENQUEUE_SQL,
+    EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, EXPIRE_AS, EXPIRE_RUN, FINISH_RUN, HEAD_SQL,
+    LIST_SESSIONS_SQL, RELEASE_SQL, RUN_INVOCATIONS_SQL, TAKE_OVER, USER_RUN_SQL,
 };
 use agentd::store::usage::{spent_sql, BUDGET_SQL, PG_BY_SESSION};
 use agentd::usage::Payer;
@@ -177,6 +177,11 @@ async fn every_hot_statement_is_routed_to_one_shard() {
         ("session head", HEAD_SQL, "'echo', 'u1', 's5'"),
         ("append (fenced by the run)", APPEND.citus.as_str(), append_args),
         ("append ending the run", APPEND_END.citus.as_str(), append_args),
+        (
+            "append ending a run no key started",
+            APPEND_END_KEYLESS.citus.as_str(),
+            append_args,
+        ),
         (
             "append ending a run that spent nothing",
             APPEND_END_UNMETERED.citus.as_str(),

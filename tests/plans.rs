@@ -15,9 +15,9 @@ mod common;
 
 use agentd::store::postgres::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
-    APPEND_END_UNMETERED, CANCEL_RUN, CREATE_SQL, EVENTS_AFTER_SQL, EVENT_BY_ID_SQL, EXPIRE_AS,
-    EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RELEASE_SQL, RUN_INVOCATIONS_SQL,
-    TAKE_OVER, USER_RUN_SQL,
+    APPEND_END_KEYLESS, APPEND_END_UNMETERED, CANCEL_RUN, CREATE_SQL, EVENTS_AFTER_SQL,
+    EVENT_BY_ID_SQL, EXPIRE_AS, EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RELEASE_SQL,
+    RUN_INVOCATIONS_SQL, TAKE_OVER, USER_RUN_SQL,
 };
 use common::TestDb;
 use serde_json::Value;
@@ -145,6 +145,15 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             APPEND_END.plain.as_str(),
             "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-live', NULL, 0, '{}'",
             // The generic plan keeps the sealing branch (its parameter is NULL here).
+            vec![
+                ("sessions", &["sessions_pkey", "sessions_running"]),
+                ("?runs", &["runs_pkey"]),
+            ],
+        ),
+        (
+            "append ending a run no key started",
+            APPEND_END_KEYLESS.plain.as_str(),
+            "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-live', NULL, 0, '{}'",
             vec![
                 ("sessions", &["sessions_pkey", "sessions_running"]),
                 ("?runs", &["runs_pkey"]),

@@ -80,7 +80,6 @@ pub struct SessionPage {
     pub next: Option<SessionCursor>,
 }
 
-/// Sessions and their events.
 /// What a run's commit writes of its usage ([`SessionStore::append_metered`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Metered<'a> {
@@ -92,6 +91,7 @@ pub struct Metered<'a> {
     pub keyed: bool,
 }
 
+/// Sessions and their events.
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {
     /// Creates a session; `SessionExists` if the id is taken. Initial state is split by

@@ -385,6 +385,14 @@ async fn a_run_an_older_replica_admitted_inherits_no_key(backend: Backend) {
     let mut db = sqlx::PgConnection::connect(&s.db.url)
         .await
         .expect("connect");
+    // The older replica is alive (a sweep must not end its run while the test looks at it).
+    sqlx::query(
+        "INSERT INTO replicas (id, heartbeat_at, lease_secs, started_at)
+         VALUES ('old', extract(epoch from now()), 3600, extract(epoch from now()))",
+    )
+    .execute(&mut db)
+    .await
+    .expect("the older replica");
     let admitted = sqlx::query(
         "UPDATE sessions SET active_run = 'run-old', run_invocation = 'e-old', run_owner = 'old',
                 run_created_at = extract(epoch from now()), run_base_seq = last_seq,

@@ -61,22 +61,21 @@ async fn continue_run(runner: Arc<Runner>, taken: TakenOver, local: Registration
         "took over a run whose replica stopped; continuing it"
     );
     // Its budgets are checked before each of its model calls here too (it was admitted).
-    // It stays charged to its key whatever happens to the key's record since.
+    // It stays charged to its key whatever happens to the key's record since (a key that is
+    // gone or cannot be read is charged by its id, as acting for this run's user).
     let store = runner.store.as_ref();
-    let api_key = taken.run.api_key.as_ref().map(|id| ChargedKey {
-        id: id.clone(),
-        user: Some(key.user_id.clone()),
-    });
-    let limits = async {
-        let api_key = match &taken.run.api_key {
-            Some(id) => crate::runner::budgets::charged_key(store, id).await?,
-            None => None,
-        };
-        let budgets = &runner.config.budgets;
-        budgets
-            .limits(store, &key.app_name, &key.user_id, api_key.as_ref())
-            .await
+    let api_key = match &taken.run.api_key {
+        Some(id) => match crate::runner::budgets::charged_key(store, id).await {
+            Ok(Some(k)) => Some(k),
+            _ => Some(ChargedKey {
+                id: id.clone(),
+                user: Some(key.user_id.clone()),
+            }),
+        },
+        None => None,
     };
+    let budgets = &runner.config.budgets;
+    let limits = budgets.limits(store, &key.app_name, &key.user_id, api_key.as_ref());
     let budget = match limits.await {
         Ok(b) => b,
         Err(e) => {

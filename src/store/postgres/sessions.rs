@@ -47,7 +47,8 @@ RETURNING seq
 /// `completed` with the event's seq (see [`super::run_record`]). One statement, one synchronous commit: the reply and the
 /// outcome are durable together. It locks only the session row, as every statement about a
 /// running run does. This form also adds the run's usage to the daily aggregates: for a run
-/// that spent something ($15 is its usage).
+/// that spent something ($15 is its usage) and that an API key started (it adds to the key's
+/// `usage_keys` row too; [`APPEND_END_KEYLESS`] is the form for a run without a key).
 pub static APPEND_END: std::sync::LazyLock<Routed> =
     std::sync::LazyLock::new(|| append_end(super::run_record::after_end("r")));
 
