@@ -578,5 +578,221 @@ async fn an_existing_database_is_distributed_in_place() {
         .expect("memory search on the workers");
     assert_eq!(found.len(), 2);
     drop(store);
+
+    // A database an older release distributed has no routed functions: the next migrate
+    // installs them, and the store calls them (an append through them lands).
+    let routed = "SELECT count(*) FROM pg_dist_object
+                   WHERE objid::regprocedure::text LIKE 'agentd_%_v1(%'
+                     AND distribution_argument_index IS NOT NULL";
+    let n: i64 = sqlx::query_scalar(routed)
+        .fetch_one(&mut conn)
+        .await
+        .expect("functions");
+    assert_eq!(
+        n, 4,
+        "create session, admission, append, finish: routed by their user"
+    );
+    conn.execute(
+        "DROP FUNCTION agentd_create_session_v1, agentd_admit_v1, agentd_append_v1,
+                       agentd_finish_run_v1, agentd_record_end_v1, agentd_after_end_v1",
+    )
+    .await
+    .expect("drop the functions, as before this release");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .args(["migrate", "--database-url", &url])
+        .output()
+        .expect("agentd migrate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n: i64 = sqlx::query_scalar(routed)
+        .fetch_one(&mut conn)
+        .await
+        .expect("functions");
+    assert_eq!(n, 4, "installed again by the upgrade's migrate");
+    let store = agentd::store::open(&url, 2, StoreLimits::default())
+        .await
+        .expect("the upgraded store");
+    let mut e = Event::new(uuid::Uuid::new_v4().to_string(), "user");
+    e.content = Some(Content::text("user", "after the upgrade"));
+    let stored = store.append_event(&key, e, vec![]).await.expect("append");
+    assert_eq!(stored.seq, 3);
+    drop(store);
     citus::drop(&nodes, &name).await;
+}
+
+/// On Citus each hot step is one call of a function distributed by its user
+/// (src/store/postgres/router.sql): the coordinator forwards it to the one worker holding the
+/// user's shards, whole. `EXPLAIN` on the coordinator shows that one task and nothing else: no
+/// subplan, no intermediate result. Then the calls themselves, checked for what they write.
+/// (The rest of the suite runs every hot step through these functions on Citus.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_hot_step_is_one_call_forwarded_to_the_users_worker() {
+    use agentd::store::postgres::router;
+    if citus::admin_url().is_none() {
+        citus::not_run("citus::every_hot_step_is_one_call_forwarded_to_the_users_worker");
+        return;
+    }
+    let db = TestDb::citus().await;
+    db.store().await; // migrated, distributed, the functions installed
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    let append_args =
+        "'echo', 'u1', 's5', '{}', '{}', '{}', 1.0, 'ev-new', 'e-9', 'user', '{}', 'run-1', NULL, 0, '{\"m\": {\"inputTokens\": 1}}'";
+    let cases: Vec<(&str, &str, &str)> = vec![
+        ("create session", router::CREATE_CALL, "'echo', 'u1', 'new', '{}', 1.0, 1.0"),
+        (
+            "admission with the user event",
+            router::ADMIT_CALL,
+            "'run-new', 'echo', 'u1', 's5', 'e-new', 'r1', true, NULL, 90.0, \
+             true, '{}', '{}', '{}', 1.0, 'ev-new', 'e-new', 'user', '{}', NULL, 'run-new', NULL, 600.0, 'k1'",
+        ),
+        ("append", router::APPEND_CALL, append_args),
+        ("append ending the run", router::APPEND_END_CALL, append_args),
+        (
+            "outcome",
+            router::FINISH_CALL,
+            "'run-1', 'completed', 2, NULL, 'u1', 0, '{\"m\": {\"inputTokens\": 1}}'",
+        ),
+    ];
+    // The node holding the user's shard group.
+    let port: i32 = sqlx::query_scalar(
+        "SELECT nodeport FROM pg_dist_shard_placement
+          WHERE shardid = get_shard_id_for_distribution_column('sessions', 'u1')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("u1's shard");
+    let users_node = format!("port={port}");
+    let mut wrong = vec![];
+    for (name, sql, args) in &cases {
+        let plan = explain(&mut conn, &with_arguments(sql, args), name).await;
+        let r = routing(&plan);
+        if r.task_counts != [1]
+            || r.nodes != BTreeSet::from([users_node.clone()])
+            || plan.contains("Subplan")
+            || plan.contains("intermediate")
+        {
+            wrong.push(format!("{name}: {r:?}\n{plan}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "steps not forwarded whole to one worker:\n{}",
+        wrong.join("\n\n")
+    );
+
+    // And they do what the statement forms do: a run admitted with its user event and a key,
+    // ended by its reply with usage and a webhook; another ended by its outcome.
+    let call = |sql: &str, args: &str| with_arguments(sql, args);
+    let hook =
+        r#"'[{"url": "http://hooks.example/a", "events": ["run.completed", "run.failed"]}]'"#;
+    let usage = r#"'{"m": {"inputTokens": 3, "outputTokens": 2, "modelCalls": 1}}'"#;
+    for (session, run) in [("s-end", "run-end"), ("s-fin", "run-fin")] {
+        let created: i64 = sqlx::query_scalar(&call(
+            &router::CREATE_CALL.replace("SELECT *", "SELECT last_seq"),
+            &format!("'echo', 'u2', '{session}', '{{}}', 1.0, 1.0"),
+        ))
+        .fetch_one(&mut conn)
+        .await
+        .expect("create");
+        assert_eq!(created, 0);
+        let row = sqlx::query(&call(
+            router::ADMIT_CALL,
+            &format!(
+                "'{run}', 'echo', 'u2', '{session}', 'e-{run}', 'r1', true, NULL, 90.0, \
+                 true, '{{}}', '{{}}', '{{\"n\": 1}}', 2.0, 'ev-{run}', 'e-{run}', 'user', '{{}}', \
+                 {hook}, '{run}', NULL, 600.0, 'k1'"
+            ),
+        ))
+        .fetch_one(&mut conn)
+        .await
+        .expect("admit");
+        assert!(row.get::<bool, _>("session") && !row.get::<bool, _>("taken"));
+        assert_eq!(row.get::<Option<i64>, _>("seq"), Some(1), "the user event");
+        assert_eq!(row.get::<Option<i64>, _>("base_seq"), Some(0));
+        assert_eq!(row.get::<Value, _>("user_state")["n"], 1);
+    }
+    let seq: Option<i64> = sqlx::query_scalar(&call(
+        &router::APPEND_END_CALL.replace("SELECT *", "SELECT seq"),
+        &format!(
+            "'echo', 'u2', 's-end', '{{}}', '{{}}', '{{}}', 3.0, 'ev-reply', 'e-run-end', 'echo', \
+             '{{}}', 'run-end', NULL, 0, {usage}"
+        ),
+    ))
+    .fetch_optional(&mut conn)
+    .await
+    .expect("append ending the run");
+    assert_eq!(seq, Some(2));
+    let n: i64 = sqlx::query_scalar(&call(
+        router::FINISH_CALL,
+        &format!("'run-fin', 'failed', 1, 'boom', 'u2', 0, {usage}"),
+    ))
+    .fetch_one(&mut conn)
+    .await
+    .expect("finish");
+    assert_eq!(n, 1);
+    /// id, status, last seq, key, sealed.
+    type Ended = (String, String, Option<i64>, Option<String>, bool);
+    let runs: Vec<Ended> = sqlx::query_as(
+        "SELECT id, status, last_seq, key_id, sealed FROM runs WHERE user_id = 'u2' ORDER BY id",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("runs");
+    assert_eq!(
+        runs,
+        vec![
+            (
+                "run-end".into(),
+                "completed".into(),
+                Some(2),
+                Some("k1".into()),
+                true
+            ),
+            (
+                "run-fin".into(),
+                "failed".into(),
+                Some(1),
+                Some("k1".into()),
+                true
+            ),
+        ]
+    );
+    let free: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sessions WHERE user_id = 'u2' AND active_run IS NULL",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("sessions");
+    assert_eq!(free, 2, "both sessions freed");
+    let daily: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT model, input_tokens, model_calls, runs FROM usage_daily
+          WHERE user_id = 'u2' ORDER BY model",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("usage_daily");
+    assert_eq!(daily, vec![("".into(), 0, 0, 2), ("m".into(), 6, 2, 2)]);
+    let keyed: (i64, i64) = sqlx::query_as(
+        "SELECT input_tokens, runs FROM usage_keys WHERE user_id = 'u2' AND key_id = 'k1'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("usage_keys");
+    assert_eq!(keyed, (6, 2));
+    let hooks: Vec<(String, String)> = sqlx::query_as(
+        "SELECT run_id, event_type FROM webhook_deliveries WHERE user_id = 'u2' ORDER BY run_id",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("deliveries");
+    assert_eq!(
+        hooks,
+        vec![
+            ("run-end".into(), "run.completed".into()),
+            ("run-fin".into(), "run.failed".into())
+        ]
+    );
 }

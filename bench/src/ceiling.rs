@@ -14,6 +14,10 @@
 //!   ownership. On PostgreSQL or on SQLite (WAL, `synchronous=FULL`, one writer connection, as
 //!   agentd's SQLite store).
 //!
+//! On a Citus database (b)'s and (c)'s tables are distributed by `user_id`, colocated, as
+//! agentd's are, and (c) writes its reply as single-table statements ([`commit_reply_routed`]):
+//! what a minimal server designed for Citus does, so the pairing on a cluster is fair.
+//!
 //! Both parse the JSON request body, produce frames from a spawned task through a bounded
 //! channel (as any streaming agent server must: the producer is not the connection), set
 //! TCP_NODELAY on accepted sockets like agentd, and run on the same tokio multi-thread runtime.
@@ -84,8 +88,8 @@ enum Db {
     None,
     /// (b): the complete event only.
     Events(PgPool),
-    /// (c) on PostgreSQL.
-    AdkPg(PgPool),
+    /// (c) on PostgreSQL; `true` on Citus.
+    AdkPg(PgPool, bool),
     /// (c) on SQLite: one writer connection.
     AdkSqlite(SqlitePool),
 }
@@ -98,8 +102,43 @@ CREATE TABLE IF NOT EXISTS adk_sessions (
     update_time double precision NOT NULL,
     PRIMARY KEY (app_name, user_id, id));
 CREATE TABLE IF NOT EXISTS adk_events (
-    seq bigserial PRIMARY KEY, app_name text NOT NULL, user_id text NOT NULL,
-    session_id text NOT NULL, event jsonb NOT NULL);";
+    seq bigserial, app_name text NOT NULL, user_id text NOT NULL,
+    session_id text NOT NULL, event jsonb NOT NULL, PRIMARY KEY (user_id, seq));";
+
+/// On Citus, distributes a ceiling's tables by `user_id`, colocated (as agentd's are), so the
+/// ceiling measured beside agentd on a cluster is what a minimal server designed for it does:
+/// each statement routed to the worker holding the user's shard. Returns whether it did.
+async fn distribute_by_user(pool: &PgPool, tables: &[&str]) -> Result<bool> {
+    let citus: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
+            .fetch_one(pool)
+            .await?;
+    if !citus {
+        return Ok(false);
+    }
+    for (i, table) in tables.iter().enumerate() {
+        let known: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))",
+        )
+        .bind(table)
+        .fetch_one(pool)
+        .await?;
+        if known {
+            continue;
+        }
+        let colocate = match i {
+            0 => String::new(),
+            _ => format!(", colocate_with => '{}'", tables[0]),
+        };
+        sqlx::query(&format!(
+            "SELECT create_distributed_table('{table}', 'user_id'{colocate})"
+        ))
+        .execute(pool)
+        .await
+        .with_context(|| format!("distributing the ceiling's {table}"))?;
+    }
+    Ok(true)
+}
 
 const ADK_SQLITE_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS adk_sessions (
@@ -149,12 +188,15 @@ pub async fn serve(args: CeilingArgs) -> Result<()> {
             let pool = connect_pg(url, args.db_max_connections).await?;
             sqlx::query(
                 "CREATE TABLE IF NOT EXISTS ceiling_events (
-                     seq        bigserial PRIMARY KEY,
+                     user_id    text NOT NULL,
+                     seq        bigserial,
                      session_id text NOT NULL,
-                     event      jsonb NOT NULL)",
+                     event      jsonb NOT NULL,
+                     PRIMARY KEY (user_id, seq))",
             )
             .execute(&pool)
             .await?;
+            distribute_by_user(&pool, &["ceiling_events"]).await?;
             Db::Events(pool)
         }
         (Mode::C, Some(url)) if url.starts_with("sqlite:") => {
@@ -163,7 +205,8 @@ pub async fn serve(args: CeilingArgs) -> Result<()> {
         (Mode::C, Some(url)) => {
             let pool = connect_pg(url, args.db_max_connections).await?;
             sqlx::raw_sql(ADK_PG_SCHEMA).execute(&pool).await?;
-            Db::AdkPg(pool)
+            let citus = distribute_by_user(&pool, &["adk_sessions", "adk_events"]).await?;
+            Db::AdkPg(pool, citus)
         }
     };
     let state = Arc::new(Ceiling {
@@ -205,7 +248,7 @@ async fn sigterm_or_ctrl_c() {
 macro_rules! on_adk_db {
     ($db:expr, |$pool:ident| $body:expr) => {
         match $db {
-            Db::AdkPg($pool) => $body,
+            Db::AdkPg($pool, _) => $body,
             Db::AdkSqlite($pool) => $body,
             Db::None | Db::Events(_) => Ok(()),
         }
@@ -294,6 +337,45 @@ async fn commit_reply(
     .bind(json)
     .fetch_one(pool_pg)
     .await
+}
+
+/// (c)'s reply on Citus: the same writes as two single-table statements in one transaction,
+/// each routed to the user's shard (Citus plans a statement with a data-modifying CTE as one
+/// step per CTE, which a server designed for Citus avoids).
+async fn commit_reply_routed(
+    pool: &PgPool,
+    run: &RunIds,
+    delta: &str,
+    json: &str,
+    now: f64,
+) -> Result<i64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let updated = sqlx::query(
+        "UPDATE adk_sessions SET state = state || $4::jsonb, update_time = $5
+          WHERE app_name = $1 AND user_id = $2 AND id = $3",
+    )
+    .bind(&run.app)
+    .bind(&run.user)
+    .bind(&run.session)
+    .bind(delta)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    if updated.rows_affected() != 1 {
+        return Err(sqlx::Error::RowNotFound);
+    }
+    let seq = sqlx::query_scalar(
+        "INSERT INTO adk_events (app_name, user_id, session_id, event)
+         VALUES ($1, $2, $3, $4::jsonb) RETURNING seq",
+    )
+    .bind(&run.app)
+    .bind(&run.user)
+    .bind(&run.session)
+    .bind(json)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(seq)
 }
 
 async fn commit_reply_sqlite(
@@ -421,14 +503,19 @@ async fn produce(state: Arc<Ceiling>, text: String, run: RunIds, tx: mpsc::Sende
     let delta = json!({"turns": 1}).to_string();
     let committed = match &state.db {
         Db::None => Ok(state.seq.fetch_add(1, Ordering::Relaxed) + 1),
-        Db::Events(pool) => sqlx::query_scalar::<_, i64>(
-            "INSERT INTO ceiling_events (session_id, event) VALUES ($1, $2::jsonb) RETURNING seq",
-        )
-        .bind(&run.session)
-        .bind(&json)
-        .fetch_one(pool)
-        .await,
-        Db::AdkPg(pool) => commit_reply(pool, &run, &delta, &json, e.timestamp).await,
+        Db::Events(pool) => {
+            sqlx::query_scalar::<_, i64>(
+                "INSERT INTO ceiling_events (user_id, session_id, event) VALUES ($1, $2, $3::jsonb)
+             RETURNING seq",
+            )
+            .bind(&run.user)
+            .bind(&run.session)
+            .bind(&json)
+            .fetch_one(pool)
+            .await
+        }
+        Db::AdkPg(pool, false) => commit_reply(pool, &run, &delta, &json, e.timestamp).await,
+        Db::AdkPg(pool, true) => commit_reply_routed(pool, &run, &delta, &json, e.timestamp).await,
         Db::AdkSqlite(pool) => commit_reply_sqlite(pool, &run, &delta, &json, e.timestamp).await,
     };
     let seq = match committed {

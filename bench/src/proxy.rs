@@ -114,6 +114,9 @@ fn commit_kind(sql: &str, in_transaction: bool) -> Commit {
     } else if sql
         .to_ascii_lowercase()
         .contains("set_config('synchronous_commit', 'off'")
+        // agentd's routed functions on Citus (src/store/postgres/router.sql): the run's end
+        // outside its last event commits asynchronously, inside the function.
+        || sql.contains("agentd_finish_run_v1(")
     {
         Commit::Async
     } else {
@@ -253,6 +256,10 @@ fn label(sql: &str) -> String {
 }
 
 fn writes(sql: &str) -> bool {
+    // agentd's hot steps on Citus are calls of functions that write (router.sql).
+    if sql.contains("FROM agentd_") || sql.contains("SELECT agentd_") {
+        return true;
+    }
     let s = sql.trim_start().to_ascii_uppercase();
     let head = s.split_whitespace().next().unwrap_or("");
     matches!(head, "INSERT" | "UPDATE" | "DELETE")

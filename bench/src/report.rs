@@ -75,7 +75,7 @@ impl Report {
         if !workers.is_empty() {
             let _ = writeln!(
                 text,
-                "- Citus: agentd's database distributed by user over {} worker(s) on this machine (coordinator + workers: every `postgres` process counts as PostgreSQL CPU); the ceilings' tables are plain tables on the coordinator",
+                "- Citus: agentd's database distributed by user over {} worker(s) on this machine (coordinator + workers: every `postgres` process counts as PostgreSQL CPU); the ceilings' tables are distributed by user on the same cluster (ceiling (c) writes its reply as single-table statements in one transaction)",
                 workers.len()
             );
         }

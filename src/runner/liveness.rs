@@ -5,7 +5,9 @@
 //! its runs someone asked to cancel (the fallback for a lost notification). Another task
 //! looks for runs nobody runs (their replica's heartbeat is older than its lease, or a
 //! draining replica handed them over) every `lease / 3`, at most every two seconds, and
-//! resumes or ends each (`super::recovery`). Every 2/3 of the lease it also reconciles: a run
+//! resumes or ends each (`super::recovery`); a look that follows one which found nothing takes
+//! a turn first (`crate::store::turns`), so one replica of the deployment looks per period.
+//! Every 2/3 of the lease it also reconciles: a run
 //! the database says this replica runs, but which has no task here (its outcome was lost, or
 //! its task vanished), is finished as `failed`.
 //!
@@ -16,7 +18,7 @@
 use super::bus::BusMsg;
 use super::control::StopCause;
 use super::{lock, Runner};
-use crate::store::{RunStatus, StoreError};
+use crate::store::{turns, RunStatus, StoreError};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -72,17 +74,32 @@ impl Runner {
         tokio::spawn(async move {
             // At start, the runs of this replica id's previous life are nobody's.
             let mut mine = true;
+            // The last sweep found runs to recover: the next needs no turn (store::turns).
+            let mut busy = false;
             let mut upkeep = Instant::now();
             loop {
                 let Some(runner) = runner.upgrade() else {
                     return;
                 };
-                if let Err(e) = runner.sweep(std::mem::take(&mut mine)).await {
-                    tracing::warn!(error = %e, "sweep failed");
+                // A draining replica takes no turn: it would use up the period of a replica
+                // that can take runs over.
+                let sweep = mine
+                    || busy
+                    || !runner.is_draining()
+                        && runner
+                            .store
+                            .take_turn(turns::kind::SWEEP, look)
+                            .await
+                            .unwrap_or(true);
+                if sweep {
+                    match runner.sweep(std::mem::take(&mut mine)).await {
+                        Ok(found) => busy = found,
+                        Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                    }
                 }
                 if upkeep.elapsed() >= period * 2 {
                     upkeep = Instant::now();
-                    runner.upkeep().await;
+                    runner.upkeep(period * 2).await;
                 }
                 drop(runner);
                 tokio::select! {
@@ -93,10 +110,15 @@ impl Runner {
         });
     }
 
-    /// Reconciliation, and what the database keeps that expires.
-    async fn upkeep(&self) {
+    /// Reconciliation (this replica's own runs), and what the database keeps that expires
+    /// (once per `every` in the deployment: a turn, `store::turns`).
+    async fn upkeep(&self, every: std::time::Duration) {
         if let Err(e) = self.reconcile().await {
             tracing::warn!(error = %e, "reconciliation failed");
+        }
+        let turn = self.store.take_turn(turns::kind::HOUSEKEEPING, every).await;
+        if !turn.unwrap_or(true) {
+            return;
         }
         let ttl = self.config.idempotency_ttl.as_secs_f64();
         if let Err(e) = self.store.expire_keys(ttl).await {

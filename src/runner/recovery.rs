@@ -36,8 +36,10 @@ enum Fate {
 impl Runner {
     /// Runs nobody runs: each is resumed here or ended. `mine`: also those recorded as this
     /// replica id's own (its previous life: the process with this id died and started again).
-    pub(super) async fn sweep(self: &Arc<Self>, mine: bool) -> Result<(), StoreError> {
+    /// Whether it resumed or ended any (a run left for later does not count).
+    pub(super) async fn sweep(self: &Arc<Self>, mine: bool) -> Result<bool, StoreError> {
         let orphans = self.store.orphans(&self.config.owner, mine).await?;
+        let mut found = false;
         for orphan in orphans.into_iter().take(PER_SWEEP) {
             if lock(&self.local).contains_key(&orphan.run.run_id) {
                 continue;
@@ -47,9 +49,9 @@ impl Runner {
                 (false, true) => ResumeReason::Restart,
                 (false, false) => ResumeReason::ReplicaLost,
             };
-            self.recover(orphan, reason).await;
+            found |= self.recover(orphan, reason).await;
         }
-        Ok(())
+        Ok(found)
     }
 
     /// A durable run whose replica died, found holding the session an admission wants.
@@ -63,11 +65,11 @@ impl Runner {
         self.recover(orphan, ResumeReason::ReplicaLost).await;
     }
 
-    /// Resumes `orphan` here, or ends it (see the module docs).
-    async fn recover(self: &Arc<Self>, orphan: Orphan, reason: ResumeReason) {
+    /// Resumes `orphan` here, or ends it (see the module docs); whether it did either.
+    async fn recover(self: &Arc<Self>, orphan: Orphan, reason: ResumeReason) -> bool {
         let restart = reason == ResumeReason::Restart;
         match self.fate(&orphan, reason) {
-            Fate::Later => {}
+            Fate::Later => return false,
             Fate::Resume => self.resume(orphan.run, reason, restart).await,
             Fate::End {
                 status,
@@ -79,6 +81,7 @@ impl Runner {
                     .await
             }
         }
+        true
     }
 
     fn fate(&self, orphan: &Orphan, reason: ResumeReason) -> Fate {

@@ -1,13 +1,15 @@
 //! The ticker: on every replica, a loop that claims due ticks in the database (each once, see
 //! [`crate::store::schedules`]) and starts their runs as background runs. It also takes over
-//! the ticks of a replica that died between claiming one and starting its run.
+//! the ticks of a replica that died between claiming one and starting its run. A poll that
+//! follows one which found nothing takes a turn first ([`crate::store::turns`]): one replica
+//! of the deployment scans per period.
 
 use super::pattern::plan_with_min;
 use super::{PAUSED_KEY_EXPIRED, PAUSED_KEY_REVOKED};
 use crate::event::Content;
 use crate::runner::{OnBusy, OnDisconnect, RunError, RunRequest, Runner};
 use crate::store::schedules::Planner;
-use crate::store::{ScheduleRecord, SessionKey, TickRecord};
+use crate::store::{turns, ScheduleRecord, SessionKey, TickRecord};
 use crate::usage::ChargedKey;
 use crate::webhook::WebhookTarget;
 use std::sync::Arc;
@@ -49,31 +51,45 @@ impl Ticker {
     async fn run(self, stop: CancellationToken) {
         let min = self.min_interval_secs;
         let planner: &Planner = &move |s: &ScheduleRecord, now: f64| plan_with_min(s, now, min);
+        // Whether the last scan found work: then the next one needs no turn (store::turns).
+        let mut busy = true;
         loop {
             if self.runner.is_draining() {
                 return;
             }
             let owner = self.runner.replica_id().to_string();
             let store = self.runner.store().clone();
-            match store
-                .take_over_ticks(&owner, self.stale_after.as_secs_f64())
-                .await
-            {
-                Ok(ticks) => self.fire_all(ticks, true),
-                Err(e) => tracing::warn!(error = %e, "could not look for orphaned ticks"),
-            }
-            loop {
-                match store.claim_ticks(&owner, planner, BATCH).await {
+            let scan = busy
+                || store
+                    .take_turn(turns::kind::SCHEDULES, self.poll)
+                    .await
+                    .unwrap_or(true);
+            busy = false;
+            if scan {
+                match store
+                    .take_over_ticks(&owner, self.stale_after.as_secs_f64())
+                    .await
+                {
                     Ok(ticks) => {
-                        let n = ticks.len();
-                        self.fire_all(ticks, false);
-                        if n < BATCH as usize {
+                        busy |= !ticks.is_empty();
+                        self.fire_all(ticks, true);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not look for orphaned ticks"),
+                }
+                loop {
+                    match store.claim_ticks(&owner, planner, BATCH).await {
+                        Ok(ticks) => {
+                            let n = ticks.len();
+                            busy |= n > 0;
+                            self.fire_all(ticks, false);
+                            if n < BATCH as usize {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not claim schedule ticks");
                             break;
                         }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not claim schedule ticks");
-                        break;
                     }
                 }
             }

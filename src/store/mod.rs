@@ -22,6 +22,7 @@ pub mod runs;
 pub mod schedules;
 pub mod sessions;
 pub mod sqlite;
+pub mod turns;
 pub mod usage;
 pub mod webhooks;
 
@@ -201,6 +202,7 @@ pub trait Store:
     + push::PushStore
     + rewinds::RewindStore
     + UsageStore
+    + turns::TurnStore
 {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;

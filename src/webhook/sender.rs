@@ -79,22 +79,30 @@ impl Sender {
 
     async fn run(self: Arc<Self>, stop: CancellationToken) {
         let slots = Arc::new(tokio::sync::Semaphore::new(self.config.in_flight.max(1)));
+        // Woken by a nudge (work of this replica's), or the first look after start.
+        let mut nudged = true;
         loop {
+            // A look the poll woke takes a turn first (`store::turns`): one replica of the
+            // deployment scans per period when there is nothing to do.
+            let look = nudged
+                || self
+                    .store
+                    .take_turn(crate::store::turns::kind::WEBHOOKS, self.config.poll)
+                    .await
+                    .unwrap_or(true);
             // While every free slot finds a delivery, look again; then wait for a nudge (a run
             // ended, an attempt finished) or the poll.
-            while let Some(filled) = self.fill(&slots, &stop).await {
-                if !filled {
-                    break;
-                }
+            if look {
+                while let Some(true) = self.fill(&slots, &stop).await {}
             }
             if stop.is_cancelled() {
                 return;
             }
-            tokio::select! {
+            nudged = tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = self.nudge.notified() => {}
-                _ = tokio::time::sleep(self.config.poll) => {}
-            }
+                _ = self.nudge.notified() => true,
+                _ = tokio::time::sleep(self.config.poll) => false,
+            };
         }
     }
 

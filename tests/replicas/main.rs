@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod across_replicas;
+mod background_scans;
 mod budgets;
 mod database_faults;
 mod durable_runs;

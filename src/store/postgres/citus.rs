@@ -104,6 +104,8 @@ impl PgStore {
                 sqlx::query(&sql).execute(&mut conn).await?;
                 done += 1;
             }
+            // The hot steps' functions, colocated with the tables just distributed.
+            Self::install_router_functions(&mut conn).await?;
             StoreResult::Ok(done)
         }
         .await;

@@ -15,6 +15,7 @@ pub mod citus;
 mod memory;
 mod outbox;
 mod prune;
+pub mod router;
 mod run_record;
 mod runs;
 mod sessions;
@@ -46,6 +47,9 @@ pub struct PgStore {
     pub(crate) pool: PgPool,
     /// The database has the Citus extension: statements carry their routing quals.
     pub(crate) citus: bool,
+    /// On Citus, the hot steps' functions are installed ([`router`]): they are called instead
+    /// of the statement forms. Set at connect, and by [`PgStore::migrate`] once it installs them.
+    routed: Arc<std::sync::atomic::AtomicBool>,
     limits: StoreLimits,
     /// Until when every connection is pinged before use (see [`Store::connection_lost`]).
     suspect: Arc<Suspect>,
@@ -173,12 +177,19 @@ impl PgStore {
         )
         .fetch_one(&pool)
         .await?;
-        Ok(PgStore {
+        let store = PgStore {
             pool,
             citus,
+            routed: Arc::default(),
             limits,
             suspect,
-        })
+        };
+        if citus && store.has_router_functions().await? {
+            store
+                .routed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(store)
     }
 
     /// Applies pending migrations. sqlx holds a PostgreSQL advisory lock while it migrates,
@@ -191,12 +202,19 @@ impl PgStore {
             if n > 0 {
                 tracing::info!(tables = n, "distributed the tables by user (Citus)");
             }
+            self.routed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Whether the hot steps go through [`router`]'s functions (on Citus, once installed).
+    pub(crate) fn routed(&self) -> bool {
+        self.routed.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

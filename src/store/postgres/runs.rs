@@ -334,7 +334,12 @@ impl RunStore for PgStore {
             .unwrap_or_default();
         let empty = Event::new("", "");
         let event = opening.as_ref().unwrap_or(&empty);
-        let q = sqlx::query(pg_insert_run_sql())
+        // On Citus, one routed call (unless the user event writes `app:` state: `router.sql`).
+        let sql = match self.routed() && split.app.is_empty() {
+            true => super::router::ADMIT_CALL,
+            false => pg_insert_run_sql(),
+        };
+        let q = sqlx::query(sql)
             .bind(&run.run_id)
             .bind(&run.key.app_name)
             .bind(&run.key.user_id)
@@ -583,7 +588,11 @@ impl RunStore for PgStore {
         error: Option<&str>,
         usage: Option<&crate::usage::RunUsage>,
     ) -> StoreResult<bool> {
-        let n: i64 = sqlx::query_scalar(FINISH_RUN.pick(self.citus))
+        let sql = match self.routed() {
+            true => super::router::FINISH_CALL,
+            false => FINISH_RUN.pick(self.citus),
+        };
+        let n: i64 = sqlx::query_scalar(sql)
             .bind(run_id)
             .bind(status.as_str())
             .bind(last_seq)

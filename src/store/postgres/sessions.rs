@@ -325,7 +325,7 @@ impl PgStore {
         fence: Fence<'q>,
         usage: Option<Metered<'q>>,
     ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-        let (sql, run, sealing) = match fence {
+        let (mut sql, run, sealing) = match fence {
             Fence::Unfenced => (APPEND.pick(self.citus), None, None),
             Fence::Run(run, epoch) => (APPEND.pick(self.citus), Some((run, epoch)), None),
             Fence::RunEnd(run, epoch) if usage.is_some_and(|m| m.keyed) => {
@@ -343,6 +343,14 @@ impl PgStore {
             ),
             Fence::Sealing(dead) => (APPEND.pick(self.citus), None, Some(dead)),
         };
+        // On Citus, one routed call instead (a step that writes `app:` state, a reference
+        // table's row, keeps the statement form: see `router.sql`).
+        if self.routed() && split.app.is_empty() {
+            sql = match fence {
+                Fence::RunEnd(..) => super::router::APPEND_END_CALL,
+                _ => super::router::APPEND_CALL,
+            };
+        }
         let q = sqlx::query(sql)
             .bind(&key.app_name)
             .bind(&key.user_id)
@@ -435,7 +443,11 @@ impl SessionStore for PgStore {
         let split = SplitState::split(&new.state);
 
         if new.events.is_empty() && split.app.is_empty() && split.user.is_empty() {
-            let row = sqlx::query(CREATE_SQL)
+            let sql = match self.routed() {
+                true => super::router::CREATE_CALL,
+                false => CREATE_SQL,
+            };
+            let row = sqlx::query(sql)
                 .bind(&key.app_name)
                 .bind(&key.user_id)
                 .bind(&key.session_id)
