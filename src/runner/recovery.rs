@@ -69,7 +69,7 @@ impl Runner {
     async fn recover(self: &Arc<Self>, orphan: Orphan, reason: ResumeReason) -> bool {
         let restart = reason == ResumeReason::Restart;
         match self.fate(&orphan, reason) {
-            Fate::Later => return false,
+            Fate::Later => false,
             Fate::Resume => self.resume(orphan.run, reason, restart).await,
             Fate::End {
                 status,
@@ -81,7 +81,6 @@ impl Runner {
                     .await
             }
         }
-        true
     }
 
     fn fate(&self, orphan: &Orphan, reason: ResumeReason) -> Fate {
@@ -143,7 +142,8 @@ impl Runner {
         Fate::Resume
     }
 
-    async fn resume(self: &Arc<Self>, run: RunRecord, reason: ResumeReason, restart: bool) {
+    /// Whether it took the run over.
+    async fn resume(self: &Arc<Self>, run: RunRecord, reason: ResumeReason, restart: bool) -> bool {
         // Registered before the statement: reconciliation must never take the run for one
         // this replica lost.
         let local = self.register(&run.run_id, None);
@@ -156,14 +156,19 @@ impl Runner {
                 metrics::counter!("agentd_runs_resumed_total", "reason" => reason.as_str())
                     .increment(1);
                 resume::spawn(self, taken, local);
+                true
             }
             // Another replica took it first, it ended, or its owner came back.
-            Ok(None) => {}
-            Err(e) => tracing::warn!(run = %run.run_id, error = %e, "could not take a run over"),
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(run = %run.run_id, error = %e, "could not take a run over");
+                false
+            }
         }
     }
 
-    /// Ends a run nobody runs: recorded, its transcript sealed, its followers told.
+    /// Ends a run nobody runs: recorded, its transcript sealed, its followers told. Whether
+    /// it ended it (another replica may have first).
     async fn end_orphan(
         &self,
         run: &RunRecord,
@@ -172,17 +177,17 @@ impl Runner {
         error: &str,
         code: &str,
         reason: &str,
-    ) {
+    ) -> bool {
         let ended = self
             .store
             .expire_as(run, &self.config.owner, restart, status, error)
             .await;
         let ended = match ended {
             Ok(Some(ended)) => ended,
-            Ok(None) => return,
+            Ok(None) => return false,
             Err(e) => {
                 tracing::warn!(run = %run.run_id, error = %e, "could not end a run nobody runs");
-                return;
+                return false;
             }
         };
         tracing::warn!(run = %ended.run_id, owner = %ended.owner, status = status.as_str(), "run of a stopped replica ended");
@@ -202,5 +207,6 @@ impl Runner {
                 last_seq: None,
             },
         );
+        true
     }
 }

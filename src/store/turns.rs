@@ -3,11 +3,13 @@
 //! reads every user's rows: on Citus every shard. Polled by every replica, that work grows with
 //! shards × replicas. A loop whose last scan found nothing asks for a turn first; the turn is a
 //! row per kind of scan, and it is granted to one replica per period, so an idle deployment
-//! scans about once per period whatever its number of replicas. A loop that found work keeps
-//! scanning without asking until it finds none, so work due waits at most about one period
+//! scans about once per period whatever its number of replicas. The ticker and the sweep,
+//! once a scan found work, scan again without asking until one finds none; a webhook sender
+//! woken by its own replica's work (a run's end, an attempt done) scans without asking, and
+//! asks on each poll; housekeeping asks every time. So work due waits about one period at most
 //! for some replica's turn (as it waited up to one poll before), and a failure to take a turn
-//! counts as granted (a scan too many, never one too few). A webhook sender nudged by its own
-//! replica's work, and the first sweep after start, scan without a turn.
+//! counts as granted (a scan too many, never one too few). The first sweep after start needs
+//! no turn.
 
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
@@ -27,8 +29,9 @@ pub mod kind {
 pub trait TurnStore: Send + Sync + 'static {
     /// Whether this replica may scan for `kind` now: no replica took that turn in the last
     /// `period` (less a tenth, so that replicas polling at the same rate do not skip a period
-    /// through timing noise), or the last turn is in the future (the database's clock stepped
-    /// back). Taking it records the time.
+    /// through timing noise), or the last turn is more than a period in the future (the
+    /// database's clock stepped back; a smaller step delays a turn by at most a period).
+    /// Taking it records the time.
     async fn take_turn(&self, kind: &str, period: Duration) -> StoreResult<bool>;
 }
 
@@ -48,7 +51,7 @@ impl TurnStore for PgStore {
                   taken AS (
                       UPDATE poll_turns SET polled_at = now.t FROM now
                        WHERE kind = $1
-                         AND (polled_at <= now.t - $2 OR polled_at > now.t)
+                         AND (polled_at <= now.t - $2 OR polled_at > now.t + $2)
                       RETURNING 1)
              SELECT EXISTS (SELECT 1 FROM taken)
                     OR NOT EXISTS (SELECT 1 FROM poll_turns WHERE kind = $1)",

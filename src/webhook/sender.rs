@@ -85,11 +85,12 @@ impl Sender {
             // A look the poll woke takes a turn first (`store::turns`): one replica of the
             // deployment scans per period when there is nothing to do.
             let look = nudged
-                || self
-                    .store
-                    .take_turn(crate::store::turns::kind::WEBHOOKS, self.config.poll)
-                    .await
-                    .unwrap_or(true);
+                || tokio::select! {
+                    _ = stop.cancelled() => return,
+                    t = self.store.take_turn(crate::store::turns::kind::WEBHOOKS, self.config.poll) => {
+                        t.unwrap_or(true)
+                    }
+                };
             // While every free slot finds a delivery, look again; then wait for a nudge (a run
             // ended, an attempt finished) or the poll.
             if look {

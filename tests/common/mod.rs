@@ -155,7 +155,7 @@ impl TestDb {
             let tables: Vec<String> = sqlx::query_scalar(
                 "SELECT table_name::text FROM information_schema.tables
                   WHERE table_schema = 'public' AND table_type = 'BASE TABLE'
-                    AND table_name NOT IN ('replicas', '_sqlx_migrations')",
+                    AND table_name NOT IN ('replicas', 'poll_turns', '_sqlx_migrations')",
             )
             .fetch_all(&mut conn)
             .await

@@ -18,7 +18,7 @@
 -- form instead (the one place such a write is needed).
 --
 -- `statement_timestamp()` is the worker's clock here (the coordinator's in the statement
--- form): Citus nodes keep their clocks in step (docs/citus.md).
+-- form): the operator keeps the nodes' clocks in step with NTP (docs/citus.md).
 
 -- Creating a session with no initial events and no `app:`/`user:` state (CREATE_SQL).
 CREATE OR REPLACE FUNCTION agentd_create_session_v1(
