@@ -4,10 +4,12 @@
 //! modifying CTEs), so one round trip and one commit per complete event. The `UPDATE` of the
 //! session row takes its row lock first, which serializes concurrent appends to one session
 //! (no duplicate `seq`, no lost update); `app:`/`user:` state is merged with `jsonb ||` inside
-//! `ON CONFLICT DO UPDATE`, which is atomic across sessions.
+//! `ON CONFLICT DO UPDATE`, which is atomic across sessions. On Citus the same step is one
+//! call of a function the coordinator forwards to the user's worker ([`router`]).
 //!
 //! One file per resource: [`sessions`] (events, state: the append path), [`artifacts`],
-//! [`runs`] (admission, ownership, liveness), [`prune`], [`memory`]. API keys and
+//! [`runs`] (admission, ownership, liveness), [`prune`], [`memory`]; [`router`] the hot steps
+//! on Citus. API keys and
 //! idempotency keys share one implementation with SQLite (`super::keys`, `super::idempotency`).
 
 mod artifacts;
