@@ -131,6 +131,8 @@ error_codes! {
     ArtifactTooLarge = 413, "artifact_too_large", Retry::No, "The artifact is over `--max-artifact-bytes`.";
     InvalidArtifact = 400, "invalid_artifact", Retry::No, "A bad artifact name or part.";
     InvalidVersion = 422, "invalid_version", Retry::No, "The version is not `latest` or an integer.";
+    // Memory
+    MemoryNotFound = 404, "memory_not_found", Retry::No, "No such memory.";
     // Schedules
     ScheduleNotFound = 404, "schedule_not_found", Retry::No, "No such schedule.";
     InvalidCron = 422, "invalid_cron", Retry::No, "A bad cron pattern.";

@@ -26,6 +26,7 @@
 //!   context, callbacks and plugins; [`agent`]: the agents (LLM, workflow, echo, remote A2A).
 //! - [`model`]: the streaming `Model` trait and its providers (OpenAI-compatible,
 //!   Anthropic, Gemini); [`tools`]: function tools, built-ins, HTTP tools, MCP toolsets.
+//! - [`memory`]: memory search by meaning and words, and the task that embeds memories.
 //! - [`apps`]: the apps found under `--apps-dir` and their YAML loader.
 //! - [`http`]: the axum router and middleware, ADK's and agentd's routes under `http::routes`,
 //!   SSE framing and followers under `http::sse`, one folder per other protocol under
@@ -44,6 +45,7 @@ pub mod error_code;
 pub mod event;
 pub mod http;
 pub mod invocation;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod runner;

@@ -32,6 +32,8 @@
 //! | `agentd_webhook_deliveries_failed_total` | counter | (deliveries given up) |
 //! | `agentd_webhook_delivery_seconds` | histogram | (the run's end to its webhook's 2xx, retries included) |
 //! | `agentd_schedule_ticks_total` | counter | outcome = started, skipped, failed |
+//! | `agentd_memory_embedding_tokens_total` | counter | app, purpose = document, query |
+//! | `agentd_memory_embedding_failures_total` | counter | app, purpose, code (the model error code) |
 //!
 //! The recorder keeps every histogram sample until something drains it into its buckets: a
 //! scrape does, and so does the exporter's upkeep. `install_recorder` (agentd serves

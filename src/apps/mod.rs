@@ -40,6 +40,9 @@ pub struct AppEntry {
     pub resume: settings::Resume,
     /// `context_cache:` of the app's `agentd.yaml`.
     pub context_cache: Option<crate::model::ContextCache>,
+    /// The embedding model of `memory:` in the app's `agentd.yaml`: its memory is searched by
+    /// meaning as well as words.
+    pub embedder: Option<Arc<dyn crate::model::embed::Embedder>>,
 }
 
 /// The apps, by name.
@@ -96,12 +99,27 @@ impl AppRegistry {
                     (Err(e), vec![])
                 }
             };
+            let embedder = match settings
+                .as_ref()
+                .map(|s| s.memory.as_ref().map(|m| m.build()))
+            {
+                Ok(Some(r)) => Some(r),
+                _ => None,
+            };
             let (tree, compaction) = match compaction {
                 Some(Err(e)) => {
                     tracing::error!(app = %name, error = %e, "app failed to load");
                     (Err(format!("{}: {e}", settings::SETTINGS_FILE)), None)
                 }
                 Some(Ok(c)) => (tree, Some(c)),
+                None => (tree, None),
+            };
+            let (tree, embedder) = match embedder {
+                Some(Err(e)) => {
+                    tracing::error!(app = %name, error = %e, "app failed to load");
+                    (Err(format!("{}: {e}", settings::SETTINGS_FILE)), None)
+                }
+                Some(Ok(m)) => (tree, Some(m)),
                 None => (tree, None),
             };
             let resume = settings.as_ref().map(|s| s.resume).unwrap_or_default();
@@ -119,6 +137,7 @@ impl AppRegistry {
                     compaction,
                     resume,
                     context_cache,
+                    embedder,
                 },
             );
         }
@@ -179,6 +198,7 @@ impl AppRegistry {
                 compaction: None,
                 resume: settings::Resume::default(),
                 context_cache: None,
+                embedder: None,
             },
         );
     }
@@ -201,6 +221,13 @@ impl AppRegistry {
     pub fn set_compaction(&mut self, name: &str, compaction: settings::Compaction) {
         if let Some(app) = self.apps.get_mut(name) {
             app.compaction = Some(compaction);
+        }
+    }
+
+    /// Searches the memory of app `name` (built in Rust) by meaning too, with `embedder`.
+    pub fn set_embedder(&mut self, name: &str, embedder: Arc<dyn crate::model::embed::Embedder>) {
+        if let Some(app) = self.apps.get_mut(name) {
+            app.embedder = Some(embedder);
         }
     }
 

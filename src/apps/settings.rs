@@ -11,6 +11,9 @@
 //!   overlap: 1
 //!   model: openai/gpt-4o-mini
 //! resume: always       # a run outlives its replica (docs/replicas.md); `never`: sealed
+//! memory:              # search by meaning as well as words (docs/memory.md)
+//!   embedding_model: openai/text-embedding-3-small
+//!   dimensions: 512
 //! context_cache:       # ADK's ContextCacheConfig names (docs/usage.md#prompt-caching)
 //!   ttl_seconds: 3600
 //!   min_tokens: 1024
@@ -49,6 +52,32 @@ pub struct AppSettings {
     /// Ask providers to cache the prompt's stable prefix (`docs/usage.md`).
     #[serde(default)]
     pub context_cache: Option<crate::model::ContextCache>,
+    /// How the app's memory is searched (`docs/memory.md`).
+    #[serde(default)]
+    pub memory: Option<MemorySettings>,
+}
+
+/// The `memory:` block, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySettings {
+    /// The embedding model (`openai/text-embedding-3-small`, `gemini/text-embedding-004`, or a
+    /// bare name for an OpenAI-compatible server; `${VAR}` expanded).
+    pub embedding_model: String,
+    /// Where and how to reach it: `model_options`' fields (`base_url`, `api_key_env`, …).
+    #[serde(default)]
+    pub embedding_options: crate::model::ModelOptions,
+    /// The size of its vectors (sent to the provider, and checked on every answer).
+    pub dimensions: u32,
+}
+
+impl MemorySettings {
+    pub fn build(&self) -> Result<std::sync::Arc<dyn crate::model::embed::Embedder>, String> {
+        let name = expand_env(&self.embedding_model)
+            .map_err(|e| format!("memory: embedding_model: {e}"))?;
+        crate::model::embed::resolve(&name, &self.embedding_options, self.dimensions)
+            .map_err(|e| format!("memory: {e}"))
+    }
 }
 
 /// `resume:` of `agentd.yaml`.

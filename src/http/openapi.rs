@@ -322,9 +322,17 @@ pub fn add_door_errors(doc: &mut utoipa::openapi::OpenApi) {
 /// What a health or readiness probe answers.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
+#[serde(rename_all = "camelCase")]
 pub struct Status {
     /// `ok` (`/health`) or `ready` (`/ready`).
     status: String,
+    /// `/ready` only: how memory is searched, `hybrid` (by words and meaning) or `full-text`
+    /// (PostgreSQL without pgvector).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_search: Option<String>,
+    /// `/ready` only, with `full-text`: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_search_note: Option<String>,
 }
 
 /// One event of a Server-Sent Events stream (OpenAPI 3.2's `itemSchema` for

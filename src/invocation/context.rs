@@ -61,6 +61,8 @@ struct Shared {
     outbox: Arc<Outbox>,
     /// The app's `context_cache:`, for the model requests of its agents.
     context_cache: Option<crate::model::ContextCache>,
+    /// The app's embedding model (`memory:`), for memory search by meaning.
+    embedder: Option<Arc<dyn crate::model::embed::Embedder>>,
 }
 
 /// Inputs to build a context (the runner's side).
@@ -72,6 +74,7 @@ pub(crate) struct ContextParts {
     pub plugins: Arc<PluginSet>,
     pub outbox: Arc<Outbox>,
     pub context_cache: Option<crate::model::ContextCache>,
+    pub embedder: Option<Arc<dyn crate::model::embed::Embedder>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -92,6 +95,7 @@ impl InvocationContext {
                 pending_artifacts: Mutex::new(vec![]),
                 outbox: p.outbox,
                 context_cache: p.context_cache,
+                embedder: p.embedder,
             }),
             agent: root.into(),
             branch: None,
@@ -106,6 +110,11 @@ impl InvocationContext {
 
     pub fn session_key(&self) -> &SessionKey {
         self.shared.outbox.session_key()
+    }
+
+    /// The app's embedding model (`memory:` of its `agentd.yaml`), if it has one.
+    pub fn embedder(&self) -> Option<&Arc<dyn crate::model::embed::Embedder>> {
+        self.shared.embedder.as_ref()
     }
 
     /// The app's prompt-cache settings (`context_cache:` of its `agentd.yaml`).

@@ -448,11 +448,28 @@ pub async fn post_stream(
     extra_headers: &[(&str, &str)],
     decoder: impl StreamDecoder,
 ) -> Result<DeltaStream, ModelError> {
-    let resp = send_with_retry(provider, ep.retry, ep.timeout, || {
-        let mut rb = client()
-            .post(url)
-            .header("accept", "text/event-stream")
-            .json(body);
+    let mut headers = vec![("accept", "text/event-stream")];
+    headers.extend_from_slice(extra_headers);
+    let resp = post(provider, ep, url, body, auth, &headers).await?;
+    Ok(decode_stream(
+        provider,
+        sse_messages(provider, resp, ep.idle_timeout).boxed(),
+        decoder,
+    ))
+}
+
+/// POSTs `body` to `url` with the endpoint's key and headers, retrying before the first byte
+/// (see [`send_with_retry`]): the response of a 2xx status.
+pub async fn post(
+    provider: &'static str,
+    ep: &Endpoint,
+    url: &str,
+    body: &serde_json::Value,
+    auth: Auth,
+    extra_headers: &[(&str, &str)],
+) -> Result<reqwest::Response, ModelError> {
+    send_with_retry(provider, ep.retry, ep.timeout, || {
+        let mut rb = client().post(url).json(body);
         for (k, v) in extra_headers {
             rb = rb.header(*k, *v);
         }
@@ -471,12 +488,53 @@ pub async fn post_stream(
         rb.headers(trace)
     })
     .await
-    .map_err(|e| name_the_key(e, ep))?;
-    Ok(decode_stream(
-        provider,
-        sse_messages(provider, resp, ep.idle_timeout).boxed(),
-        decoder,
-    ))
+    .map_err(|e| name_the_key(e, ep))
+}
+
+/// A whole JSON response body of at most `max` bytes: a longer or malformed body is an
+/// error naming the provider, never a partial value.
+pub async fn bounded_json<T: serde::de::DeserializeOwned>(
+    provider: &str,
+    mut resp: reqwest::Response,
+    max: usize,
+    timeout: Duration,
+) -> Result<T, ModelError> {
+    let read = async {
+        let mut buf = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| transport_error(provider, &e))?
+        {
+            if buf.len() + chunk.len() > max {
+                return Err(ModelError {
+                    code: "MODEL_PROTOCOL",
+                    message: format!("{provider}: the response is larger than {max} bytes"),
+                    retryable: false,
+                    retry_after: None,
+                });
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf)
+    };
+    let buf = tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| ModelError {
+            code: "MODEL_TIMEOUT",
+            message: format!(
+                "{provider}: the response did not arrive within {} s",
+                timeout.as_secs_f64()
+            ),
+            retryable: true,
+            retry_after: None,
+        })??;
+    serde_json::from_slice(&buf).map_err(|e| ModelError {
+        code: "MODEL_PROTOCOL",
+        message: format!("{provider}: the response is not what was expected: {e}"),
+        retryable: false,
+        retry_after: None,
+    })
 }
 
 #[cfg(test)]

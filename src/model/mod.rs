@@ -10,6 +10,7 @@
 //! that is their single tested path; the last part of the file is its unit tests.
 
 pub mod anthropic;
+pub mod embed;
 pub mod gemini;
 pub mod http;
 pub mod openai;
@@ -602,6 +603,20 @@ mod endpoint_tests {
 /// A missing API key is not an error here (local servers need none); the provider's 401
 /// becomes a clear error event at run time.
 pub fn resolve(spec: &str, options: &ModelOptions) -> Result<Arc<dyn Model>, String> {
+    let (provider, name, endpoint) = endpoint(spec, options)?;
+    Ok(match provider {
+        Provider::Openai => Arc::new(openai::OpenAiModel::new(name, endpoint)),
+        Provider::Anthropic => Arc::new(anthropic::AnthropicModel::new(name, endpoint)),
+        Provider::Gemini => Arc::new(gemini::GeminiModel::new(name, endpoint)),
+    })
+}
+
+/// The provider, the provider's model name and the endpoint for `spec` (see [`resolve`]):
+/// what chat models and embedding models ([`embed`]) share.
+pub fn endpoint<'a>(
+    spec: &'a str,
+    options: &ModelOptions,
+) -> Result<(Provider, &'a str, Endpoint), String> {
     let spec = spec.trim();
     if spec.is_empty() {
         return Err("the model name is empty".into());
@@ -658,11 +673,7 @@ pub fn resolve(spec: &str, options: &ModelOptions) -> Result<Arc<dyn Model>, Str
         timeout: Duration::from_secs(options.timeout_secs.unwrap_or(60)),
         idle_timeout: Duration::from_secs(options.idle_timeout_secs.unwrap_or(120)),
     };
-    Ok(match provider {
-        Provider::Openai => Arc::new(openai::OpenAiModel::new(name, endpoint)),
-        Provider::Anthropic => Arc::new(anthropic::AnthropicModel::new(name, endpoint)),
-        Provider::Gemini => Arc::new(gemini::GeminiModel::new(name, endpoint)),
-    })
+    Ok((provider, name, endpoint))
 }
 
 /// A provider's own service, the variable that points elsewhere, and the variables its key is

@@ -176,6 +176,15 @@ impl Server {
             )
             .spawn(shutdown.clone());
         }
+        // Memories of apps with an embedding model get their vectors.
+        if crate::memory::embedder::MemoryEmbedder::has_work(&state.apps) {
+            crate::memory::embedder::MemoryEmbedder::new(
+                state.store.clone(),
+                state.apps.clone(),
+                Duration::from_secs(1),
+            )
+            .spawn(shutdown.clone());
+        }
         let accept = AcceptConfig {
             max_connections: accept::effective_max_connections(
                 args.security.max_connections,

@@ -193,6 +193,7 @@ pub trait Store:
     + ArtifactStore
     + RunStore
     + MemoryStore
+    + memory::vectors::VectorStore
     + IdempotencyStore
     + PruneStore
     + KeyStore

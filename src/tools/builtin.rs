@@ -206,14 +206,19 @@ impl Tool for LoadMemory {
             .ok_or_else(|| ToolError::new("missing string argument `query`"))?;
         let inv = ctx.invocation();
         let key = inv.session_key();
-        let found = inv
-            .store()
-            .search_memory(&key.app_name, &key.user_id, query, 10)
-            .await
-            .map_err(|e| ToolError(format!("memory search failed: {e}")))?;
+        let found = crate::memory::search(
+            inv.store().as_ref(),
+            inv.embedder().map(|e| e.as_ref()),
+            &key.app_name,
+            &key.user_id,
+            query,
+            10,
+        )
+        .await
+        .map_err(|e| ToolError(format!("memory search failed: {e}")))?;
         let memories: Vec<Value> = found
             .into_iter()
-            .map(|m| json!({"author": m.author, "timestamp": m.timestamp, "text": m.text, "sessionId": m.session_id}))
+            .map(|m| json!({"author": m.entry.author, "timestamp": m.entry.timestamp, "text": m.entry.text, "sessionId": m.entry.session_id}))
             .collect();
         Ok(json!({ "memories": memories }))
     }

@@ -114,6 +114,12 @@ impl Reply {
 
 #[derive(Default)]
 struct Script {
+    /// Word groups of the deterministic embeddings (see [`ScriptedModel::concepts`]).
+    concepts: Vec<Vec<String>>,
+    /// Embedding requests answered 503 before the next succeeds.
+    embed_failures: u32,
+    /// Embedding request bodies, in order.
+    embed_requests: Vec<Value>,
     queues: HashMap<String, VecDeque<Reply>>,
     requests: Vec<Value>,
     auth: Vec<Option<String>>,
@@ -133,6 +139,7 @@ impl ScriptedModel {
         let script = Arc::new(Mutex::new(Script::default()));
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
+            .route("/v1/embeddings", post(embeddings))
             .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -197,6 +204,30 @@ impl ScriptedModel {
         self.script.lock().unwrap().traceparents.clone()
     }
 
+    /// The concepts of `/v1/embeddings`: a text's vector has, for each group, one unit per
+    /// word of the text in that group (lower-cased, a trailing `s` ignored), on the group's
+    /// own axis, plus a small constant on the last axis (no text has a zero vector). So texts
+    /// sharing no word but a concept are near, and rankings are exact. Groups beyond the
+    /// vector's size wrap around.
+    pub fn concepts(&self, groups: &[&[&str]]) -> &Self {
+        self.script.lock().unwrap().concepts = groups
+            .iter()
+            .map(|g| g.iter().map(|w| w.to_lowercase()).collect())
+            .collect();
+        self
+    }
+
+    /// The next `n` embedding requests fail with 503.
+    pub fn fail_embeddings(&self, n: u32) -> &Self {
+        self.script.lock().unwrap().embed_failures = n;
+        self
+    }
+
+    /// Embedding request bodies received so far, in order.
+    pub fn embedding_requests(&self) -> Vec<Value> {
+        self.script.lock().unwrap().embed_requests.clone()
+    }
+
     /// Replies not consumed yet (a test that expects all used asserts this is 0).
     pub fn unused(&self) -> usize {
         self.script
@@ -207,6 +238,59 @@ impl ScriptedModel {
             .map(VecDeque::len)
             .sum()
     }
+}
+
+/// The deterministic vector of `text` (see [`ScriptedModel::concepts`]).
+pub fn concept_vector(concepts: &[Vec<String>], text: &str, dims: usize) -> Vec<f32> {
+    let mut v = vec![0.0f32; dims.max(2)];
+    let last = v.len() - 1;
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let w = word.to_lowercase();
+        let stem = w.strip_suffix('s').unwrap_or(&w);
+        for (i, group) in concepts.iter().enumerate() {
+            if group.iter().any(|g| g == &w || g == stem) {
+                v[i % last] += 1.0;
+            }
+        }
+    }
+    v[last] = 0.05;
+    v
+}
+
+async fn embeddings(State(script): State<Arc<Mutex<Script>>>, Json(body): Json<Value>) -> Response {
+    let mut s = script.lock().unwrap();
+    s.embed_requests.push(body.clone());
+    if s.embed_failures > 0 {
+        s.embed_failures -= 1;
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": {"message": "scripted outage", "type": "server_error"}})),
+        )
+            .into_response();
+    }
+    let dims = body["dimensions"].as_u64().unwrap_or(8) as usize;
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(t) => vec![t.clone()],
+        Value::Array(a) => a
+            .iter()
+            .map(|t| t.as_str().unwrap_or("").to_string())
+            .collect(),
+        _ => vec![],
+    };
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": concept_vector(&s.concepts, t, dims)}))
+        .collect();
+    let tokens: usize = inputs.iter().map(|t| t.split_whitespace().count()).sum();
+    Json(json!({
+        "object": "list", "data": data, "model": body["model"],
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
+    .into_response()
 }
 
 fn sse_frame(v: &Value) -> String {

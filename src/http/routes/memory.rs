@@ -1,10 +1,15 @@
-//! Memory: ADK's `PATCH …/memory` (add a session) and agentd's search.
+//! Memory: ADK's `PATCH …/memory` (add a session) and agentd's search (by words, and by
+//! meaning for apps with an embedding model: [`crate::memory`]), a fact added directly, and
+//! one memory read or deleted by id.
 
-use crate::http::error::ApiResult;
+use crate::error_code::ErrorCode;
+use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::{Json, Path, Query};
 use crate::http::openapi::error_set;
 use crate::http::openapi::Errors;
 use crate::http::AppState;
+use crate::store::memory::fusion::MemoryHit;
+use crate::store::memory::{fact_entry, MAX_MEMORY_TEXT_BYTES};
 use crate::store::{MemoryEntry, SessionKey};
 use serde::Deserialize;
 use serde_json::Value;
@@ -22,8 +27,21 @@ error_set!(
     SearchMemoryErrors: AppNotFound, NotFound, InvalidId, ValidationError
 );
 
+error_set!(
+    /// What `POST /apps/{app}/users/{user}/memory` answers beyond the door's codes.
+    AddMemoryErrors: AppNotFound, NotFound, InvalidId, ValidationError
+);
+
+error_set!(
+    /// What `GET` and `DELETE /apps/{app}/users/{user}/memory/{id}` answer beyond the door's
+    /// codes.
+    MemoryIdErrors: AppNotFound, NotFound, InvalidId, MemoryNotFound
+);
+
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(update_memory, search_memory))
+    OpenApiRouter::new()
+        .routes(routes!(update_memory, search_memory, add_memory))
+        .routes(routes!(get_memory, delete_memory))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -67,11 +85,14 @@ struct SearchMemoryQuery {
 
 #[derive(Debug, serde::Serialize, ToSchema)]
 struct SearchMemoryResponse {
-    memories: Vec<MemoryEntry>,
+    memories: Vec<MemoryHit>,
 }
 
-/// agentd: `GET …/memory?query=…&limit=…`, the user's memories matching any word of `query`,
-/// best first (`limit` default 10, at most 100). A blank query finds nothing.
+/// agentd: `GET …/memory?query=…&limit=…`, the user's memories best first (`limit` default
+/// 10, at most 100): those matching any word of `query`, and for an app with an embedding
+/// model also those nearest in meaning, the two rankings fused. Each says how it was found
+/// (`textRank`, `vectorRank`, `similarity`) and its fused `score`. A blank query finds
+/// nothing.
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/memory", tag = "memory",
     params(crate::http::openapi::UserPath, SearchMemoryQuery),
     responses((status = 200, description = "The matching memories, best first.", body = SearchMemoryResponse), Errors, SearchMemoryErrors))]
@@ -84,9 +105,109 @@ async fn search_memory(
         .limit
         .unwrap_or(DEFAULT_MEMORY_RESULTS)
         .min(MAX_MEMORY_RESULTS);
-    let memories = state
-        .store
-        .search_memory(&app, &user, &q.query, limit as usize)
-        .await?;
+    let embedder = state.apps.get(&app).and_then(|a| a.embedder.clone());
+    let memories = crate::memory::search(
+        state.store.as_ref(),
+        embedder.as_deref(),
+        &app,
+        &user,
+        &q.query,
+        limit as usize,
+    )
+    .await?;
     Ok(axum::Json(SearchMemoryResponse { memories }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AddMemoryRequest {
+    /// The fact, as text (at most 64 KiB).
+    text: String,
+    /// Who stated it (default `user`).
+    #[serde(default)]
+    author: Option<String>,
+}
+
+/// One memory, with its id.
+#[derive(Debug, serde::Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct MemoryBody {
+    id: String,
+    #[serde(flatten)]
+    entry: MemoryEntry,
+}
+
+impl From<MemoryEntry> for MemoryBody {
+    fn from(entry: MemoryEntry) -> Self {
+        MemoryBody {
+            id: entry.event_id.clone(),
+            entry,
+        }
+    }
+}
+
+/// agentd: adds a fact to the user's memory directly (not from a session). 201 with the
+/// memory and its `id`; for an app with an embedding model, its vector follows shortly.
+#[utoipa::path(post, path = "/apps/{app}/users/{user}/memory", tag = "memory",
+    params(crate::http::openapi::UserPath),
+    request_body = AddMemoryRequest,
+    responses((status = 201, description = "Added.", body = MemoryBody), Errors, AddMemoryErrors))]
+async fn add_memory(
+    state: axum::extract::State<AppState>,
+    Path((app, user)): Path<(String, String)>,
+    Json(req): Json<AddMemoryRequest>,
+) -> ApiResult<(axum::http::StatusCode, axum::Json<MemoryBody>)> {
+    if state.apps.get(&app).is_none() {
+        return Err(ApiError::app_not_found(&app));
+    }
+    if req.text.len() > MAX_MEMORY_TEXT_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            format!("`text` is longer than {MAX_MEMORY_TEXT_BYTES} bytes"),
+        ));
+    }
+    let author = req.author.as_deref().unwrap_or("user");
+    if author.is_empty() || author.len() > 128 {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "`author` must be 1 to 128 bytes",
+        ));
+    }
+    let entry = fact_entry(author, &req.text)
+        .ok_or_else(|| ApiError::new(ErrorCode::ValidationError, "`text` is blank"))?;
+    state.store.insert_memory(&app, &user, &entry).await?;
+    Ok((axum::http::StatusCode::CREATED, axum::Json(entry.into())))
+}
+
+/// agentd: one memory of the user, by id (a session's memory has its event's id).
+#[utoipa::path(get, path = "/apps/{app}/users/{user}/memory/{id}", tag = "memory",
+    params(crate::http::openapi::UserPath, ("id" = String, Path, description = "The memory's id.")),
+    responses((status = 200, description = "The memory.", body = MemoryBody), Errors, MemoryIdErrors))]
+async fn get_memory(
+    state: axum::extract::State<AppState>,
+    Path((app, user, id)): Path<(String, String, String)>,
+) -> ApiResult<axum::Json<MemoryBody>> {
+    let entry = state
+        .store
+        .get_memory(&app, &user, &id)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::MemoryNotFound, "No such memory"))?;
+    Ok(axum::Json(entry.into()))
+}
+
+/// agentd: forgets one memory of the user, its text and its vector. 204, or 404 when there
+/// is none. The session it came from is not changed, and adding that session again does not
+/// bring the memory back.
+#[utoipa::path(delete, path = "/apps/{app}/users/{user}/memory/{id}", tag = "memory",
+    params(crate::http::openapi::UserPath, ("id" = String, Path, description = "The memory's id.")),
+    responses((status = 204, description = "Forgotten."), Errors, MemoryIdErrors))]
+async fn delete_memory(
+    state: axum::extract::State<AppState>,
+    Path((app, user, id)): Path<(String, String, String)>,
+) -> ApiResult<axum::http::StatusCode> {
+    if state.store.delete_memory(&app, &user, &id).await? {
+        Ok(axum::http::StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::new(ErrorCode::MemoryNotFound, "No such memory"))
+    }
 }

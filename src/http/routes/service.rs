@@ -5,6 +5,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::openapi::error_set;
 use crate::http::openapi::{Errors, Status};
 use crate::http::AppState;
+use crate::store::memory::vectors::VectorSupport;
 use crate::store::SessionKey;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -56,9 +57,16 @@ async fn ready(state: axum::extract::State<AppState>) -> ApiResult<axum::Json<Va
             "This replica is shutting down; send new runs to another replica.",
         ));
     }
-    health(state)
-        .await
-        .map(|_| axum::Json(json!({ "status": "ready" })))
+    let vectors = state.store.vector_support();
+    let _alive = health(state).await?;
+    // How memory is searched: `hybrid` (words and meaning) where vectors can be stored,
+    // else `full-text` with the reason (PostgreSQL without pgvector).
+    Ok(axum::Json(match vectors {
+        VectorSupport::Available => json!({ "status": "ready", "memorySearch": "hybrid" }),
+        VectorSupport::Missing(why) => json!({
+            "status": "ready", "memorySearch": "full-text", "memorySearchNote": why,
+        }),
+    }))
 }
 
 /// The server's version (ADK's shape).

@@ -159,6 +159,10 @@ impl Admitted {
             plugins: runner.plugins.clone(),
             outbox: outbox.clone(),
             context_cache: runner.apps.get(&key.app_name).and_then(|a| a.context_cache),
+            embedder: runner
+                .apps
+                .get(&key.app_name)
+                .and_then(|a| a.embedder.clone()),
         });
         runner.bus.run_started(&key, &run_id, &invocation_id);
         // A resume without a message has no user event.

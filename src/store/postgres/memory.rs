@@ -162,18 +162,68 @@ impl MemoryStore for PgStore {
             .bind(limit.min(i64::MAX as usize) as i64)
             .fetch_all(self.pool())
             .await?;
-        rows.iter()
-            .map(|r| {
-                let Json(content) = r.try_get("content")?;
-                Ok(MemoryEntry {
-                    session_id: r.try_get("session_id")?,
-                    event_id: r.try_get("event_id")?,
-                    author: r.try_get("author")?,
-                    timestamp: r.try_get("timestamp")?,
-                    text: r.try_get("text")?,
-                    content,
-                })
-            })
-            .collect()
+        rows.iter().map(entry_of).collect()
     }
+
+    async fn get_memory(
+        &self,
+        app: &str,
+        user: &str,
+        id: &str,
+    ) -> StoreResult<Option<MemoryEntry>> {
+        let row = sqlx::query(
+            r#"SELECT session_id, event_id, author, "timestamp", text, content
+                 FROM memory_entries WHERE app_name = $1 AND user_id = $2 AND event_id = $3"#,
+        )
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref().map(entry_of).transpose()
+    }
+
+    async fn delete_memory(&self, app: &str, user: &str, id: &str) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "DELETE FROM memory_entries WHERE app_name = $1 AND user_id = $2 AND event_id = $3",
+        )
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn insert_memory(&self, app: &str, user: &str, e: &MemoryEntry) -> StoreResult<()> {
+        sqlx::query(
+            r#"INSERT INTO memory_entries
+                   (app_name, user_id, session_id, event_id, author, "timestamp", text, content)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"#,
+        )
+        .bind(app)
+        .bind(user)
+        .bind(&e.session_id)
+        .bind(&e.event_id)
+        .bind(&e.author)
+        .bind(e.timestamp)
+        .bind(&e.text)
+        .bind(Json(&e.content))
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+}
+
+/// A `memory_entries` row (its `session_id` … `content` columns) as an entry.
+pub(super) fn entry_of(r: &sqlx::postgres::PgRow) -> StoreResult<MemoryEntry> {
+    let Json(content) = r.try_get("content")?;
+    Ok(MemoryEntry {
+        session_id: r.try_get("session_id")?,
+        event_id: r.try_get("event_id")?,
+        author: r.try_get("author")?,
+        timestamp: r.try_get("timestamp")?,
+        text: r.try_get("text")?,
+        content,
+    })
 }

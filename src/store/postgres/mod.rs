@@ -15,6 +15,7 @@
 mod artifacts;
 pub mod citus;
 mod memory;
+mod memory_vectors;
 mod outbox;
 mod prune;
 pub mod router;
@@ -52,6 +53,8 @@ pub struct PgStore {
     /// On Citus, the hot steps' functions are installed ([`router`]): they are called instead
     /// of the statement forms. Set at connect, and by [`PgStore::migrate`] once it installs them.
     routed: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether memories carry vectors (pgvector; see [`memory_vectors`]).
+    vectors: Arc<std::sync::RwLock<crate::store::memory::vectors::VectorSupport>>,
     limits: StoreLimits,
     /// Until when every connection is pinged before use (see [`Store::connection_lost`]).
     suspect: Arc<Suspect>,
@@ -183,9 +186,14 @@ impl PgStore {
             pool,
             citus,
             routed: Arc::default(),
+            vectors: Arc::new(std::sync::RwLock::new(
+                crate::store::memory::vectors::VectorSupport::Missing("not checked yet".into()),
+            )),
             limits,
             suspect,
         };
+        let vectors = store.detect_vectors().await?;
+        store.set_vector_support(vectors);
         if citus && store.has_router_functions().await? {
             store
                 .routed
@@ -199,6 +207,7 @@ impl PgStore {
     /// then distributes what is not yet distributed ([`citus`]).
     pub async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await?;
+        self.install_vectors().await?;
         if self.is_citus().await? {
             let n = self.distribute().await?;
             if n > 0 {
@@ -212,6 +221,18 @@ impl PgStore {
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    fn set_vector_support(&self, support: crate::store::memory::vectors::VectorSupport) {
+        if let Ok(mut v) = self.vectors.write() {
+            *v = support;
+        }
+    }
+
+    fn vector_support_now(&self) -> crate::store::memory::vectors::VectorSupport {
+        self.vectors.read().map(|v| v.clone()).unwrap_or_else(|_| {
+            crate::store::memory::vectors::VectorSupport::Missing("unknown".into())
+        })
     }
 
     /// Whether the hot steps go through [`router`]'s functions (on Citus, once installed).

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::store::memory::{
-    add_session, or_query, query_words, IngestMark, MemoryBackend, MemoryEntry, MemoryStore,
+    add_session, content_words, or_query, IngestMark, MemoryBackend, MemoryEntry, MemoryStore,
 };
 use async_trait::async_trait;
 use sqlx::Row;
@@ -130,7 +130,7 @@ impl MemoryStore for SqliteStore {
         query: &str,
         limit: usize,
     ) -> StoreResult<Vec<MemoryEntry>> {
-        let words = query_words(query);
+        let words = content_words(query);
         if words.is_empty() || limit == 0 {
             return Ok(vec![]);
         }
@@ -141,17 +141,67 @@ impl MemoryStore for SqliteStore {
             .bind(limit.min(i64::MAX as usize) as i64)
             .fetch_all(&self.reader)
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(MemoryEntry {
-                    session_id: r.try_get("session_id")?,
-                    event_id: r.try_get("event_id")?,
-                    author: r.try_get("author")?,
-                    timestamp: r.try_get("timestamp")?,
-                    text: r.try_get("text")?,
-                    content: serde_json::from_str(r.try_get::<&str, _>("content")?)?,
-                })
-            })
-            .collect()
+        rows.iter().map(entry_of).collect()
     }
+
+    async fn get_memory(
+        &self,
+        app: &str,
+        user: &str,
+        id: &str,
+    ) -> StoreResult<Option<MemoryEntry>> {
+        let row = sqlx::query(
+            "SELECT session_id, event_id, author, timestamp, text, content FROM memory_entries
+              WHERE app_name = ? AND user_id = ? AND event_id = ?",
+        )
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(entry_of).transpose()
+    }
+
+    async fn delete_memory(&self, app: &str, user: &str, id: &str) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "DELETE FROM memory_entries WHERE app_name = ? AND user_id = ? AND event_id = ?",
+        )
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .execute(self.writer())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn insert_memory(&self, app: &str, user: &str, e: &MemoryEntry) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO memory_entries
+                    (app_name, user_id, session_id, event_id, author, timestamp, text, content)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(app)
+        .bind(user)
+        .bind(&e.session_id)
+        .bind(&e.event_id)
+        .bind(&e.author)
+        .bind(e.timestamp)
+        .bind(&e.text)
+        .bind(serde_json::to_string(&e.content)?)
+        .execute(self.writer())
+        .await?;
+        Ok(())
+    }
+}
+
+/// A `memory_entries` row (its `session_id` … `content` columns) as an entry.
+pub(super) fn entry_of(r: &sqlx::sqlite::SqliteRow) -> StoreResult<MemoryEntry> {
+    Ok(MemoryEntry {
+        session_id: r.try_get("session_id")?,
+        event_id: r.try_get("event_id")?,
+        author: r.try_get("author")?,
+        timestamp: r.try_get("timestamp")?,
+        text: r.try_get("text")?,
+        content: serde_json::from_str(r.try_get::<&str, _>("content")?)?,
+    })
 }

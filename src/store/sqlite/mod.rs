@@ -8,10 +8,11 @@
 //! while ADK stores the `null`.
 //!
 //! One file per resource, as for PostgreSQL: [`sessions`], [`artifacts`], [`runs`], [`prune`],
-//! [`memory`].
+//! [`memory`], [`memory_vectors`].
 
 mod artifacts;
 mod memory;
+mod memory_vectors;
 mod prune;
 mod runs;
 mod sessions;
@@ -43,6 +44,7 @@ impl SqliteStore {
         max_connections: u32,
         limits: StoreLimits,
     ) -> StoreResult<Self> {
+        memory_vectors::register_sqlite_vec();
         let opts = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)

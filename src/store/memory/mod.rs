@@ -11,6 +11,14 @@
 //! A query matches memories containing **any** of its words (ADK's in-memory service does the
 //! same), best matches first: more matched words and rarer words rank higher. Query text is
 //! reduced to its words before it reaches the database, so no input is a syntax error.
+//!
+//! Memories also carry vectors ([`vectors`]), when the app has an embedding model and the
+//! database can store them; a search then ranks by meaning and by words together
+//! ([`fusion`]). A memory can also be added directly (a fact, not an event of a session), read
+//! by id, and deleted.
+
+pub mod fusion;
+pub mod vectors;
 
 use super::{EventRange, SessionKey, SessionStore, StoreError, StoreResult};
 use crate::event::{Content, Event, Part};
@@ -33,6 +41,38 @@ pub trait MemoryStore: Send + Sync {
         query: &str,
         limit: usize,
     ) -> StoreResult<Vec<MemoryEntry>>;
+
+    /// The memory `id` of (app, user) (for a session's memory, its event's id).
+    async fn get_memory(&self, app: &str, user: &str, id: &str)
+        -> StoreResult<Option<MemoryEntry>>;
+
+    /// Deletes the memory `id` of (app, user), text and vector; whether it existed. Adding
+    /// its session again does not bring it back (the session's mark is past it).
+    async fn delete_memory(&self, app: &str, user: &str, id: &str) -> StoreResult<bool>;
+
+    /// Stores `entry` (a fact added directly, see [`fact_entry`]) for (app, user); its event
+    /// id must be new.
+    async fn insert_memory(&self, app: &str, user: &str, entry: &MemoryEntry) -> StoreResult<()>;
+}
+
+/// The memory of a fact added directly (`POST …/memory`): no session, a fresh `mem-` id,
+/// authored by `author`, now. `None` when the text is blank.
+pub fn fact_entry(author: &str, text: &str) -> Option<MemoryEntry> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let mut text = text.to_string();
+    truncate_at_char(&mut text, MAX_MEMORY_TEXT_BYTES);
+    let role = if author == "user" { "user" } else { "model" };
+    Some(MemoryEntry {
+        session_id: String::new(),
+        event_id: format!("mem-{}", uuid::Uuid::new_v4()),
+        author: author.to_string(),
+        timestamp: crate::event::now_ts(),
+        content: Content::text(role, text.clone()),
+        text,
+    })
 }
 
 /// One remembered event.
@@ -125,6 +165,148 @@ pub fn query_words(query: &str) -> Vec<&str> {
         }
     }
     words
+}
+
+/// English stop words: the Snowball list PostgreSQL's `english` configuration drops
+/// (`tsearch_data/english.stop`). SQLite's FTS5 has no stop words, so its search drops these
+/// from the query itself ([`content_words`]): both backends then match the same words, and
+/// "what do I like?" does not match every memory that says "I".
+pub const ENGLISH_STOP_WORDS: &[&str] = &[
+    "i",
+    "me",
+    "my",
+    "myself",
+    "we",
+    "our",
+    "ours",
+    "ourselves",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+    "he",
+    "him",
+    "his",
+    "himself",
+    "she",
+    "her",
+    "hers",
+    "herself",
+    "it",
+    "its",
+    "itself",
+    "they",
+    "them",
+    "their",
+    "theirs",
+    "themselves",
+    "what",
+    "which",
+    "who",
+    "whom",
+    "this",
+    "that",
+    "these",
+    "those",
+    "am",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "being",
+    "have",
+    "has",
+    "had",
+    "having",
+    "do",
+    "does",
+    "did",
+    "doing",
+    "a",
+    "an",
+    "the",
+    "and",
+    "but",
+    "if",
+    "or",
+    "because",
+    "as",
+    "until",
+    "while",
+    "of",
+    "at",
+    "by",
+    "for",
+    "with",
+    "about",
+    "against",
+    "between",
+    "into",
+    "through",
+    "during",
+    "before",
+    "after",
+    "above",
+    "below",
+    "to",
+    "from",
+    "up",
+    "down",
+    "in",
+    "out",
+    "on",
+    "off",
+    "over",
+    "under",
+    "again",
+    "further",
+    "then",
+    "once",
+    "here",
+    "there",
+    "when",
+    "where",
+    "why",
+    "how",
+    "all",
+    "any",
+    "both",
+    "each",
+    "few",
+    "more",
+    "most",
+    "other",
+    "some",
+    "such",
+    "no",
+    "nor",
+    "not",
+    "only",
+    "own",
+    "same",
+    "so",
+    "than",
+    "too",
+    "very",
+    "s",
+    "t",
+    "can",
+    "will",
+    "just",
+    "don",
+    "should",
+    "now",
+];
+
+/// [`query_words`] without [`ENGLISH_STOP_WORDS`] (compared ignoring case).
+pub fn content_words(query: &str) -> Vec<&str> {
+    query_words(query)
+        .into_iter()
+        .filter(|w| !ENGLISH_STOP_WORDS.contains(&w.to_lowercase().as_str()))
+        .collect()
 }
 
 /// `"w1" or "w2" …`: the words as quoted terms joined by OR. Quoting makes every word a plain
@@ -243,6 +425,13 @@ mod tests {
         );
         let many = "w ".repeat(10) + &(0..100).map(|i| format!("x{i} ")).collect::<String>();
         assert_eq!(query_words(&many).len(), MAX_QUERY_WORDS);
+    }
+
+    #[test]
+    fn stop_words_leave_the_query() {
+        assert_eq!(content_words("Which hue do I like?"), ["hue", "like"]);
+        assert_eq!(content_words("What IS it"), Vec::<&str>::new());
+        assert_eq!(content_words("Zürich the 東京"), ["Zürich", "東京"]);
     }
 
     #[test]

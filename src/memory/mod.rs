@@ -1,0 +1,104 @@
+//! Memory search by meaning and by words, and the upkeep that gives memories their vectors.
+//!
+//! [`search`] is what `GET …/memory` and the `load_memory` tool call: the full-text ranking
+//! of the user's memories ([`crate::store::MemoryStore::search_memory`]) and, when the app has
+//! an embedding model (`memory:` in its `agentd.yaml`) and the database stores vectors, the
+//! nearest memories to the query's embedding; the two rankings fused
+//! ([`crate::store::memory::fusion`]). Every ranking is of one `(app, user)`'s memories only.
+//!
+//! The query's embedding is the one provider call on the request path, bounded by
+//! [`QUERY_EMBED_TIMEOUT`]: a provider that fails or is slow leaves the search full-text,
+//! never fails it. Stored memories are embedded off the request path by [`embedder`].
+
+pub mod embedder;
+
+use crate::model::embed::{Embedder, Purpose};
+use crate::store::memory::fusion::{fuse, MemoryHit};
+use crate::store::memory::vectors::{VectorSpace, VectorSupport};
+use crate::store::{Store, StoreResult};
+use std::time::Duration;
+
+/// The longest a search waits for its query's embedding before it ranks by words alone.
+pub const QUERY_EMBED_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Candidates each ranking contributes to the fusion, for a search of `limit` results.
+fn candidates(limit: usize) -> usize {
+    (limit * 3).clamp(20, 300)
+}
+
+/// The space of `embedder`'s vectors.
+pub fn space_of(embedder: &dyn Embedder) -> VectorSpace {
+    VectorSpace {
+        name: embedder.space(),
+        dims: embedder.dimensions(),
+    }
+}
+
+/// The best `limit` memories of `(app, user)` for `query`: by words, and by meaning when
+/// `embedder` is the app's embedding model and the store keeps vectors. A blank query finds
+/// nothing.
+pub async fn search(
+    store: &dyn Store,
+    embedder: Option<&dyn Embedder>,
+    app: &str,
+    user: &str,
+    query: &str,
+    limit: usize,
+) -> StoreResult<Vec<MemoryHit>> {
+    if query.trim().is_empty() || limit == 0 {
+        return Ok(vec![]);
+    }
+    let n = candidates(limit);
+    let vectors = embedder.filter(|_| store.vector_support() == VectorSupport::Available);
+    let by_words = store.search_memory(app, user, query, n);
+    let by_meaning = async {
+        let Some(embedder) = vectors else {
+            return Ok(vec![]);
+        };
+        let Some(vector) = embed_query(embedder, app, query).await else {
+            return Ok(vec![]);
+        };
+        store
+            .nearest_memories(app, user, &space_of(embedder), &vector, n)
+            .await
+    };
+    let (text, near) = tokio::join!(by_words, by_meaning);
+    Ok(fuse(text?, near?, limit))
+}
+
+/// The query's vector, or `None` (logged) when the provider fails, is too slow, or returns a
+/// vector of no direction.
+async fn embed_query(embedder: &dyn Embedder, app: &str, query: &str) -> Option<Vec<f32>> {
+    let texts = [query.to_string()];
+    let out = tokio::time::timeout(QUERY_EMBED_TIMEOUT, embedder.embed(&texts, Purpose::Query));
+    let outcome = match out.await {
+        Ok(Ok(mut e)) => {
+            count_tokens(app, "query", e.tokens);
+            let v = e.vectors.pop().filter(|v| v.iter().any(|x| *x != 0.0));
+            if v.is_some() {
+                return v;
+            }
+            "empty"
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(app, error = %e, "could not embed the memory query; searching by words");
+            e.code
+        }
+        Err(_) => {
+            tracing::warn!(
+                app,
+                "the memory query's embedding timed out; searching by words"
+            );
+            "MODEL_TIMEOUT"
+        }
+    };
+    metrics::counter!("agentd_memory_embedding_failures_total", "app" => app.to_string(), "purpose" => "query", "code" => outcome)
+        .increment(1);
+    None
+}
+
+/// Counts the tokens an embedding call used.
+pub(crate) fn count_tokens(app: &str, purpose: &'static str, tokens: u64) {
+    metrics::counter!("agentd_memory_embedding_tokens_total", "app" => app.to_string(), "purpose" => purpose)
+        .increment(tokens);
+}

@@ -1,0 +1,277 @@
+//! Memory vectors on PostgreSQL, with pgvector: `memory_entries.embedding vector`, compared
+//! with `<=>` (cosine distance). A search reads only the user's rows (the primary key's
+//! `(app_name, user_id)` prefix) and measures each: exact, and on Citus one shard.
+//!
+//! pgvector is optional. [`PgStore::install_vectors`] runs at every start (after the
+//! migrations): when the extension is available it creates it and adds the columns, once;
+//! when it is not, agentd starts anyway, says so once, and memory search stays full-text
+//! ([`VectorSupport::Missing`], which `/ready` reports). So no numbered migration depends on
+//! it, and installing pgvector later and restarting is all it takes.
+//!
+//! Statements that touch many users' rows (claiming pending memories, storing a batch of
+//! vectors) filter with `= ANY(array)` and set values with `array_position`, never by joining
+//! a set of rows: on Citus each is then one multi-shard statement, pruned to the shards of
+//! the users named.
+
+use super::memory::entry_of;
+use super::*;
+use crate::store::memory::vectors::{
+    vector_text, NearMemory, PendingMemory, VectorSpace, VectorStore, VectorSupport, MAX_CLAIM,
+};
+use async_trait::async_trait;
+use sqlx::Row;
+use std::time::Duration;
+
+/// Held while one replica installs, so two starting together do not both create.
+const INSTALL_LOCK: i64 = 0x6167_656e_7464_7663;
+
+/// The separator in `user_id || SEP || event_id`, a key naming one memory of an app.
+const SEP: &str = "\u{1f}";
+
+impl PgStore {
+    /// Creates pgvector and the vector columns when they are missing and pgvector is
+    /// available; records whether vectors can be stored. Never fails the start for want of
+    /// pgvector.
+    pub(super) async fn install_vectors(&self) -> StoreResult<()> {
+        let support = match self.try_install_vectors().await {
+            Ok(s) => s,
+            Err(e) => VectorSupport::Missing(format!("could not install pgvector: {e}")),
+        };
+        if let VectorSupport::Missing(why) = &support {
+            tracing::warn!(reason = %why, "memory search is full-text only");
+        }
+        self.set_vector_support(support);
+        Ok(())
+    }
+
+    async fn try_install_vectors(&self) -> StoreResult<VectorSupport> {
+        if let VectorSupport::Available = self.detect_vectors().await? {
+            return Ok(VectorSupport::Available);
+        }
+        let available: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector')",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        if !available {
+            return Ok(VectorSupport::Missing(
+                "the pgvector extension is not installed on this PostgreSQL server".into(),
+            ));
+        }
+        // A connection of its own: the session-level lock goes with it when it closes.
+        let mut conn = self.pool().acquire().await?.detach();
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(INSTALL_LOCK)
+            .execute(&mut conn)
+            .await?;
+        for statement in [
+            "CREATE EXTENSION IF NOT EXISTS vector",
+            "ALTER TABLE memory_entries
+                 ADD COLUMN IF NOT EXISTS embedding vector,
+                 ADD COLUMN IF NOT EXISTS space text,
+                 ADD COLUMN IF NOT EXISTS claimed_until double precision",
+            "CREATE INDEX IF NOT EXISTS memory_entries_pending
+                 ON memory_entries (app_name, claimed_until) WHERE embedding IS NULL",
+            "CREATE TABLE IF NOT EXISTS memory_spaces (
+                 app_name text PRIMARY KEY,
+                 space    text NOT NULL)",
+        ] {
+            sqlx::query(statement).execute(&mut conn).await?;
+        }
+        let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(INSTALL_LOCK)
+            .execute(&mut conn)
+            .await;
+        tracing::info!("memory vectors installed (pgvector)");
+        self.detect_vectors().await
+    }
+
+    /// Whether `memory_entries.embedding` is a pgvector column.
+    pub(super) async fn detect_vectors(&self) -> StoreResult<VectorSupport> {
+        let ready: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                             WHERE a.attrelid = to_regclass('memory_entries')
+                               AND a.attname = 'embedding' AND t.typname = 'vector'
+                               AND NOT a.attisdropped)
+               AND to_regclass('memory_spaces') IS NOT NULL",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(if ready {
+            VectorSupport::Available
+        } else {
+            VectorSupport::Missing("pgvector is not installed in this database".into())
+        })
+    }
+}
+
+#[async_trait]
+impl VectorStore for PgStore {
+    fn vector_support(&self) -> VectorSupport {
+        self.vector_support_now()
+    }
+
+    async fn adopt_space(&self, app: &str, space: &VectorSpace) -> StoreResult<bool> {
+        let current: Option<String> =
+            sqlx::query_scalar("SELECT space FROM memory_spaces WHERE app_name = $1")
+                .bind(app)
+                .fetch_optional(self.pool())
+                .await?;
+        if current.as_deref() == Some(space.name.as_str()) {
+            return Ok(false);
+        }
+        // Two statements, not one transaction: on Citus memory_spaces stays on the
+        // coordinator. A crash between them repeats the first at the next adoption.
+        sqlx::query(
+            "UPDATE memory_entries SET embedding = NULL, space = NULL, claimed_until = NULL
+              WHERE app_name = $1 AND embedding IS NOT NULL AND space IS DISTINCT FROM $2",
+        )
+        .bind(app)
+        .bind(&space.name)
+        .execute(self.pool())
+        .await?;
+        sqlx::query(
+            "INSERT INTO memory_spaces (app_name, space) VALUES ($1, $2)
+             ON CONFLICT (app_name) DO UPDATE SET space = EXCLUDED.space",
+        )
+        .bind(app)
+        .bind(&space.name)
+        .execute(self.pool())
+        .await?;
+        Ok(true)
+    }
+
+    async fn claim_pending(
+        &self,
+        app: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> StoreResult<Vec<PendingMemory>> {
+        let now = now_ts();
+        let candidates = sqlx::query(
+            "SELECT user_id, event_id FROM memory_entries
+              WHERE app_name = $1 AND embedding IS NULL
+                AND (claimed_until IS NULL OR claimed_until < $2)
+              LIMIT $3",
+        )
+        .bind(app)
+        .bind(now)
+        .bind(limit.min(MAX_CLAIM) as i64)
+        .fetch_all(self.pool())
+        .await?;
+        if candidates.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut users = Vec::with_capacity(candidates.len());
+        let mut keys = Vec::with_capacity(candidates.len());
+        for r in &candidates {
+            let user: String = r.try_get("user_id")?;
+            let event: String = r.try_get("event_id")?;
+            keys.push(format!("{user}{SEP}{event}"));
+            users.push(user);
+        }
+        // The claim re-checks what the candidates were read with, under the row locks: of
+        // two embedders reading the same candidates, each memory goes to one.
+        let rows = sqlx::query(
+            "UPDATE memory_entries SET claimed_until = $3
+              WHERE app_name = $1 AND user_id = ANY($4) AND (user_id || $6 || event_id) = ANY($5)
+                AND embedding IS NULL AND (claimed_until IS NULL OR claimed_until < $2)
+              RETURNING user_id, event_id, text",
+        )
+        .bind(app)
+        .bind(now)
+        .bind(now + lease.as_secs_f64())
+        .bind(&users)
+        .bind(&keys)
+        .bind(SEP)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(PendingMemory {
+                    user_id: r.try_get("user_id")?,
+                    event_id: r.try_get("event_id")?,
+                    text: r.try_get("text")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn store_vectors(
+        &self,
+        app: &str,
+        space: &VectorSpace,
+        vectors: &[(String, String, Vec<f32>)],
+    ) -> StoreResult<usize> {
+        if vectors.is_empty() {
+            return Ok(0);
+        }
+        let users: Vec<&str> = vectors.iter().map(|(u, _, _)| u.as_str()).collect();
+        let keys: Vec<String> = vectors
+            .iter()
+            .map(|(u, e, _)| format!("{u}{SEP}{e}"))
+            .collect();
+        let texts: Vec<String> = vectors.iter().map(|(_, _, v)| vector_text(v)).collect();
+        let done = sqlx::query(
+            "UPDATE memory_entries
+                SET embedding = ($5::text[])[array_position($4::text[], user_id || $6 || event_id)]::vector,
+                    space = $2, claimed_until = NULL
+              WHERE app_name = $1 AND user_id = ANY($3) AND (user_id || $6 || event_id) = ANY($4)",
+        )
+        .bind(app)
+        .bind(&space.name)
+        .bind(&users)
+        .bind(&keys)
+        .bind(&texts)
+        .bind(SEP)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() as usize)
+    }
+
+    async fn pending_count(&self, app: &str) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM memory_entries WHERE app_name = $1 AND embedding IS NULL",
+        )
+        .bind(app)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(n as u64)
+    }
+
+    async fn nearest_memories(
+        &self,
+        app: &str,
+        user: &str,
+        space: &VectorSpace,
+        vector: &[f32],
+        limit: usize,
+    ) -> StoreResult<Vec<NearMemory>> {
+        if limit == 0 || vector.len() != space.dims as usize {
+            return Ok(vec![]);
+        }
+        let rows = sqlx::query(
+            r#"SELECT session_id, event_id, author, "timestamp", text, content,
+                      embedding <=> $4::vector AS distance
+                 FROM memory_entries
+                WHERE app_name = $1 AND user_id = $2 AND space = $3 AND embedding IS NOT NULL
+                ORDER BY distance, "timestamp" DESC, event_id
+                LIMIT $5"#,
+        )
+        .bind(app)
+        .bind(user)
+        .bind(&space.name)
+        .bind(vector_text(vector))
+        .bind(limit.min(i64::MAX as usize) as i64)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(NearMemory {
+                    entry: entry_of(r)?,
+                    distance: r.try_get("distance")?,
+                })
+            })
+            .collect()
+    }
+}
