@@ -148,6 +148,15 @@ if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
   exit 1
 fi
 
+# pgvector: memory search by meaning on PostgreSQL and Citus (tests/memory_vectors.rs).
+if ! scripts/pgvector.sh installed 2>/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "pgvector is not installed: building it from ../shared/pgvector (scripts/pgvector.sh install)" >&2
+  scripts/pgvector.sh install
+fi
+if ! scripts/pgvector.sh installed; then
+  exit 1
+fi
+
 citus_url="${AGENTD_TEST_CITUS_URL:-}"
 if [ -z "$citus_url" ]; then
   if ! scripts/citus.sh installed 2>/dev/null && [ "$(id -u)" = 0 ]; then

@@ -122,7 +122,9 @@ async fn meaning_finds_what_words_miss(backend: Backend) {
     model.concepts(CONCEPTS);
     let (s, _dir) = serve(TestDb::new(backend).await, &model, "emb-1").await;
     let store = s.db.store().await;
-    assert_eq!(store.vector_support(), VectorSupport::Available);
+    if let VectorSupport::Missing(why) = store.vector_support() {
+        panic!("memory vectors are missing ({why}): as root, run scripts/pgvector.sh install");
+    }
     let ready = json_with_status(s.get("/ready").await, 200).await;
     assert_eq!(ready["memorySearch"], "hybrid", "{ready}");
 
@@ -354,6 +356,99 @@ async fn claims_are_leases_and_a_new_space_starts_over(backend: Backend) {
         .unwrap()
         .is_empty());
 }
+
+/// A user with more vectors than an exact scan is for (2,000) is searched through the HNSW
+/// index: the plan says so without statistics, the nearest come back in order, and another
+/// user's vectors, nearer still, never do.
+async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store: Arc<dyn Store> = db.store().await;
+    let space = VectorSpace {
+        name: "big/8".into(),
+        dims: 8,
+    };
+    store.adopt_space(APP, &space).await.unwrap();
+    // 2,500 memories of u1 at angles 0.001 apart; 50 of u2 right at the query's angle.
+    let mut angle = std::collections::HashMap::new();
+    for i in 0..2550 {
+        let (user, theta) = if i < 2500 {
+            ("u1", i as f64 * 0.001)
+        } else {
+            ("u2", 1.0)
+        };
+        let e = agentd::store::memory::fact_entry("user", &format!("fact {i}")).unwrap();
+        store.insert_memory(APP, user, &e).await.unwrap();
+        angle.insert(e.event_id, theta);
+    }
+    loop {
+        let pending = store
+            .claim_pending(APP, 256, Duration::from_secs(60))
+            .await
+            .unwrap();
+        if pending.is_empty() {
+            break;
+        }
+        let vectors: Vec<_> = pending
+            .into_iter()
+            .map(|p| {
+                let t = angle[&p.event_id];
+                let mut v = vec![0.0f32; 8];
+                v[0] = t.cos() as f32;
+                v[1] = t.sin() as f32;
+                (p.user_id, p.event_id, v)
+            })
+            .collect();
+        store.store_vectors(APP, &space, &vectors).await.unwrap();
+    }
+    let query = [1.0f64.cos() as f32, 1.0f64.sin() as f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+    let near = store
+        .nearest_memories(APP, "u1", &space, &query, 5)
+        .await
+        .unwrap();
+    let got: Vec<&str> = near.iter().map(|n| n.entry.text.as_str()).collect();
+    assert_eq!(got[0], "fact 1000", "{got:?}");
+    let mut rest: Vec<&str> = got[1..].to_vec();
+    rest.sort();
+    assert_eq!(rest, ["fact 1001", "fact 1002", "fact 998", "fact 999"]);
+    assert!(near.windows(2).all(|w| w[0].distance <= w[1].distance));
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    if backend == Backend::Citus {
+        // On Citus the search is one call, run whole on the user's worker: there it plans as
+        // on one PostgreSQL, below (a coordinator's EXPLAIN of the statement would not show
+        // the function's settings).
+        let delegated: bool = sqlx::query_scalar(
+            "SELECT distribution_argument_index IS NOT NULL FROM pg_dist_object
+              WHERE objid = to_regprocedure(
+                'agentd_memory_nearest_v1(text, text, text, integer, text, integer)')",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert!(delegated);
+        return;
+    }
+    // The plan of the index search, as the function runs it, with no statistics.
+    let mut tx = pool.begin().await.unwrap();
+    for set in [
+        "SET LOCAL enable_sort = off",
+        "SET LOCAL hnsw.iterative_scan = strict_order",
+    ] {
+        sqlx::query(set).execute(&mut *tx).await.unwrap();
+    }
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT m.event_id FROM memory_entries m
+          WHERE m.app_name = 'recall' AND m.user_id = 'u1' AND m.space = 'big/8'
+            AND vector_dims(m.embedding) = 8
+          ORDER BY m.embedding::vector(8) <=> '[1,0,0,0,0,0,0,0]'::vector(8) LIMIT 5",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("memory_entries_hnsw_8"), "{plan}");
+}
+
+postgres_backends!(a_large_user_is_searched_through_the_hnsw_index);
 
 both_backends!(
     meaning_finds_what_words_miss,

@@ -25,6 +25,12 @@ use std::time::Duration;
 /// Held while one replica installs, so two starting together do not both create.
 const INSTALL_LOCK: i64 = 0x6167_656e_7464_7663;
 
+/// The nearest-memories function (`memory_vectors.sql`, which says how it searches).
+const NEAREST_SQL: &str = include_str!("memory_vectors.sql");
+
+/// Its signature.
+const NEAREST: &str = "agentd_memory_nearest_v1(text, text, text, integer, text, integer)";
+
 /// The separator in `user_id || SEP || event_id`, a key naming one memory of an app.
 const SEP: &str = "\u{1f}";
 
@@ -45,7 +51,10 @@ impl PgStore {
     }
 
     async fn try_install_vectors(&self) -> StoreResult<VectorSupport> {
-        if let VectorSupport::Available = self.detect_vectors().await? {
+        let citus = self.is_citus().await?;
+        if self.detect_vectors().await? == VectorSupport::Available
+            && (!citus || self.nearest_is_routed().await?)
+        {
             return Ok(VectorSupport::Available);
         }
         let available: bool = sqlx::query_scalar(
@@ -78,12 +87,69 @@ impl PgStore {
         ] {
             sqlx::query(statement).execute(&mut conn).await?;
         }
+        sqlx::raw_sql(NEAREST_SQL).execute(&mut conn).await?;
+        if citus {
+            // Delegated by its user argument, like router.sql's functions: the call runs whole
+            // on the worker with the user's shards.
+            if !self.nearest_is_routed().await? {
+                sqlx::query(
+                    "SELECT create_distributed_function($1::regprocedure, 'p_user', \
+                     colocate_with => 'memory_entries')",
+                )
+                .bind(NEAREST)
+                .execute(&mut conn)
+                .await?;
+            }
+        }
         let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
             .bind(INSTALL_LOCK)
             .execute(&mut conn)
             .await;
         tracing::info!("memory vectors installed (pgvector)");
         self.detect_vectors().await
+    }
+
+    /// Creates the HNSW index over the vectors of size `dims` when it is missing (a failed
+    /// earlier build, left invalid, is dropped first). Built concurrently: writes go on.
+    async fn ensure_hnsw_index(&self, dims: u32) -> StoreResult<()> {
+        let name = format!("memory_entries_hnsw_{dims}");
+        let valid: Option<bool> = sqlx::query_scalar(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+              WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace",
+        )
+        .bind(&name)
+        .fetch_optional(self.pool())
+        .await?;
+        if valid == Some(true) {
+            return Ok(());
+        }
+        if valid == Some(false) {
+            sqlx::query(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+                .execute(self.pool())
+                .await?;
+        }
+        // `dims` is a number, so the statement is not open to injection.
+        sqlx::query(&format!(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memory_entries
+                 USING hnsw ((embedding::vector({dims})) vector_cosine_ops)
+                 WHERE vector_dims(embedding) = {dims}"
+        ))
+        .execute(self.pool())
+        .await?;
+        tracing::info!(dims, "created the HNSW index of memory vectors");
+        Ok(())
+    }
+
+    /// Whether Citus delegates the search function's calls by their user argument.
+    async fn nearest_is_routed(&self) -> StoreResult<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_dist_object
+                             WHERE objid = to_regprocedure($1)
+                               AND distribution_argument_index IS NOT NULL)",
+        )
+        .bind(NEAREST)
+        .fetch_one(self.pool())
+        .await?)
     }
 
     /// Whether `memory_entries.embedding` is a pgvector column.
@@ -93,8 +159,10 @@ impl PgStore {
                              WHERE a.attrelid = to_regclass('memory_entries')
                                AND a.attname = 'embedding' AND t.typname = 'vector'
                                AND NOT a.attisdropped)
-               AND to_regclass('memory_spaces') IS NOT NULL",
+               AND to_regclass('memory_spaces') IS NOT NULL
+               AND to_regprocedure($1) IS NOT NULL",
         )
+        .bind(NEAREST)
         .fetch_one(self.pool())
         .await?;
         Ok(if ready {
@@ -112,6 +180,10 @@ impl VectorStore for PgStore {
     }
 
     async fn adopt_space(&self, app: &str, space: &VectorSpace) -> StoreResult<bool> {
+        if let Err(e) = self.ensure_hnsw_index(space.dims).await {
+            // Searches stay exact (and right) without it; the next adoption tries again.
+            tracing::warn!(dims = space.dims, error = %e, "could not create the HNSW index of memory vectors");
+        }
         let current: Option<String> =
             sqlx::query_scalar("SELECT space FROM memory_spaces WHERE app_name = $1")
                 .bind(app)
@@ -250,21 +322,15 @@ impl VectorStore for PgStore {
         if limit == 0 || vector.len() != space.dims as usize {
             return Ok(vec![]);
         }
-        let rows = sqlx::query(
-            r#"SELECT session_id, event_id, author, "timestamp", text, content,
-                      embedding <=> $4::vector AS distance
-                 FROM memory_entries
-                WHERE app_name = $1 AND user_id = $2 AND space = $3 AND embedding IS NOT NULL
-                ORDER BY distance, "timestamp" DESC, event_id
-                LIMIT $5"#,
-        )
-        .bind(app)
-        .bind(user)
-        .bind(&space.name)
-        .bind(vector_text(vector))
-        .bind(limit.min(i64::MAX as usize) as i64)
-        .fetch_all(self.pool())
-        .await?;
+        let rows = sqlx::query("SELECT * FROM agentd_memory_nearest_v1($1, $2, $3, $4, $5, $6)")
+            .bind(app)
+            .bind(user)
+            .bind(&space.name)
+            .bind(space.dims as i32)
+            .bind(vector_text(vector))
+            .bind(limit.min(i32::MAX as usize) as i32)
+            .fetch_all(self.pool())
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(NearMemory {

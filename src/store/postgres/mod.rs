@@ -207,7 +207,6 @@ impl PgStore {
     /// then distributes what is not yet distributed ([`citus`]).
     pub async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await?;
-        self.install_vectors().await?;
         if self.is_citus().await? {
             let n = self.distribute().await?;
             if n > 0 {
@@ -216,6 +215,8 @@ impl PgStore {
             self.routed
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        // After the tables are distributed: the search function is colocated with them.
+        self.install_vectors().await?;
         Ok(())
     }
 
