@@ -199,6 +199,12 @@ async fn meaning_finds_what_words_miss(backend: Backend) {
     );
     let hits = search(&s, "alice", "Which hue do I like?").await;
     assert!(hits.iter().all(|h| h["id"] != colour), "{hits:#?}");
+
+    // Everything alice's memory holds, forgotten; bob's stays.
+    let resp = s.delete(&format!("/apps/{APP}/users/alice/memory")).await;
+    assert_eq!(json_with_status(resp, 200).await["deleted"], 2);
+    assert!(search(&s, "alice", "dog town").await.is_empty());
+    assert_eq!(search(&s, "bob", "hue").await.len(), 1);
 }
 
 async fn sessions_are_embedded_too_and_bad_facts_change_nothing(backend: Backend) {
@@ -283,6 +289,30 @@ async fn an_embedding_outage_leaves_search_by_words(backend: Backend) {
     assert_eq!(hits[0]["id"], pizza);
     assert_eq!(hits[0]["vectorRank"], 1);
     assert!(model.embedding_requests().len() >= 3);
+
+    // A text the model refuses holds back no other memory: it is put off, the rest embedded.
+    let refused = add_fact(&s, "dave", "UNEMBEDDABLE pizza").await;
+    let sushi = add_fact(&s, "dave", "Sushi on Fridays").await;
+    let mut waited = 0;
+    while store.pending_count(APP).await.unwrap() > 1 {
+        assert!(waited < 200, "the other memory never got its vector");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
+    let hits = search(&s, "dave", "dinner").await;
+    assert!(
+        hits.iter()
+            .any(|h| h["id"] == sushi && h.get("vectorRank").is_some()),
+        "{hits:#?}"
+    );
+    // Still found by its words.
+    let hits = search(&s, "dave", "unembeddable").await;
+    let found = hits
+        .iter()
+        .find(|h| h["id"] == refused)
+        .expect("found by words");
+    assert_eq!(found["textRank"], 1);
+    assert!(found.get("vectorRank").is_none());
 }
 
 /// The store's side: claims are leases (a claimer that dies loses nothing), two claimers
@@ -400,7 +430,16 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
             .collect();
         store.store_vectors(APP, &space, &vectors).await.unwrap();
     }
-    let query = [1.0f64.cos() as f32, 1.0f64.sin() as f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+    let query = [
+        1.0f64.cos() as f32,
+        1.0f64.sin() as f32,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ];
     let near = store
         .nearest_memories(APP, "u1", &space, &query, 5)
         .await

@@ -14,6 +14,7 @@ mod durable;
 mod extra;
 mod fork;
 mod load;
+mod memory;
 mod pg;
 mod proc_stats;
 mod proxy;
@@ -78,6 +79,11 @@ enum Command {
     /// rolling restart of three replicas under load (how many runs end other than
     /// `completed`), PostgreSQL.
     Durable(BenchArgs),
+    /// Memory search at scale: one user with `--memories` memories (vectors of
+    /// `--memory-dims`), search latency through agentd's store (hybrid, and by vector alone)
+    /// against the ceiling of pgvector's (or sqlite-vec's) own query, and the HNSW index's
+    /// recall against an exact scan; PostgreSQL (or Citus) and SQLite.
+    Memory(BenchArgs),
     /// Serve a ceiling (started by the harness as a child process).
     Ceiling(ceiling::CeilingArgs),
 }
@@ -205,6 +211,15 @@ pub struct BenchArgs {
     /// a2a: requests per protocol whose time to the first answer chunk is measured.
     #[arg(long, default_value_t = 200)]
     pub(crate) a2a_runs: usize,
+    /// memory: memories of the one user whose searches are timed.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) memories: usize,
+    /// memory: the size of their vectors.
+    #[arg(long, default_value_t = 384)]
+    pub(crate) memory_dims: usize,
+    /// memory: searches timed per measure.
+    #[arg(long, default_value_t = 300)]
+    pub(crate) memory_queries: usize,
     /// Also write the markdown report to this file.
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -274,6 +289,18 @@ fn main() -> Result<()> {
                 extras: true,
             },
         )),
+        Command::Memory(args) => rt.block_on(async {
+            let admin = pg::Admin::connect(&args.database_url).await?;
+            let result = memory::run(&args, &admin).await;
+            admin.drop_created().await;
+            let text = result?;
+            println!("{text}");
+            if let Some(path) = &args.out {
+                std::fs::write(path, &text)
+                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
+            }
+            Ok(())
+        }),
         Command::ScaleOut(args) => {
             let agentd_bin = match &args.agentd_bin {
                 Some(p) => p.clone(),

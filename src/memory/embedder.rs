@@ -1,26 +1,27 @@
 //! The memory embedder: a background task on every replica that gives pending memories their
 //! vectors, off the request path.
 //!
-//! Each pass, for each app with an embedding model: make the model's space the app's
-//! ([`VectorStore::adopt_space`]), claim a batch of pending memories for a lease, embed
-//! them in one provider call (retried with backoff by the provider client), store the
-//! vectors in one statement. Claims are leases in the database, so replicas share the work
-//! and a `kill -9` loses nothing: the dead replica's claims expire and another replica embeds
-//! those memories. A provider that keeps failing is left alone for a growing while (up to
-//! [`MAX_BACKOFF`]) and its claims expire meanwhile; memories stay searchable by words.
+//! Each pass, for each app with an embedding model: claim a batch of pending memories for a
+//! lease, embed them in one provider call (retried with backoff by the provider client),
+//! store the vectors in one statement. Claims are leases in the database, so replicas share
+//! the work and a `kill -9` loses nothing: the dead replica's claims expire and another
+//! replica embeds those memories. A provider that keeps failing is left alone for a growing
+//! while (up to [`MAX_BACKOFF`]); memories stay searchable by words meanwhile. A text the
+//! provider refuses is put off for [`REFUSED_DELAY`], so it does not hold back the others.
+//!
+//! The app's space (its model and vector size) is adopted at start and every
+//! [`ADOPT_EVERY`]: vectors of another space (stored by a replica still on an old model
+//! during a rolling update) become pending again.
 
 use super::{count_tokens, space_of};
-use crate::apps::AppRegistry;
 use crate::model::embed::{Embedder, Purpose, MAX_BATCH};
-use crate::store::memory::vectors::{VectorStore, VectorSupport};
+use crate::model::ModelError;
+use crate::store::memory::vectors::{PendingMemory, VectorStore, VectorSupport};
 use crate::store::Store;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-/// How long a claim lasts: longer than one provider call with its retries takes.
-pub const LEASE: Duration = Duration::from_secs(120);
 
 /// The most batches one app gets per pass, so one busy app does not starve the others.
 const BATCHES_PER_PASS: usize = 4;
@@ -28,44 +29,46 @@ const BATCHES_PER_PASS: usize = 4;
 /// The longest an app whose provider fails is left alone.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
+/// How long a text the provider refuses waits before it is tried again.
+pub const REFUSED_DELAY: Duration = Duration::from_secs(3600);
+
+/// How often the app's space is adopted again.
+pub const ADOPT_EVERY: Duration = Duration::from_secs(600);
+
+/// An app whose memories are embedded, and its model.
+pub struct EmbeddedApp {
+    pub app: String,
+    pub embedder: Arc<dyn Embedder>,
+}
+
 /// The embedder of one replica.
 pub struct MemoryEmbedder {
     store: Arc<dyn Store>,
-    apps: Arc<AppRegistry>,
+    apps: Vec<EmbeddedApp>,
     /// How long an idle pass waits before the next.
     poll: Duration,
-    /// Spaces already adopted by this replica: `(app, space)`.
-    adopted: HashSet<(String, String)>,
+    /// When each app's space was last adopted.
+    adopted: HashMap<String, Instant>,
     /// Apps whose provider failed: not before this instant, and the next wait.
     backoff: HashMap<String, (Instant, Duration)>,
 }
 
 impl MemoryEmbedder {
-    pub fn new(store: Arc<dyn Store>, apps: Arc<AppRegistry>, poll: Duration) -> Self {
+    pub fn new(store: Arc<dyn Store>, apps: Vec<EmbeddedApp>, poll: Duration) -> Self {
         MemoryEmbedder {
             store,
             apps,
             poll,
-            adopted: HashSet::new(),
+            adopted: HashMap::new(),
             backoff: HashMap::new(),
         }
-    }
-
-    /// Whether any app has an embedding model (else there is nothing to run).
-    pub fn has_work(apps: &AppRegistry) -> bool {
-        apps.entries().any(|a| a.embedder.is_some())
     }
 
     /// Runs passes until `stop`; says once why not when the database keeps no vectors.
     pub fn spawn(mut self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             if let VectorSupport::Missing(why) = self.store.vector_support() {
-                let apps: Vec<&str> = self
-                    .apps
-                    .entries()
-                    .filter(|a| a.embedder.is_some())
-                    .map(|a| a.name.as_str())
-                    .collect();
+                let apps: Vec<&str> = self.apps.iter().map(|a| a.app.as_str()).collect();
                 tracing::warn!(?apps, reason = %why, "apps have an embedding model, but memory search is full-text only");
                 return;
             }
@@ -86,18 +89,15 @@ impl MemoryEmbedder {
 
     /// One pass over the apps; returns how many memories got vectors.
     pub async fn pass(&mut self) -> usize {
-        let apps: Vec<(String, Arc<dyn Embedder>)> = self
-            .apps
-            .entries()
-            .filter_map(|a| a.embedder.clone().map(|e| (a.name.clone(), e)))
-            .collect();
         let mut total = 0;
-        for (app, embedder) in apps {
+        for i in 0..self.apps.len() {
+            let app = self.apps[i].app.clone();
             if let Some((until, _)) = self.backoff.get(&app) {
                 if Instant::now() < *until {
                     continue;
                 }
             }
+            let embedder = self.apps[i].embedder.clone();
             match self.embed_app(&app, embedder.as_ref()).await {
                 Ok(n) => {
                     self.backoff.remove(&app);
@@ -120,49 +120,94 @@ impl MemoryEmbedder {
     async fn embed_app(&mut self, app: &str, embedder: &dyn Embedder) -> Result<usize, String> {
         let space = space_of(embedder);
         let store: &dyn VectorStore = self.store.as_ref();
-        let adopted = (app.to_string(), space.name.clone());
-        if !self.adopted.contains(&adopted) {
+        let due = self
+            .adopted
+            .get(app)
+            .is_none_or(|at| at.elapsed() >= ADOPT_EVERY);
+        if due {
             if store
                 .adopt_space(app, &space)
                 .await
                 .map_err(|e| e.to_string())?
             {
-                tracing::info!(app, space = %space.name, "memory vectors: new space; every memory of the app is embedded again");
+                tracing::info!(app, space = %space.name, "memory vectors: memories of another space are embedded again");
             }
-            self.adopted.insert(adopted);
+            self.adopted.insert(app.to_string(), Instant::now());
         }
+        // A claim outlasts the longest call, so no other replica embeds the same memories.
+        let lease = embedder.longest_call() + Duration::from_secs(30);
         let mut stored = 0;
         for _ in 0..BATCHES_PER_PASS {
             let pending = store
-                .claim_pending(app, MAX_BATCH, LEASE)
+                .claim_pending(app, MAX_BATCH, lease)
                 .await
                 .map_err(|e| e.to_string())?;
             if pending.is_empty() {
                 break;
             }
-            let texts: Vec<String> = pending.iter().map(|p| p.text.clone()).collect();
-            let out = embedder
-                .embed(&texts, Purpose::Document)
-                .await
-                .map_err(|e| {
-                    metrics::counter!("agentd_memory_embedding_failures_total", "app" => app.to_string(), "purpose" => "document", "code" => e.code)
-                        .increment(1);
-                    e.to_string()
-                })?;
-            count_tokens(app, "document", out.tokens);
-            let vectors: Vec<(String, String, Vec<f32>)> = pending
-                .into_iter()
-                .zip(out.vectors)
-                .map(|(p, v)| (p.user_id, p.event_id, v))
-                .collect();
+            let full = pending.len() == MAX_BATCH;
+            let vectors = match embed(app, embedder, &pending).await {
+                Ok(v) => v,
+                Err(e) if !e.retryable => self.one_by_one(app, embedder, pending).await?,
+                Err(e) => return Err(e.to_string()),
+            };
             stored += store
                 .store_vectors(app, &space, &vectors)
                 .await
                 .map_err(|e| e.to_string())?;
-            if vectors.len() < MAX_BATCH {
+            if !full {
                 break;
             }
         }
         Ok(stored)
     }
+
+    /// A batch the provider refused, embedded one memory at a time: the memories it refuses
+    /// alone are put off, the others get their vectors.
+    async fn one_by_one(
+        &self,
+        app: &str,
+        embedder: &dyn Embedder,
+        pending: Vec<PendingMemory>,
+    ) -> Result<Vec<(String, String, Vec<f32>)>, String> {
+        let mut vectors = vec![];
+        let mut refused = vec![];
+        for p in pending {
+            match embed(app, embedder, std::slice::from_ref(&p)).await {
+                Ok(mut v) => vectors.append(&mut v),
+                Err(e) if !e.retryable => {
+                    tracing::warn!(app, memory = %p.event_id, error = %e, "the embedding model refuses a memory's text; trying again later");
+                    refused.push((p.user_id, p.event_id));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        self.store
+            .defer_pending(app, &refused, REFUSED_DELAY)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(vectors)
+    }
+}
+
+/// The vectors of `pending`, as `(user, event_id, vector)`.
+async fn embed(
+    app: &str,
+    embedder: &dyn Embedder,
+    pending: &[PendingMemory],
+) -> Result<Vec<(String, String, Vec<f32>)>, ModelError> {
+    let texts: Vec<String> = pending.iter().map(|p| p.text.clone()).collect();
+    let out = embedder
+        .embed(&texts, Purpose::Document)
+        .await
+        .inspect_err(|e| {
+            metrics::counter!("agentd_memory_embedding_failures_total", "app" => app.to_string(), "purpose" => "document", "code" => e.code)
+                .increment(1);
+        })?;
+    count_tokens(app, "document", out.tokens);
+    Ok(pending
+        .iter()
+        .zip(out.vectors)
+        .map(|(p, v)| (p.user_id.clone(), p.event_id.clone(), v))
+        .collect())
 }

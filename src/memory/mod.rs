@@ -53,17 +53,24 @@ pub async fn search(
     let by_words = store.search_memory(app, user, query, n);
     let by_meaning = async {
         let Some(embedder) = vectors else {
-            return Ok(vec![]);
+            return vec![];
         };
         let Some(vector) = embed_query(embedder, app, query).await else {
-            return Ok(vec![]);
+            return vec![];
         };
-        store
+        match store
             .nearest_memories(app, user, &space_of(embedder), &vector, n)
             .await
+        {
+            Ok(near) => near,
+            Err(e) => {
+                tracing::warn!(app, error = %e, "memory search by meaning failed; searching by words");
+                vec![]
+            }
+        }
     };
     let (text, near) = tokio::join!(by_words, by_meaning);
-    Ok(fuse(text?, near?, limit))
+    Ok(fuse(text?, near, limit))
 }
 
 /// The query's vector, or `None` (logged) when the provider fails, is too slow, or returns a

@@ -53,6 +53,12 @@ pub trait Embedder: Send + Sync {
     /// The size of every vector this model returns.
     fn dimensions(&self) -> u32;
 
+    /// The longest one [`Self::embed`] can take, retries included: how long a claim on the
+    /// memories being embedded must last.
+    fn longest_call(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(300)
+    }
+
     /// One vector per text (at most [`MAX_BATCH`] texts).
     async fn embed(&self, texts: &[String], purpose: Purpose) -> Result<Embeddings, ModelError>;
 }
@@ -216,6 +222,13 @@ impl Embedder for HttpEmbedder {
         self.dimensions
     }
 
+    fn longest_call(&self) -> std::time::Duration {
+        // Each attempt: the answer's start and its body, each within the timeout; between
+        // attempts, a backoff of at most 30 s.
+        let attempts = self.endpoint.retry.max_retries + 1;
+        (self.endpoint.timeout * 2 + std::time::Duration::from_secs(30)) * attempts
+    }
+
     async fn embed(&self, texts: &[String], purpose: Purpose) -> Result<Embeddings, ModelError> {
         if texts.is_empty() {
             return Ok(Embeddings::default());
@@ -286,6 +299,11 @@ mod tests {
             tokens: 0,
         };
         assert!(check(nan, 1, 1).is_err());
+        let zeros = Embeddings {
+            vectors: vec![vec![0.0, 0.0]],
+            tokens: 0,
+        };
+        assert!(check(zeros, 1, 2).unwrap_err().message.contains("zeros"));
     }
 
     #[test]

@@ -177,10 +177,22 @@ impl Server {
             .spawn(shutdown.clone());
         }
         // Memories of apps with an embedding model get their vectors.
-        if crate::memory::embedder::MemoryEmbedder::has_work(&state.apps) {
+        let embedded: Vec<_> = state
+            .apps
+            .entries()
+            .filter_map(|a| {
+                a.embedder
+                    .clone()
+                    .map(|embedder| crate::memory::embedder::EmbeddedApp {
+                        app: a.name.clone(),
+                        embedder,
+                    })
+            })
+            .collect();
+        if !embedded.is_empty() {
             crate::memory::embedder::MemoryEmbedder::new(
                 state.store.clone(),
-                state.apps.clone(),
+                embedded,
                 Duration::from_secs(1),
             )
             .spawn(shutdown.clone());

@@ -280,6 +280,14 @@ async fn embeddings(State(script): State<Arc<Mutex<Script>>>, Json(body): Json<V
             .collect(),
         _ => vec![],
     };
+    // A text the model refuses (as a real one refuses one over its input limit).
+    if inputs.iter().any(|t| t.contains("UNEMBEDDABLE")) {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": {"message": "input too long", "type": "invalid_request_error"}})),
+        )
+            .into_response();
+    }
     let data: Vec<Value> = inputs
         .iter()
         .enumerate()

@@ -3,7 +3,7 @@
 //! one memory read or deleted by id.
 
 use crate::error_code::ErrorCode;
-use crate::http::error::{ApiError, ApiResult};
+use crate::http::error::{problem, ApiError, ApiResult};
 use crate::http::extract::{Json, Path, Query};
 use crate::http::openapi::error_set;
 use crate::http::openapi::Errors;
@@ -12,7 +12,7 @@ use crate::store::memory::fusion::MemoryHit;
 use crate::store::memory::{fact_entry, MAX_MEMORY_TEXT_BYTES};
 use crate::store::{MemoryEntry, SessionKey};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -40,7 +40,12 @@ error_set!(
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(update_memory, search_memory, add_memory))
+        .routes(routes!(
+            update_memory,
+            search_memory,
+            add_memory,
+            forget_user
+        ))
         .routes(routes!(get_memory, delete_memory))
 }
 
@@ -160,23 +165,52 @@ async fn add_memory(
     if state.apps.get(&app).is_none() {
         return Err(ApiError::app_not_found(&app));
     }
+    let invalid = |field: &str, msg: String| {
+        ApiError::validation(vec![problem(
+            "value_error",
+            vec![json!("body"), json!(field)],
+            msg,
+        )])
+    };
     if req.text.len() > MAX_MEMORY_TEXT_BYTES {
-        return Err(ApiError::new(
-            ErrorCode::ValidationError,
-            format!("`text` is longer than {MAX_MEMORY_TEXT_BYTES} bytes"),
+        return Err(invalid(
+            "text",
+            format!("longer than {MAX_MEMORY_TEXT_BYTES} bytes"),
         ));
     }
     let author = req.author.as_deref().unwrap_or("user");
     if author.is_empty() || author.len() > 128 {
-        return Err(ApiError::new(
-            ErrorCode::ValidationError,
-            "`author` must be 1 to 128 bytes",
-        ));
+        return Err(invalid("author", "must be 1 to 128 bytes".into()));
     }
-    let entry = fact_entry(author, &req.text)
-        .ok_or_else(|| ApiError::new(ErrorCode::ValidationError, "`text` is blank"))?;
+    let entry = fact_entry(author, &req.text).ok_or_else(|| invalid("text", "is blank".into()))?;
     state.store.insert_memory(&app, &user, &entry).await?;
     Ok((axum::http::StatusCode::CREATED, axum::Json(entry.into())))
+}
+
+#[derive(Debug, serde::Serialize, ToSchema)]
+struct ForgetResponse {
+    /// How many memories were deleted.
+    deleted: u64,
+}
+
+error_set!(
+    /// What `DELETE /apps/{app}/users/{user}/memory` answers beyond the door's codes.
+    ForgetUserErrors: AppNotFound, NotFound, InvalidId
+);
+
+/// agentd: forgets every memory of the user in the app (texts and vectors), and how far each
+/// session was added, so adding a session later adds it whole. The sessions themselves are
+/// not changed (delete them too to erase what the user said).
+#[utoipa::path(delete, path = "/apps/{app}/users/{user}/memory", tag = "memory",
+    params(crate::http::openapi::UserPath),
+    responses((status = 200, description = "Forgotten.", body = ForgetResponse), Errors, ForgetUserErrors))]
+async fn forget_user(
+    state: axum::extract::State<AppState>,
+    Path((app, user)): Path<(String, String)>,
+) -> ApiResult<axum::Json<ForgetResponse>> {
+    let deleted = state.store.forget_user(&app, &user).await?;
+    tracing::info!(%app, %user, deleted, "memory of a user forgotten");
+    Ok(axum::Json(ForgetResponse { deleted }))
 }
 
 /// agentd: one memory of the user, by id (a session's memory has its event's id).

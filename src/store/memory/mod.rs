@@ -50,6 +50,10 @@ pub trait MemoryStore: Send + Sync {
     /// its session again does not bring it back (the session's mark is past it).
     async fn delete_memory(&self, app: &str, user: &str, id: &str) -> StoreResult<bool>;
 
+    /// Deletes every memory of (app, user), and how far each of the user's sessions was added,
+    /// so adding a session later adds it whole. Returns how many memories were deleted.
+    async fn forget_user(&self, app: &str, user: &str) -> StoreResult<u64>;
+
     /// Stores `entry` (a fact added directly, see [`fact_entry`]) for (app, user); its event
     /// id must be new.
     async fn insert_memory(&self, app: &str, user: &str, entry: &MemoryEntry) -> StoreResult<()>;

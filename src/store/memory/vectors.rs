@@ -57,9 +57,20 @@ pub trait VectorStore: Send + Sync {
     /// Whether vectors can be stored here (decided when the store opened).
     fn vector_support(&self) -> VectorSupport;
 
-    /// Makes `space` app `app`'s current one: when it was another, every memory of the app
-    /// becomes pending. Returns whether the space changed. Cheap when it did not.
+    /// Makes `space` app `app`'s current one: every memory of the app with a vector of another
+    /// space becomes pending (the app changed its model, or a replica still on the old one
+    /// stored vectors meanwhile). Reads the app's memories; the embedder calls it at start and
+    /// every few minutes. Returns whether anything changed.
     async fn adopt_space(&self, app: &str, space: &VectorSpace) -> StoreResult<bool>;
+
+    /// Puts off claimed memories of `app` (`(user, event_id)`) for `delay`: texts the provider
+    /// refuses, so they do not hold back the memories after them.
+    async fn defer_pending(
+        &self,
+        app: &str,
+        memories: &[(String, String)],
+        delay: Duration,
+    ) -> StoreResult<()>;
 
     /// Claims up to `limit` pending memories of `app` (none claimed by another embedder whose
     /// lease is still running) for `lease`.
@@ -94,6 +105,32 @@ pub trait VectorStore: Send + Sync {
     ) -> StoreResult<Vec<NearMemory>>;
 }
 
+/// Rows of a nearest-memories query as the answer: each memory once (its first row), those
+/// without a distance dropped (a vector of no direction has none), nearest first (then newer,
+/// then by id), at most `limit`.
+pub(crate) fn nearest_first(
+    rows: Vec<(MemoryEntry, Option<f64>)>,
+    limit: usize,
+) -> Vec<NearMemory> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out: Vec<NearMemory> = rows
+        .into_iter()
+        .filter_map(|(entry, d)| {
+            let distance = d.filter(|d| d.is_finite())?;
+            seen.insert(entry.event_id.clone())
+                .then_some(NearMemory { entry, distance })
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        a.distance
+            .total_cmp(&b.distance)
+            .then(b.entry.timestamp.total_cmp(&a.entry.timestamp))
+            .then_with(|| a.entry.event_id.cmp(&b.entry.event_id))
+    });
+    out.truncate(limit);
+    out
+}
+
 /// A vector as pgvector's text form: `[0.1,0.2,…]`.
 pub(crate) fn vector_text(v: &[f32]) -> String {
     let mut s = String::with_capacity(v.len() * 10 + 2);
@@ -116,6 +153,31 @@ pub(crate) fn vector_blob(v: &[f32]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_memory_once_nearest_first() {
+        let e = |id: &str| MemoryEntry {
+            session_id: String::new(),
+            event_id: id.into(),
+            author: "user".into(),
+            timestamp: 0.0,
+            text: id.into(),
+            content: Default::default(),
+        };
+        let rows = vec![
+            (e("b"), Some(0.3)),
+            (e("a"), Some(0.1)),
+            (e("b"), Some(0.3)),
+            (e("z"), Some(f64::NAN)),
+            (e("y"), None),
+            (e("c"), Some(0.2)),
+        ];
+        let ids: Vec<String> = nearest_first(rows, 2)
+            .into_iter()
+            .map(|n| n.entry.event_id)
+            .collect();
+        assert_eq!(ids, ["a", "c"]);
+    }
 
     #[test]
     fn vectors_in_both_wire_forms() {

@@ -195,6 +195,24 @@ impl MemoryStore for PgStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn forget_user(&self, app: &str, user: &str) -> StoreResult<u64> {
+        let mut tx = self.pool().begin().await?;
+        let deleted =
+            sqlx::query("DELETE FROM memory_entries WHERE app_name = $1 AND user_id = $2")
+                .bind(app)
+                .bind(user)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        sqlx::query("DELETE FROM memory_sessions WHERE app_name = $1 AND user_id = $2")
+            .bind(app)
+            .bind(user)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
     async fn insert_memory(&self, app: &str, user: &str, e: &MemoryEntry) -> StoreResult<()> {
         sqlx::query(
             r#"INSERT INTO memory_entries

@@ -1,6 +1,7 @@
 //! Memory vectors on PostgreSQL, with pgvector: `memory_entries.embedding vector`, compared
-//! with `<=>` (cosine distance). A search reads only the user's rows (the primary key's
-//! `(app_name, user_id)` prefix) and measures each: exact, and on Citus one shard.
+//! with `<=>` (cosine distance). A search is one call of `agentd_memory_nearest_v1`
+//! (`memory_vectors.sql`): exact over the user's rows up to 2,000 vectors, the HNSW index of
+//! the vector size beyond; on Citus, the call runs whole on the user's worker.
 //!
 //! pgvector is optional. [`PgStore::install_vectors`] runs at every start (after the
 //! migrations): when the extension is available it creates it and adds the columns, once;
@@ -16,7 +17,8 @@
 use super::memory::entry_of;
 use super::*;
 use crate::store::memory::vectors::{
-    vector_text, NearMemory, PendingMemory, VectorSpace, VectorStore, VectorSupport, MAX_CLAIM,
+    nearest_first, vector_text, NearMemory, PendingMemory, VectorSpace, VectorStore, VectorSupport,
+    MAX_CLAIM,
 };
 use async_trait::async_trait;
 use sqlx::Row;
@@ -124,6 +126,17 @@ impl PgStore {
             return Ok(());
         }
         if valid == Some(false) {
+            // Invalid while another replica builds it, or left so by a build that failed.
+            let building: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_progress_create_index
+                                 WHERE index_relid = to_regclass($1))",
+            )
+            .bind(&name)
+            .fetch_one(self.pool())
+            .await?;
+            if building {
+                return Ok(());
+            }
             sqlx::query(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
                 .execute(self.pool())
                 .await?;
@@ -181,36 +194,60 @@ impl VectorStore for PgStore {
 
     async fn adopt_space(&self, app: &str, space: &VectorSpace) -> StoreResult<bool> {
         if let Err(e) = self.ensure_hnsw_index(space.dims).await {
-            // Searches stay exact (and right) without it; the next adoption tries again.
+            // Searches stay right without it (exact); the next adoption tries again.
             tracing::warn!(dims = space.dims, error = %e, "could not create the HNSW index of memory vectors");
-        }
-        let current: Option<String> =
-            sqlx::query_scalar("SELECT space FROM memory_spaces WHERE app_name = $1")
-                .bind(app)
-                .fetch_optional(self.pool())
-                .await?;
-        if current.as_deref() == Some(space.name.as_str()) {
-            return Ok(false);
         }
         // Two statements, not one transaction: on Citus memory_spaces stays on the
         // coordinator. A crash between them repeats the first at the next adoption.
-        sqlx::query(
+        let reset = sqlx::query(
             "UPDATE memory_entries SET embedding = NULL, space = NULL, claimed_until = NULL
               WHERE app_name = $1 AND embedding IS NOT NULL AND space IS DISTINCT FROM $2",
         )
         .bind(app)
         .bind(&space.name)
         .execute(self.pool())
-        .await?;
-        sqlx::query(
-            "INSERT INTO memory_spaces (app_name, space) VALUES ($1, $2)
-             ON CONFLICT (app_name) DO UPDATE SET space = EXCLUDED.space",
+        .await?
+        .rows_affected();
+        let changed = sqlx::query(
+            "INSERT INTO memory_spaces AS s (app_name, space) VALUES ($1, $2)
+             ON CONFLICT (app_name) DO UPDATE SET space = EXCLUDED.space
+              WHERE s.space IS DISTINCT FROM EXCLUDED.space",
         )
         .bind(app)
         .bind(&space.name)
         .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(reset > 0 || changed > 0)
+    }
+
+    async fn defer_pending(
+        &self,
+        app: &str,
+        memories: &[(String, String)],
+        delay: Duration,
+    ) -> StoreResult<()> {
+        if memories.is_empty() {
+            return Ok(());
+        }
+        let users: Vec<&str> = memories.iter().map(|(u, _)| u.as_str()).collect();
+        let keys: Vec<String> = memories
+            .iter()
+            .map(|(u, e)| format!("{u}{SEP}{e}"))
+            .collect();
+        sqlx::query(
+            "UPDATE memory_entries SET claimed_until = $2
+              WHERE app_name = $1 AND user_id = ANY($3) AND (user_id || $5 || event_id) = ANY($4)
+                AND embedding IS NULL",
+        )
+        .bind(app)
+        .bind(now_ts() + delay.as_secs_f64())
+        .bind(&users)
+        .bind(&keys)
+        .bind(SEP)
+        .execute(self.pool())
         .await?;
-        Ok(true)
+        Ok(())
     }
 
     async fn claim_pending(
@@ -331,13 +368,10 @@ impl VectorStore for PgStore {
             .bind(limit.min(i32::MAX as usize) as i32)
             .fetch_all(self.pool())
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(NearMemory {
-                    entry: entry_of(r)?,
-                    distance: r.try_get("distance")?,
-                })
-            })
-            .collect()
+        let rows = rows
+            .iter()
+            .map(|r| Ok((entry_of(r)?, r.try_get::<Option<f64>, _>("distance")?)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(nearest_first(rows, limit))
     }
 }

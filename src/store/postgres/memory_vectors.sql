@@ -24,8 +24,7 @@ SET hnsw.iterative_scan = strict_order
 AS $fn$
 DECLARE
     v_n bigint;
-    v_ids text[];
-    v_ds double precision[];
+    v_rows bigint;
 BEGIN
     SELECT count(*) INTO v_n FROM (
         SELECT 1 FROM memory_entries m
@@ -34,29 +33,23 @@ BEGIN
          LIMIT 2001) c;
     IF v_n > 2000 THEN
         PERFORM set_config('enable_sort', 'off', true);
-        EXECUTE format(
-            'SELECT array_agg(s.event_id ORDER BY s.d, s.event_id),
-                    array_agg(s.d ORDER BY s.d, s.event_id)
-               FROM (SELECT m.event_id,
-                            (m.embedding::vector(%1$s) <=> $4::vector(%1$s))::float8 AS d
-                       FROM memory_entries m
-                      WHERE m.app_name = $1 AND m.user_id = $2 AND m.space = $3
-                        AND vector_dims(m.embedding) = %1$s
-                      ORDER BY m.embedding::vector(%1$s) <=> $4::vector(%1$s)
-                      LIMIT $5) s',
+        RETURN QUERY EXECUTE format(
+            'SELECT m.session_id, m.event_id, m.author, m."timestamp", m.text, m.content,
+                    (m.embedding::vector(%1$s) <=> $4::vector(%1$s))::float8
+               FROM memory_entries m
+              WHERE m.app_name = $1 AND m.user_id = $2 AND m.space = $3
+                AND vector_dims(m.embedding) = %1$s
+              ORDER BY m.embedding::vector(%1$s) <=> $4::vector(%1$s)
+              LIMIT $5',
             p_dims)
-        INTO v_ids, v_ds
         USING p_app, p_user, p_space, p_query, p_limit;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
         PERFORM set_config('enable_sort', 'on', true);
-        IF coalesce(array_length(v_ids, 1), 0) >= p_limit THEN
-            RETURN QUERY
-                SELECT m.session_id, m.event_id, m.author, m."timestamp", m.text, m.content, u.d
-                  FROM unnest(v_ids, v_ds) WITH ORDINALITY AS u(id, d, o)
-                  JOIN memory_entries m
-                    ON m.app_name = p_app AND m.user_id = p_user AND m.event_id = u.id
-                 ORDER BY u.o;
+        IF v_rows >= p_limit THEN
             RETURN;
         END IF;
+        -- Short: the exact answer follows (the caller keeps each memory's first row and
+        -- orders by distance, so the union is the exact answer).
     END IF;
     RETURN QUERY
         SELECT m.session_id, m.event_id, m.author, m."timestamp", m.text, m.content,

@@ -174,6 +174,23 @@ impl MemoryStore for SqliteStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn forget_user(&self, app: &str, user: &str) -> StoreResult<u64> {
+        let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
+        let deleted = sqlx::query("DELETE FROM memory_entries WHERE app_name = ? AND user_id = ?")
+            .bind(app)
+            .bind(user)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("DELETE FROM memory_sessions WHERE app_name = ? AND user_id = ?")
+            .bind(app)
+            .bind(user)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
     async fn insert_memory(&self, app: &str, user: &str, e: &MemoryEntry) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO memory_entries

@@ -6,10 +6,14 @@
 use super::memory::entry_of;
 use super::*;
 use crate::store::memory::vectors::{
-    vector_blob, NearMemory, PendingMemory, VectorSpace, VectorStore, VectorSupport, MAX_CLAIM,
+    nearest_first, vector_blob, NearMemory, PendingMemory, VectorSpace, VectorStore, VectorSupport,
+    MAX_CLAIM,
 };
 use async_trait::async_trait;
 use sqlx::Row;
+
+/// Whether [`register_sqlite_vec`] succeeded.
+static SQLITE_VEC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Registers sqlite-vec with the SQLite sqlx bundles, for every connection opened from now
 /// on. Idempotent.
@@ -30,7 +34,9 @@ pub(super) fn register_sqlite_vec() {
                 std::mem::transmute::<*const (), Init>(sqlite_vec::sqlite3_vec_init as *const ());
             libsqlite3_sys::sqlite3_auto_extension(Some(init))
         };
-        if rc != libsqlite3_sys::SQLITE_OK {
+        if rc == libsqlite3_sys::SQLITE_OK {
+            SQLITE_VEC.store(true, std::sync::atomic::Ordering::Relaxed);
+        } else {
             tracing::error!(
                 rc,
                 "could not register sqlite-vec; memory search is full-text only"
@@ -42,37 +48,59 @@ pub(super) fn register_sqlite_vec() {
 #[async_trait]
 impl VectorStore for SqliteStore {
     fn vector_support(&self) -> VectorSupport {
-        VectorSupport::Available
+        if SQLITE_VEC.load(std::sync::atomic::Ordering::Relaxed) {
+            VectorSupport::Available
+        } else {
+            VectorSupport::Missing("sqlite-vec could not be registered with SQLite".into())
+        }
     }
 
     async fn adopt_space(&self, app: &str, space: &VectorSpace) -> StoreResult<bool> {
-        let current: Option<String> =
-            sqlx::query_scalar("SELECT space FROM memory_spaces WHERE app_name = ?")
-                .bind(app)
-                .fetch_optional(&self.reader)
-                .await?;
-        if current.as_deref() == Some(space.name.as_str()) {
-            return Ok(false);
-        }
         let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query(
+        let reset = sqlx::query(
             "UPDATE memory_entries SET embedding = NULL, space = NULL, claimed_until = NULL
               WHERE app_name = ? AND embedding IS NOT NULL AND space IS NOT ?",
         )
         .bind(app)
         .bind(&space.name)
         .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO memory_spaces (app_name, space) VALUES (?, ?)
-             ON CONFLICT (app_name) DO UPDATE SET space = excluded.space",
+        .await?
+        .rows_affected();
+        let changed = sqlx::query(
+            "INSERT INTO memory_spaces (app_name, space) VALUES (?1, ?2)
+             ON CONFLICT (app_name) DO UPDATE SET space = excluded.space
+              WHERE memory_spaces.space IS NOT excluded.space",
         )
         .bind(app)
         .bind(&space.name)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected();
         tx.commit().await?;
-        Ok(true)
+        Ok(reset > 0 || changed > 0)
+    }
+
+    async fn defer_pending(
+        &self,
+        app: &str,
+        memories: &[(String, String)],
+        delay: Duration,
+    ) -> StoreResult<()> {
+        let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
+        for (user, event_id) in memories {
+            sqlx::query(
+                "UPDATE memory_entries SET claimed_until = ?
+                  WHERE app_name = ? AND user_id = ? AND event_id = ? AND embedding IS NULL",
+            )
+            .bind(now_ts() + delay.as_secs_f64())
+            .bind(app)
+            .bind(user)
+            .bind(event_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn claim_pending(
@@ -170,13 +198,10 @@ impl VectorStore for SqliteStore {
         .bind(limit.min(i64::MAX as usize) as i64)
         .fetch_all(&self.reader)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(NearMemory {
-                    entry: entry_of(r)?,
-                    distance: r.try_get("distance")?,
-                })
-            })
-            .collect()
+        let rows = rows
+            .iter()
+            .map(|r| Ok((entry_of(r)?, r.try_get::<Option<f64>, _>("distance")?)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(nearest_first(rows, limit))
     }
 }
