@@ -583,7 +583,21 @@ async fn an_existing_database_is_distributed_in_place() {
     // installs them, and the store calls them (an append through them lands).
     let routed = "SELECT count(*) FROM pg_dist_object
                    WHERE objid::regprocedure::text LIKE 'agentd_%_v1(%'
+                     AND objid::regprocedure::text NOT LIKE 'agentd_memory_%'
                      AND distribution_argument_index IS NOT NULL";
+    // Memory search, by words and by meaning: one call each on the user's worker too.
+    let memory: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_dist_object
+          WHERE objid::regprocedure::text LIKE 'agentd_memory_%_v1(%'
+            AND distribution_argument_index IS NOT NULL",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("memory functions");
+    assert_eq!(
+        memory, 2,
+        "memory search by words and by meaning: routed by their user"
+    );
     let n: i64 = sqlx::query_scalar(routed)
         .fetch_one(&mut conn)
         .await

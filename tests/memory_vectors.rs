@@ -450,6 +450,14 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
     rest.sort();
     assert_eq!(rest, ["fact 1001", "fact 1002", "fact 998", "fact 999"]);
     assert!(near.windows(2).all(|w| w[0].distance <= w[1].distance));
+    // By words, a user this large is searched through the words' index: the memory with both
+    // words first, and only the user's.
+    let found = store
+        .search_memory(APP, "u1", "fact 1000", 5)
+        .await
+        .unwrap();
+    assert_eq!(found[0].text, "fact 1000");
+    assert_eq!(found.len(), 5);
     let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
     if backend == Backend::Citus {
         // On Citus the search is one call, run whole on the user's worker: there it plans as
@@ -485,6 +493,21 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
     .unwrap();
     let plan = plan.join("\n");
     assert!(plan.contains("memory_entries_hnsw_8"), "{plan}");
+    // And the words' plan of agentd_memory_by_words_v1 for a user past 2,000 memories.
+    sqlx::query("SET LOCAL enable_seqscan = off")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT m.event_id FROM memory_entries m, memory_tsquery('\"fact\" or \"1000\"') AS t(q)
+          WHERE m.app_name || '' = 'recall' AND m.user_id = 'u1' AND m.tsv @@ t.q
+          ORDER BY ts_rank(m.tsv, t.q) DESC, m.\"timestamp\" DESC, m.event_id LIMIT 5",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("memory_entries_tsv"), "{plan}");
 }
 
 postgres_backends!(a_large_user_is_searched_through_the_hnsw_index);

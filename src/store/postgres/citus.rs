@@ -33,6 +33,9 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
 
 /// An arbitrary constant: the advisory lock replicas starting together take, so that one of
 /// them distributes the tables and the others then find them distributed.
+/// Memory search by words (migrations/postgres/0019_memory_search.sql).
+const MEMORY_BY_WORDS: &str = "agentd_memory_by_words_v1(text, text, text, integer)";
+
 const DISTRIBUTE_LOCK: i64 = 0x6167_656e_7464_6369;
 
 impl PgStore {
@@ -106,6 +109,24 @@ impl PgStore {
             }
             // The hot steps' functions, colocated with the tables just distributed.
             Self::install_router_functions(&mut conn).await?;
+            // Memory search by words (migration 0019): one call on the user's worker.
+            let routed: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_dist_object
+                                 WHERE objid = to_regprocedure($1)
+                                   AND distribution_argument_index IS NOT NULL)",
+            )
+            .bind(MEMORY_BY_WORDS)
+            .fetch_one(&mut conn)
+            .await?;
+            if !routed {
+                sqlx::query(
+                    "SELECT create_distributed_function($1::regprocedure, 'p_user', \
+                     colocate_with => 'memory_entries')",
+                )
+                .bind(MEMORY_BY_WORDS)
+                .execute(&mut conn)
+                .await?;
+            }
             StoreResult::Ok(done)
         }
         .await;

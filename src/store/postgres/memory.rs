@@ -11,14 +11,10 @@ use sqlx::types::Json;
 use sqlx::Row;
 
 /// The query's words OR-ed (`"a" or "b"`), parsed by `memory_tsquery` (websearch_to_tsquery,
-/// which never fails), ranked by `ts_rank`, newest first among equals.
-const SEARCH_SQL: &str = r#"
-SELECT m.session_id, m.event_id, m.author, m."timestamp", m.text, m.content
-  FROM memory_entries m, memory_tsquery($3) AS t(q)
- WHERE m.app_name = $1 AND m.user_id = $2 AND m.tsv @@ t.q
- ORDER BY ts_rank(m.tsv, t.q) DESC, m."timestamp" DESC, m.event_id
- LIMIT $4
-"#;
+/// which never fails), ranked by `ts_rank`, newest first among equals: one call of
+/// `agentd_memory_by_words_v1` (migrations/postgres/0019_memory_search.sql, which says how it
+/// stays fast for a user with many memories).
+const SEARCH_SQL: &str = "SELECT * FROM agentd_memory_by_words_v1($1, $2, $3, $4)";
 
 #[async_trait]
 impl MemoryBackend for PgStore {
@@ -159,7 +155,7 @@ impl MemoryStore for PgStore {
             .bind(app)
             .bind(user)
             .bind(or_query(&words, "or"))
-            .bind(limit.min(i64::MAX as usize) as i64)
+            .bind(limit.min(i32::MAX as usize) as i32)
             .fetch_all(self.pool())
             .await?;
         rows.iter().map(entry_of).collect()
