@@ -269,8 +269,23 @@ async fn postgres(args: &BenchArgs, admin: &Admin, data: &[Row], citus: bool) ->
         }
     })
     .await?;
-    // The ceiling: pgvector's own query on the same index, nothing else (on Citus, routed to
-    // the user's shard by the user_id filter).
+    // The ceiling: pgvector's own query on the same index, nothing else. On Citus, on the
+    // worker holding the user's shard, against the shard itself (no Citus in between).
+    let (ceiling_url, table) = if citus {
+        let (shard, host, port): (i64, String, i32) = sqlx::query_as(
+            "SELECT s.shardid, s.nodename, s.nodeport FROM citus_shards s
+              WHERE s.table_name = 'memory_entries'::regclass
+                AND s.shardid = get_shard_id_for_distribution_column('memory_entries', $1)",
+        )
+        .bind(USER)
+        .fetch_one(&pool)
+        .await
+        .context("the user's shard")?;
+        let node = crate::pg::with_host_port(&url, &format!("{host}:{port}"))?;
+        (node, format!("memory_entries_{shard}"))
+    } else {
+        (url.clone(), "memory_entries".to_string())
+    };
     let ceiling_pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .after_connect(|conn, _| {
@@ -279,17 +294,16 @@ async fn postgres(args: &BenchArgs, admin: &Admin, data: &[Row], citus: bool) ->
                     "SET hnsw.ef_search = 100",
                     "SET hnsw.iterative_scan = strict_order",
                     "SET enable_sort = off",
-                    "SET citus.propagate_set_commands = 'local'",
                 ] {
                     sqlx::query(set).execute(&mut *conn).await?;
                 }
                 Ok(())
             })
         })
-        .connect(&url)
+        .connect(&ceiling_url)
         .await?;
     let ceiling_sql = format!(
-        "SELECT event_id FROM memory_entries
+        "SELECT event_id FROM {table}
           WHERE app_name = $1 AND user_id = $2 AND vector_dims(embedding) = {dims}
           ORDER BY embedding::vector({dims}) <=> $3::vector({dims}) LIMIT {TOP}"
     );
