@@ -105,14 +105,19 @@ async fn search(s: &TestServer, user: &str, query: &str) -> Vec<Value> {
 
 /// Waits until no memory of the app waits for a vector.
 async fn embedded(store: &dyn Store) {
-    for _ in 0..200 {
+    embedded_within(store, 10).await
+}
+
+/// Waits up to `secs` seconds until no memory of the app waits for a vector.
+async fn embedded_within(store: &dyn Store, secs: u64) {
+    for _ in 0..secs * 20 {
         if store.pending_count(APP).await.expect("pending") == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!(
-        "memories still wait for vectors after 10 s: {}",
+        "memories still wait for vectors after {secs} s: {}",
         store.pending_count(APP).await.unwrap()
     );
 }
@@ -282,9 +287,10 @@ async fn an_embedding_outage_leaves_search_by_words(backend: Backend) {
     assert_eq!(hits[0]["textRank"], 1);
     assert!(hits[0].get("vectorRank").is_none());
     assert!(store.pending_count(APP).await.unwrap() >= 1);
-    // The provider recovers: the embedder's backoff ends and the vector arrives.
+    // The provider recovers: the embedder's backoff (doubling from 1 s while it failed) ends
+    // and the vector arrives.
     model.fail_embeddings(0);
-    embedded(store.as_ref()).await;
+    embedded_within(store.as_ref(), 60).await;
     let hits = search(&s, "dave", "what do I eat").await;
     assert_eq!(hits[0]["id"], pizza);
     assert_eq!(hits[0]["vectorRank"], 1);
@@ -332,7 +338,7 @@ async fn claims_are_leases_and_a_new_space_starts_over(backend: Backend) {
     };
     assert!(store.adopt_space(APP, &a).await.unwrap());
     assert!(!store.adopt_space(APP, &a).await.unwrap());
-    let lease = Duration::from_millis(600);
+    let lease = Duration::from_secs(2);
     let first = store.claim_pending(APP, 2, lease).await.unwrap();
     let second = store.claim_pending(APP, 10, lease).await.unwrap();
     assert_eq!(first.len(), 2);
@@ -343,7 +349,7 @@ async fn claims_are_leases_and_a_new_space_starts_over(backend: Backend) {
         .unwrap()
         .is_empty());
     // The first claimer dies: once its lease ends, its memories are claimed again.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(2200)).await;
     let again = store.claim_pending(APP, 10, lease).await.unwrap();
     let mut got: Vec<_> = again.iter().map(|p| p.event_id.clone()).collect();
     got.sort();
@@ -444,11 +450,14 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
         .nearest_memories(APP, "u1", &space, &query, 5)
         .await
         .unwrap();
+    // The index is approximate: the nearest five lie among the ten nearest, u1's only,
+    // nearest first.
     let got: Vec<&str> = near.iter().map(|n| n.entry.text.as_str()).collect();
-    assert_eq!(got[0], "fact 1000", "{got:?}");
-    let mut rest: Vec<&str> = got[1..].to_vec();
-    rest.sort();
-    assert_eq!(rest, ["fact 1001", "fact 1002", "fact 998", "fact 999"]);
+    assert_eq!(got.len(), 5);
+    for text in &got {
+        let i: i64 = text.trim_start_matches("fact ").parse().unwrap();
+        assert!((995..=1005).contains(&i), "{got:?}");
+    }
     assert!(near.windows(2).all(|w| w[0].distance <= w[1].distance));
     // By words, a user this large is searched through the words' index: the memory with both
     // words first, and only the user's.
@@ -474,6 +483,23 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
         assert!(delegated);
         return;
     }
+    // The search itself went through the index: this transaction's own index statistics.
+    let mut tx = pool.begin().await.unwrap();
+    let rows: Vec<(String,)> = sqlx::query_as(
+        "SELECT event_id FROM agentd_memory_nearest_v1('recall', 'u1', 'big/8', 8, \
+         '[1,0,0,0,0,0,0,0]', 5)",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 5);
+    let scans: i64 =
+        sqlx::query_scalar("SELECT pg_stat_get_xact_numscans('memory_entries_hnsw_8'::regclass)")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    assert!(scans >= 1, "the search did not use the HNSW index");
+    tx.rollback().await.unwrap();
     // The plan of the index search, as the function runs it, with no statistics.
     let mut tx = pool.begin().await.unwrap();
     for set in [
@@ -535,6 +561,24 @@ async fn without_pgvector_search_is_full_text_and_ready_says_so() {
         .execute(&admin)
         .await
         .unwrap();
+    // Dropped whatever the test's outcome.
+    struct Cleanup(sqlx::PgPool, String, String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let (pool, db, role) = (self.0.clone(), self.1.clone(), self.2.clone());
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+                        .execute(&pool)
+                        .await;
+                    let _ = sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
+                        .execute(&pool)
+                        .await;
+                })
+            });
+        }
+    }
+    let _cleanup = Cleanup(admin.clone(), dbname.clone(), role.clone());
     let mut url = reqwest::Url::parse(&db.url).unwrap();
     url.set_username(&role).unwrap();
     url.set_path(&format!("/{dbname}"));
@@ -590,10 +634,4 @@ async fn without_pgvector_search_is_full_text_and_ready_says_so() {
         "nothing to embed into"
     );
     server.shutdown(Duration::from_secs(1)).await.unwrap();
-    let _ = sqlx::query(&format!("DROP DATABASE {dbname} WITH (FORCE)"))
-        .execute(&admin)
-        .await;
-    let _ = sqlx::query(&format!("DROP ROLE {role}"))
-        .execute(&admin)
-        .await;
 }

@@ -10,7 +10,10 @@
 --
 -- The GIN index without its pending list: with fastupdate, new entries wait in a list every
 -- search reads in full until a vacuum (or 4 MB of them) merges it, and autovacuum may be off.
+-- What waits already is merged now (on Citus, where this runs after the tables were
+-- distributed, the shards' lists wait for their next vacuum).
 ALTER INDEX memory_entries_tsv SET (fastupdate = off);
+SELECT gin_clean_pending_list('memory_entries_tsv'::regclass);
 
 CREATE FUNCTION agentd_memory_by_words_v1(
     p_app text, p_user text, p_query text, p_limit integer)

@@ -148,9 +148,18 @@ impl MemoryEmbedder {
             let full = pending.len() == MAX_BATCH;
             let vectors = match embed(app, embedder, &pending).await {
                 Ok(v) => v,
-                Err(e) if !e.retryable => self.one_by_one(app, embedder, pending).await?,
+                Err(e) if refuses_text(&e) => {
+                    self.one_by_one(app, embedder, pending, lease).await?
+                }
                 Err(e) => return Err(e.to_string()),
             };
+            // A replica on another model made the app its own meanwhile (a rolling update):
+            // these vectors would be of the wrong space. Adopt again at the next pass.
+            let current = store.current_space(app).await.map_err(|e| e.to_string())?;
+            if current.as_deref() != Some(space.name.as_str()) {
+                self.adopted.remove(app);
+                break;
+            }
             stored += store
                 .store_vectors(app, &space, &vectors)
                 .await
@@ -163,23 +172,41 @@ impl MemoryEmbedder {
     }
 
     /// A batch the provider refused, embedded one memory at a time: the memories it refuses
-    /// alone are put off, the others get their vectors.
+    /// alone are put off, the others get their vectors. Before each call the claims of those
+    /// left are renewed, so a slow provider does not let them go to another replica. When it
+    /// refuses every one, the fault is not the texts': an error, and the app's backoff.
     async fn one_by_one(
         &self,
         app: &str,
         embedder: &dyn Embedder,
         pending: Vec<PendingMemory>,
+        lease: Duration,
     ) -> Result<Vec<(String, String, Vec<f32>)>, String> {
         let mut vectors = vec![];
         let mut refused = vec![];
-        for p in pending {
-            match embed(app, embedder, std::slice::from_ref(&p)).await {
+        let mut last = None;
+        for (i, p) in pending.iter().enumerate() {
+            let left: Vec<(String, String)> = pending[i..]
+                .iter()
+                .map(|p| (p.user_id.clone(), p.event_id.clone()))
+                .collect();
+            self.store
+                .defer_pending(app, &left, lease)
+                .await
+                .map_err(|e| e.to_string())?;
+            match embed(app, embedder, std::slice::from_ref(p)).await {
                 Ok(mut v) => vectors.append(&mut v),
-                Err(e) if !e.retryable => {
+                Err(e) if refuses_text(&e) => {
                     tracing::warn!(app, memory = %p.event_id, error = %e, "the embedding model refuses a memory's text; trying again later");
-                    refused.push((p.user_id, p.event_id));
+                    refused.push((p.user_id.clone(), p.event_id.clone()));
+                    last = Some(e);
                 }
                 Err(e) => return Err(e.to_string()),
+            }
+        }
+        if vectors.is_empty() {
+            if let Some(e) = last {
+                return Err(e.to_string());
             }
         }
         self.store
@@ -188,6 +215,12 @@ impl MemoryEmbedder {
             .map_err(|e| e.to_string())?;
         Ok(vectors)
     }
+}
+
+/// Whether the provider refused the texts themselves (a 400: too long, unacceptable), not
+/// the request as a whole (a bad key, an unknown model, a redirect, an outage).
+fn refuses_text(e: &ModelError) -> bool {
+    e.code == "MODEL_BAD_REQUEST"
 }
 
 /// The vectors of `pending`, as `(user, event_id, vector)`.

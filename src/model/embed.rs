@@ -271,6 +271,16 @@ fn check(out: Embeddings, count: usize, dimensions: u32) -> Result<Embeddings, M
                 "a vector value is not finite".into(),
             ));
         }
+        if v.iter().all(|x| *x == 0.0) {
+            // No direction, so no distance to anything: this text cannot be embedded (the
+            // model's refusal, as a 400 would be).
+            return Err(ModelError {
+                code: "MODEL_BAD_REQUEST",
+                message: "embeddings: a vector of zeros for a text".into(),
+                retryable: false,
+                retry_after: None,
+            });
+        }
     }
     Ok(out)
 }

@@ -7,7 +7,7 @@
 //! replicas share the work and a killed replica's claims expire), embeds them in batches and
 //! stores the vectors. Vectors of another space (the app changed its embedding model or
 //! size) are never compared with the current one: adopting a new space makes every memory of
-//! the app pending again.
+//! the app pending again, and an embedder whose space is no longer the app's stores nothing.
 //!
 //! SQLite stores vectors as float32 blobs searched with `sqlite-vec`; PostgreSQL needs the
 //! pgvector extension, and without it memory search stays full-text only
@@ -57,11 +57,13 @@ pub trait VectorStore: Send + Sync {
     /// Whether vectors can be stored here (decided when the store opened).
     fn vector_support(&self) -> VectorSupport;
 
-    /// Makes `space` app `app`'s current one: every memory of the app with a vector of another
-    /// space becomes pending (the app changed its model, or a replica still on the old one
-    /// stored vectors meanwhile). Reads the app's memories; the embedder calls it at start and
-    /// every few minutes. Returns whether anything changed.
+    /// Makes `space` app `app`'s current one: when it was another, every memory of the app
+    /// with a vector of another space becomes pending (the app changed its model). Cheap when
+    /// it did not change. Returns whether it changed.
     async fn adopt_space(&self, app: &str, space: &VectorSpace) -> StoreResult<bool>;
+
+    /// App `app`'s current space (its name), if it has one.
+    async fn current_space(&self, app: &str) -> StoreResult<Option<String>>;
 
     /// Puts off claimed memories of `app` (`(user, event_id)`) for `delay`: texts the provider
     /// refuses, so they do not hold back the memories after them.

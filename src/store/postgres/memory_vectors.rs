@@ -89,6 +89,18 @@ impl PgStore {
         ] {
             sqlx::query(statement).execute(&mut conn).await?;
         }
+        // The search sets hnsw.iterative_scan, which pgvector has from 0.8 on.
+        let version: String =
+            sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+                .fetch_one(&mut conn)
+                .await?;
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        if (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < (0, 8) {
+            return Ok(VectorSupport::Missing(format!(
+                "pgvector {version} is installed; memory search needs 0.8 or later \
+                 (ALTER EXTENSION vector UPDATE after installing it)"
+            )));
+        }
         sqlx::raw_sql(NEAREST_SQL).execute(&mut conn).await?;
         if citus {
             // Delegated by its user argument, like router.sql's functions: the call runs whole
@@ -112,33 +124,27 @@ impl PgStore {
     }
 
     /// Creates the HNSW index over the vectors of size `dims` when it is missing (a failed
-    /// earlier build, left invalid, is dropped first). Built concurrently: writes go on.
+    /// earlier build, left invalid, is dropped first). Built concurrently: writes go on. One
+    /// replica at a time builds (an advisory lock per size, held on a connection of its own);
+    /// the others go on without waiting, and search exactly until the index is there.
     async fn ensure_hnsw_index(&self, dims: u32) -> StoreResult<()> {
         let name = format!("memory_entries_hnsw_{dims}");
-        let valid: Option<bool> = sqlx::query_scalar(
-            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-              WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace",
-        )
-        .bind(&name)
-        .fetch_optional(self.pool())
-        .await?;
-        if valid == Some(true) {
+        let mut conn = self.pool().acquire().await?.detach();
+        if index_valid(&mut conn, &name).await? == Some(true) {
             return Ok(());
         }
-        if valid == Some(false) {
-            // Invalid while another replica builds it, or left so by a build that failed.
-            let building: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM pg_stat_progress_create_index
-                                 WHERE index_relid = to_regclass($1))",
-            )
-            .bind(&name)
-            .fetch_one(self.pool())
+        let lock = INSTALL_LOCK + i64::from(dims);
+        let mine: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(lock)
+            .fetch_one(&mut conn)
             .await?;
-            if building {
-                return Ok(());
-            }
+        if !mine {
+            return Ok(());
+        }
+        // Under the lock an invalid index is a build that failed, not one under way.
+        if index_valid(&mut conn, &name).await? == Some(false) {
             sqlx::query(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-                .execute(self.pool())
+                .execute(&mut conn)
                 .await?;
         }
         // `dims` is a number, so the statement is not open to injection.
@@ -147,9 +153,10 @@ impl PgStore {
                  USING hnsw ((embedding::vector({dims})) vector_cosine_ops)
                  WHERE vector_dims(embedding) = {dims}"
         ))
-        .execute(self.pool())
+        .execute(&mut conn)
         .await?;
         tracing::info!(dims, "created the HNSW index of memory vectors");
+        // The connection closes here, and the lock with it.
         Ok(())
     }
 
@@ -186,6 +193,17 @@ impl PgStore {
     }
 }
 
+/// Whether index `name` is valid (`None`: there is none).
+async fn index_valid(conn: &mut sqlx::PgConnection, name: &str) -> StoreResult<Option<bool>> {
+    Ok(sqlx::query_scalar(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+          WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace",
+    )
+    .bind(name)
+    .fetch_optional(conn)
+    .await?)
+}
+
 #[async_trait]
 impl VectorStore for PgStore {
     fn vector_support(&self) -> VectorSupport {
@@ -196,6 +214,9 @@ impl VectorStore for PgStore {
         if let Err(e) = self.ensure_hnsw_index(space.dims).await {
             // Searches stay right without it (exact); the next adoption tries again.
             tracing::warn!(dims = space.dims, error = %e, "could not create the HNSW index of memory vectors");
+        }
+        if self.current_space(app).await?.as_deref() == Some(space.name.as_str()) {
+            return Ok(false);
         }
         // Two statements, not one transaction: on Citus memory_spaces stays on the
         // coordinator. A crash between them repeats the first at the next adoption.
@@ -219,6 +240,15 @@ impl VectorStore for PgStore {
         .await?
         .rows_affected();
         Ok(reset > 0 || changed > 0)
+    }
+
+    async fn current_space(&self, app: &str) -> StoreResult<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT space FROM memory_spaces WHERE app_name = $1")
+                .bind(app)
+                .fetch_optional(self.pool())
+                .await?,
+        )
     }
 
     async fn defer_pending(

@@ -1,6 +1,6 @@
 //! Memory vectors on SQLite (migrations/sqlite/0016_memory_vectors.sql): float32 blobs in
 //! `memory_entries.embedding`, compared with sqlite-vec's `vec_distance_cosine`, which
-//! [`register_sqlite_vec`] puts on every connection. A search reads only the user's rows (the
+//! [`super::vec_extension`] puts on every connection. A search reads only the user's rows (the
 //! `(app_name, user_id, event_id)` index) and measures each: exact, no index to tune.
 
 use super::memory::entry_of;
@@ -12,43 +12,10 @@ use crate::store::memory::vectors::{
 use async_trait::async_trait;
 use sqlx::Row;
 
-/// Whether [`register_sqlite_vec`] succeeded.
-static SQLITE_VEC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Registers sqlite-vec with the SQLite sqlx bundles, for every connection opened from now
-/// on. Idempotent.
-pub(super) fn register_sqlite_vec() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        type Init = unsafe extern "C" fn(
-            *mut libsqlite3_sys::sqlite3,
-            *mut *mut std::os::raw::c_char,
-            *const libsqlite3_sys::sqlite3_api_routines,
-        ) -> std::os::raw::c_int;
-        // SAFETY: `sqlite3_vec_init` is sqlite-vec's extension entry point, which has exactly
-        // the `Init` signature; the crate declares it without arguments. It is compiled
-        // against the same SQLite (SQLITE_CORE), and registering an auto extension only
-        // stores the pointer, which is 'static.
-        let rc = unsafe {
-            let init =
-                std::mem::transmute::<*const (), Init>(sqlite_vec::sqlite3_vec_init as *const ());
-            libsqlite3_sys::sqlite3_auto_extension(Some(init))
-        };
-        if rc == libsqlite3_sys::SQLITE_OK {
-            SQLITE_VEC.store(true, std::sync::atomic::Ordering::Relaxed);
-        } else {
-            tracing::error!(
-                rc,
-                "could not register sqlite-vec; memory search is full-text only"
-            );
-        }
-    });
-}
-
 #[async_trait]
 impl VectorStore for SqliteStore {
     fn vector_support(&self) -> VectorSupport {
-        if SQLITE_VEC.load(std::sync::atomic::Ordering::Relaxed) {
+        if super::vec_extension::registered() {
             VectorSupport::Available
         } else {
             VectorSupport::Missing("sqlite-vec could not be registered with SQLite".into())
@@ -56,6 +23,9 @@ impl VectorStore for SqliteStore {
     }
 
     async fn adopt_space(&self, app: &str, space: &VectorSpace) -> StoreResult<bool> {
+        if self.current_space(app).await?.as_deref() == Some(space.name.as_str()) {
+            return Ok(false);
+        }
         let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
         let reset = sqlx::query(
             "UPDATE memory_entries SET embedding = NULL, space = NULL, claimed_until = NULL
@@ -78,6 +48,15 @@ impl VectorStore for SqliteStore {
         .rows_affected();
         tx.commit().await?;
         Ok(reset > 0 || changed > 0)
+    }
+
+    async fn current_space(&self, app: &str) -> StoreResult<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT space FROM memory_spaces WHERE app_name = ?")
+                .bind(app)
+                .fetch_optional(&self.reader)
+                .await?,
+        )
     }
 
     async fn defer_pending(
@@ -188,7 +167,7 @@ impl VectorStore for SqliteStore {
                     vec_distance_cosine(embedding, ?4) AS distance
                FROM memory_entries
               WHERE app_name = ?1 AND user_id = ?2 AND space = ?3 AND embedding IS NOT NULL
-              ORDER BY distance, timestamp DESC, event_id
+              ORDER BY distance IS NULL, distance, timestamp DESC, event_id
               LIMIT ?5",
         )
         .bind(app)

@@ -17,6 +17,7 @@ mod prune;
 mod runs;
 mod sessions;
 mod takeover;
+mod vec_extension;
 
 use super::*;
 use crate::event::{apply_delta, now_ts, SplitState};
@@ -44,7 +45,7 @@ impl SqliteStore {
         max_connections: u32,
         limits: StoreLimits,
     ) -> StoreResult<Self> {
-        memory_vectors::register_sqlite_vec();
+        vec_extension::register();
         let opts = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
