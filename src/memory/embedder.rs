@@ -32,6 +32,10 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// How long a text the provider refuses waits before it is tried again.
 pub const REFUSED_DELAY: Duration = Duration::from_secs(3600);
 
+/// A text every embedding model takes: when the provider refuses every text of a batch, it
+/// tells a refusal of those texts from a refusal of the request itself.
+const PROBE: &str = "memory";
+
 /// How often the app's space is adopted again.
 pub const ADOPT_EVERY: Duration = Duration::from_secs(600);
 
@@ -124,6 +128,14 @@ impl MemoryEmbedder {
             .adopted
             .get(app)
             .is_none_or(|at| at.elapsed() >= ADOPT_EVERY);
+        if !due {
+            // Another replica's model is the app's now (a rolling update): nothing to store
+            // until this one adopts again.
+            let current = store.current_space(app).await.map_err(|e| e.to_string())?;
+            if current.as_deref() != Some(space.name.as_str()) {
+                return Ok(0);
+            }
+        }
         if due {
             if store
                 .adopt_space(app, &space)
@@ -154,10 +166,11 @@ impl MemoryEmbedder {
                 Err(e) => return Err(e.to_string()),
             };
             // A replica on another model made the app its own meanwhile (a rolling update):
-            // these vectors would be of the wrong space. Adopt again at the next pass.
+            // these vectors would be of the wrong space. This replica adopts again when its
+            // next adoption is due, not sooner (two models would otherwise take turns every
+            // pass).
             let current = store.current_space(app).await.map_err(|e| e.to_string())?;
             if current.as_deref() != Some(space.name.as_str()) {
-                self.adopted.remove(app);
                 break;
             }
             stored += store
@@ -174,7 +187,8 @@ impl MemoryEmbedder {
     /// A batch the provider refused, embedded one memory at a time: the memories it refuses
     /// alone are put off, the others get their vectors. Before each call the claims of those
     /// left are renewed, so a slow provider does not let them go to another replica. When it
-    /// refuses every one, the fault is not the texts': an error, and the app's backoff.
+    /// refuses every one and a plain text too, the fault is not the texts': an error, and the
+    /// app's backoff, nothing put off.
     async fn one_by_one(
         &self,
         app: &str,
@@ -206,7 +220,12 @@ impl MemoryEmbedder {
         }
         if vectors.is_empty() {
             if let Some(e) = last {
-                return Err(e.to_string());
+                // Every text refused: the texts, or the request as a whole (a setting the
+                // provider rejects)? A plain text tells.
+                let probe = [PROBE.to_string()];
+                if embedder.embed(&probe, Purpose::Document).await.is_err() {
+                    return Err(e.to_string());
+                }
             }
         }
         self.store

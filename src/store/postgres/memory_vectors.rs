@@ -129,10 +129,10 @@ impl PgStore {
     /// the others go on without waiting, and search exactly until the index is there.
     async fn ensure_hnsw_index(&self, dims: u32) -> StoreResult<()> {
         let name = format!("memory_entries_hnsw_{dims}");
-        let mut conn = self.pool().acquire().await?.detach();
-        if index_valid(&mut conn, &name).await? == Some(true) {
+        if index_valid(&mut *self.pool().acquire().await?, &name).await? == Some(true) {
             return Ok(());
         }
+        let mut conn = self.pool().acquire().await?.detach();
         let lock = INSTALL_LOCK + i64::from(dims);
         let mine: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(lock)
