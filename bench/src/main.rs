@@ -289,18 +289,9 @@ fn main() -> Result<()> {
                 extras: true,
             },
         )),
-        Command::Memory(args) => rt.block_on(async {
-            let admin = pg::Admin::connect(&args.database_url).await?;
-            let result = memory::run(&args, &admin).await;
-            admin.drop_created().await;
-            let text = result?;
-            println!("{text}");
-            if let Some(path) = &args.out {
-                std::fs::write(path, &text)
-                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
-            }
-            Ok(())
-        }),
+        Command::Memory(args) => rt.block_on(on_own_databases(&args, |args, admin, _| {
+            Box::pin(memory::run(args, admin))
+        })),
         Command::ScaleOut(args) => {
             let agentd_bin = match &args.agentd_bin {
                 Some(p) => p.clone(),

@@ -18,11 +18,11 @@ use crate::BenchArgs;
 use agentd::model::embed::{Embedder, Embeddings, Purpose};
 use agentd::model::ModelError;
 use agentd::store::memory::vectors::VectorSpace;
-use agentd::store::StoreLimits;
+use agentd::store::{Store, StoreLimits};
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 const APP: &str = "bench";
@@ -170,6 +170,49 @@ pub async fn run(args: &BenchArgs, admin: &Admin) -> Result<String> {
     Ok(out)
 }
 
+/// The searches' words and vectors (near the memories' topics), seeded.
+fn queries(args: &BenchArgs) -> Vec<(String, Vec<f32>)> {
+    let mut rng = Rng(11);
+    let topics = centers(args.memory_dims);
+    (0..args.memory_queries + 10)
+        .map(|_| (rng.words(3), rng.near(&topics)))
+        .collect()
+}
+
+/// agentd's two measures: the hybrid search (with an instant embedding model) and the
+/// store's nearest-memories call, `n` of each.
+async fn agentd_searches(
+    store: &Arc<dyn Store>,
+    space: &VectorSpace,
+    queries: &[(String, Vec<f32>)],
+    n: usize,
+) -> Result<(Histogram<u64>, Histogram<u64>)> {
+    let embedder = Fixed {
+        dims: space.dims as usize,
+        rng: Mutex::new(Rng(7)),
+    };
+    let hybrid = time(n, |i| {
+        let q = queries[i].0.clone();
+        let e = &embedder;
+        async move {
+            let hits = agentd::memory::search(store.as_ref(), Some(e), APP, USER, &q, TOP).await?;
+            anyhow::ensure!(!hits.is_empty(), "a hybrid search found nothing");
+            Ok(())
+        }
+    })
+    .await?;
+    let vector = time(n, |i| {
+        let v = queries[i].1.clone();
+        async move {
+            let near = store.nearest_memories(APP, USER, space, &v, TOP).await?;
+            anyhow::ensure!(near.len() == TOP, "{} of {TOP} nearest", near.len());
+            Ok(())
+        }
+    })
+    .await?;
+    Ok((hybrid, vector))
+}
+
 /// Times `searches` calls of `f` (each given the query's index).
 async fn time<F, Fut>(n: usize, mut f: F) -> Result<Histogram<u64>>
 where
@@ -237,38 +280,9 @@ async fn postgres(args: &BenchArgs, admin: &Admin, data: &[Row], citus: bool) ->
     store.adopt_space(APP, &space).await?;
     let build_s = build.elapsed().as_secs_f64();
 
-    let embedder = Fixed {
-        dims,
-        rng: Mutex::new(Rng(7)),
-    };
-    let mut qrng = Rng(11);
-    let topics = centers(dims);
-    let queries: Vec<(String, Vec<f32>)> = (0..args.memory_queries + 10)
-        .map(|_| (qrng.words(3), qrng.near(&topics)))
-        .collect();
+    let queries = queries(args);
     let n = args.memory_queries;
-    let hybrid = time(n, |i| {
-        let store = store.clone();
-        let q = queries[i].0.clone();
-        let e = &embedder;
-        async move {
-            let hits = agentd::memory::search(store.as_ref(), Some(e), APP, USER, &q, TOP).await?;
-            anyhow::ensure!(!hits.is_empty(), "a hybrid search found nothing");
-            Ok(())
-        }
-    })
-    .await?;
-    let vector = time(n, |i| {
-        let store = store.clone();
-        let v = queries[i].1.clone();
-        let space = space.clone();
-        async move {
-            let near = store.nearest_memories(APP, USER, &space, &v, TOP).await?;
-            anyhow::ensure!(near.len() == TOP, "{} of {TOP} nearest", near.len());
-            Ok(())
-        }
-    })
-    .await?;
+    let (hybrid, vector) = agentd_searches(&store, &space, &queries, n).await?;
     // The ceiling: pgvector's own query on the same index, nothing else. On Citus, on the
     // worker holding the user's shard, against the shard itself (no Citus in between).
     let (ceiling_url, table) = if citus {
@@ -399,38 +413,9 @@ async fn sqlite(args: &BenchArgs, data: &[Row]) -> Result<String> {
     tx.commit().await?;
     let load_s = load.elapsed().as_secs_f64();
     store.adopt_space(APP, &space).await?;
-    let embedder = Fixed {
-        dims,
-        rng: Mutex::new(Rng(7)),
-    };
-    let mut qrng = Rng(11);
-    let topics = centers(dims);
-    let queries: Vec<(String, Vec<f32>)> = (0..args.memory_queries + 10)
-        .map(|_| (qrng.words(3), qrng.near(&topics)))
-        .collect();
+    let queries = queries(args);
     let n = args.memory_queries;
-    let hybrid = time(n, |i| {
-        let store = store.clone();
-        let q = queries[i].0.clone();
-        let e = &embedder;
-        async move {
-            let hits = agentd::memory::search(store.as_ref(), Some(e), APP, USER, &q, TOP).await?;
-            anyhow::ensure!(!hits.is_empty());
-            Ok(())
-        }
-    })
-    .await?;
-    let vector = time(n, |i| {
-        let store = store.clone();
-        let v = queries[i].1.clone();
-        let space = space.clone();
-        async move {
-            let near = store.nearest_memories(APP, USER, &space, &v, TOP).await?;
-            anyhow::ensure!(near.len() == TOP);
-            Ok(())
-        }
-    })
-    .await?;
+    let (hybrid, vector) = agentd_searches(&store, &space, &queries, n).await?;
     let ceiling = time(n, |i| {
         let pool = pool.clone();
         let v = blob(&queries[i].1);

@@ -17,7 +17,7 @@ use super::{count_tokens, space_of};
 use crate::model::embed::{Embedder, Purpose, MAX_BATCH};
 use crate::model::ModelError;
 use crate::store::memory::vectors::{PendingMemory, VectorStore, VectorSupport};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,6 +38,15 @@ const PROBE: &str = "memory";
 
 /// How often the app's space is adopted again.
 pub const ADOPT_EVERY: Duration = Duration::from_secs(600);
+
+/// Why a pass over an app stopped: the app then backs off.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("database: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
 
 /// An app whose memories are embedded, and its model.
 pub struct EmbeddedApp {
@@ -121,39 +130,28 @@ impl MemoryEmbedder {
         total
     }
 
-    async fn embed_app(&mut self, app: &str, embedder: &dyn Embedder) -> Result<usize, String> {
+    async fn embed_app(&mut self, app: &str, embedder: &dyn Embedder) -> Result<usize, Failure> {
         let space = space_of(embedder);
         let store: &dyn VectorStore = self.store.as_ref();
         let due = self
             .adopted
             .get(app)
             .is_none_or(|at| at.elapsed() >= ADOPT_EVERY);
-        if !due {
-            // Another replica's model is the app's now (a rolling update): nothing to store
-            // until this one adopts again.
-            let current = store.current_space(app).await.map_err(|e| e.to_string())?;
-            if current.as_deref() != Some(space.name.as_str()) {
-                return Ok(0);
-            }
-        }
         if due {
-            if store
-                .adopt_space(app, &space)
-                .await
-                .map_err(|e| e.to_string())?
-            {
+            if store.adopt_space(app, &space).await? {
                 tracing::info!(app, space = %space.name, "memory vectors: memories of another space are embedded again");
             }
             self.adopted.insert(app.to_string(), Instant::now());
+        } else if store.current_space(app).await?.as_deref() != Some(space.name.as_str()) {
+            // Another replica's model is the app's now (a rolling update): nothing to store
+            // until this one adopts again.
+            return Ok(0);
         }
         // A claim outlasts the longest call, so no other replica embeds the same memories.
         let lease = embedder.longest_call() + Duration::from_secs(30);
         let mut stored = 0;
         for _ in 0..BATCHES_PER_PASS {
-            let pending = store
-                .claim_pending(app, MAX_BATCH, lease)
-                .await
-                .map_err(|e| e.to_string())?;
+            let pending = store.claim_pending(app, MAX_BATCH, lease).await?;
             if pending.is_empty() {
                 break;
             }
@@ -163,20 +161,16 @@ impl MemoryEmbedder {
                 Err(e) if refuses_text(&e) => {
                     self.one_by_one(app, embedder, pending, lease).await?
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             };
             // A replica on another model made the app its own meanwhile (a rolling update):
             // these vectors would be of the wrong space. This replica adopts again when its
             // next adoption is due, not sooner (two models would otherwise take turns every
             // pass).
-            let current = store.current_space(app).await.map_err(|e| e.to_string())?;
-            if current.as_deref() != Some(space.name.as_str()) {
+            if store.current_space(app).await?.as_deref() != Some(space.name.as_str()) {
                 break;
             }
-            stored += store
-                .store_vectors(app, &space, &vectors)
-                .await
-                .map_err(|e| e.to_string())?;
+            stored += store.store_vectors(app, &space, &vectors).await?;
             if !full {
                 break;
             }
@@ -195,7 +189,7 @@ impl MemoryEmbedder {
         embedder: &dyn Embedder,
         pending: Vec<PendingMemory>,
         lease: Duration,
-    ) -> Result<Vec<(String, String, Vec<f32>)>, String> {
+    ) -> Result<Vec<(String, String, Vec<f32>)>, Failure> {
         let mut vectors = vec![];
         let mut refused = vec![];
         let mut last = None;
@@ -204,10 +198,7 @@ impl MemoryEmbedder {
                 .iter()
                 .map(|p| (p.user_id.clone(), p.event_id.clone()))
                 .collect();
-            self.store
-                .defer_pending(app, &left, lease)
-                .await
-                .map_err(|e| e.to_string())?;
+            self.store.defer_pending(app, &left, lease).await?;
             match embed(app, embedder, std::slice::from_ref(p)).await {
                 Ok(mut v) => vectors.append(&mut v),
                 Err(e) if refuses_text(&e) => {
@@ -215,7 +206,7 @@ impl MemoryEmbedder {
                     refused.push((p.user_id.clone(), p.event_id.clone()));
                     last = Some(e);
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
         }
         if vectors.is_empty() {
@@ -224,14 +215,13 @@ impl MemoryEmbedder {
                 // provider rejects)? A plain text tells.
                 let probe = [PROBE.to_string()];
                 if embedder.embed(&probe, Purpose::Document).await.is_err() {
-                    return Err(e.to_string());
+                    return Err(e.into());
                 }
             }
         }
         self.store
             .defer_pending(app, &refused, REFUSED_DELAY)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         Ok(vectors)
     }
 }

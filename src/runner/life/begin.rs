@@ -151,6 +151,7 @@ impl Admitted {
             Some(r) => r.user_content.clone(),
             None => user.as_ref().and_then(|(e, _)| e.content.clone()),
         };
+        let app = runner.apps.get(&key.app_name);
         let ctx = InvocationContext::new(ContextParts {
             user_content,
             run_config: req.run_config.clone(),
@@ -158,11 +159,8 @@ impl Admitted {
             tree: tree.clone(),
             plugins: runner.plugins.clone(),
             outbox: outbox.clone(),
-            context_cache: runner.apps.get(&key.app_name).and_then(|a| a.context_cache),
-            embedder: runner
-                .apps
-                .get(&key.app_name)
-                .and_then(|a| a.embedder.clone()),
+            context_cache: app.and_then(|a| a.context_cache),
+            embedder: app.and_then(|a| a.embedder.clone()),
         });
         runner.bus.run_started(&key, &run_id, &invocation_id);
         // A resume without a message has no user event.

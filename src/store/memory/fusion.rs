@@ -39,35 +39,12 @@ pub struct MemoryHit {
 pub fn fuse(text: Vec<MemoryEntry>, near: Vec<NearMemory>, limit: usize) -> Vec<MemoryHit> {
     let mut hits: HashMap<String, MemoryHit> = HashMap::new();
     for (i, entry) in text.into_iter().enumerate() {
-        let rank = i + 1;
-        let hit = hits
-            .entry(entry.event_id.clone())
-            .or_insert_with(|| MemoryHit {
-                id: entry.event_id.clone(),
-                entry,
-                score: 0.0,
-                text_rank: None,
-                vector_rank: None,
-                similarity: None,
-            });
-        hit.text_rank = Some(rank);
-        hit.score += 1.0 / (RRF_K + rank as f64);
+        ranked(&mut hits, entry, i + 1).text_rank = Some(i + 1);
     }
     for (i, near) in near.into_iter().enumerate() {
-        let rank = i + 1;
-        let hit = hits
-            .entry(near.entry.event_id.clone())
-            .or_insert_with(|| MemoryHit {
-                id: near.entry.event_id.clone(),
-                entry: near.entry,
-                score: 0.0,
-                text_rank: None,
-                vector_rank: None,
-                similarity: None,
-            });
-        hit.vector_rank = Some(rank);
+        let hit = ranked(&mut hits, near.entry, i + 1);
+        hit.vector_rank = Some(i + 1);
         hit.similarity = Some(1.0 - near.distance);
-        hit.score += 1.0 / (RRF_K + rank as f64);
     }
     let mut hits: Vec<MemoryHit> = hits.into_values().collect();
     hits.sort_by(|a, b| {
@@ -78,6 +55,26 @@ pub fn fuse(text: Vec<MemoryEntry>, near: Vec<NearMemory>, limit: usize) -> Vec<
     });
     hits.truncate(limit);
     hits
+}
+
+/// `entry`'s hit, with `1 / (k + place)` added for its place in one ranking.
+fn ranked(
+    hits: &mut HashMap<String, MemoryHit>,
+    entry: MemoryEntry,
+    place: usize,
+) -> &mut MemoryHit {
+    let hit = hits
+        .entry(entry.event_id.clone())
+        .or_insert_with(|| MemoryHit {
+            id: entry.event_id.clone(),
+            entry,
+            score: 0.0,
+            text_rank: None,
+            vector_rank: None,
+            similarity: None,
+        });
+    hit.score += 1.0 / (RRF_K + place as f64);
+    hit
 }
 
 #[cfg(test)]

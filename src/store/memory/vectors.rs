@@ -34,7 +34,7 @@ pub struct VectorSpace {
 }
 
 /// A memory waiting for its vector, claimed by one embedder until its lease ends.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct PendingMemory {
     pub user_id: String,
     pub event_id: String,
@@ -92,7 +92,7 @@ pub trait VectorStore: Send + Sync {
         vectors: &[(String, String, Vec<f32>)],
     ) -> StoreResult<usize>;
 
-    /// How many memories of `app` wait for a vector (for `/ready`-style reporting and tests).
+    /// How many memories of `app` wait for a vector (the tests and the benchmark wait on it).
     async fn pending_count(&self, app: &str) -> StoreResult<u64>;
 
     /// The `limit` memories of `(app, user)` nearest to `vector` in `space`, nearest first.

@@ -311,7 +311,7 @@ impl VectorStore for PgStore {
         }
         // The claim re-checks what the candidates were read with, under the row locks: of
         // two embedders reading the same candidates, each memory goes to one.
-        let rows = sqlx::query(
+        let rows: Vec<PendingMemory> = sqlx::query_as(
             "UPDATE memory_entries SET claimed_until = $3
               WHERE app_name = $1 AND user_id = ANY($4) AND (user_id || $6 || event_id) = ANY($5)
                 AND embedding IS NULL AND (claimed_until IS NULL OR claimed_until < $2)
@@ -325,15 +325,7 @@ impl VectorStore for PgStore {
         .bind(SEP)
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(PendingMemory {
-                    user_id: r.try_get("user_id")?,
-                    event_id: r.try_get("event_id")?,
-                    text: r.try_get("text")?,
-                })
-            })
-            .collect()
+        Ok(rows)
     }
 
     async fn store_vectors(

@@ -90,7 +90,7 @@ impl VectorStore for SqliteStore {
     ) -> StoreResult<Vec<PendingMemory>> {
         let now = now_ts();
         // One writer at a time: the select and the claim cannot interleave with another's.
-        let rows = sqlx::query(
+        let rows: Vec<PendingMemory> = sqlx::query_as(
             "UPDATE memory_entries SET claimed_until = ?3
               WHERE id IN (SELECT id FROM memory_entries
                             WHERE app_name = ?1 AND embedding IS NULL
@@ -104,15 +104,7 @@ impl VectorStore for SqliteStore {
         .bind(limit.min(MAX_CLAIM) as i64)
         .fetch_all(self.writer())
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(PendingMemory {
-                    user_id: r.try_get("user_id")?,
-                    event_id: r.try_get("event_id")?,
-                    text: r.try_get("text")?,
-                })
-            })
-            .collect()
+        Ok(rows)
     }
 
     async fn store_vectors(
