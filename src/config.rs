@@ -464,6 +464,11 @@ pub struct ServeArgs {
     )]
     pub memory_auto_ingest: bool,
 
+    /// Memories one user may have in one app; adding past it forgets the user's oldest
+    /// (docs/memory.md#bounds).
+    #[arg(long, env = "AGENTD_MAX_MEMORIES_PER_USER", default_value_t = crate::store::DEFAULT_MAX_MEMORIES_PER_USER)]
+    pub max_memories_per_user: usize,
+
     /// A YAML price table: per model, what a million input, output and cached input tokens
     /// cost, and in what currency (docs/usage.md). Without it every run's cost is `null`.
     #[arg(long, env = "AGENTD_PRICES")]
@@ -660,6 +665,7 @@ impl ServeArgs {
             enqueue_timeout_secs: 60,
             replica_id: None,
             memory_auto_ingest: false,
+            max_memories_per_user: crate::store::DEFAULT_MAX_MEMORIES_PER_USER,
             prices: None,
         }
     }

@@ -536,6 +536,86 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
     assert!(plan.contains("memory_entries_tsv"), "{plan}");
 }
 
+/// ADK's `preload_memory`: the user's memories that match the message, by meaning, are in the
+/// model's system instruction (another user's never), and the model is not offered it as a
+/// function (`load_memory` it is).
+async fn preload_memory_puts_the_users_memories_in_the_instruction(backend: Backend) {
+    let model = ScriptedModel::start().await;
+    model.concepts(CONCEPTS);
+    let dir = tempfile::tempdir().unwrap();
+    let app = dir.path().join("helper");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::write(
+        app.join("root_agent.yaml"),
+        format!(
+            "name: helper\nmodel: openai/chat-1\nmodel_options:\n  base_url: {}\n\
+             instruction: You help.\ntools:\n  - name: preload_memory\n  - name: load_memory\n",
+            model.base_url
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        app.join("agentd.yaml"),
+        format!(
+            "memory:\n  embedding_model: openai/emb-1\n  dimensions: 8\n  \
+             embedding_options:\n    base_url: {}\n",
+            model.base_url
+        ),
+    )
+    .unwrap();
+    let path = dir.path().to_path_buf();
+    let s = TestServer::start_on(TestDb::new(backend).await, move |a| a.apps_dir = path).await;
+    for (user, text) in [
+        ("alice", "My favourite colour is blue"),
+        ("bob", "Bob likes red"),
+    ] {
+        let resp = s
+            .post_json(
+                &format!("/apps/helper/users/{user}/memory"),
+                json!({"text": text}),
+            )
+            .await;
+        json_with_status(resp, 201).await;
+    }
+    let store = s.db.store().await;
+    for _ in 0..200 {
+        if store.pending_count("helper").await.unwrap() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    model.push("chat-1", common::model_server::Reply::text(&["Blue."]));
+    let msgs = s
+        .run_stream(json!({
+            "appName": "helper", "userId": "alice", "sessionId": "s1", "createSession": true,
+            "newMessage": {"role": "user", "parts": [{"text": "Which hue do I like?"}]},
+        }))
+        .await;
+    assert_eq!(msgs.last().unwrap().data["status"], "completed", "{msgs:?}");
+    let request = &model.requests_for("chat-1")[0];
+    let system = request["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(system.starts_with("You help."), "{system}");
+    assert!(system.contains("<PAST_CONVERSATIONS>"), "{system}");
+    assert!(
+        system.contains("user: My favourite colour is blue"),
+        "{system}"
+    );
+    assert!(system.contains("Time: 20"), "{system}");
+    assert!(
+        !system.contains("Bob"),
+        "another user's memory was preloaded: {system}"
+    );
+    let tools: Vec<&str> = request["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["load_memory"]);
+}
+
 postgres_backends!(a_large_user_is_searched_through_the_hnsw_index);
 
 both_backends!(
@@ -543,6 +623,7 @@ both_backends!(
     sessions_are_embedded_too_and_bad_facts_change_nothing,
     an_embedding_outage_leaves_search_by_words,
     claims_are_leases_and_a_new_space_starts_over,
+    preload_memory_puts_the_users_memories_in_the_instruction,
 );
 
 /// PostgreSQL without pgvector (here: a role that may not create the extension): agentd

@@ -43,6 +43,10 @@ pub struct AppEntry {
     /// The embedding model of `memory:` in the app's `agentd.yaml`: its memory is searched by
     /// meaning as well as words.
     pub embedder: Option<Arc<dyn crate::model::embed::Embedder>>,
+    /// `memory: {mode: extract}`: adding a session stores the facts this model extracts.
+    pub extraction: Option<Arc<crate::memory::extract::Extraction>>,
+    /// `memory: ttl_days:`: memories older than this are forgotten.
+    pub memory_ttl: Option<std::time::Duration>,
 }
 
 /// The apps, by name.
@@ -99,7 +103,7 @@ impl AppRegistry {
                     (Err(e), vec![])
                 }
             };
-            let embedder = match settings
+            let memory = match settings
                 .as_ref()
                 .map(|s| s.memory.as_ref().map(|m| m.build()))
             {
@@ -114,14 +118,22 @@ impl AppRegistry {
                 Some(Ok(c)) => (tree, Some(c)),
                 None => (tree, None),
             };
-            let (tree, embedder) = match embedder {
+            let (tree, memory) = match memory {
                 Some(Err(e)) => {
                     tracing::error!(app = %name, error = %e, "app failed to load");
-                    (Err(format!("{}: {e}", settings::SETTINGS_FILE)), None)
+                    (
+                        Err(format!("{}: {e}", settings::SETTINGS_FILE)),
+                        Default::default(),
+                    )
                 }
-                Some(Ok(m)) => (tree, Some(m)),
-                None => (tree, None),
+                Some(Ok(m)) => (tree, m),
+                None => (tree, Default::default()),
             };
+            let settings::AppMemory {
+                embedder,
+                extraction,
+                ttl: memory_ttl,
+            } = memory;
             let resume = settings.as_ref().map(|s| s.resume).unwrap_or_default();
             let context_cache = settings.as_ref().ok().and_then(|s| s.context_cache);
             let (app_webhooks, a2a) = settings.map(|s| (s.webhooks, s.a2a)).unwrap_or_default();
@@ -138,6 +150,8 @@ impl AppRegistry {
                     resume,
                     context_cache,
                     embedder,
+                    extraction,
+                    memory_ttl,
                 },
             );
         }
@@ -199,6 +213,8 @@ impl AppRegistry {
                 resume: settings::Resume::default(),
                 context_cache: None,
                 embedder: None,
+                extraction: None,
+                memory_ttl: None,
             },
         );
     }
@@ -228,6 +244,14 @@ impl AppRegistry {
     pub fn set_embedder(&mut self, name: &str, embedder: Arc<dyn crate::model::embed::Embedder>) {
         if let Some(app) = self.apps.get_mut(name) {
             app.embedder = Some(embedder);
+        }
+    }
+
+    /// Keeps the facts `extraction`'s model finds when a session of app `name` (built in Rust)
+    /// is added to memory (`mode: extract`).
+    pub fn set_extraction(&mut self, name: &str, extraction: crate::memory::extract::Extraction) {
+        if let Some(app) = self.apps.get_mut(name) {
+            app.extraction = Some(Arc::new(extraction));
         }
     }
 

@@ -14,6 +14,9 @@
 //! memory:              # search by meaning as well as words (docs/memory.md)
 //!   embedding_model: openai/text-embedding-3-small
 //!   dimensions: 512
+//!   mode: extract      # keep facts a model extracts, not the events themselves
+//!   extraction_model: openai/gpt-4o-mini
+//!   ttl_days: 365      # forget what was not stated or updated for a year
 //! context_cache:       # ADK's ContextCacheConfig names (docs/usage.md#prompt-caching)
 //!   ttl_seconds: 3600
 //!   min_tokens: 1024
@@ -61,22 +64,108 @@ pub struct AppSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemorySettings {
+    /// What adding a session stores: its events as they are (`raw`, the default), or the
+    /// facts about the user an extraction model finds in them (`extract`).
+    #[serde(default)]
+    pub mode: MemoryMode,
     /// The embedding model (`openai/text-embedding-3-small`, `gemini/text-embedding-004`, or a
     /// bare name for an OpenAI-compatible server; `${VAR}` expanded).
-    pub embedding_model: String,
+    #[serde(default)]
+    pub embedding_model: Option<String>,
     /// Where and how to reach it: `model_options`' fields (`base_url`, `api_key_env`, …).
     #[serde(default)]
     pub embedding_options: crate::model::ModelOptions,
     /// The size of its vectors (sent to the provider, and checked on every answer).
-    pub dimensions: u32,
+    #[serde(default)]
+    pub dimensions: Option<u32>,
+    /// The model that extracts facts (`mode: extract`; `${VAR}` expanded).
+    #[serde(default)]
+    pub extraction_model: Option<String>,
+    #[serde(default)]
+    pub extraction_options: crate::model::ModelOptions,
+    /// The extraction model's instruction, instead of agentd's.
+    #[serde(default)]
+    pub extraction_prompt: Option<String>,
+    /// Memories not stated or updated for this many days are forgotten (with their
+    /// revisions); none by default.
+    #[serde(default)]
+    pub ttl_days: Option<f64>,
+}
+
+/// `memory: mode:`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryMode {
+    #[default]
+    Raw,
+    Extract,
+}
+
+/// An app's memory, built from its `memory:` block.
+#[derive(Clone, Default)]
+pub struct AppMemory {
+    pub embedder: Option<std::sync::Arc<dyn crate::model::embed::Embedder>>,
+    pub extraction: Option<std::sync::Arc<crate::memory::extract::Extraction>>,
+    /// `ttl_days`, as a duration.
+    pub ttl: Option<std::time::Duration>,
 }
 
 impl MemorySettings {
-    pub fn build(&self) -> Result<std::sync::Arc<dyn crate::model::embed::Embedder>, String> {
-        let name = expand_env(&self.embedding_model)
-            .map_err(|e| format!("memory: embedding_model: {e}"))?;
-        crate::model::embed::resolve(&name, &self.embedding_options, self.dimensions)
-            .map_err(|e| format!("memory: {e}"))
+    pub fn build(&self) -> Result<AppMemory, String> {
+        let embedder = match (&self.embedding_model, self.dimensions) {
+            (Some(model), Some(dims)) => {
+                let name =
+                    expand_env(model).map_err(|e| format!("memory: embedding_model: {e}"))?;
+                Some(
+                    crate::model::embed::resolve(&name, &self.embedding_options, dims)
+                        .map_err(|e| format!("memory: {e}"))?,
+                )
+            }
+            (None, None) => None,
+            (Some(_), None) => return Err("memory: embedding_model needs dimensions".into()),
+            (None, Some(_)) => return Err("memory: dimensions needs embedding_model".into()),
+        };
+        let extraction = match (self.mode, &self.extraction_model) {
+            (MemoryMode::Extract, Some(model)) => {
+                let name =
+                    expand_env(model).map_err(|e| format!("memory: extraction_model: {e}"))?;
+                let model = crate::model::resolve(&name, &self.extraction_options)
+                    .map_err(|e| format!("memory: extraction_model: {e}"))?;
+                let secs = self.extraction_options.timeout_secs.unwrap_or(60)
+                    + self.extraction_options.idle_timeout_secs.unwrap_or(120);
+                Some(std::sync::Arc::new(crate::memory::extract::Extraction {
+                    model,
+                    prompt: self
+                        .extraction_prompt
+                        .clone()
+                        .unwrap_or_else(|| crate::memory::extract::DEFAULT_PROMPT.to_string()),
+                    timeout: std::time::Duration::from_secs(secs),
+                }))
+            }
+            (MemoryMode::Extract, None) => {
+                return Err("memory: mode: extract needs extraction_model".into())
+            }
+            (MemoryMode::Raw, Some(_)) => {
+                return Err("memory: extraction_model needs mode: extract".into())
+            }
+            (MemoryMode::Raw, None) => None,
+        };
+        let ttl = match self.ttl_days {
+            None => None,
+            Some(d) if d.is_finite() && d > 0.0 && d <= 36_500.0 => {
+                Some(std::time::Duration::from_secs_f64(d * 86_400.0))
+            }
+            Some(d) => {
+                return Err(format!(
+                    "memory: ttl_days must be over 0 and at most 36500, not {d}"
+                ))
+            }
+        };
+        Ok(AppMemory {
+            embedder,
+            extraction,
+            ttl,
+        })
     }
 }
 

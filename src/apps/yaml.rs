@@ -296,6 +296,9 @@ fn llm_agent(
             "exit_loop" => no_args(Arc::new(crate::tools::builtin::ExitLoop))?,
             "load_artifacts" => no_args(Arc::new(crate::tools::builtin::LoadArtifacts))?,
             "load_memory" => no_args(Arc::new(crate::tools::builtin::LoadMemory))?,
+            "preload_memory" | "PreloadMemoryTool" => {
+                no_args(Arc::new(crate::tools::builtin::PreloadMemory))?
+            }
             "HttpTool" => Arc::new(
                 crate::tools::http::HttpTool::from_config(t.args.clone().unwrap_or_default())
                     .map_err(at)?,
@@ -317,8 +320,8 @@ fn llm_agent(
             other => {
                 return Err(at(format!(
                     "unknown tool {other:?} (built in: transfer_to_agent, exit_loop, \
-                     load_artifacts, load_memory, HttpTool, McpToolset; Python tools need the \
-                     Rust API)"
+                     load_artifacts, load_memory, preload_memory, HttpTool, McpToolset; Python \
+                     tools need the Rust API)"
                 )))
             }
         };

@@ -177,6 +177,28 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<crate::memory::extract::ExtractError> for ApiError {
+    fn from(e: crate::memory::extract::ExtractError) -> Self {
+        use crate::memory::extract::ExtractError;
+        match e {
+            ExtractError::Store(e) => e.into(),
+            e => {
+                tracing::warn!(error = %e, "memory extraction failed");
+                // The model's own message may name its server: the code and the kind only.
+                let kind = match &e {
+                    ExtractError::Model(m) => m.code,
+                    ExtractError::Timeout(_) => "MODEL_TIMEOUT",
+                    _ => "MODEL_PROTOCOL",
+                };
+                ApiError::new(
+                    ErrorCode::MemoryExtractionFailed,
+                    format!("The app's extraction model failed ({kind}); nothing was stored, retry later."),
+                )
+            }
+        }
+    }
+}
+
 /// What a caller who may not see the server's internals reads instead of a load error (which
 /// names files and quotes YAML).
 pub const LOAD_FAILED: &str = "the app's configuration could not be loaded (see the server log)";

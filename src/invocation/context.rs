@@ -63,6 +63,8 @@ struct Shared {
     context_cache: Option<crate::model::ContextCache>,
     /// The app's embedding model (`memory:`), for memory search by meaning.
     embedder: Option<Arc<dyn crate::model::embed::Embedder>>,
+    /// The app's extraction (`memory: {mode: extract}`), for adding sessions to memory.
+    extraction: Option<Arc<crate::memory::extract::Extraction>>,
 }
 
 /// Inputs to build a context (the runner's side).
@@ -75,6 +77,7 @@ pub(crate) struct ContextParts {
     pub outbox: Arc<Outbox>,
     pub context_cache: Option<crate::model::ContextCache>,
     pub embedder: Option<Arc<dyn crate::model::embed::Embedder>>,
+    pub extraction: Option<Arc<crate::memory::extract::Extraction>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -96,6 +99,7 @@ impl InvocationContext {
                 outbox: p.outbox,
                 context_cache: p.context_cache,
                 embedder: p.embedder,
+                extraction: p.extraction,
             }),
             agent: root.into(),
             branch: None,
@@ -115,6 +119,11 @@ impl InvocationContext {
     /// The app's embedding model (`memory:` of its `agentd.yaml`), if it has one.
     pub fn embedder(&self) -> Option<&Arc<dyn crate::model::embed::Embedder>> {
         self.shared.embedder.as_ref()
+    }
+
+    /// The app's extraction (`memory: {mode: extract}`), if it has one.
+    pub fn memory_extraction(&self) -> Option<&Arc<crate::memory::extract::Extraction>> {
+        self.shared.extraction.as_ref()
     }
 
     /// The app's prompt-cache settings (`context_cache:` of its `agentd.yaml`).

@@ -11,11 +11,13 @@
 //! never fails it. Stored memories are embedded off the request path by [`embedder`].
 
 pub mod embedder;
+pub mod extract;
+pub mod retention;
 
 use crate::model::embed::{Embedder, Purpose};
 use crate::store::memory::fusion::{fuse, MemoryHit};
 use crate::store::memory::vectors::{VectorSpace, VectorSupport};
-use crate::store::{Store, StoreResult};
+use crate::store::{SessionKey, Store, StoreResult};
 use std::time::Duration;
 
 /// The longest a search waits for its query's embedding before it ranks by words alone.
@@ -70,7 +72,7 @@ pub async fn search(
         }
     };
     let (text, near) = tokio::join!(by_words, by_meaning);
-    Ok(fuse(text?, near, limit))
+    Ok(fuse(text?, near, n, limit))
 }
 
 /// The query's vector, or `None` (logged) when the provider fails, is too slow, or returns a
@@ -108,4 +110,34 @@ async fn embed_query(embedder: &dyn Embedder, app: &str, query: &str) -> Option<
 pub(crate) fn count_tokens(app: &str, purpose: &'static str, tokens: u64) {
     metrics::counter!("agentd_memory_embedding_tokens_total", "app" => app.to_string(), "purpose" => purpose)
         .increment(tokens);
+}
+
+/// Adds the session's new events to the user's memory the app's way: as they are (`mode:
+/// raw`), or the facts `extraction`'s model finds in them (`mode: extract`, [`extract`]).
+/// `StoreError::SessionNotFound` (as [`extract::ExtractError::Store`]) when the session does
+/// not exist.
+pub async fn add_session(
+    store: &dyn Store,
+    embedder: Option<&dyn Embedder>,
+    extraction: Option<&extract::Extraction>,
+    key: &SessionKey,
+) -> Result<(), extract::ExtractError> {
+    match extraction {
+        None => {
+            let added = store.add_session_to_memory(key).await?;
+            tracing::debug!(added, session = %key.session_id, "session added to memory");
+        }
+        Some(x) => {
+            let done = extract::add_session(store, embedder, x, key).await?;
+            tracing::debug!(
+                calls = done.calls,
+                added = done.applied.added,
+                updated = done.applied.updated,
+                deleted = done.applied.deleted,
+                session = %key.session_id,
+                "memories extracted from a session"
+            );
+        }
+    }
+    Ok(())
 }

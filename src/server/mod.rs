@@ -37,6 +37,7 @@ impl Server {
             StoreLimits {
                 max_artifact_bytes: args.max_artifact_bytes,
                 max_event_parts: args.max_message_parts,
+                max_memories_per_user: args.max_memories_per_user.max(1),
             },
         )
         .await
@@ -196,6 +197,25 @@ impl Server {
                 Duration::from_secs(1),
             )
             .spawn(shutdown.clone());
+        }
+        // Memories of apps with `memory: ttl_days:` expire.
+        let expiring: Vec<_> = state
+            .apps
+            .entries()
+            .filter_map(|a| {
+                a.memory_ttl.map(|ttl| crate::memory::retention::Expiring {
+                    app: a.name.clone(),
+                    ttl,
+                })
+            })
+            .collect();
+        if !expiring.is_empty() {
+            crate::memory::retention::spawn(
+                state.store.clone(),
+                expiring,
+                crate::memory::retention::PERIOD,
+                shutdown.clone(),
+            );
         }
         let accept = AcceptConfig {
             max_connections: accept::effective_max_connections(

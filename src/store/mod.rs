@@ -231,16 +231,23 @@ pub struct StoreLimits {
     /// Parts one stored event may have (`--max-message-parts`): what reading an event back
     /// costs grows with its parts.
     pub max_event_parts: usize,
+    /// Memories one user may have in one app (`--max-memories-per-user`): a write that adds
+    /// past it forgets the user's oldest in the same transaction.
+    pub max_memories_per_user: usize,
 }
 
 /// The default of `--max-message-parts`.
 pub const DEFAULT_MAX_EVENT_PARTS: usize = 1000;
+
+/// The default of `--max-memories-per-user`.
+pub const DEFAULT_MAX_MEMORIES_PER_USER: usize = 100_000;
 
 impl Default for StoreLimits {
     fn default() -> Self {
         StoreLimits {
             max_artifact_bytes: 16 * 1024 * 1024,
             max_event_parts: DEFAULT_MAX_EVENT_PARTS,
+            max_memories_per_user: DEFAULT_MAX_MEMORIES_PER_USER,
         }
     }
 }

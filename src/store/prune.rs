@@ -93,11 +93,13 @@ pub trait PruneStore: Send + Sync + 'static {
     }
 }
 
-/// The tables a session's rows live in, and the column that names the session.
-pub(crate) const SESSION_TABLES: [(&str, &str); 5] = [
+/// The tables a session's rows live in, and the column that names the session. What memory holds from a session goes with it: its events' memories, the facts extracted
+/// from it, and the earlier texts that came from it.
+pub(crate) const SESSION_TABLES: [(&str, &str); 6] = [
     ("events", "session_id"),
     ("artifacts", "session_id"),
     ("memory_entries", "session_id"),
+    ("memory_revisions", "session_id"),
     ("memory_sessions", "session_id"),
     ("runs", "session_id"),
 ];

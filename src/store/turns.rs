@@ -23,6 +23,7 @@ pub mod kind {
     pub const WEBHOOKS: &str = "webhooks";
     pub const SWEEP: &str = "sweep";
     pub const HOUSEKEEPING: &str = "housekeeping";
+    pub const MEMORY_TTL: &str = "memory_ttl";
 }
 
 #[async_trait]

@@ -88,6 +88,22 @@ pub trait UsageStore: Send + Sync + 'static {
     /// What the payer spent in `w`'s windows: ended runs' aggregates and what its running
     /// runs have committed so far, in one read.
     async fn spent(&self, payer: &Payer, w: &Window) -> StoreResult<Spent>;
+    /// Adds one model call made outside any run (memory extraction) to the user's
+    /// `usage_daily` row of `model` on `day`: its tokens, one call, unpriced, no run. So the
+    /// user's reports show it and their token budget counts it.
+    async fn charge_call(&self, call: &OutsideCall<'_>) -> StoreResult<()>;
+}
+
+/// A model call made for a user outside any run ([`UsageStore::charge_call`]).
+#[derive(Debug, Clone, Copy)]
+pub struct OutsideCall<'a> {
+    pub app: &'a str,
+    pub user: &'a str,
+    pub model: &'a str,
+    /// Days since 1970-01-01, UTC.
+    pub day: i64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
 }
 
 /// A report over `usage_daily` grouped by `key` (a column or expression). Parameters: $1 from
@@ -415,6 +431,28 @@ macro_rules! usage_store {
                     cost_this_month: row.try_get("cost_this_month")?,
                 };
                 Ok(with_running(spent, row.try_get("running")?))
+            }
+
+            async fn charge_call(&self, call: &OutsideCall<'_>) -> StoreResult<()> {
+                sqlx::query(
+                    "INSERT INTO usage_daily AS t (app_name, user_id, day, model, input_tokens,
+                                                   output_tokens, model_calls, unpriced_calls)
+                     VALUES ($1, $2, $3, $4, $5, $6, 1, 1)
+                     ON CONFLICT (app_name, user_id, day, model) DO UPDATE
+                        SET input_tokens = t.input_tokens + excluded.input_tokens,
+                            output_tokens = t.output_tokens + excluded.output_tokens,
+                            model_calls = t.model_calls + 1,
+                            unpriced_calls = t.unpriced_calls + 1",
+                )
+                .bind(call.app)
+                .bind(call.user)
+                .bind(call.day)
+                .bind(call.model)
+                .bind(call.input_tokens.min(i64::MAX as u64) as i64)
+                .bind(call.output_tokens.min(i64::MAX as u64) as i64)
+                .execute(&self.$writer)
+                .await?;
+                Ok(())
             }
         }
     };

@@ -1,4 +1,5 @@
-//! Built-in tools: `transfer_to_agent`, `exit_loop`, `load_artifacts`, `load_memory`.
+//! Built-in tools: `transfer_to_agent`, `exit_loop`, `load_artifacts`, `load_memory`,
+//! `preload_memory`.
 
 use super::{Tool, ToolContext, ToolError, ToolResult};
 use crate::event::JsonMap;
@@ -221,5 +222,96 @@ impl Tool for LoadMemory {
             .map(|m| json!({"author": m.entry.author, "timestamp": m.entry.timestamp, "text": m.entry.text, "sessionId": m.entry.session_id}))
             .collect();
         Ok(json!({ "memories": memories }))
+    }
+}
+
+/// ADK's `preload_memory`: before each model request, the user's memories that match the
+/// current message (the same hybrid search as [`LoadMemory`]) are put in the system
+/// instruction, in ADK's words. The model is not told about it as a function.
+pub struct PreloadMemory;
+
+/// Memories preloaded per request.
+const PRELOADED: usize = 10;
+
+#[async_trait]
+impl Tool for PreloadMemory {
+    fn name(&self) -> &str {
+        "preload_memory"
+    }
+
+    fn description(&self) -> &str {
+        "Preloads the memory for the current user."
+    }
+
+    fn is_idempotent(&self) -> bool {
+        true
+    }
+
+    fn is_declared(&self) -> bool {
+        false
+    }
+
+    async fn call(&self, _args: JsonMap, _ctx: &ToolContext) -> ToolResult {
+        Err(ToolError::new(
+            "preload_memory is not a function; its memories are in the instruction",
+        ))
+    }
+
+    async fn instruction(
+        &self,
+        inv: &crate::invocation::InvocationContext,
+    ) -> Result<Option<String>, ToolError> {
+        let Some(query) = inv
+            .user_content()
+            .and_then(|c| c.parts.first())
+            .and_then(|p| p.text.as_deref())
+            .filter(|t| !t.trim().is_empty())
+        else {
+            return Ok(None);
+        };
+        let key = inv.session_key();
+        let found = crate::memory::search(
+            inv.store().as_ref(),
+            inv.embedder().map(|e| e.as_ref()),
+            &key.app_name,
+            &key.user_id,
+            query,
+            PRELOADED,
+        )
+        .await
+        .map_err(|e| ToolError(format!("memory search failed: {e}")))?;
+        let mut lines = vec![];
+        for m in found {
+            let ts = m.entry.timestamp;
+            if ts > 0.0 {
+                if let Some(t) = chrono::DateTime::from_timestamp(ts.trunc() as i64, 0) {
+                    lines.push(format!("Time: {}", t.to_rfc3339()));
+                }
+            }
+            let text = m
+                .entry
+                .content
+                .parts
+                .iter()
+                .filter_map(|p| p.text.as_deref())
+                .collect::<Vec<_>>()
+                .join(" ");
+            if !text.is_empty() {
+                lines.push(if m.entry.author.is_empty() {
+                    text
+                } else {
+                    format!("{}: {text}", m.entry.author)
+                });
+            }
+        }
+        if lines.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "The following content is from your previous conversations with the user.\n\
+             They may be useful for answering the user's current query.\n\
+             <PAST_CONVERSATIONS>\n{}\n</PAST_CONVERSATIONS>\n",
+            lines.join("\n")
+        )))
     }
 }

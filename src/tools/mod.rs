@@ -80,6 +80,18 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs the tool. The returned JSON becomes the `functionResponse.response` (objects as
     /// they are, anything else as `{"result": value}`).
     async fn call(&self, args: JsonMap, ctx: &ToolContext) -> ToolResult;
+
+    /// Whether the model is told about this tool as a function it may call. A tool that only
+    /// adds to the request ([`Tool::instruction`], as ADK's `preload_memory`) says no.
+    fn is_declared(&self) -> bool {
+        true
+    }
+
+    /// Text this tool adds to the system instruction of each model request of its agent (ADK's
+    /// tools that process the request); none by default.
+    async fn instruction(&self, _ctx: &InvocationContext) -> Result<Option<String>, ToolError> {
+        Ok(None)
+    }
 }
 
 /// A group of tools discovered at run time (an MCP server's tools).

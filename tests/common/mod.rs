@@ -286,6 +286,7 @@ impl TestServer {
         let limits = StoreLimits {
             max_artifact_bytes: args.max_artifact_bytes,
             max_event_parts: args.max_message_parts,
+            max_memories_per_user: args.max_memories_per_user,
         };
         let server = Server::start_with(args, db.store_with(limits).await, Arc::new(apps), plugins)
             .await

@@ -191,6 +191,22 @@ impl<'a> Turn<'a> {
             }
             system.push_str(&transfer_instruction(self.ctx, &self.agent.name, &targets));
         }
+        // Tools that add to the request (ADK's `preload_memory`): a failure is the tool's, not
+        // the run's, and leaves the instruction as it was.
+        for tool in tools {
+            match tool.instruction(self.ctx).await {
+                Ok(Some(more)) => {
+                    if !system.is_empty() {
+                        system.push_str("\n\n");
+                    }
+                    system.push_str(&more);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(tool = tool.name(), error = %e, "a tool could not add to the request")
+                }
+            }
+        }
         let mut request = LlmRequest {
             model: self.agent.model.name().to_string(),
             system_instruction: (!system.is_empty()).then_some(system),
@@ -200,7 +216,11 @@ impl<'a> Turn<'a> {
                 self.ctx.branch(),
                 self.agent.include_contents,
             ),
-            tools: tools.iter().map(|t| t.declaration()).collect(),
+            tools: tools
+                .iter()
+                .filter(|t| t.is_declared())
+                .map(|t| t.declaration())
+                .collect(),
             config: self.agent.generate_config.clone(),
             cache: None,
         };

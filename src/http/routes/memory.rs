@@ -8,6 +8,7 @@ use crate::http::extract::{Json, Path, Query};
 use crate::http::openapi::error_set;
 use crate::http::openapi::Errors;
 use crate::http::AppState;
+use crate::store::memory::changes::MemoryRevision;
 use crate::store::memory::fusion::MemoryHit;
 use crate::store::memory::{fact_entry, MAX_MEMORY_TEXT_BYTES};
 use crate::store::{MemoryEntry, SessionKey};
@@ -19,7 +20,8 @@ use utoipa_axum::routes;
 
 error_set!(
     /// What `PATCH /apps/{app}/users/{user}/memory` answers beyond the door's codes.
-    UpdateMemoryErrors: AppNotFound, NotFound, InvalidId, ValidationError, SessionNotFound
+    UpdateMemoryErrors: AppNotFound, NotFound, InvalidId, ValidationError, SessionNotFound,
+        MemoryExtractionFailed
 );
 
 error_set!(
@@ -57,7 +59,9 @@ struct UpdateMemoryRequest {
 }
 
 /// ADK: adds the session's events to the memory service (idempotent). 200 `null`, or 404
-/// when the session does not exist. Like ADK's session routes, the app is not checked.
+/// when the session does not exist. Like ADK's session routes, the app is not checked. For an
+/// app with `memory: {mode: extract}` the facts its extraction model finds are stored
+/// instead (502 `memory_extraction_failed`, nothing stored, when the model fails).
 #[utoipa::path(patch, path = "/apps/{app}/users/{user}/memory", tag = "memory",
     params(crate::http::openapi::UserPath),
     request_body = UpdateMemoryRequest,
@@ -67,9 +71,17 @@ async fn update_memory(
     Path((app, user)): Path<(String, String)>,
     Json(req): Json<UpdateMemoryRequest>,
 ) -> ApiResult<axum::Json<Value>> {
+    let entry = state.apps.get(&app);
+    let embedder = entry.and_then(|a| a.embedder.clone());
+    let extraction = entry.and_then(|a| a.extraction.clone());
     let key = SessionKey::new(app, user, req.session_id);
-    let added = state.store.add_session_to_memory(&key).await?;
-    tracing::debug!(added, session = %key.session_id, "session added to memory");
+    crate::memory::add_session(
+        state.store.as_ref(),
+        embedder.as_deref(),
+        extraction.as_deref(),
+        &key,
+    )
+    .await?;
     Ok(axum::Json(Value::Null))
 }
 
@@ -140,6 +152,10 @@ struct MemoryBody {
     id: String,
     #[serde(flatten)]
     entry: MemoryEntry,
+    /// Its earlier texts, oldest first (`GET …/memory/{id}` only; an extracted fact an
+    /// extraction updated has some).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revisions: Option<Vec<MemoryRevision>>,
 }
 
 impl From<MemoryEntry> for MemoryBody {
@@ -147,6 +163,7 @@ impl From<MemoryEntry> for MemoryBody {
         MemoryBody {
             id: entry.event_id.clone(),
             entry,
+            revisions: None,
         }
     }
 }
@@ -213,7 +230,8 @@ async fn forget_user(
     Ok(axum::Json(ForgetResponse { deleted }))
 }
 
-/// agentd: one memory of the user, by id (a session's memory has its event's id).
+/// agentd: one memory of the user, by id (a session's memory has its event's id), with its
+/// earlier texts (`revisions`, oldest first).
 #[utoipa::path(get, path = "/apps/{app}/users/{user}/memory/{id}", tag = "memory",
     params(crate::http::openapi::UserPath, ("id" = String, Path, description = "The memory's id.")),
     responses((status = 200, description = "The memory.", body = MemoryBody), Errors, MemoryIdErrors))]
@@ -226,10 +244,13 @@ async fn get_memory(
         .get_memory(&app, &user, &id)
         .await?
         .ok_or_else(|| ApiError::new(ErrorCode::MemoryNotFound, "No such memory"))?;
-    Ok(axum::Json(entry.into()))
+    let revisions = state.store.memory_revisions(&app, &user, &id).await?;
+    let mut body = MemoryBody::from(entry);
+    body.revisions = Some(revisions);
+    Ok(axum::Json(body))
 }
 
-/// agentd: forgets one memory of the user, its text and its vector. 204, or 404 when there
+/// agentd: forgets one memory of the user, its text, its vector and its revisions. 204, or 404 when there
 /// is none. The session it came from is not changed, and adding that session again does not
 /// bring the memory back.
 #[utoipa::path(delete, path = "/apps/{app}/users/{user}/memory/{id}", tag = "memory",

@@ -161,6 +161,7 @@ impl Admitted {
             outbox: outbox.clone(),
             context_cache: app.and_then(|a| a.context_cache),
             embedder: app.and_then(|a| a.embedder.clone()),
+            extraction: app.and_then(|a| a.extraction.clone()),
         });
         runner.bus.run_started(&key, &run_id, &invocation_id);
         // A resume without a message has no user event.

@@ -17,6 +17,7 @@
 //! ([`fusion`]). A memory can also be added directly (a fact, not an event of a session), read
 //! by id, and deleted.
 
+pub mod changes;
 pub mod fusion;
 pub mod vectors;
 
@@ -57,6 +58,34 @@ pub trait MemoryStore: Send + Sync {
     /// Stores `entry` (a fact added directly, see [`fact_entry`]) for (app, user); its event
     /// id must be new.
     async fn insert_memory(&self, app: &str, user: &str, entry: &MemoryEntry) -> StoreResult<()>;
+
+    /// How far the session has been added to memory; `None` when it does not exist.
+    async fn memory_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>>;
+
+    /// Applies `changes` to (app, user)'s memories and moves the session's mark from `from` to
+    /// `to`, in one transaction, only while the mark is still `from`: `Ok(None)` (nothing
+    /// applied) when another call moved it first, so two extractions of the same events never
+    /// both apply.
+    async fn apply_memory_changes(
+        &self,
+        key: &SessionKey,
+        from: IngestMark,
+        to: IngestMark,
+        changes: &[changes::MemoryChange],
+    ) -> StoreResult<Option<changes::Applied>>;
+
+    /// Forgets every memory of `app` (and every revision) stated or last updated before
+    /// `before` (seconds since the epoch): an app's `memory: ttl_days:`. How many memories.
+    async fn expire_memories(&self, app: &str, before: f64) -> StoreResult<u64>;
+
+    /// The earlier texts of memory `id` of (app, user), oldest first (none for a memory never
+    /// updated, or one that does not exist).
+    async fn memory_revisions(
+        &self,
+        app: &str,
+        user: &str,
+        id: &str,
+    ) -> StoreResult<Vec<changes::MemoryRevision>>;
 }
 
 /// The memory of a fact added directly (`POST …/memory`): no session, a fresh `mem-` id,
@@ -326,7 +355,7 @@ pub(crate) fn or_query(words: &[&str], or: &str) -> String {
 
 /// How far a session has been added to memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct IngestMark {
+pub struct IngestMark {
     /// The session's `create_time`: a recreated session (same id) starts over.
     pub session_create_time: f64,
     /// Every event with `seq <= ingested_seq` is in memory.

@@ -20,6 +20,7 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "user_states",
     "memory_entries",
     "memory_sessions",
+    "memory_revisions",
     "runs",
     "run_queue",
     "idempotency_keys",

@@ -3,6 +3,7 @@
 //! (see migrations/postgres/0002_memory.sql).
 
 use super::*;
+use crate::store::memory::changes::{Applied, MemoryChange, MemoryRevision};
 use crate::store::memory::{
     add_session, or_query, query_words, IngestMark, MemoryBackend, MemoryEntry, MemoryStore,
 };
@@ -111,6 +112,15 @@ impl MemoryBackend for PgStore {
             .await?
             .len();
         }
+        if added > 0 {
+            trim(
+                &mut tx,
+                &key.app_name,
+                &key.user_id,
+                self.limits.max_memories_per_user,
+            )
+            .await?;
+        }
         sqlx::query(
             "INSERT INTO memory_sessions AS t
                     (app_name, user_id, session_id, session_create_time, ingested_seq)
@@ -180,15 +190,10 @@ impl MemoryStore for PgStore {
     }
 
     async fn delete_memory(&self, app: &str, user: &str, id: &str) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "DELETE FROM memory_entries WHERE app_name = $1 AND user_id = $2 AND event_id = $3",
-        )
-        .bind(app)
-        .bind(user)
-        .bind(id)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() > 0)
+        let mut tx = self.pool().begin().await?;
+        let existed = delete_one(&mut tx, app, user, id).await?;
+        tx.commit().await?;
+        Ok(existed)
     }
 
     async fn forget_user(&self, app: &str, user: &str) -> StoreResult<u64> {
@@ -200,33 +205,281 @@ impl MemoryStore for PgStore {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-        sqlx::query("DELETE FROM memory_sessions WHERE app_name = $1 AND user_id = $2")
+        for table in ["memory_revisions", "memory_sessions"] {
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE app_name = $1 AND user_id = $2"
+            ))
             .bind(app)
             .bind(user)
             .execute(&mut *tx)
             .await?;
+        }
         tx.commit().await?;
         Ok(deleted)
     }
 
     async fn insert_memory(&self, app: &str, user: &str, e: &MemoryEntry) -> StoreResult<()> {
-        sqlx::query(
-            r#"INSERT INTO memory_entries
-                   (app_name, user_id, session_id, event_id, author, "timestamp", text, content)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"#,
+        let mut tx = self.pool().begin().await?;
+        insert_entry(&mut tx, app, user, e, "").await?;
+        trim(&mut tx, app, user, self.limits.max_memories_per_user).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn memory_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>> {
+        self.ingest_mark(key).await
+    }
+
+    async fn apply_memory_changes(
+        &self,
+        key: &SessionKey,
+        from: IngestMark,
+        to: IngestMark,
+        changes: &[MemoryChange],
+    ) -> StoreResult<Option<Applied>> {
+        let (app, user) = (key.app_name.as_str(), key.user_id.as_str());
+        let mut tx = self.pool().begin().await?;
+        // First, so the row lock makes a second extraction of the same events wait here and
+        // then find the mark moved.
+        let moved = sqlx::query(MOVE_MARK)
+            .bind(app)
+            .bind(user)
+            .bind(&key.session_id)
+            .bind(to.session_create_time)
+            .bind(to.ingested_seq)
+            .bind(from.session_create_time)
+            .bind(from.ingested_seq)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if moved.is_none() {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let mut applied = Applied::default();
+        let now = crate::event::now_ts();
+        for change in changes {
+            match change {
+                MemoryChange::Add(e) => {
+                    applied.added +=
+                        insert_entry(&mut tx, app, user, e, "ON CONFLICT DO NOTHING").await?;
+                }
+                MemoryChange::Update(e) => {
+                    let id = e.event_id.as_str();
+                    let last: i32 = sqlx::query_scalar(
+                        "SELECT coalesce(max(revision), 0) FROM memory_revisions
+                          WHERE app_name = $1 AND user_id = $2 AND memory_id = $3",
+                    )
+                    .bind(app)
+                    .bind(user)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let kept = sqlx::query(
+                        r#"INSERT INTO memory_revisions (app_name, user_id, memory_id, revision,
+                                  session_id, author, "timestamp", text, replaced_at)
+                           SELECT app_name, user_id, event_id, $4, session_id, author,
+                                  "timestamp", text, $5
+                             FROM memory_entries
+                            WHERE app_name = $1 AND user_id = $2 AND event_id = $3"#,
+                    )
+                    .bind(app)
+                    .bind(user)
+                    .bind(id)
+                    .bind(last + 1)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if kept == 0 {
+                        continue;
+                    }
+                    // Deleted and inserted again (not updated): the new row has no vector,
+                    // whether or not this database has the vector columns.
+                    sqlx::query(
+                        "DELETE FROM memory_entries
+                          WHERE app_name = $1 AND user_id = $2 AND event_id = $3",
+                    )
+                    .bind(app)
+                    .bind(user)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                    insert_entry(&mut tx, app, user, e, "").await?;
+                    applied.updated += 1;
+                }
+                MemoryChange::Delete(id) => {
+                    if delete_one(&mut tx, app, user, id).await? {
+                        applied.deleted += 1;
+                    }
+                }
+            }
+        }
+        if applied.added > 0 {
+            trim(&mut tx, app, user, self.limits.max_memories_per_user).await?;
+        }
+        tx.commit().await?;
+        Ok(Some(applied))
+    }
+
+    async fn expire_memories(&self, app: &str, before: f64) -> StoreResult<u64> {
+        // Revisions first: a pass cut short leaves no revision of a memory already gone that
+        // the next pass would not take.
+        sqlx::query(r#"DELETE FROM memory_revisions WHERE app_name = $1 AND "timestamp" < $2"#)
+            .bind(app)
+            .bind(before)
+            .execute(self.pool())
+            .await?;
+        let gone =
+            sqlx::query(r#"DELETE FROM memory_entries WHERE app_name = $1 AND "timestamp" < $2"#)
+                .bind(app)
+                .bind(before)
+                .execute(self.pool())
+                .await?
+                .rows_affected();
+        Ok(gone)
+    }
+
+    async fn memory_revisions(
+        &self,
+        app: &str,
+        user: &str,
+        id: &str,
+    ) -> StoreResult<Vec<MemoryRevision>> {
+        let rows = sqlx::query(
+            r#"SELECT revision::bigint AS revision, text, author, session_id, "timestamp",
+                      replaced_at
+                 FROM memory_revisions
+                WHERE app_name = $1 AND user_id = $2 AND memory_id = $3
+                ORDER BY revision"#,
         )
         .bind(app)
         .bind(user)
-        .bind(&e.session_id)
-        .bind(&e.event_id)
-        .bind(&e.author)
-        .bind(e.timestamp)
-        .bind(&e.text)
-        .bind(Json(&e.content))
-        .execute(self.pool())
+        .bind(id)
+        .fetch_all(self.pool())
         .await?;
-        Ok(())
+        rows.iter()
+            .map(|r| {
+                Ok(MemoryRevision {
+                    revision: r.try_get("revision")?,
+                    text: r.try_get("text")?,
+                    author: r.try_get("author")?,
+                    session_id: r.try_get("session_id")?,
+                    timestamp: r.try_get("timestamp")?,
+                    replaced_at: r.try_get("replaced_at")?,
+                })
+            })
+            .collect()
     }
+}
+
+/// Moves a session's memory mark from (`$6`, `$7`) to (`$4`, `$5`): inserts it when the
+/// session has none, updates it while it is the one read (or a mark of an earlier session of
+/// that id, when the one read was 0), and returns no row otherwise.
+const MOVE_MARK: &str = "INSERT INTO memory_sessions AS t
+        (app_name, user_id, session_id, session_create_time, ingested_seq)
+     VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (app_name, user_id, session_id) DO UPDATE
+        SET ingested_seq = EXCLUDED.ingested_seq,
+            session_create_time = EXCLUDED.session_create_time
+      WHERE (t.session_create_time = $6 AND t.ingested_seq = $7)
+         OR ($7 = 0 AND t.session_create_time <> $6)
+     RETURNING 1";
+
+/// Inserts one memory (`conflict`: `""`, or `ON CONFLICT DO NOTHING`); how many rows it added.
+async fn insert_entry(
+    conn: &mut sqlx::PgConnection,
+    app: &str,
+    user: &str,
+    e: &MemoryEntry,
+    conflict: &str,
+) -> StoreResult<usize> {
+    Ok(sqlx::query(&format!(
+        r#"INSERT INTO memory_entries
+               (app_name, user_id, session_id, event_id, author, "timestamp", text, content)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) {conflict}"#
+    ))
+    .bind(app)
+    .bind(user)
+    .bind(&e.session_id)
+    .bind(&e.event_id)
+    .bind(&e.author)
+    .bind(e.timestamp)
+    .bind(&e.text)
+    .bind(Json(&e.content))
+    .execute(conn)
+    .await?
+    .rows_affected() as usize)
+}
+
+/// Forgets (app, user)'s oldest memories beyond the newest `keep`, with their revisions
+/// (`--max-memories-per-user`); how many. Through `memory_entries_by_age`, so it reads the
+/// user's newest `keep` index entries, whatever the statistics.
+async fn trim(
+    conn: &mut sqlx::PgConnection,
+    app: &str,
+    user: &str,
+    keep: usize,
+) -> StoreResult<usize> {
+    let gone: Vec<String> = sqlx::query_scalar(
+        r#"DELETE FROM memory_entries
+            WHERE app_name = $1 AND user_id = $2
+              AND event_id IN (SELECT event_id FROM memory_entries
+                                WHERE app_name = $1 AND user_id = $2
+                                ORDER BY "timestamp" DESC, event_id DESC
+                               OFFSET $3)
+           RETURNING event_id"#,
+    )
+    .bind(app)
+    .bind(user)
+    .bind(keep.min(i64::MAX as usize) as i64)
+    .fetch_all(&mut *conn)
+    .await?;
+    if !gone.is_empty() {
+        sqlx::query(
+            "DELETE FROM memory_revisions
+              WHERE app_name = $1 AND user_id = $2 AND memory_id = ANY($3)",
+        )
+        .bind(app)
+        .bind(user)
+        .bind(&gone)
+        .execute(&mut *conn)
+        .await?;
+        tracing::info!(
+            app,
+            user,
+            forgotten = gone.len(),
+            "memories over the user's limit: the oldest forgotten"
+        );
+    }
+    Ok(gone.len())
+}
+
+/// Deletes memory `id` of (app, user) and its revisions; whether it existed.
+async fn delete_one(
+    conn: &mut sqlx::PgConnection,
+    app: &str,
+    user: &str,
+    id: &str,
+) -> StoreResult<bool> {
+    let existed = sqlx::query(
+        "DELETE FROM memory_entries WHERE app_name = $1 AND user_id = $2 AND event_id = $3",
+    )
+    .bind(app)
+    .bind(user)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        > 0;
+    sqlx::query(
+        "DELETE FROM memory_revisions WHERE app_name = $1 AND user_id = $2 AND memory_id = $3",
+    )
+    .bind(app)
+    .bind(user)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(existed)
 }
 
 /// A `memory_entries` row (its `session_id` … `content` columns) as an entry.

@@ -3,6 +3,7 @@
 //! (see migrations/sqlite/0002_memory.sql). The bundled SQLite is built with FTS5.
 
 use super::*;
+use crate::store::memory::changes::{Applied, MemoryChange, MemoryRevision};
 use crate::store::memory::{
     add_session, content_words, or_query, IngestMark, MemoryBackend, MemoryEntry, MemoryStore,
 };
@@ -94,6 +95,15 @@ impl MemoryBackend for SqliteStore {
             .await?
             .rows_affected() as usize;
         }
+        if added > 0 {
+            trim(
+                &mut tx,
+                &key.app_name,
+                &key.user_id,
+                self.limits.max_memories_per_user,
+            )
+            .await?;
+        }
         sqlx::query(
             "INSERT INTO memory_sessions
                     (app_name, user_id, session_id, session_create_time, ingested_seq)
@@ -163,15 +173,10 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn delete_memory(&self, app: &str, user: &str, id: &str) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "DELETE FROM memory_entries WHERE app_name = ? AND user_id = ? AND event_id = ?",
-        )
-        .bind(app)
-        .bind(user)
-        .bind(id)
-        .execute(self.writer())
-        .await?;
-        Ok(done.rows_affected() > 0)
+        let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
+        let existed = delete_one(&mut tx, app, user, id).await?;
+        tx.commit().await?;
+        Ok(existed)
     }
 
     async fn forget_user(&self, app: &str, user: &str) -> StoreResult<u64> {
@@ -182,33 +187,265 @@ impl MemoryStore for SqliteStore {
             .execute(&mut *tx)
             .await?
             .rows_affected();
-        sqlx::query("DELETE FROM memory_sessions WHERE app_name = ? AND user_id = ?")
+        for table in ["memory_revisions", "memory_sessions"] {
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE app_name = ? AND user_id = ?"
+            ))
             .bind(app)
             .bind(user)
             .execute(&mut *tx)
             .await?;
+        }
         tx.commit().await?;
         Ok(deleted)
     }
 
     async fn insert_memory(&self, app: &str, user: &str, e: &MemoryEntry) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO memory_entries
-                    (app_name, user_id, session_id, event_id, author, timestamp, text, content)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
+        insert_entry(&mut tx, app, user, e, "").await?;
+        trim(&mut tx, app, user, self.limits.max_memories_per_user).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn memory_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>> {
+        self.ingest_mark(key).await
+    }
+
+    async fn apply_memory_changes(
+        &self,
+        key: &SessionKey,
+        from: IngestMark,
+        to: IngestMark,
+        changes: &[MemoryChange],
+    ) -> StoreResult<Option<Applied>> {
+        let (app, user) = (key.app_name.as_str(), key.user_id.as_str());
+        let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
+        let moved = sqlx::query(
+            "INSERT INTO memory_sessions AS t
+                    (app_name, user_id, session_id, session_create_time, ingested_seq)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (app_name, user_id, session_id) DO UPDATE
+                SET ingested_seq = excluded.ingested_seq,
+                    session_create_time = excluded.session_create_time
+              WHERE (t.session_create_time = ?6 AND t.ingested_seq = ?7)
+                 OR (?7 = 0 AND t.session_create_time <> ?6)
+             RETURNING 1",
         )
         .bind(app)
         .bind(user)
-        .bind(&e.session_id)
-        .bind(&e.event_id)
-        .bind(&e.author)
-        .bind(e.timestamp)
-        .bind(&e.text)
-        .bind(serde_json::to_string(&e.content)?)
-        .execute(self.writer())
+        .bind(&key.session_id)
+        .bind(to.session_create_time)
+        .bind(to.ingested_seq)
+        .bind(from.session_create_time)
+        .bind(from.ingested_seq)
+        .fetch_optional(&mut *tx)
         .await?;
-        Ok(())
+        if moved.is_none() {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let mut applied = Applied::default();
+        let now = crate::event::now_ts();
+        for change in changes {
+            match change {
+                MemoryChange::Add(e) => {
+                    applied.added +=
+                        insert_entry(&mut tx, app, user, e, "ON CONFLICT DO NOTHING").await?;
+                }
+                MemoryChange::Update(e) => {
+                    let kept = sqlx::query(
+                        "INSERT INTO memory_revisions (app_name, user_id, memory_id, revision,
+                                session_id, author, timestamp, text, replaced_at)
+                         SELECT app_name, user_id, event_id,
+                                (SELECT coalesce(max(revision), 0) + 1 FROM memory_revisions
+                                  WHERE app_name = ?1 AND user_id = ?2 AND memory_id = ?3),
+                                session_id, author, timestamp, text, ?4
+                           FROM memory_entries
+                          WHERE app_name = ?1 AND user_id = ?2 AND event_id = ?3",
+                    )
+                    .bind(app)
+                    .bind(user)
+                    .bind(&e.event_id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if kept == 0 {
+                        continue;
+                    }
+                    // Deleted and inserted again: the new row has no vector.
+                    sqlx::query(
+                        "DELETE FROM memory_entries
+                          WHERE app_name = ? AND user_id = ? AND event_id = ?",
+                    )
+                    .bind(app)
+                    .bind(user)
+                    .bind(&e.event_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    insert_entry(&mut tx, app, user, e, "").await?;
+                    applied.updated += 1;
+                }
+                MemoryChange::Delete(id) => {
+                    if delete_one(&mut tx, app, user, id).await? {
+                        applied.deleted += 1;
+                    }
+                }
+            }
+        }
+        if applied.added > 0 {
+            trim(&mut tx, app, user, self.limits.max_memories_per_user).await?;
+        }
+        tx.commit().await?;
+        Ok(Some(applied))
     }
+
+    async fn expire_memories(&self, app: &str, before: f64) -> StoreResult<u64> {
+        // Revisions first: a pass cut short leaves no revision of a memory already gone that
+        // the next pass would not take.
+        sqlx::query(r#"DELETE FROM memory_revisions WHERE app_name = ?1 AND timestamp < ?2"#)
+            .bind(app)
+            .bind(before)
+            .execute(self.writer())
+            .await?;
+        let gone =
+            sqlx::query(r#"DELETE FROM memory_entries WHERE app_name = ?1 AND timestamp < ?2"#)
+                .bind(app)
+                .bind(before)
+                .execute(self.writer())
+                .await?
+                .rows_affected();
+        Ok(gone)
+    }
+
+    async fn memory_revisions(
+        &self,
+        app: &str,
+        user: &str,
+        id: &str,
+    ) -> StoreResult<Vec<MemoryRevision>> {
+        let rows = sqlx::query(
+            "SELECT revision, text, author, session_id, timestamp, replaced_at
+               FROM memory_revisions
+              WHERE app_name = ? AND user_id = ? AND memory_id = ?
+              ORDER BY revision",
+        )
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(MemoryRevision {
+                    revision: r.try_get("revision")?,
+                    text: r.try_get("text")?,
+                    author: r.try_get("author")?,
+                    session_id: r.try_get("session_id")?,
+                    timestamp: r.try_get("timestamp")?,
+                    replaced_at: r.try_get("replaced_at")?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Inserts one memory (`conflict`: `""`, or `ON CONFLICT DO NOTHING`); how many rows it added.
+async fn insert_entry(
+    conn: &mut sqlx::SqliteConnection,
+    app: &str,
+    user: &str,
+    e: &MemoryEntry,
+    conflict: &str,
+) -> StoreResult<usize> {
+    Ok(sqlx::query(&format!(
+        "INSERT INTO memory_entries
+                (app_name, user_id, session_id, event_id, author, timestamp, text, content)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) {conflict}"
+    ))
+    .bind(app)
+    .bind(user)
+    .bind(&e.session_id)
+    .bind(&e.event_id)
+    .bind(&e.author)
+    .bind(e.timestamp)
+    .bind(&e.text)
+    .bind(serde_json::to_string(&e.content)?)
+    .execute(conn)
+    .await?
+    .rows_affected() as usize)
+}
+
+/// Forgets (app, user)'s oldest memories beyond the newest `keep`, with their revisions
+/// (`--max-memories-per-user`); how many.
+async fn trim(
+    conn: &mut sqlx::SqliteConnection,
+    app: &str,
+    user: &str,
+    keep: usize,
+) -> StoreResult<usize> {
+    let gone: Vec<String> = sqlx::query_scalar(
+        "DELETE FROM memory_entries
+          WHERE app_name = ?1 AND user_id = ?2
+            AND event_id IN (SELECT event_id FROM memory_entries
+                              WHERE app_name = ?1 AND user_id = ?2
+                              ORDER BY timestamp DESC, event_id DESC
+                              LIMIT -1 OFFSET ?3)
+         RETURNING event_id",
+    )
+    .bind(app)
+    .bind(user)
+    .bind(keep.min(i64::MAX as usize) as i64)
+    .fetch_all(&mut *conn)
+    .await?;
+    for id in &gone {
+        sqlx::query(
+            "DELETE FROM memory_revisions WHERE app_name = ? AND user_id = ? AND memory_id = ?",
+        )
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    if !gone.is_empty() {
+        tracing::info!(
+            app,
+            user,
+            forgotten = gone.len(),
+            "memories over the user's limit: the oldest forgotten"
+        );
+    }
+    Ok(gone.len())
+}
+
+/// Deletes memory `id` of (app, user) and its revisions; whether it existed.
+async fn delete_one(
+    conn: &mut sqlx::SqliteConnection,
+    app: &str,
+    user: &str,
+    id: &str,
+) -> StoreResult<bool> {
+    let existed = sqlx::query(
+        "DELETE FROM memory_entries WHERE app_name = ? AND user_id = ? AND event_id = ?",
+    )
+    .bind(app)
+    .bind(user)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        > 0;
+    sqlx::query(
+        "DELETE FROM memory_revisions WHERE app_name = ? AND user_id = ? AND memory_id = ?",
+    )
+    .bind(app)
+    .bind(user)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(existed)
 }
 
 /// A `memory_entries` row (its `session_id` … `content` columns) as an entry.
