@@ -12,7 +12,7 @@
 #   5. otherwise it stops with a message saying what to install. It never skips.
 # Each test creates (and drops) its own database, so any role that may CREATE DATABASE works.
 #
-# Citus, the third backend (tests/common/citus.rs, tests/citus.rs), in this order:
+# Citus, the third backend (tests/common/citus.rs, tests/citus/), in this order:
 #   1. AGENTD_TEST_CITUS_URL (a coordinator whose workers are registered), if set;
 #   2. a throwaway coordinator + 2 workers started here (scripts/citus.sh) from the installed
 #      Citus, which is built and installed first from ../shared/citus when missing (as root:
@@ -108,7 +108,7 @@ venv() {
   fi
 }
 venv python python
-# google-adk with its A2A dependencies: ADK-Python's RemoteA2aAgent calling agentd (tests/a2a.rs).
+# google-adk with its A2A dependencies: ADK-Python's RemoteA2aAgent calling agentd (tests/a2a/remote.rs).
 venv adk python
 # schemathesis, which scripts/fuzz-api.sh runs against the OpenAPI document (tests/openapi.rs).
 venv schemathesis st

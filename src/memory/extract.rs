@@ -16,7 +16,7 @@ use crate::event::Content;
 use crate::model::embed::Embedder;
 use crate::model::{Delta, LlmRequest, Model, ModelError};
 use crate::store::memory::changes::{Applied, MemoryChange};
-use crate::store::memory::{memory_entry, MemoryEntry, MAX_MEMORY_TEXT_BYTES};
+use crate::store::memory::{memory_entry, truncate_at_char, MemoryEntry, MAX_MEMORY_TEXT_BYTES};
 use crate::store::usage::OutsideCall;
 use crate::store::{EventRange, SessionKey, Store, StoreError};
 use futures::StreamExt;
@@ -178,7 +178,7 @@ async fn next_chunk(
                 return Ok(Some(chunk));
             }
             let mut text = m.text;
-            truncate(&mut text, MAX_CONVERSATION_BYTES);
+            truncate_at_char(&mut text, MAX_CONVERSATION_BYTES);
             bytes += text.len();
             chunk.turns.push((m.author, text));
         }
@@ -361,7 +361,7 @@ fn changes_of(answer: Answer, known: &HashSet<&str>, session_id: &str) -> Vec<Me
 /// An extracted fact of session `session_id`: memory `id`, or a new one.
 fn fact(session_id: &str, id: Option<String>, text: &str) -> MemoryEntry {
     let mut text = text.to_string();
-    truncate(&mut text, MAX_FACT_BYTES.min(MAX_MEMORY_TEXT_BYTES));
+    truncate_at_char(&mut text, MAX_FACT_BYTES.min(MAX_MEMORY_TEXT_BYTES));
     MemoryEntry {
         session_id: session_id.to_string(),
         event_id: id.unwrap_or_else(|| format!("mem-{}", uuid::Uuid::new_v4())),
@@ -369,16 +369,6 @@ fn fact(session_id: &str, id: Option<String>, text: &str) -> MemoryEntry {
         timestamp: crate::event::now_ts(),
         content: Content::text("model", text.clone()),
         text,
-    }
-}
-
-fn truncate(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
     }
 }
 

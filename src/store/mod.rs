@@ -129,7 +129,7 @@ impl StoreError {
     /// having rolled it back: a serialization failure or deadlock (class 40), a system error
     /// (class 58), or Citus' `CIINF`: a step of a distributed statement found no
     /// intermediate result from the step before it, as happens while the user's shard group
-    /// is being moved (tests/citus.rs). Nothing of the statement was committed.
+    /// is being moved (tests/citus/shard_move.rs). Nothing of the statement was committed.
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Database(e) if is_transient(e))
     }

@@ -173,6 +173,25 @@ async fn list_artifacts(inv: &InvocationContext) -> Result<Vec<String>, ToolErro
         .map_err(|e| ToolError(format!("could not list artifacts: {e}")))
 }
 
+/// The run's user's best `limit` memories for `query` (words and meaning: [`crate::memory`]).
+async fn search_memory(
+    inv: &crate::invocation::InvocationContext,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<crate::store::memory::fusion::MemoryHit>, ToolError> {
+    let key = inv.session_key();
+    crate::memory::search(
+        inv.store().as_ref(),
+        inv.embedder().map(|e| e.as_ref()),
+        &key.app_name,
+        &key.user_id,
+        query,
+        limit,
+    )
+    .await
+    .map_err(|e| ToolError(format!("memory search failed: {e}")))
+}
+
 /// Searches the user's memory (past sessions added to the memory service) for the query.
 pub struct LoadMemory;
 
@@ -205,18 +224,7 @@ impl Tool for LoadMemory {
             .get("query")
             .and_then(Value::as_str)
             .ok_or_else(|| ToolError::new("missing string argument `query`"))?;
-        let inv = ctx.invocation();
-        let key = inv.session_key();
-        let found = crate::memory::search(
-            inv.store().as_ref(),
-            inv.embedder().map(|e| e.as_ref()),
-            &key.app_name,
-            &key.user_id,
-            query,
-            10,
-        )
-        .await
-        .map_err(|e| ToolError(format!("memory search failed: {e}")))?;
+        let found = search_memory(ctx.invocation(), query, 10).await?;
         let memories: Vec<Value> = found
             .into_iter()
             .map(|m| json!({"author": m.entry.author, "timestamp": m.entry.timestamp, "text": m.entry.text, "sessionId": m.entry.session_id}))
@@ -269,17 +277,7 @@ impl Tool for PreloadMemory {
         else {
             return Ok(None);
         };
-        let key = inv.session_key();
-        let found = crate::memory::search(
-            inv.store().as_ref(),
-            inv.embedder().map(|e| e.as_ref()),
-            &key.app_name,
-            &key.user_id,
-            query,
-            PRELOADED,
-        )
-        .await
-        .map_err(|e| ToolError(format!("memory search failed: {e}")))?;
+        let found = search_memory(inv, query, PRELOADED).await?;
         let mut lines = vec![];
         for m in found {
             let ts = m.entry.timestamp;

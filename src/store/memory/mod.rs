@@ -173,7 +173,8 @@ pub fn memory_entry(session_id: &str, event: &Event) -> Option<MemoryEntry> {
     })
 }
 
-fn truncate_at_char(s: &mut String, max: usize) {
+/// Cuts `s` to at most `max` bytes, at a character boundary.
+pub(crate) fn truncate_at_char(s: &mut String, max: usize) {
     if s.len() > max {
         let mut end = max;
         while !s.is_char_boundary(end) {

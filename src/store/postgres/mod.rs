@@ -21,6 +21,7 @@ mod prune;
 pub mod router;
 mod run_record;
 mod runs;
+mod session_sql;
 mod sessions;
 mod takeover;
 mod usage;
@@ -29,7 +30,7 @@ pub use runs::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, CANCEL_RUN,
     DEQUEUE_SQL, ENQUEUE_SQL, EXPIRE_RUN, FINISH_RUN, RUN_INVOCATIONS_SQL, USER_RUN_SQL,
 };
-pub use sessions::{
+pub use session_sql::{
     APPEND, APPEND_END, APPEND_END_KEYLESS, APPEND_END_UNMETERED, CREATE_SQL, EVENTS_AFTER_SQL,
     EVENT_BY_ID_SQL, HEAD_SQL, LIST_SESSIONS_SQL,
 };
