@@ -133,7 +133,7 @@ error_codes! {
     InvalidVersion = 422, "invalid_version", Retry::No, "The version is not `latest` or an integer.";
     // Memory
     MemoryNotFound = 404, "memory_not_found", Retry::No, "No such memory.";
-    MemoryExtractionFailed = 502, "memory_extraction_failed", Retry::After(5), "The app's extraction model failed, or did not answer as asked; nothing was stored.";
+    MemoryExtractionFailed = 502, "memory_extraction_failed", Retry::After(5), "The app's extraction model failed, or did not answer as asked; the events it did not cover wait for the next add.";
     // Schedules
     ScheduleNotFound = 404, "schedule_not_found", Retry::No, "No such schedule.";
     InvalidCron = 422, "invalid_cron", Retry::No, "A bad cron pattern.";

@@ -3,8 +3,8 @@
 //! the model names are added, updated (the earlier text kept as a revision, shown by
 //! `GET …/memory/{id}`) and deleted as it says; the model is shown only the user's own
 //! memories, and an id it invents changes nothing; a failed extraction stores nothing and the
-//! next add repeats it; two adds of the same events apply once; `--memory-auto-ingest`
-//! extracts after a run.
+//! next add repeats it; two adds of the same events apply once; pruning a session forgets
+//! what memory took from it, revisions included; `--memory-auto-ingest` extracts after a run.
 
 mod common;
 
@@ -346,17 +346,78 @@ async fn a_failed_extraction_stores_nothing_and_the_next_add_repeats_it(backend:
 async fn two_adds_of_the_same_events_apply_once(backend: Backend) {
     let Setup { s, model, .. } = serve(backend, false).await;
     say(&s, "alice", "s1", "I play the cello").await;
+    // Both calls are made (each answer streams for about a second), then one applies and the
+    // other, finding the mark moved, drops its changes.
     for _ in 0..2 {
-        model.push(
-            EXTRACTOR,
-            answer(json!([{"action": "add", "text": "She plays the cello"}])),
-        );
+        let Reply::Stream(chunks) =
+            answer(json!([{"action": "add", "text": "She plays the cello"}]))
+        else {
+            unreachable!()
+        };
+        model.push(EXTRACTOR, Reply::Slow(chunks, Duration::from_millis(250)));
     }
     let (a, b) = tokio::join!(add(&s, "alice", "s1"), add(&s, "alice", "s1"));
     assert_eq!(a.status(), 200);
     assert_eq!(b.status(), 200);
+    assert_eq!(
+        model.requests_for(EXTRACTOR).len(),
+        2,
+        "the two adds did not overlap"
+    );
     let hits = search(&s, "alice", "cello").await;
     assert_eq!(hits.len(), 1, "applied twice: {hits:#?}");
+}
+
+async fn pruning_a_session_forgets_what_memory_took_from_it(backend: Backend) {
+    let Setup { s, model, .. } = serve(backend, false).await;
+    say(&s, "alice", "s1", "I live in Lisbon").await;
+    model.push(
+        EXTRACTOR,
+        answer(json!([{"action": "add", "text": "She lives in Lisbon"}])),
+    );
+    json_with_status(add(&s, "alice", "s1").await, 200).await;
+    let id = id_with_text(&search(&s, "alice", "Lisbon").await, "She lives in Lisbon");
+    say(&s, "alice", "s2", "I moved from Lisbon to Porto").await;
+    model.push(
+        EXTRACTOR,
+        answer(json!([{"action": "update", "id": id, "text": "She lives in Porto"}])),
+    );
+    json_with_status(add(&s, "alice", "s2").await, 200).await;
+    let store = s.db.store().await;
+    assert_eq!(
+        store
+            .memory_revisions(APP, "alice", &id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // s2 goes idle; s1 is used again, so a prune of idle sessions takes s2 alone.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let idle_before = agentd::event::now_ts();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    say(&s, "alice", "s1", "thanks").await;
+    let report = store
+        .prune(&agentd::store::PruneRequest {
+            sessions_before: idle_before,
+            runs_before: idle_before,
+            app: Some(APP.into()),
+            batch: 100,
+            dry_run: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.sessions, 1, "{report:?}");
+    // The memory s2 last wrote is gone, and so is its earlier text, though that came from s1.
+    assert!(store.get_memory(APP, "alice", &id).await.unwrap().is_none());
+    assert!(
+        store
+            .memory_revisions(APP, "alice", &id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a pruned memory's revisions were left behind"
+    );
 }
 
 async fn auto_ingest_extracts_after_each_run(backend: Backend) {
@@ -385,6 +446,7 @@ both_backends!(
     facts_are_added_updated_and_deleted_as_the_model_says,
     a_failed_extraction_stores_nothing_and_the_next_add_repeats_it,
     two_adds_of_the_same_events_apply_once,
+    pruning_a_session_forgets_what_memory_took_from_it,
     auto_ingest_extracts_after_each_run,
 );
 

@@ -1,5 +1,5 @@
 //! The bounds of a user's memory on every backend: `--max-memories-per-user` (a write that
-//! adds past it forgets the user's oldest, every way a memory is added, and no other user's),
+//! adds past it forgets the user's oldest, facts and sessions alike, and no other user's),
 //! and an app's `memory: ttl_days:` (what was not stated or updated for that long is
 //! forgotten, in that app only).
 

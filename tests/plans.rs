@@ -16,8 +16,9 @@ mod common;
 use agentd::store::postgres::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
     APPEND_END_KEYLESS, APPEND_END_UNMETERED, CANCEL_RUN, CREATE_SQL, EVENTS_AFTER_SQL,
-    EVENT_BY_ID_SQL, EXPIRE_AS, EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RELEASE_SQL,
-    RUN_INVOCATIONS_SQL, TAKE_OVER, USER_RUN_SQL,
+    EVENT_BY_ID_SQL, EXPIRE_AS, EXPIRE_MEMORIES_SQL, EXPIRE_REVISIONS_SQL, EXPIRE_RUN, FINISH_RUN,
+    HEAD_SQL, LIST_SESSIONS_SQL, MEMORY_BY_ID_SQL, RELEASE_SQL, RUN_INVOCATIONS_SQL, TAKE_OVER,
+    TRIM_SQL, USER_RUN_SQL,
 };
 use common::TestDb;
 use serde_json::Value;
@@ -31,6 +32,8 @@ const CHECKED: &[&str] = &[
     "run_queue",
     "usage_daily",
     "usage_keys",
+    "memory_entries",
+    "memory_revisions",
 ];
 
 /// (name, statement, EXECUTE arguments, table → the indexes it may be read through; a table
@@ -85,7 +88,16 @@ async fn hot_statements_use_their_indexes_without_statistics() {
            FROM generate_series(1, 2000) g;
          UPDATE sessions SET active_run = 'run-live', run_invocation = 'e-live', run_owner = 'r1',
                 run_created_at = 3000, run_base_seq = 2000
-          WHERE app_name = 'echo' AND user_id = 'u1' AND id = 's5';",
+          WHERE app_name = 'echo' AND user_id = 'u1' AND id = 's5';
+         INSERT INTO memory_entries (app_name, user_id, session_id, event_id, author,
+                                     \"timestamp\", text, content)
+         SELECT 'echo', CASE WHEN g <= 10000 THEN 'u1' ELSE 'other' || g END, 's5', 'mem-' || g,
+                'user', g, 'fact ' || g, '{}'::jsonb
+           FROM generate_series(1, 10100) g;
+         INSERT INTO memory_revisions (app_name, user_id, memory_id, revision, session_id,
+                                       author, \"timestamp\", text, replaced_at)
+         SELECT 'echo', 'u1', 'mem-' || g, 1, 's5', 'user', g, 'old fact', g
+           FROM generate_series(1, 1000) g;",
     )
     .await
     .unwrap();
@@ -363,6 +375,33 @@ async fn hot_statements_use_their_indexes_without_statistics() {
                 ("runs", &["runs_by_session"]),
                 ("sessions", &["sessions_pkey"]),
             ],
+        ),
+        (
+            "one memory, by id",
+            MEMORY_BY_ID_SQL,
+            "'echo', 'u1', 'mem-5000'",
+            vec![("memory_entries", &["memory_entries_pkey"])],
+        ),
+        (
+            "trim a user's memories to the newest",
+            TRIM_SQL,
+            "'echo', 'u1', 9000, 1000",
+            vec![(
+                "memory_entries",
+                &["memory_entries_pkey", "memory_entries_by_age"],
+            )],
+        ),
+        (
+            "expire an app's old memories",
+            EXPIRE_MEMORIES_SQL,
+            "'echo', 100.0",
+            vec![("memory_entries", &["memory_entries_by_app_age"])],
+        ),
+        (
+            "expire an app's old revisions",
+            EXPIRE_REVISIONS_SQL,
+            "'echo', 100.0",
+            vec![("memory_revisions", &["memory_revisions_by_app_age"])],
         ),
     ];
 

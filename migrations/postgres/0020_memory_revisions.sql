@@ -16,10 +16,19 @@ CREATE TABLE memory_revisions (
     PRIMARY KEY (app_name, user_id, memory_id, revision)
 );
 
--- A user's memories by age: the newest --max-memories-per-user are kept (a write that adds
--- past it forgets the oldest, src/store/postgres/memory.rs), and an app's `memory: ttl:` expires
--- the older ones (src/memory/retention.rs).
-CREATE INDEX memory_entries_by_age ON memory_entries (app_name, user_id, "timestamp");
+-- A user's memories by age, with the trim's tie-break: the newest --max-memories-per-user
+-- are kept (a write that adds past it forgets the oldest, src/store/postgres/memory.rs). Keyed
+-- by an expression of the user, as 0007 keys sessions: with (app_name, user_id) first, a
+-- database never analyzed plans a memory's lookup by id on this index (reading every index
+-- entry of the user) as readily as on the primary key; the trim names the expression.
+-- And an app's memories by age: its `memory: ttl_days:` forgets the older ones
+-- (src/memory/retention.rs) through a range of this index, not a scan of the app.
+-- Plain indexes, built while the migration holds the table: on a large table, create them
+-- CONCURRENTLY by hand first (docs/operations.md#upgrading), and these are skipped.
+CREATE INDEX IF NOT EXISTS memory_entries_by_age
+    ON memory_entries ((app_name || E'\x1f' || user_id), "timestamp", event_id);
+CREATE INDEX IF NOT EXISTS memory_entries_by_app_age ON memory_entries (app_name, "timestamp");
+CREATE INDEX memory_revisions_by_app_age ON memory_revisions (app_name, "timestamp");
 
 -- The memory TTL's scan takes turns with the other cluster-wide scans (src/store/turns.rs).
 INSERT INTO poll_turns (kind, polled_at) VALUES ('memory_ttl', 0);

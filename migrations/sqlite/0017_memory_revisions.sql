@@ -13,5 +13,7 @@ CREATE TABLE memory_revisions (
     PRIMARY KEY (app_name, user_id, memory_id, revision)
 ) WITHOUT ROWID;
 
--- A user's memories by age (--max-memories-per-user, an app's `memory: ttl:`).
-CREATE INDEX memory_entries_by_age ON memory_entries (app_name, user_id, timestamp);
+-- A user's memories by age (--max-memories-per-user), an app's (its `memory: ttl_days:`).
+CREATE INDEX memory_entries_by_age ON memory_entries (app_name, user_id, timestamp, event_id);
+CREATE INDEX memory_entries_by_app_age ON memory_entries (app_name, timestamp);
+CREATE INDEX memory_revisions_by_app_age ON memory_revisions (app_name, timestamp);

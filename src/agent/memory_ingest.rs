@@ -4,20 +4,75 @@
 //! Adding is idempotent and incremental (only events after the session's memory watermark
 //! are read), so doing it after every run is cheap. For an app with `memory: {mode:
 //! extract}` it is a call of the extraction model, made in the background so the run's end
-//! does not wait for it; a replica that dies first loses nothing, as the session's mark moves
-//! only with what was extracted, and the next add reads the same events. It never fails a
-//! run: errors are logged.
+//! does not wait for it: one at a time per session (a run that ends while its session's
+//! extraction is in flight has that extraction read on once more, instead of racing it and
+//! paying for the same events twice), at most [`MAX_EXTRACTIONS`] at a time per replica (the
+//! others are left to the session's next run or `PATCH`). A replica that dies first loses
+//! nothing: the session's mark moves only with what was extracted, and the next add reads the
+//! same events. It never fails a run: errors are logged.
 
 use crate::agent::{InvocationContext, Plugin};
+use crate::store::SessionKey;
 use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use tracing::Instrument;
 
+/// Background extractions one replica runs at once.
+pub const MAX_EXTRACTIONS: usize = 8;
+
 /// Adds the run's session to memory after every run, whatever the run's outcome.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct MemoryIngestPlugin;
+#[derive(Default)]
+pub struct MemoryIngestPlugin {
+    /// What the extraction model's calls cost (`--prices`).
+    prices: Arc<crate::usage::Prices>,
+    /// Sessions whose extraction is in flight here, and whether a run ended since it started.
+    in_flight: Arc<Mutex<HashMap<SessionKey, bool>>>,
+}
 
 impl MemoryIngestPlugin {
     pub const NAME: &'static str = "agentd_memory_ingest";
+
+    pub fn new(prices: Arc<crate::usage::Prices>) -> Self {
+        MemoryIngestPlugin {
+            prices,
+            in_flight: Arc::default(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes the session out of the in-flight set when its task ends, however it ends.
+struct InFlight {
+    set: Arc<Mutex<HashMap<SessionKey, bool>>>,
+    key: SessionKey,
+}
+
+impl InFlight {
+    /// Whether a run ended since the last pass (and clears it); when not, the session leaves
+    /// the set, in the same lock, so a run ending now starts a task of its own.
+    fn again(&self) -> bool {
+        let mut set = lock(&self.set);
+        match set.get_mut(&self.key) {
+            Some(again) if *again => {
+                *again = false;
+                true
+            }
+            _ => {
+                set.remove(&self.key);
+                false
+            }
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        lock(&self.set).remove(&self.key);
+    }
 }
 
 #[async_trait]
@@ -30,27 +85,54 @@ impl Plugin for MemoryIngestPlugin {
         let key = ctx.session_key().clone();
         let store = ctx.store().clone();
         let embedder = ctx.embedder().cloned();
-        let extraction = ctx.memory_extraction().cloned();
-        let background = extraction.is_some();
-        let add = async move {
+        let Some(extraction) = ctx.memory_extraction().cloned() else {
             let added = crate::memory::add_session(
                 store.as_ref(),
                 embedder.as_deref(),
-                extraction.as_deref(),
+                None,
+                &self.prices,
                 &key,
             );
             if let Err(e) = added.await {
-                tracing::warn!(
-                    error = %e,
-                    session = %key.session_id,
-                    "could not add the session to memory"
+                tracing::warn!(error = %e, session = %key.session_id, "could not add the session to memory");
+            }
+            return;
+        };
+        {
+            let mut set = lock(&self.in_flight);
+            if let Some(again) = set.get_mut(&key) {
+                *again = true;
+                return;
+            }
+            if set.len() >= MAX_EXTRACTIONS {
+                tracing::info!(session = %key.session_id, "memory extractions at their bound; this session waits for its next run or PATCH");
+                return;
+            }
+            set.insert(key.clone(), false);
+        }
+        let guard = InFlight {
+            set: self.in_flight.clone(),
+            key: key.clone(),
+        };
+        let prices = self.prices.clone();
+        let task = async move {
+            loop {
+                let added = crate::memory::add_session(
+                    store.as_ref(),
+                    embedder.as_deref(),
+                    Some(&extraction),
+                    &prices,
+                    &guard.key,
                 );
+                if let Err(e) = added.await {
+                    tracing::warn!(error = %e, session = %guard.key.session_id, "could not extract the session's memories");
+                    return;
+                }
+                if !guard.again() {
+                    return;
+                }
             }
         };
-        if background {
-            tokio::spawn(add.instrument(tracing::Span::current()));
-        } else {
-            add.await;
-        }
+        tokio::spawn(task.instrument(tracing::Span::current()));
     }
 }

@@ -192,7 +192,7 @@ impl From<crate::memory::extract::ExtractError> for ApiError {
                 };
                 ApiError::new(
                     ErrorCode::MemoryExtractionFailed,
-                    format!("The app's extraction model failed ({kind}); nothing was stored, retry later."),
+                    format!("The app's extraction model failed ({kind}); the events it did not cover wait for the next add: retry later."),
                 )
             }
         }

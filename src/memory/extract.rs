@@ -8,8 +8,8 @@
 //! [`MAX_CONVERSATION_BYTES`] of their text, and its changes are applied together with the
 //! mark's move in one transaction, only while the mark is still where this call read it
 //! ([`crate::store::MemoryStore::apply_memory_changes`]). So a failed or killed call stores
-//! nothing and the next add repeats it, and two adds of the same events (a `PATCH` racing
-//! `--memory-auto-ingest`) apply once. The model only sees ids of the user's own memories, and
+//! nothing of its own (calls before it in the same add keep theirs) and the next add repeats
+//! it, and two adds of the same events (a `PATCH` racing `--memory-auto-ingest`) apply once. The model only sees ids of the user's own memories, and
 //! an id it invents is ignored: an answer can change no other user's memory.
 
 use crate::event::Content;
@@ -90,10 +90,17 @@ pub async fn add_session(
     store: &dyn Store,
     embedder: Option<&dyn Embedder>,
     extraction: &Extraction,
+    prices: &crate::usage::Prices,
     key: &SessionKey,
 ) -> Result<Extracted, ExtractError> {
     let mut done = Extracted::default();
-    while done.calls < MAX_CALLS {
+    // Each pass reads the mark again: a pass another add raced covered only the events that
+    // add read, and later ones may have come since. Bounded: a pass that lost the race read
+    // no more than it did, and at most MAX_CALLS of the passes call the model.
+    for _ in 0..MAX_CALLS * 4 {
+        if done.calls == MAX_CALLS {
+            break;
+        }
         let from = store
             .memory_mark(key)
             .await?
@@ -107,19 +114,22 @@ pub async fn add_session(
             vec![]
         } else {
             done.calls += 1;
-            decide(store, embedder, extraction, key, &chunk.turns).await?
+            decide(store, embedder, extraction, prices, key, &chunk.turns).await?
         };
         match store.apply_memory_changes(key, from, to, &changes).await? {
             Some(a) => {
                 done.applied.added += a.added;
                 done.applied.updated += a.updated;
                 done.applied.deleted += a.deleted;
+                if !chunk.more {
+                    return Ok(done);
+                }
             }
-            // Another add moved the mark first: it covered these events.
-            None => tracing::debug!(session = %key.session_id, "memory extraction raced; skipped"),
-        }
-        if !chunk.more {
-            return Ok(done);
+            // Another add moved the mark first: its changes stand, ours are dropped, and the
+            // next pass reads from where it left the mark.
+            None => {
+                tracing::debug!(session = %key.session_id, "memory extraction raced; reading the mark again")
+            }
         }
     }
     Ok(done)
@@ -192,6 +202,7 @@ async fn decide(
     store: &dyn Store,
     embedder: Option<&dyn Embedder>,
     extraction: &Extraction,
+    prices: &crate::usage::Prices,
     key: &SessionKey,
     turns: &[(String, String)],
 ) -> Result<Vec<MemoryChange>, ExtractError> {
@@ -215,7 +226,7 @@ async fn decide(
     };
     let existing = crate::memory::search(store, embedder, app, user, &query, MAX_EXISTING).await?;
     let existing: Vec<&MemoryEntry> = existing.iter().map(|h| &h.entry).collect();
-    let answer = ask(store, extraction, key, &existing, turns).await?;
+    let answer = ask(store, extraction, prices, key, &existing, turns).await?;
     let known: HashSet<&str> = existing.iter().map(|e| e.event_id.as_str()).collect();
     Ok(changes_of(answer, &known, &key.session_id))
 }
@@ -239,6 +250,7 @@ struct Operation {
 async fn ask(
     store: &dyn Store,
     extraction: &Extraction,
+    prices: &crate::usage::Prices,
     key: &SessionKey,
     existing: &[&MemoryEntry],
     turns: &[(String, String)],
@@ -279,27 +291,38 @@ async fn ask(
         .await
         .map_err(|_| ExtractError::Timeout(extraction.timeout.as_secs()))??;
     if let Some(u) = usage {
-        charge(store, extraction, key, u).await;
+        charge(store, extraction, prices, key, u).await;
     }
     parse_answer(&text)
 }
 
-/// Counts the call's tokens, and adds them to the user's usage (their token budget counts
-/// them). A failed write is logged: the answer is used all the same.
+/// Counts the call's tokens, and adds them and their cost at `prices` to the user's usage
+/// (their budgets count them). A failed write is logged: the answer is used all the same.
 async fn charge(
     store: &dyn Store,
     extraction: &Extraction,
+    prices: &crate::usage::Prices,
     key: &SessionKey,
     u: crate::model::Usage,
 ) {
     count_tokens(&key.app_name, u.total_tokens);
+    let model = extraction.model.name();
+    // Normalised as a run's calls are (the output is every token past the prompt).
+    let tokens = crate::usage::Tokens::normalise(
+        u.prompt_tokens,
+        u.candidates_tokens,
+        u.thoughts_tokens.unwrap_or(0),
+        u.cached_tokens.unwrap_or(0),
+        u.total_tokens,
+    );
     let call = OutsideCall {
         app: &key.app_name,
         user: &key.user_id,
-        model: extraction.model.name(),
+        model,
         day: (crate::event::now_ts() / 86_400.0).floor() as i64,
-        input_tokens: u.prompt_tokens,
-        output_tokens: u.candidates_tokens,
+        input_tokens: tokens.input,
+        output_tokens: tokens.output,
+        cost: prices.cost(model, tokens),
     };
     if let Err(e) = store.charge_call(&call).await {
         tracing::warn!(error = %e, "could not add the extraction's tokens to the user's usage");

@@ -113,13 +113,15 @@ pub(crate) fn count_tokens(app: &str, purpose: &'static str, tokens: u64) {
 }
 
 /// Adds the session's new events to the user's memory the app's way: as they are (`mode:
-/// raw`), or the facts `extraction`'s model finds in them (`mode: extract`, [`extract`]).
+/// raw`), or the facts `extraction`'s model finds in them (`mode: extract`, [`extract`]; its
+/// calls charged to the user at `prices`).
 /// `StoreError::SessionNotFound` (as [`extract::ExtractError::Store`]) when the session does
 /// not exist.
 pub async fn add_session(
     store: &dyn Store,
     embedder: Option<&dyn Embedder>,
     extraction: Option<&extract::Extraction>,
+    prices: &crate::usage::Prices,
     key: &SessionKey,
 ) -> Result<(), extract::ExtractError> {
     match extraction {
@@ -128,7 +130,7 @@ pub async fn add_session(
             tracing::debug!(added, session = %key.session_id, "session added to memory");
         }
         Some(x) => {
-            let done = extract::add_session(store, embedder, x, key).await?;
+            let done = extract::add_session(store, embedder, x, prices, key).await?;
             tracing::debug!(
                 calls = done.calls,
                 added = done.applied.added,

@@ -31,13 +31,16 @@ pub struct Server {
 impl Server {
     /// Opens the database (migrating it), loads apps, binds `args.bind` and starts serving.
     pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
+        if args.max_memories_per_user == 0 {
+            anyhow::bail!("--max-memories-per-user must be at least 1");
+        }
         let store = store::open(
             &args.database.database_url,
             args.database.db_max_connections,
             StoreLimits {
                 max_artifact_bytes: args.max_artifact_bytes,
                 max_event_parts: args.max_message_parts,
-                max_memories_per_user: args.max_memories_per_user.max(1),
+                max_memories_per_user: args.max_memories_per_user,
             },
         )
         .await
@@ -61,11 +64,6 @@ impl Server {
             Arc::new(registry)
         };
         warn_missing_keys(&apps);
-        if args.memory_auto_ingest {
-            plugins
-                .push(Arc::new(crate::agent::memory_ingest::MemoryIngestPlugin))
-                .map_err(|e| anyhow::anyhow!("cannot enable memory auto-ingest: {e}"))?;
-        }
         let mut runner_config = RunnerConfig {
             lease: Duration::from_secs(args.run_lease_secs.max(1)),
             max_run_duration: Duration::from_secs(args.max_run_secs.max(1)),
@@ -85,6 +83,13 @@ impl Server {
         runner_config.max_resumes = args.max_resumes;
         runner_config.drain_handover = args.drain_handover;
         runner_config.prices = Arc::new(load_prices(args.prices.as_deref())?);
+        if args.memory_auto_ingest {
+            let plugin =
+                crate::agent::memory_ingest::MemoryIngestPlugin::new(runner_config.prices.clone());
+            plugins
+                .push(Arc::new(plugin))
+                .map_err(|e| anyhow::anyhow!("cannot enable memory auto-ingest: {e}"))?;
+        }
         let budgets = runner_config.budgets.clone();
         let run_ended = runner_config.run_ended.clone();
         // Checked before anything starts: a refused configuration leaves nothing running.

@@ -93,13 +93,20 @@ pub trait PruneStore: Send + Sync + 'static {
     }
 }
 
-/// The tables a session's rows live in, and the column that names the session. What memory holds from a session goes with it: its events' memories, the facts extracted
-/// from it, and the earlier texts that came from it.
+/// The tables a session's rows live in, and which of their rows are the session's (after
+/// `app_name = $1 AND user_id = $2`; `$3` the session's id), in the order they are deleted.
+/// What memory holds from a session goes with it: its events' memories and the facts
+/// extracted from it, with every revision of those, and the earlier texts that came from it.
 pub(crate) const SESSION_TABLES: [(&str, &str); 6] = [
-    ("events", "session_id"),
-    ("artifacts", "session_id"),
-    ("memory_entries", "session_id"),
-    ("memory_revisions", "session_id"),
-    ("memory_sessions", "session_id"),
-    ("runs", "session_id"),
+    ("events", "session_id = $3"),
+    ("artifacts", "session_id = $3"),
+    (
+        "memory_revisions",
+        "(session_id = $3 OR memory_id IN (SELECT event_id FROM memory_entries
+                                             WHERE app_name = $1 AND user_id = $2
+                                               AND session_id = $3))",
+    ),
+    ("memory_entries", "session_id = $3"),
+    ("memory_sessions", "session_id = $3"),
+    ("runs", "session_id = $3"),
 ];

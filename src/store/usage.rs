@@ -89,8 +89,8 @@ pub trait UsageStore: Send + Sync + 'static {
     /// runs have committed so far, in one read.
     async fn spent(&self, payer: &Payer, w: &Window) -> StoreResult<Spent>;
     /// Adds one model call made outside any run (memory extraction) to the user's
-    /// `usage_daily` row of `model` on `day`: its tokens, one call, unpriced, no run. So the
-    /// user's reports show it and their token budget counts it.
+    /// `usage_daily` row of `model` on `day`: its tokens, one call, its cost (or one unpriced
+    /// call), no run. So the user's reports show it and their budgets count it.
     async fn charge_call(&self, call: &OutsideCall<'_>) -> StoreResult<()>;
 }
 
@@ -104,6 +104,8 @@ pub struct OutsideCall<'a> {
     pub day: i64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// What it cost at the operator's prices; `None` when the model has no price.
+    pub cost: Option<f64>,
 }
 
 /// A report over `usage_daily` grouped by `key` (a column or expression). Parameters: $1 from
@@ -436,13 +438,15 @@ macro_rules! usage_store {
             async fn charge_call(&self, call: &OutsideCall<'_>) -> StoreResult<()> {
                 sqlx::query(
                     "INSERT INTO usage_daily AS t (app_name, user_id, day, model, input_tokens,
-                                                   output_tokens, model_calls, unpriced_calls)
-                     VALUES ($1, $2, $3, $4, $5, $6, 1, 1)
+                                                   output_tokens, model_calls, cost,
+                                                   unpriced_calls)
+                     VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)
                      ON CONFLICT (app_name, user_id, day, model) DO UPDATE
                         SET input_tokens = t.input_tokens + excluded.input_tokens,
                             output_tokens = t.output_tokens + excluded.output_tokens,
                             model_calls = t.model_calls + 1,
-                            unpriced_calls = t.unpriced_calls + 1",
+                            cost = t.cost + excluded.cost,
+                            unpriced_calls = t.unpriced_calls + excluded.unpriced_calls",
                 )
                 .bind(call.app)
                 .bind(call.user)
@@ -450,6 +454,8 @@ macro_rules! usage_store {
                 .bind(call.model)
                 .bind(call.input_tokens.min(i64::MAX as u64) as i64)
                 .bind(call.output_tokens.min(i64::MAX as u64) as i64)
+                .bind(call.cost.unwrap_or(0.0))
+                .bind(i64::from(call.cost.is_none()))
                 .execute(&self.$writer)
                 .await?;
                 Ok(())

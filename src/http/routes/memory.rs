@@ -79,6 +79,7 @@ async fn update_memory(
         state.store.as_ref(),
         embedder.as_deref(),
         extraction.as_deref(),
+        state.runner.prices(),
         &key,
     )
     .await?;

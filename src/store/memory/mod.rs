@@ -126,6 +126,10 @@ pub struct MemoryEntry {
 /// memory is a snippet for a model's context, not a document store.
 pub const MAX_MEMORY_TEXT_BYTES: usize = 64 * 1024;
 
+/// Most memories one write forgets to keep a user within `--max-memories-per-user`: the
+/// count stops growing at once, and a limit lowered later is reached a write at a time.
+pub const TRIM_BATCH: i64 = 1_000;
+
 /// Most query words used; the rest of a very long query is ignored.
 pub const MAX_QUERY_WORDS: usize = 32;
 

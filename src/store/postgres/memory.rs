@@ -177,15 +177,12 @@ impl MemoryStore for PgStore {
         user: &str,
         id: &str,
     ) -> StoreResult<Option<MemoryEntry>> {
-        let row = sqlx::query(
-            r#"SELECT session_id, event_id, author, "timestamp", text, content
-                 FROM memory_entries WHERE app_name = $1 AND user_id = $2 AND event_id = $3"#,
-        )
-        .bind(app)
-        .bind(user)
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await?;
+        let row = sqlx::query(MEMORY_BY_ID_SQL)
+            .bind(app)
+            .bind(user)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
         row.as_ref().map(entry_of).transpose()
     }
 
@@ -264,48 +261,9 @@ impl MemoryStore for PgStore {
                         insert_entry(&mut tx, app, user, e, "ON CONFLICT DO NOTHING").await?;
                 }
                 MemoryChange::Update(e) => {
-                    let id = e.event_id.as_str();
-                    let last: i32 = sqlx::query_scalar(
-                        "SELECT coalesce(max(revision), 0) FROM memory_revisions
-                          WHERE app_name = $1 AND user_id = $2 AND memory_id = $3",
-                    )
-                    .bind(app)
-                    .bind(user)
-                    .bind(id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    let kept = sqlx::query(
-                        r#"INSERT INTO memory_revisions (app_name, user_id, memory_id, revision,
-                                  session_id, author, "timestamp", text, replaced_at)
-                           SELECT app_name, user_id, event_id, $4, session_id, author,
-                                  "timestamp", text, $5
-                             FROM memory_entries
-                            WHERE app_name = $1 AND user_id = $2 AND event_id = $3"#,
-                    )
-                    .bind(app)
-                    .bind(user)
-                    .bind(id)
-                    .bind(last + 1)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                    if kept == 0 {
-                        continue;
+                    if update_one(&mut tx, app, user, e, now, self.has_vectors()).await? {
+                        applied.updated += 1;
                     }
-                    // Deleted and inserted again (not updated): the new row has no vector,
-                    // whether or not this database has the vector columns.
-                    sqlx::query(
-                        "DELETE FROM memory_entries
-                          WHERE app_name = $1 AND user_id = $2 AND event_id = $3",
-                    )
-                    .bind(app)
-                    .bind(user)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                    insert_entry(&mut tx, app, user, e, "").await?;
-                    applied.updated += 1;
                 }
                 MemoryChange::Delete(id) => {
                     if delete_one(&mut tx, app, user, id).await? {
@@ -324,18 +282,17 @@ impl MemoryStore for PgStore {
     async fn expire_memories(&self, app: &str, before: f64) -> StoreResult<u64> {
         // Revisions first: a pass cut short leaves no revision of a memory already gone that
         // the next pass would not take.
-        sqlx::query(r#"DELETE FROM memory_revisions WHERE app_name = $1 AND "timestamp" < $2"#)
+        sqlx::query(EXPIRE_REVISIONS_SQL)
             .bind(app)
             .bind(before)
             .execute(self.pool())
             .await?;
-        let gone =
-            sqlx::query(r#"DELETE FROM memory_entries WHERE app_name = $1 AND "timestamp" < $2"#)
-                .bind(app)
-                .bind(before)
-                .execute(self.pool())
-                .await?
-                .rows_affected();
+        let gone = sqlx::query(EXPIRE_MEMORIES_SQL)
+            .bind(app)
+            .bind(before)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
         Ok(gone)
     }
 
@@ -372,9 +329,19 @@ impl MemoryStore for PgStore {
     }
 }
 
+/// One memory: $1 app, $2 user, $3 id.
+pub const MEMORY_BY_ID_SQL: &str = r#"SELECT session_id, event_id, author, "timestamp", text, content
+  FROM memory_entries WHERE app_name = $1 AND user_id = $2 AND event_id = $3"#;
+
+/// An app's memories stated before $2 (`memory: ttl_days:`), and their revisions' texts.
+pub const EXPIRE_MEMORIES_SQL: &str =
+    r#"DELETE FROM memory_entries WHERE app_name = $1 AND "timestamp" < $2"#;
+pub const EXPIRE_REVISIONS_SQL: &str =
+    r#"DELETE FROM memory_revisions WHERE app_name = $1 AND "timestamp" < $2"#;
+
 /// Moves a session's memory mark from (`$6`, `$7`) to (`$4`, `$5`): inserts it when the
-/// session has none, updates it while it is the one read (or a mark of an earlier session of
-/// that id, when the one read was 0), and returns no row otherwise.
+/// session has none, updates it while it is the one read (or, when the one read was 0, a mark
+/// of an earlier session of that id, created before it), and returns no row otherwise.
 const MOVE_MARK: &str = "INSERT INTO memory_sessions AS t
         (app_name, user_id, session_id, session_create_time, ingested_seq)
      VALUES ($1, $2, $3, $4, $5)
@@ -382,7 +349,7 @@ const MOVE_MARK: &str = "INSERT INTO memory_sessions AS t
         SET ingested_seq = EXCLUDED.ingested_seq,
             session_create_time = EXCLUDED.session_create_time
       WHERE (t.session_create_time = $6 AND t.ingested_seq = $7)
-         OR ($7 = 0 AND t.session_create_time <> $6)
+         OR ($7 = 0 AND t.session_create_time < $6)
      RETURNING 1";
 
 /// Inserts one memory (`conflict`: `""`, or `ON CONFLICT DO NOTHING`); how many rows it added.
@@ -411,29 +378,111 @@ async fn insert_entry(
     .rows_affected() as usize)
 }
 
-/// Forgets (app, user)'s oldest memories beyond the newest `keep`, with their revisions
-/// (`--max-memories-per-user`); how many. Through `memory_entries_by_age`, so it reads the
-/// user's newest `keep` index entries, whatever the statistics.
+/// Gives memory `e.event_id` of (app, user) `e`'s text, author, session and time, its text
+/// until now kept as its next revision; whether it existed. In place, with the row locked
+/// first: a delete or another update of the same memory waits for this one and then acts on
+/// what it wrote (the revision numbers stay unique). Its vector and claim are cleared (when
+/// the database keeps vectors), so the embedder makes one for the new text, and one that
+/// claimed the old text stores nothing.
+async fn update_one(
+    conn: &mut sqlx::PgConnection,
+    app: &str,
+    user: &str,
+    e: &MemoryEntry,
+    now: f64,
+    vectors: bool,
+) -> StoreResult<bool> {
+    let current = sqlx::query(
+        r#"SELECT session_id, author, "timestamp", text FROM memory_entries
+            WHERE app_name = $1 AND user_id = $2 AND event_id = $3 FOR UPDATE"#,
+    )
+    .bind(app)
+    .bind(user)
+    .bind(&e.event_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(current) = current else {
+        return Ok(false);
+    };
+    let last: i32 = sqlx::query_scalar(
+        "SELECT coalesce(max(revision), 0) FROM memory_revisions
+          WHERE app_name = $1 AND user_id = $2 AND memory_id = $3",
+    )
+    .bind(app)
+    .bind(user)
+    .bind(&e.event_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query(
+        r#"INSERT INTO memory_revisions (app_name, user_id, memory_id, revision, session_id,
+                  author, "timestamp", text, replaced_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"#,
+    )
+    .bind(app)
+    .bind(user)
+    .bind(&e.event_id)
+    .bind(last + 1)
+    .bind(current.try_get::<String, _>("session_id")?)
+    .bind(current.try_get::<String, _>("author")?)
+    .bind(current.try_get::<f64, _>("timestamp")?)
+    .bind(current.try_get::<String, _>("text")?)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    let reset = match vectors {
+        true => ", embedding = NULL, space = NULL, claimed_until = NULL",
+        false => "",
+    };
+    sqlx::query(&format!(
+        r#"UPDATE memory_entries
+              SET session_id = $4, author = $5, "timestamp" = $6, text = $7, content = $8{reset}
+            WHERE app_name = $1 AND user_id = $2 AND event_id = $3"#
+    ))
+    .bind(app)
+    .bind(user)
+    .bind(&e.event_id)
+    .bind(&e.session_id)
+    .bind(&e.author)
+    .bind(e.timestamp)
+    .bind(&e.text)
+    .bind(Json(&e.content))
+    .execute(&mut *conn)
+    .await?;
+    Ok(true)
+}
+
+/// The trim ([`trim`]): $1 app, $2 user, $3 how many to keep, $4 at most how many to forget.
+/// The ids first, once (an InitPlan, through `memory_entries_by_age`), then each deleted
+/// through the primary key.
+pub const TRIM_SQL: &str = r#"DELETE FROM memory_entries
+            WHERE app_name = $1 AND user_id = $2
+              AND event_id = ANY (ARRAY(
+                  SELECT event_id FROM memory_entries
+                   WHERE (app_name || E'\x1f' || user_id) = ($1 || E'\x1f' || $2)
+                     AND user_id = $2
+                   ORDER BY (app_name || E'\x1f' || user_id) DESC, "timestamp" DESC,
+                            event_id DESC
+                   LIMIT $4 OFFSET $3))
+           RETURNING event_id"#;
+
+/// Forgets (app, user)'s oldest memories beyond the newest `keep`, at most [`TRIM_BATCH`](crate::store::memory::TRIM_BATCH) a
+/// write, with their revisions (`--max-memories-per-user`); how many. It walks
+/// `memory_entries_by_age` newest first (the only index with that order, so the plan whatever
+/// the statistics; `tests/plans.rs`), so a write costs the user's memories up to `keep`:
+/// little for most users, the limit's worth for one at it.
 async fn trim(
     conn: &mut sqlx::PgConnection,
     app: &str,
     user: &str,
     keep: usize,
 ) -> StoreResult<usize> {
-    let gone: Vec<String> = sqlx::query_scalar(
-        r#"DELETE FROM memory_entries
-            WHERE app_name = $1 AND user_id = $2
-              AND event_id IN (SELECT event_id FROM memory_entries
-                                WHERE app_name = $1 AND user_id = $2
-                                ORDER BY "timestamp" DESC, event_id DESC
-                               OFFSET $3)
-           RETURNING event_id"#,
-    )
-    .bind(app)
-    .bind(user)
-    .bind(keep.min(i64::MAX as usize) as i64)
-    .fetch_all(&mut *conn)
-    .await?;
+    let gone: Vec<String> = sqlx::query_scalar(TRIM_SQL)
+        .bind(app)
+        .bind(user)
+        .bind(keep.min(i64::MAX as usize) as i64)
+        .bind(crate::store::memory::TRIM_BATCH)
+        .fetch_all(&mut *conn)
+        .await?;
     if !gone.is_empty() {
         sqlx::query(
             "DELETE FROM memory_revisions

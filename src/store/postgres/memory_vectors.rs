@@ -347,7 +347,8 @@ impl VectorStore for PgStore {
             "UPDATE memory_entries
                 SET embedding = ($5::text[])[array_position($4::text[], user_id || $6 || event_id)]::vector,
                     space = $2, claimed_until = NULL
-              WHERE app_name = $1 AND user_id = ANY($3) AND (user_id || $6 || event_id) = ANY($4)",
+              WHERE app_name = $1 AND user_id = ANY($3) AND (user_id || $6 || event_id) = ANY($4)
+                AND claimed_until IS NOT NULL",
         )
         .bind(app)
         .bind(&space.name)

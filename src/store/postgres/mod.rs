@@ -26,6 +26,7 @@ mod sessions;
 mod takeover;
 mod usage;
 
+pub use memory::{EXPIRE_MEMORIES_SQL, EXPIRE_REVISIONS_SQL, MEMORY_BY_ID_SQL, TRIM_SQL};
 pub use runs::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, CANCEL_RUN,
     DEQUEUE_SQL, ENQUEUE_SQL, EXPIRE_RUN, FINISH_RUN, RUN_INVOCATIONS_SQL, USER_RUN_SQL,
@@ -235,6 +236,12 @@ impl PgStore {
         self.vectors.read().map(|v| v.clone()).unwrap_or_else(|_| {
             crate::store::memory::vectors::VectorSupport::Missing("unknown".into())
         })
+    }
+
+    /// Whether `memory_entries` has its vector columns in use (pgvector installed and new
+    /// enough): what a write that resets a memory's vector must name.
+    pub(crate) fn has_vectors(&self) -> bool {
+        self.vector_support_now() == crate::store::memory::vectors::VectorSupport::Available
     }
 
     /// Whether the hot steps go through [`router`]'s functions (on Citus, once installed).

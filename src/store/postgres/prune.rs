@@ -103,15 +103,13 @@ impl PruneStore for PgStore {
                     .execute(&mut *tx)
                     .await?;
             }
-            for (table, column) in SESSION_TABLES {
+            for (table, rows) in SESSION_TABLES {
                 let verb = if req.dry_run {
                     "SELECT count(*) FROM"
                 } else {
                     "DELETE FROM"
                 };
-                let sql = format!(
-                    "{verb} {table} WHERE app_name = $1 AND user_id = $2 AND {column} = $3"
-                );
+                let sql = format!("{verb} {table} WHERE app_name = $1 AND user_id = $2 AND {rows}");
                 let q = sqlx::query(&sql)
                     .bind(&k.app_name)
                     .bind(&k.user_id)

@@ -229,7 +229,7 @@ impl MemoryStore for SqliteStore {
                 SET ingested_seq = excluded.ingested_seq,
                     session_create_time = excluded.session_create_time
               WHERE (t.session_create_time = ?6 AND t.ingested_seq = ?7)
-                 OR (?7 = 0 AND t.session_create_time <> ?6)
+                 OR (?7 = 0 AND t.session_create_time < ?6)
              RETURNING 1",
         )
         .bind(app)
@@ -274,17 +274,26 @@ impl MemoryStore for SqliteStore {
                     if kept == 0 {
                         continue;
                     }
-                    // Deleted and inserted again: the new row has no vector.
+                    // In place (the writer is one at a time); its vector and claim cleared, so
+                    // the embedder makes one for the new text and one that claimed the old
+                    // text stores nothing.
                     sqlx::query(
-                        "DELETE FROM memory_entries
-                          WHERE app_name = ? AND user_id = ? AND event_id = ?",
+                        "UPDATE memory_entries
+                            SET session_id = ?4, author = ?5, timestamp = ?6, text = ?7,
+                                content = ?8, embedding = NULL, space = NULL,
+                                claimed_until = NULL
+                          WHERE app_name = ?1 AND user_id = ?2 AND event_id = ?3",
                     )
                     .bind(app)
                     .bind(user)
                     .bind(&e.event_id)
+                    .bind(&e.session_id)
+                    .bind(&e.author)
+                    .bind(e.timestamp)
+                    .bind(&e.text)
+                    .bind(serde_json::to_string(&e.content)?)
                     .execute(&mut *tx)
                     .await?;
-                    insert_entry(&mut tx, app, user, e, "").await?;
                     applied.updated += 1;
                 }
                 MemoryChange::Delete(id) => {
@@ -377,7 +386,8 @@ async fn insert_entry(
     .rows_affected() as usize)
 }
 
-/// Forgets (app, user)'s oldest memories beyond the newest `keep`, with their revisions
+/// Forgets (app, user)'s oldest memories beyond the newest `keep`, at most
+/// [`TRIM_BATCH`](crate::store::memory::TRIM_BATCH) a write, with their revisions
 /// (`--max-memories-per-user`); how many.
 async fn trim(
     conn: &mut sqlx::SqliteConnection,
@@ -391,12 +401,13 @@ async fn trim(
             AND event_id IN (SELECT event_id FROM memory_entries
                               WHERE app_name = ?1 AND user_id = ?2
                               ORDER BY timestamp DESC, event_id DESC
-                              LIMIT -1 OFFSET ?3)
+                              LIMIT ?4 OFFSET ?3)
          RETURNING event_id",
     )
     .bind(app)
     .bind(user)
     .bind(keep.min(i64::MAX as usize) as i64)
+    .bind(crate::store::memory::TRIM_BATCH)
     .fetch_all(&mut *conn)
     .await?;
     for id in &gone {

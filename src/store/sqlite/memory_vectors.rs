@@ -118,7 +118,7 @@ impl VectorStore for SqliteStore {
         for (user, event_id, v) in vectors {
             stored += sqlx::query(
                 "UPDATE memory_entries SET embedding = ?, space = ?, claimed_until = NULL
-                  WHERE app_name = ? AND user_id = ? AND event_id = ?",
+                  WHERE app_name = ? AND user_id = ? AND event_id = ? AND claimed_until IS NOT NULL",
             )
             .bind(vector_blob(v))
             .bind(&space.name)

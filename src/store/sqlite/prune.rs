@@ -87,9 +87,10 @@ impl PruneStore for SqliteStore {
                 continue;
             }
             report.sessions += 1;
-            for (table, column) in SESSION_TABLES {
-                let sql =
-                    format!("{verb} {table} WHERE app_name = ? AND user_id = ? AND {column} = ?");
+            for (table, rows) in SESSION_TABLES {
+                // SQLite's numbered parameters are `?N`.
+                let sql = format!("{verb} {table} WHERE app_name = $1 AND user_id = $2 AND {rows}")
+                    .replace('$', "?");
                 let q = sqlx::query(&sql)
                     .bind(&k.app_name)
                     .bind(&k.user_id)
