@@ -7,7 +7,7 @@
 
 mod common;
 
-use agentd::store::memory::vectors::{VectorSpace, VectorSupport};
+use agentd::store::memory::vectors::{PendingMemory, VectorSpace, VectorSupport};
 use agentd::store::Store;
 use common::model_server::ScriptedModel;
 use common::{json_with_status, Backend, TestDb, TestServer};
@@ -357,10 +357,7 @@ async fn claims_are_leases_and_a_new_space_starts_over(backend: Backend) {
     let mut all = ids.clone();
     all.sort();
     assert_eq!(got, all);
-    let vectors: Vec<_> = again
-        .iter()
-        .map(|p| (p.user_id.clone(), p.event_id.clone(), vec![1.0, 0.5]))
-        .collect();
+    let vectors: Vec<_> = again.iter().map(|p| (p.clone(), vec![1.0, 0.5])).collect();
     assert_eq!(store.store_vectors(APP, &a, &vectors).await.unwrap(), 3);
     assert_eq!(store.pending_count(APP).await.unwrap(), 0);
     let near = store
@@ -371,7 +368,14 @@ async fn claims_are_leases_and_a_new_space_starts_over(backend: Backend) {
     assert!(near[0].distance.abs() < 1e-6);
     // A deleted memory's vector goes with it; storing for it is a no-op.
     assert!(store.delete_memory(APP, "u2", &ids[2]).await.unwrap());
-    let gone = [("u2".to_string(), ids[2].clone(), vec![0.0, 1.0])];
+    let gone = [(
+        PendingMemory {
+            user_id: "u2".into(),
+            event_id: ids[2].clone(),
+            text: "gone".into(),
+        },
+        vec![0.0, 1.0],
+    )];
     assert_eq!(store.store_vectors(APP, &a, &gone).await.unwrap(), 0);
     // Another model: nothing is compared across spaces, everything is embedded again.
     let b = VectorSpace {
@@ -431,7 +435,7 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
                 let mut v = vec![0.0f32; 8];
                 v[0] = t.cos() as f32;
                 v[1] = t.sin() as f32;
-                (p.user_id, p.event_id, v)
+                (p, v)
             })
             .collect();
         store.store_vectors(APP, &space, &vectors).await.unwrap();
@@ -536,6 +540,56 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
     assert!(plan.contains("memory_entries_tsv"), "{plan}");
 }
 
+/// A vector embedded from a memory's text is not stored once the memory holds another text
+/// (an extraction updated it while the embedding call ran): the memory waits for a vector of
+/// its new text.
+async fn a_vector_of_an_older_text_is_not_stored(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store: Arc<dyn Store> = db.store().await;
+    let e = agentd::store::memory::fact_entry("user", "She lives in Lisbon").unwrap();
+    store.insert_memory(APP, "u1", &e).await.unwrap();
+    let space = VectorSpace {
+        name: "a/2".into(),
+        dims: 2,
+    };
+    store.adopt_space(APP, &space).await.unwrap();
+    let claimed = store
+        .claim_pending(APP, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    // Meanwhile the memory gets a new text (what an update by extraction writes).
+    let update = "UPDATE memory_entries SET text = 'She lives in Porto' WHERE event_id = $1";
+    if backend == Backend::Sqlite {
+        let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+        sqlx::query(&update.replace('$', "?"))
+            .bind(&e.event_id)
+            .execute(&pool)
+            .await
+            .unwrap();
+    } else {
+        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+        sqlx::query(update)
+            .bind(&e.event_id)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let stale = [(claimed[0].clone(), vec![1.0, 0.5])];
+    assert_eq!(store.store_vectors(APP, &space, &stale).await.unwrap(), 0);
+    assert_eq!(store.pending_count(APP).await.unwrap(), 1);
+    let mut fresh = claimed[0].clone();
+    fresh.text = "She lives in Porto".into();
+    assert_eq!(
+        store
+            .store_vectors(APP, &space, &[(fresh, vec![1.0, 0.5])])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.pending_count(APP).await.unwrap(), 0);
+}
+
 /// ADK's `preload_memory`: the user's memories that match the message, by meaning, are in the
 /// model's system instruction (another user's never), and the model is not offered it as a
 /// function (`load_memory` it is).
@@ -624,6 +678,7 @@ both_backends!(
     an_embedding_outage_leaves_search_by_words,
     claims_are_leases_and_a_new_space_starts_over,
     preload_memory_puts_the_users_memories_in_the_instruction,
+    a_vector_of_an_older_text_is_not_stored,
 );
 
 /// PostgreSQL without pgvector (here: a role that may not create the extension): agentd

@@ -49,12 +49,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct InFlight {
     set: Arc<Mutex<HashMap<SessionKey, bool>>>,
     key: SessionKey,
+    /// Taken out already (by [`InFlight::again`]): the entry now in the set, if any, is
+    /// another task's.
+    left: bool,
 }
 
 impl InFlight {
     /// Whether a run ended since the last pass (and clears it); when not, the session leaves
     /// the set, in the same lock, so a run ending now starts a task of its own.
-    fn again(&self) -> bool {
+    fn again(&mut self) -> bool {
         let mut set = lock(&self.set);
         match set.get_mut(&self.key) {
             Some(again) if *again => {
@@ -63,6 +66,7 @@ impl InFlight {
             }
             _ => {
                 set.remove(&self.key);
+                self.left = true;
                 false
             }
         }
@@ -71,7 +75,9 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        lock(&self.set).remove(&self.key);
+        if !self.left {
+            lock(&self.set).remove(&self.key);
+        }
     }
 }
 
@@ -110,9 +116,10 @@ impl Plugin for MemoryIngestPlugin {
             }
             set.insert(key.clone(), false);
         }
-        let guard = InFlight {
+        let mut guard = InFlight {
             set: self.in_flight.clone(),
             key: key.clone(),
+            left: false,
         };
         let prices = self.prices.clone();
         let task = async move {

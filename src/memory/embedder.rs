@@ -189,7 +189,7 @@ impl MemoryEmbedder {
         embedder: &dyn Embedder,
         pending: Vec<PendingMemory>,
         lease: Duration,
-    ) -> Result<Vec<(String, String, Vec<f32>)>, Failure> {
+    ) -> Result<Vec<(PendingMemory, Vec<f32>)>, Failure> {
         let mut vectors = vec![];
         let mut refused = vec![];
         let mut last = None;
@@ -232,12 +232,12 @@ fn refuses_text(e: &ModelError) -> bool {
     e.code == "MODEL_BAD_REQUEST"
 }
 
-/// The vectors of `pending`, as `(user, event_id, vector)`.
+/// The vectors of `pending`, each with its memory.
 async fn embed(
     app: &str,
     embedder: &dyn Embedder,
     pending: &[PendingMemory],
-) -> Result<Vec<(String, String, Vec<f32>)>, ModelError> {
+) -> Result<Vec<(PendingMemory, Vec<f32>)>, ModelError> {
     let texts: Vec<String> = pending.iter().map(|p| p.text.clone()).collect();
     let out = embedder
         .embed(&texts, Purpose::Document)
@@ -250,6 +250,6 @@ async fn embed(
     Ok(pending
         .iter()
         .zip(out.vectors)
-        .map(|(p, v)| (p.user_id.clone(), p.event_id.clone(), v))
+        .map(|(p, v)| (p.clone(), v))
         .collect())
 }

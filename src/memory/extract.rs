@@ -372,6 +372,9 @@ fn changes_of(answer: Answer, known: &HashSet<&str>, session_id: &str) -> Vec<Me
         };
         changes.push(change);
     }
+    // Updates and deletes in the order of their ids: two extractions of one user lock the same
+    // memories in the same order, and do not deadlock.
+    changes.sort_by(|a, b| change_id(a).cmp(&change_id(b)));
     if ignored > 0 {
         tracing::warn!(
             ignored,
@@ -379,6 +382,15 @@ fn changes_of(answer: Answer, known: &HashSet<&str>, session_id: &str) -> Vec<Me
         );
     }
     changes
+}
+
+/// The memory a change locks: none for an add (a new id), the id otherwise.
+fn change_id(c: &MemoryChange) -> Option<&str> {
+    match c {
+        MemoryChange::Add(_) => None,
+        MemoryChange::Update(e) => Some(&e.event_id),
+        MemoryChange::Delete(id) => Some(id),
+    }
 }
 
 /// An extracted fact of session `session_id`: memory `id`, or a new one.

@@ -63,9 +63,10 @@ pub trait MemoryStore: Send + Sync {
     async fn memory_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>>;
 
     /// Applies `changes` to (app, user)'s memories and moves the session's mark from `from` to
-    /// `to`, in one transaction, only while the mark is still `from`: `Ok(None)` (nothing
-    /// applied) when another call moved it first, so two extractions of the same events never
-    /// both apply.
+    /// `to`, in one transaction, only while the mark is still `from` and the session the one
+    /// it was read for: `Ok(None)` (nothing applied) when another call moved it first (so two
+    /// extractions of the same events never both apply), or the session was deleted or made
+    /// again since.
     async fn apply_memory_changes(
         &self,
         key: &SessionKey,

@@ -83,13 +83,15 @@ pub trait VectorStore: Send + Sync {
         lease: Duration,
     ) -> StoreResult<Vec<PendingMemory>>;
 
-    /// Stores the vectors of claimed memories (`(user, event_id, vector)`) in `space`, in one
-    /// transaction; a memory deleted meanwhile is skipped. Returns how many were stored.
+    /// Stores the vectors of claimed memories (each with the memory as claimed) in `space`, in
+    /// one transaction. A memory deleted meanwhile is skipped, and so is one whose text is no
+    /// longer the one embedded (an extraction updated it: it waits for a vector of its new
+    /// text). Returns how many were stored.
     async fn store_vectors(
         &self,
         app: &str,
         space: &VectorSpace,
-        vectors: &[(String, String, Vec<f32>)],
+        vectors: &[(PendingMemory, Vec<f32>)],
     ) -> StoreResult<usize>;
 
     /// How many memories of `app` wait for a vector (the tests and the benchmark wait on it).

@@ -236,8 +236,26 @@ impl MemoryStore for PgStore {
     ) -> StoreResult<Option<Applied>> {
         let (app, user) = (key.app_name.as_str(), key.user_id.as_str());
         let mut tx = self.pool().begin().await?;
-        // First, so the row lock makes a second extraction of the same events wait here and
-        // then find the mark moved.
+        // The session the mark was read for must still be the one of that id (a session
+        // deleted, or deleted and created again, is not extracted into): locked, so it stays
+        // until the commit.
+        let same = sqlx::query(
+            "SELECT 1 FROM sessions
+              WHERE app_name = $1 AND user_id = $2 AND id = $3 AND create_time = $4
+                FOR KEY SHARE",
+        )
+        .bind(app)
+        .bind(user)
+        .bind(&key.session_id)
+        .bind(from.session_create_time)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if same.is_none() {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        // Then the mark, so the row lock makes a second extraction of the same events wait
+        // here and then find the mark moved.
         let moved = sqlx::query(MOVE_MARK)
             .bind(app)
             .bind(user)
@@ -341,7 +359,8 @@ pub const EXPIRE_REVISIONS_SQL: &str =
 
 /// Moves a session's memory mark from (`$6`, `$7`) to (`$4`, `$5`): inserts it when the
 /// session has none, updates it while it is the one read (or, when the one read was 0, a mark
-/// of an earlier session of that id, created before it), and returns no row otherwise.
+/// of an earlier session of that id: the caller checked that the session is the one read), and
+/// returns no row otherwise.
 const MOVE_MARK: &str = "INSERT INTO memory_sessions AS t
         (app_name, user_id, session_id, session_create_time, ingested_seq)
      VALUES ($1, $2, $3, $4, $5)
@@ -349,7 +368,7 @@ const MOVE_MARK: &str = "INSERT INTO memory_sessions AS t
         SET ingested_seq = EXCLUDED.ingested_seq,
             session_create_time = EXCLUDED.session_create_time
       WHERE (t.session_create_time = $6 AND t.ingested_seq = $7)
-         OR ($7 = 0 AND t.session_create_time < $6)
+         OR ($7 = 0 AND t.session_create_time <> $6)
      RETURNING 1";
 
 /// Inserts one memory (`conflict`: `""`, or `ON CONFLICT DO NOTHING`); how many rows it added.

@@ -332,30 +332,32 @@ impl VectorStore for PgStore {
         &self,
         app: &str,
         space: &VectorSpace,
-        vectors: &[(String, String, Vec<f32>)],
+        vectors: &[(PendingMemory, Vec<f32>)],
     ) -> StoreResult<usize> {
         if vectors.is_empty() {
             return Ok(0);
         }
-        let users: Vec<&str> = vectors.iter().map(|(u, _, _)| u.as_str()).collect();
+        let users: Vec<&str> = vectors.iter().map(|(p, _)| p.user_id.as_str()).collect();
         let keys: Vec<String> = vectors
             .iter()
-            .map(|(u, e, _)| format!("{u}{SEP}{e}"))
+            .map(|(p, _)| format!("{}{SEP}{}", p.user_id, p.event_id))
             .collect();
-        let texts: Vec<String> = vectors.iter().map(|(_, _, v)| vector_text(v)).collect();
+        let values: Vec<String> = vectors.iter().map(|(_, v)| vector_text(v)).collect();
+        let texts: Vec<&str> = vectors.iter().map(|(p, _)| p.text.as_str()).collect();
         let done = sqlx::query(
             "UPDATE memory_entries
                 SET embedding = ($5::text[])[array_position($4::text[], user_id || $6 || event_id)]::vector,
                     space = $2, claimed_until = NULL
               WHERE app_name = $1 AND user_id = ANY($3) AND (user_id || $6 || event_id) = ANY($4)
-                AND claimed_until IS NOT NULL",
+                AND text = ($7::text[])[array_position($4::text[], user_id || $6 || event_id)]",
         )
         .bind(app)
         .bind(&space.name)
         .bind(&users)
         .bind(&keys)
-        .bind(&texts)
+        .bind(&values)
         .bind(SEP)
+        .bind(&texts)
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() as usize)

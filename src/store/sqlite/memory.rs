@@ -221,6 +221,22 @@ impl MemoryStore for SqliteStore {
     ) -> StoreResult<Option<Applied>> {
         let (app, user) = (key.app_name.as_str(), key.user_id.as_str());
         let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
+        // The session the mark was read for must still be the one of that id (the writer is
+        // one at a time: it stays so until the commit).
+        let same = sqlx::query(
+            "SELECT 1 FROM sessions
+              WHERE app_name = ? AND user_id = ? AND id = ? AND create_time = ?",
+        )
+        .bind(app)
+        .bind(user)
+        .bind(&key.session_id)
+        .bind(from.session_create_time)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if same.is_none() {
+            tx.rollback().await?;
+            return Ok(None);
+        }
         let moved = sqlx::query(
             "INSERT INTO memory_sessions AS t
                     (app_name, user_id, session_id, session_create_time, ingested_seq)
@@ -229,7 +245,7 @@ impl MemoryStore for SqliteStore {
                 SET ingested_seq = excluded.ingested_seq,
                     session_create_time = excluded.session_create_time
               WHERE (t.session_create_time = ?6 AND t.ingested_seq = ?7)
-                 OR (?7 = 0 AND t.session_create_time < ?6)
+                 OR (?7 = 0 AND t.session_create_time <> ?6)
              RETURNING 1",
         )
         .bind(app)

@@ -111,20 +111,21 @@ impl VectorStore for SqliteStore {
         &self,
         app: &str,
         space: &VectorSpace,
-        vectors: &[(String, String, Vec<f32>)],
+        vectors: &[(PendingMemory, Vec<f32>)],
     ) -> StoreResult<usize> {
         let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
         let mut stored = 0;
-        for (user, event_id, v) in vectors {
+        for (p, v) in vectors {
             stored += sqlx::query(
                 "UPDATE memory_entries SET embedding = ?, space = ?, claimed_until = NULL
-                  WHERE app_name = ? AND user_id = ? AND event_id = ? AND claimed_until IS NOT NULL",
+                  WHERE app_name = ? AND user_id = ? AND event_id = ? AND text = ?",
             )
             .bind(vector_blob(v))
             .bind(&space.name)
             .bind(app)
-            .bind(user)
-            .bind(event_id)
+            .bind(&p.user_id)
+            .bind(&p.event_id)
+            .bind(&p.text)
             .execute(&mut *tx)
             .await?
             .rows_affected() as usize;
