@@ -13,12 +13,12 @@
 
 mod common;
 
+use agentd::store::memory::sql::{EXPIRE_MEMORIES, EXPIRE_REVISIONS, MEMORY_BY_ID};
 use agentd::store::postgres::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
     APPEND_END_KEYLESS, APPEND_END_UNMETERED, CANCEL_RUN, CREATE_SQL, EVENTS_AFTER_SQL,
-    EVENT_BY_ID_SQL, EXPIRE_AS, EXPIRE_MEMORIES_SQL, EXPIRE_REVISIONS_SQL, EXPIRE_RUN, FINISH_RUN,
-    HEAD_SQL, LIST_SESSIONS_SQL, MEMORY_BY_ID_SQL, RELEASE_SQL, RUN_INVOCATIONS_SQL, TAKE_OVER,
-    TRIM_SQL, USER_RUN_SQL,
+    EVENT_BY_ID_SQL, EXPIRE_AS, EXPIRE_RUN, FINISH_RUN, HEAD_SQL, LIST_SESSIONS_SQL, RELEASE_SQL,
+    RUN_INVOCATIONS_SQL, TAKE_OVER, TRIM_SQL, USER_RUN_SQL,
 };
 use common::TestDb;
 use serde_json::Value;
@@ -378,7 +378,7 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         ),
         (
             "one memory, by id",
-            MEMORY_BY_ID_SQL,
+            MEMORY_BY_ID,
             "'echo', 'u1', 'mem-5000'",
             vec![("memory_entries", &["memory_entries_pkey"])],
         ),
@@ -393,13 +393,13 @@ async fn hot_statements_use_their_indexes_without_statistics() {
         ),
         (
             "expire an app's old memories",
-            EXPIRE_MEMORIES_SQL,
+            EXPIRE_MEMORIES,
             "'echo', 100.0",
             vec![("memory_entries", &["memory_entries_by_app_age"])],
         ),
         (
             "expire an app's old revisions",
-            EXPIRE_REVISIONS_SQL,
+            EXPIRE_REVISIONS,
             "'echo', 100.0",
             vec![("memory_revisions", &["memory_revisions_by_app_age"])],
         ),

@@ -40,13 +40,9 @@ pub struct AppEntry {
     pub resume: settings::Resume,
     /// `context_cache:` of the app's `agentd.yaml`.
     pub context_cache: Option<crate::model::ContextCache>,
-    /// The embedding model of `memory:` in the app's `agentd.yaml`: its memory is searched by
-    /// meaning as well as words.
-    pub embedder: Option<Arc<dyn crate::model::embed::Embedder>>,
-    /// `memory: {mode: extract}`: adding a session stores the facts this model extracts.
-    pub extraction: Option<Arc<crate::memory::extract::Extraction>>,
-    /// `memory: ttl_days:`: memories older than this are forgotten.
-    pub memory_ttl: Option<std::time::Duration>,
+    /// The `memory:` block of the app's `agentd.yaml`, built: its embedding model (search by
+    /// meaning), its extraction, its memories' lifetime.
+    pub memory: settings::AppMemory,
 }
 
 /// The apps, by name.
@@ -129,11 +125,6 @@ impl AppRegistry {
                 Some(Ok(m)) => (tree, m),
                 None => (tree, Default::default()),
             };
-            let settings::AppMemory {
-                embedder,
-                extraction,
-                ttl: memory_ttl,
-            } = memory;
             let resume = settings.as_ref().map(|s| s.resume).unwrap_or_default();
             let context_cache = settings.as_ref().ok().and_then(|s| s.context_cache);
             let (app_webhooks, a2a) = settings.map(|s| (s.webhooks, s.a2a)).unwrap_or_default();
@@ -149,9 +140,7 @@ impl AppRegistry {
                     compaction,
                     resume,
                     context_cache,
-                    embedder,
-                    extraction,
-                    memory_ttl,
+                    memory,
                 },
             );
         }
@@ -212,9 +201,7 @@ impl AppRegistry {
                 compaction: None,
                 resume: settings::Resume::default(),
                 context_cache: None,
-                embedder: None,
-                extraction: None,
-                memory_ttl: None,
+                memory: Default::default(),
             },
         );
     }
@@ -240,18 +227,11 @@ impl AppRegistry {
         }
     }
 
-    /// Searches the memory of app `name` (built in Rust) by meaning too, with `embedder`.
-    pub fn set_embedder(&mut self, name: &str, embedder: Arc<dyn crate::model::embed::Embedder>) {
+    /// Gives app `name` (built in Rust) a memory as `memory:` of an `agentd.yaml` would: an
+    /// embedding model, an extraction, a lifetime.
+    pub fn set_memory(&mut self, name: &str, memory: settings::AppMemory) {
         if let Some(app) = self.apps.get_mut(name) {
-            app.embedder = Some(embedder);
-        }
-    }
-
-    /// Keeps the facts `extraction`'s model finds when a session of app `name` (built in Rust)
-    /// is added to memory (`mode: extract`).
-    pub fn set_extraction(&mut self, name: &str, extraction: crate::memory::extract::Extraction) {
-        if let Some(app) = self.apps.get_mut(name) {
-            app.extraction = Some(Arc::new(extraction));
+            app.memory = memory;
         }
     }
 

@@ -61,10 +61,8 @@ struct Shared {
     outbox: Arc<Outbox>,
     /// The app's `context_cache:`, for the model requests of its agents.
     context_cache: Option<crate::model::ContextCache>,
-    /// The app's embedding model (`memory:`), for memory search by meaning.
-    embedder: Option<Arc<dyn crate::model::embed::Embedder>>,
-    /// The app's extraction (`memory: {mode: extract}`), for adding sessions to memory.
-    extraction: Option<Arc<crate::memory::extract::Extraction>>,
+    /// The app's `memory:`: its embedding model (search by meaning) and extraction.
+    memory: crate::apps::settings::AppMemory,
 }
 
 /// Inputs to build a context (the runner's side).
@@ -76,8 +74,7 @@ pub(crate) struct ContextParts {
     pub plugins: Arc<PluginSet>,
     pub outbox: Arc<Outbox>,
     pub context_cache: Option<crate::model::ContextCache>,
-    pub embedder: Option<Arc<dyn crate::model::embed::Embedder>>,
-    pub extraction: Option<Arc<crate::memory::extract::Extraction>>,
+    pub memory: crate::apps::settings::AppMemory,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -98,8 +95,7 @@ impl InvocationContext {
                 pending_artifacts: Mutex::new(vec![]),
                 outbox: p.outbox,
                 context_cache: p.context_cache,
-                embedder: p.embedder,
-                extraction: p.extraction,
+                memory: p.memory,
             }),
             agent: root.into(),
             branch: None,
@@ -118,12 +114,12 @@ impl InvocationContext {
 
     /// The app's embedding model (`memory:` of its `agentd.yaml`), if it has one.
     pub fn embedder(&self) -> Option<&Arc<dyn crate::model::embed::Embedder>> {
-        self.shared.embedder.as_ref()
+        self.shared.memory.embedder.as_ref()
     }
 
     /// The app's extraction (`memory: {mode: extract}`), if it has one.
     pub fn memory_extraction(&self) -> Option<&Arc<crate::memory::extract::Extraction>> {
-        self.shared.extraction.as_ref()
+        self.shared.memory.extraction.as_ref()
     }
 
     /// The app's prompt-cache settings (`context_cache:` of its `agentd.yaml`).

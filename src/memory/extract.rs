@@ -16,7 +16,7 @@ use crate::event::Content;
 use crate::model::embed::Embedder;
 use crate::model::{Delta, LlmRequest, Model, ModelError};
 use crate::store::memory::changes::{Applied, MemoryChange};
-use crate::store::memory::{memory_entry, truncate_at_char, MemoryEntry, MAX_MEMORY_TEXT_BYTES};
+use crate::store::memory::{page_entries, truncate_at_char, MemoryEntry};
 use crate::store::usage::OutsideCall;
 use crate::store::{EventRange, SessionKey, Store, StoreError};
 use futures::StreamExt;
@@ -163,36 +163,25 @@ async fn next_chunk(
         return Ok(None);
     }
     // What a rewind annulled is not what the user said.
-    let hidden = if page
-        .events
-        .iter()
-        .any(|e| e.event.actions.rewind_before_invocation_id.is_some())
-    {
-        store.rewound(key, i64::MAX).await?
-    } else {
-        Default::default()
-    };
+    let (entries, _) = page_entries(store, key, &page.events).await?;
     let mut chunk = Chunk {
         turns: vec![],
-        last_seq: after,
+        // Past the page's last event, whether it carried text or not.
+        last_seq: page.events.last().map_or(after, |e| e.seq),
         more: page.has_more,
     };
     let mut bytes = 0;
-    for e in &page.events {
-        let entry = (!hidden.hides(e.seq))
-            .then(|| memory_entry(&key.session_id, &e.event))
-            .flatten();
-        if let Some(m) = entry {
-            if bytes > 0 && bytes + m.text.len() > MAX_CONVERSATION_BYTES {
-                chunk.more = true;
-                return Ok(Some(chunk));
-            }
-            let mut text = m.text;
-            truncate_at_char(&mut text, MAX_CONVERSATION_BYTES);
-            bytes += text.len();
-            chunk.turns.push((m.author, text));
+    for (seq, m) in entries {
+        if bytes > 0 && bytes + m.text.len() > MAX_CONVERSATION_BYTES {
+            // This one waits for the next call: the mark stops before it.
+            chunk.last_seq = seq - 1;
+            chunk.more = true;
+            break;
         }
-        chunk.last_seq = e.seq;
+        let mut text = m.text;
+        truncate_at_char(&mut text, MAX_CONVERSATION_BYTES);
+        bytes += text.len();
+        chunk.turns.push((m.author, text));
     }
     Ok(Some(chunk))
 }
@@ -319,7 +308,7 @@ async fn charge(
         app: &key.app_name,
         user: &key.user_id,
         model,
-        day: (crate::event::now_ts() / 86_400.0).floor() as i64,
+        day: crate::usage::Window::now().today,
         input_tokens: tokens.input,
         output_tokens: tokens.output,
         cost: prices.cost(model, tokens),
@@ -396,7 +385,7 @@ fn change_id(c: &MemoryChange) -> Option<&str> {
 /// An extracted fact of session `session_id`: memory `id`, or a new one.
 fn fact(session_id: &str, id: Option<String>, text: &str) -> MemoryEntry {
     let mut text = text.to_string();
-    truncate_at_char(&mut text, MAX_FACT_BYTES.min(MAX_MEMORY_TEXT_BYTES));
+    truncate_at_char(&mut text, MAX_FACT_BYTES);
     MemoryEntry {
         session_id: session_id.to_string(),
         event_id: id.unwrap_or_else(|| format!("mem-{}", uuid::Uuid::new_v4())),

@@ -187,7 +187,8 @@ impl Server {
             .apps
             .entries()
             .filter_map(|a| {
-                a.embedder
+                a.memory
+                    .embedder
                     .clone()
                     .map(|embedder| crate::memory::embedder::EmbeddedApp {
                         app: a.name.clone(),
@@ -208,7 +209,7 @@ impl Server {
             .apps
             .entries()
             .filter_map(|a| {
-                a.memory_ttl.map(|ttl| crate::memory::retention::Expiring {
+                a.memory.ttl.map(|ttl| crate::memory::retention::Expiring {
                     app: a.name.clone(),
                     ttl,
                 })

@@ -71,14 +71,16 @@ async fn update_memory(
     Path((app, user)): Path<(String, String)>,
     Json(req): Json<UpdateMemoryRequest>,
 ) -> ApiResult<axum::Json<Value>> {
-    let entry = state.apps.get(&app);
-    let embedder = entry.and_then(|a| a.embedder.clone());
-    let extraction = entry.and_then(|a| a.extraction.clone());
+    let memory = state
+        .apps
+        .get(&app)
+        .map(|a| a.memory.clone())
+        .unwrap_or_default();
     let key = SessionKey::new(app, user, req.session_id);
     crate::memory::add_session(
         state.store.as_ref(),
-        embedder.as_deref(),
-        extraction.as_deref(),
+        memory.embedder.as_deref(),
+        memory.extraction.as_deref(),
         state.runner.prices(),
         &key,
     )
@@ -123,7 +125,7 @@ async fn search_memory(
         .limit
         .unwrap_or(DEFAULT_MEMORY_RESULTS)
         .min(MAX_MEMORY_RESULTS);
-    let embedder = state.apps.get(&app).and_then(|a| a.embedder.clone());
+    let embedder = state.apps.get(&app).and_then(|a| a.memory.embedder.clone());
     let memories = crate::memory::search(
         state.store.as_ref(),
         embedder.as_deref(),

@@ -160,8 +160,7 @@ impl Admitted {
             plugins: runner.plugins.clone(),
             outbox: outbox.clone(),
             context_cache: app.and_then(|a| a.context_cache),
-            embedder: app.and_then(|a| a.embedder.clone()),
-            extraction: app.and_then(|a| a.extraction.clone()),
+            memory: app.map(|a| a.memory.clone()).unwrap_or_default(),
         });
         runner.bus.run_started(&key, &run_id, &invocation_id);
         // A resume without a message has no user event.

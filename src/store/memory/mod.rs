@@ -19,6 +19,7 @@
 
 pub mod changes;
 pub mod fusion;
+pub mod sql;
 pub mod vectors;
 
 use super::{EventRange, SessionKey, SessionStore, StoreError, StoreResult};
@@ -59,7 +60,8 @@ pub trait MemoryStore: Send + Sync {
     /// id must be new.
     async fn insert_memory(&self, app: &str, user: &str, entry: &MemoryEntry) -> StoreResult<()>;
 
-    /// How far the session has been added to memory; `None` when it does not exist.
+    /// How far the session has been added to memory (`ingested_seq` 0 when it was never
+    /// added, or was made again since); `None` when the session does not exist.
     async fn memory_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>>;
 
     /// Applies `changes` to (app, user)'s memories and moves the session's mark from `from` to
@@ -371,10 +373,6 @@ pub struct IngestMark {
 /// What a backend provides so [`add_session`] can add a session page by page.
 #[async_trait]
 pub(crate) trait MemoryBackend: SessionStore {
-    /// The session's mark (`ingested_seq` 0 when it was never added, or was recreated since);
-    /// `None` when the session does not exist.
-    async fn ingest_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>>;
-
     /// Removes from memory the session's events whose seq lies in one of `ranges` (inclusive):
     /// what a rewind annulled. Returns how many entries were removed.
     async fn forget_memory(&self, key: &SessionKey, ranges: &[(i64, i64)]) -> StoreResult<usize>;
@@ -389,14 +387,40 @@ pub(crate) trait MemoryBackend: SessionStore {
     ) -> StoreResult<usize>;
 }
 
+/// The memory entries of a page of the session's events, each with its event's seq, without
+/// what a rewind annulled; and, when the page holds a rewind, what the session's rewinds
+/// annulled (so a caller can forget what it stored of it before). Raw adds and extraction
+/// read a session the same way.
+pub(crate) async fn page_entries<S: super::rewinds::RewindStore + ?Sized>(
+    store: &S,
+    key: &SessionKey,
+    events: &[super::StoredEvent],
+) -> StoreResult<(Vec<(i64, MemoryEntry)>, Option<super::Rewound>)> {
+    let rewound = match events
+        .iter()
+        .any(|e| e.event.actions.rewind_before_invocation_id.is_some())
+    {
+        true => Some(store.rewound(key, i64::MAX).await?),
+        false => None,
+    };
+    let entries = events
+        .iter()
+        .filter(|e| !rewound.as_ref().is_some_and(|r| r.hides(e.seq)))
+        .filter_map(|e| memory_entry(&key.session_id, &e.event).map(|m| (e.seq, m)))
+        .collect();
+    Ok((entries, rewound))
+}
+
 /// [`MemoryStore::add_session_to_memory`] for any backend: reads the events after the
 /// session's mark a page at a time and writes each page's entries with the advanced mark.
-pub(crate) async fn add_session<S: MemoryBackend + super::rewinds::RewindStore + ?Sized>(
+pub(crate) async fn add_session<
+    S: MemoryBackend + MemoryStore + super::rewinds::RewindStore + ?Sized,
+>(
     store: &S,
     key: &SessionKey,
 ) -> StoreResult<usize> {
     let mut mark = store
-        .ingest_mark(key)
+        .memory_mark(key)
         .await?
         .ok_or(StoreError::SessionNotFound)?;
     let mut added = 0;
@@ -421,23 +445,11 @@ pub(crate) async fn add_session<S: MemoryBackend + super::rewinds::RewindStore +
         // A rewind in this page: what it annulled leaves memory (entries added by earlier
         // calls are removed before the mark passes the rewind, so a crash in between repeats
         // the removal), and is not added from this page.
-        let hidden = if page
-            .events
-            .iter()
-            .any(|e| e.event.actions.rewind_before_invocation_id.is_some())
-        {
-            let rewound = store.rewound(key, i64::MAX).await?;
+        let (entries, rewound) = page_entries(store, key, &page.events).await?;
+        if let Some(rewound) = rewound {
             store.forget_memory(key, rewound.ranges()).await?;
-            rewound
-        } else {
-            Default::default()
-        };
-        let entries: Vec<MemoryEntry> = page
-            .events
-            .iter()
-            .filter(|e| !hidden.hides(e.seq))
-            .filter_map(|e| memory_entry(&key.session_id, &e.event))
-            .collect();
+        }
+        let entries: Vec<MemoryEntry> = entries.into_iter().map(|(_, e)| e).collect();
         added += store.write_memory(key, mark, &entries).await?;
         if !page.has_more {
             return Ok(added);

@@ -3,7 +3,8 @@
 //! (see migrations/postgres/0002_memory.sql).
 
 use super::*;
-use crate::store::memory::changes::{Applied, MemoryChange, MemoryRevision};
+use crate::store::memory::changes::{apply, Applied, ChangeTx, MemoryChange, MemoryRevision};
+use crate::store::memory::sql;
 use crate::store::memory::{
     add_session, or_query, query_words, IngestMark, MemoryBackend, MemoryEntry, MemoryStore,
 };
@@ -19,30 +20,6 @@ const SEARCH_SQL: &str = "SELECT * FROM agentd_memory_by_words_v1($1, $2, $3, $4
 
 #[async_trait]
 impl MemoryBackend for PgStore {
-    async fn ingest_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>> {
-        let row = sqlx::query(
-            "SELECT s.create_time,
-                    CASE WHEN m.session_create_time = s.create_time THEN m.ingested_seq ELSE 0 END
-                      AS ingested_seq
-               FROM sessions s
-               LEFT JOIN memory_sessions m
-                 ON m.app_name = s.app_name AND m.user_id = s.user_id AND m.session_id = s.id
-              WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .fetch_optional(self.pool())
-        .await?;
-        row.map(|r| {
-            Ok(IngestMark {
-                session_create_time: r.try_get("create_time")?,
-                ingested_seq: r.try_get("ingested_seq")?,
-            })
-        })
-        .transpose()
-    }
-
     async fn forget_memory(&self, key: &SessionKey, ranges: &[(i64, i64)]) -> StoreResult<usize> {
         let mut removed = 0;
         for (from, to) in ranges {
@@ -177,7 +154,7 @@ impl MemoryStore for PgStore {
         user: &str,
         id: &str,
     ) -> StoreResult<Option<MemoryEntry>> {
-        let row = sqlx::query(MEMORY_BY_ID_SQL)
+        let row = sqlx::query(sql::MEMORY_BY_ID)
             .bind(app)
             .bind(user)
             .bind(id)
@@ -224,7 +201,27 @@ impl MemoryStore for PgStore {
     }
 
     async fn memory_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>> {
-        self.ingest_mark(key).await
+        let row = sqlx::query(
+            "SELECT s.create_time,
+                    CASE WHEN m.session_create_time = s.create_time THEN m.ingested_seq ELSE 0 END
+                      AS ingested_seq
+               FROM sessions s
+               LEFT JOIN memory_sessions m
+                 ON m.app_name = s.app_name AND m.user_id = s.user_id AND m.session_id = s.id
+              WHERE s.app_name = $1 AND s.user_id = $2 AND s.id = $3",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| {
+            Ok(IngestMark {
+                session_create_time: r.try_get("create_time")?,
+                ingested_seq: r.try_get("ingested_seq")?,
+            })
+        })
+        .transpose()
     }
 
     async fn apply_memory_changes(
@@ -234,78 +231,28 @@ impl MemoryStore for PgStore {
         to: IngestMark,
         changes: &[MemoryChange],
     ) -> StoreResult<Option<Applied>> {
-        let (app, user) = (key.app_name.as_str(), key.user_id.as_str());
-        let mut tx = self.pool().begin().await?;
-        // The session the mark was read for must still be the one of that id (a session
-        // deleted, or deleted and created again, is not extracted into): locked, so it stays
-        // until the commit.
-        let same = sqlx::query(
-            "SELECT 1 FROM sessions
-              WHERE app_name = $1 AND user_id = $2 AND id = $3 AND create_time = $4
-                FOR KEY SHARE",
-        )
-        .bind(app)
-        .bind(user)
-        .bind(&key.session_id)
-        .bind(from.session_create_time)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if same.is_none() {
-            tx.rollback().await?;
-            return Ok(None);
+        let mut w = PgChanges {
+            tx: self.pool().begin().await?,
+            keep: self.limits.max_memories_per_user,
+            vectors: self.has_vectors(),
+        };
+        let applied = apply(&mut w, key, from, to, changes).await?;
+        match applied {
+            Some(_) => w.tx.commit().await?,
+            None => w.tx.rollback().await?,
         }
-        // Then the mark, so the row lock makes a second extraction of the same events wait
-        // here and then find the mark moved.
-        let moved = sqlx::query(MOVE_MARK)
-            .bind(app)
-            .bind(user)
-            .bind(&key.session_id)
-            .bind(to.session_create_time)
-            .bind(to.ingested_seq)
-            .bind(from.session_create_time)
-            .bind(from.ingested_seq)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if moved.is_none() {
-            tx.rollback().await?;
-            return Ok(None);
-        }
-        let mut applied = Applied::default();
-        let now = crate::event::now_ts();
-        for change in changes {
-            match change {
-                MemoryChange::Add(e) => {
-                    applied.added +=
-                        insert_entry(&mut tx, app, user, e, "ON CONFLICT DO NOTHING").await?;
-                }
-                MemoryChange::Update(e) => {
-                    if update_one(&mut tx, app, user, e, now, self.has_vectors()).await? {
-                        applied.updated += 1;
-                    }
-                }
-                MemoryChange::Delete(id) => {
-                    if delete_one(&mut tx, app, user, id).await? {
-                        applied.deleted += 1;
-                    }
-                }
-            }
-        }
-        if applied.added > 0 {
-            trim(&mut tx, app, user, self.limits.max_memories_per_user).await?;
-        }
-        tx.commit().await?;
-        Ok(Some(applied))
+        Ok(applied)
     }
 
     async fn expire_memories(&self, app: &str, before: f64) -> StoreResult<u64> {
         // Revisions first: a pass cut short leaves no revision of a memory already gone that
         // the next pass would not take.
-        sqlx::query(EXPIRE_REVISIONS_SQL)
+        sqlx::query(sql::EXPIRE_REVISIONS)
             .bind(app)
             .bind(before)
             .execute(self.pool())
             .await?;
-        let gone = sqlx::query(EXPIRE_MEMORIES_SQL)
+        let gone = sqlx::query(sql::EXPIRE_MEMORIES)
             .bind(app)
             .bind(before)
             .execute(self.pool())
@@ -320,56 +267,83 @@ impl MemoryStore for PgStore {
         user: &str,
         id: &str,
     ) -> StoreResult<Vec<MemoryRevision>> {
-        let rows = sqlx::query(
-            r#"SELECT revision::bigint AS revision, text, author, session_id, "timestamp",
-                      replaced_at
-                 FROM memory_revisions
-                WHERE app_name = $1 AND user_id = $2 AND memory_id = $3
-                ORDER BY revision"#,
-        )
-        .bind(app)
-        .bind(user)
-        .bind(id)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(MemoryRevision {
-                    revision: r.try_get("revision")?,
-                    text: r.try_get("text")?,
-                    author: r.try_get("author")?,
-                    session_id: r.try_get("session_id")?,
-                    timestamp: r.try_get("timestamp")?,
-                    replaced_at: r.try_get("replaced_at")?,
-                })
-            })
-            .collect()
+        Ok(sqlx::query_as(sql::REVISIONS)
+            .bind(app)
+            .bind(user)
+            .bind(id)
+            .fetch_all(self.pool())
+            .await?)
     }
 }
 
-/// One memory: $1 app, $2 user, $3 id.
-pub const MEMORY_BY_ID_SQL: &str = r#"SELECT session_id, event_id, author, "timestamp", text, content
-  FROM memory_entries WHERE app_name = $1 AND user_id = $2 AND event_id = $3"#;
+/// [`apply`]'s statements on PostgreSQL, in one transaction.
+struct PgChanges {
+    tx: sqlx::Transaction<'static, Postgres>,
+    /// `--max-memories-per-user`.
+    keep: usize,
+    /// Whether `memory_entries` has its vector columns ([`PgStore::has_vectors`]).
+    vectors: bool,
+}
 
-/// An app's memories stated before $2 (`memory: ttl_days:`), and their revisions' texts.
-pub const EXPIRE_MEMORIES_SQL: &str =
-    r#"DELETE FROM memory_entries WHERE app_name = $1 AND "timestamp" < $2"#;
-pub const EXPIRE_REVISIONS_SQL: &str =
-    r#"DELETE FROM memory_revisions WHERE app_name = $1 AND "timestamp" < $2"#;
+#[async_trait]
+impl ChangeTx for PgChanges {
+    async fn same_session(&mut self, key: &SessionKey, create_time: f64) -> StoreResult<bool> {
+        // Locked, so the session stays the one read until the commit.
+        Ok(sqlx::query(&format!("{} FOR KEY SHARE", sql::SAME_SESSION))
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(create_time)
+            .fetch_optional(&mut *self.tx)
+            .await?
+            .is_some())
+    }
 
-/// Moves a session's memory mark from (`$6`, `$7`) to (`$4`, `$5`): inserts it when the
-/// session has none, updates it while it is the one read (or, when the one read was 0, a mark
-/// of an earlier session of that id: the caller checked that the session is the one read), and
-/// returns no row otherwise.
-const MOVE_MARK: &str = "INSERT INTO memory_sessions AS t
-        (app_name, user_id, session_id, session_create_time, ingested_seq)
-     VALUES ($1, $2, $3, $4, $5)
-     ON CONFLICT (app_name, user_id, session_id) DO UPDATE
-        SET ingested_seq = EXCLUDED.ingested_seq,
-            session_create_time = EXCLUDED.session_create_time
-      WHERE (t.session_create_time = $6 AND t.ingested_seq = $7)
-         OR ($7 = 0 AND t.session_create_time <> $6)
-     RETURNING 1";
+    async fn move_mark(
+        &mut self,
+        key: &SessionKey,
+        from: IngestMark,
+        to: IngestMark,
+    ) -> StoreResult<bool> {
+        // The row lock makes a second extraction of the same events wait here, then find the
+        // mark moved.
+        Ok(sqlx::query(sql::MOVE_MARK)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(to.session_create_time)
+            .bind(to.ingested_seq)
+            .bind(from.session_create_time)
+            .bind(from.ingested_seq)
+            .fetch_optional(&mut *self.tx)
+            .await?
+            .is_some())
+    }
+
+    async fn add(&mut self, key: &SessionKey, e: &MemoryEntry) -> StoreResult<bool> {
+        let added = insert_entry(
+            &mut self.tx,
+            &key.app_name,
+            &key.user_id,
+            e,
+            "ON CONFLICT DO NOTHING",
+        );
+        Ok(added.await? > 0)
+    }
+
+    async fn update(&mut self, key: &SessionKey, e: &MemoryEntry, now: f64) -> StoreResult<bool> {
+        update_one(&mut self.tx, key, e, now, self.vectors).await
+    }
+
+    async fn delete(&mut self, key: &SessionKey, id: &str) -> StoreResult<bool> {
+        delete_one(&mut self.tx, &key.app_name, &key.user_id, id).await
+    }
+
+    async fn trim(&mut self, key: &SessionKey) -> StoreResult<()> {
+        trim(&mut self.tx, &key.app_name, &key.user_id, self.keep).await?;
+        Ok(())
+    }
+}
 
 /// Inserts one memory (`conflict`: `""`, or `ON CONFLICT DO NOTHING`); how many rows it added.
 async fn insert_entry(
@@ -397,57 +371,46 @@ async fn insert_entry(
     .rows_affected() as usize)
 }
 
-/// Gives memory `e.event_id` of (app, user) `e`'s text, author, session and time, its text
+/// Gives memory `e.event_id` of the key's user `e`'s text, author, session and time, its text
 /// until now kept as its next revision; whether it existed. In place, with the row locked
 /// first: a delete or another update of the same memory waits for this one and then acts on
 /// what it wrote (the revision numbers stay unique). Its vector and claim are cleared (when
-/// the database keeps vectors), so the embedder makes one for the new text, and one that
-/// claimed the old text stores nothing.
+/// the database keeps vectors), so the embedder makes one for the new text.
 async fn update_one(
     conn: &mut sqlx::PgConnection,
-    app: &str,
-    user: &str,
+    key: &SessionKey,
     e: &MemoryEntry,
     now: f64,
     vectors: bool,
 ) -> StoreResult<bool> {
-    let current = sqlx::query(
-        r#"SELECT session_id, author, "timestamp", text FROM memory_entries
-            WHERE app_name = $1 AND user_id = $2 AND event_id = $3 FOR UPDATE"#,
-    )
-    .bind(app)
-    .bind(user)
-    .bind(&e.event_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(current) = current else {
+    let (app, user, id) = (&key.app_name, &key.user_id, &e.event_id);
+    let current = sqlx::query(&format!("{} FOR UPDATE", sql::MEMORY_BY_ID))
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(current) = current.as_ref().map(entry_of).transpose()? else {
         return Ok(false);
     };
-    let last: i32 = sqlx::query_scalar(
-        "SELECT coalesce(max(revision), 0) FROM memory_revisions
-          WHERE app_name = $1 AND user_id = $2 AND memory_id = $3",
-    )
-    .bind(app)
-    .bind(user)
-    .bind(&e.event_id)
-    .fetch_one(&mut *conn)
-    .await?;
-    sqlx::query(
-        r#"INSERT INTO memory_revisions (app_name, user_id, memory_id, revision, session_id,
-                  author, "timestamp", text, replaced_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"#,
-    )
-    .bind(app)
-    .bind(user)
-    .bind(&e.event_id)
-    .bind(last + 1)
-    .bind(current.try_get::<String, _>("session_id")?)
-    .bind(current.try_get::<String, _>("author")?)
-    .bind(current.try_get::<f64, _>("timestamp")?)
-    .bind(current.try_get::<String, _>("text")?)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    let last: i32 = sqlx::query_scalar(sql::LAST_REVISION)
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
+    sqlx::query(sql::INSERT_REVISION)
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .bind(last + 1)
+        .bind(&current.session_id)
+        .bind(&current.author)
+        .bind(current.timestamp)
+        .bind(&current.text)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
     let reset = match vectors {
         true => ", embedding = NULL, space = NULL, claimed_until = NULL",
         false => "",
@@ -459,7 +422,7 @@ async fn update_one(
     ))
     .bind(app)
     .bind(user)
-    .bind(&e.event_id)
+    .bind(id)
     .bind(&e.session_id)
     .bind(&e.author)
     .bind(e.timestamp)
@@ -529,24 +492,20 @@ async fn delete_one(
     user: &str,
     id: &str,
 ) -> StoreResult<bool> {
-    let existed = sqlx::query(
-        "DELETE FROM memory_entries WHERE app_name = $1 AND user_id = $2 AND event_id = $3",
-    )
-    .bind(app)
-    .bind(user)
-    .bind(id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected()
+    let existed = sqlx::query(sql::DELETE_MEMORY)
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
         > 0;
-    sqlx::query(
-        "DELETE FROM memory_revisions WHERE app_name = $1 AND user_id = $2 AND memory_id = $3",
-    )
-    .bind(app)
-    .bind(user)
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(sql::DELETE_REVISIONS)
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
     Ok(existed)
 }
 

@@ -26,7 +26,7 @@ mod sessions;
 mod takeover;
 mod usage;
 
-pub use memory::{EXPIRE_MEMORIES_SQL, EXPIRE_REVISIONS_SQL, MEMORY_BY_ID_SQL, TRIM_SQL};
+pub use memory::TRIM_SQL;
 pub use runs::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, CANCEL_RUN,
     DEQUEUE_SQL, ENQUEUE_SQL, EXPIRE_RUN, FINISH_RUN, RUN_INVOCATIONS_SQL, USER_RUN_SQL,

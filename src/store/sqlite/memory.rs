@@ -3,7 +3,8 @@
 //! (see migrations/sqlite/0002_memory.sql). The bundled SQLite is built with FTS5.
 
 use super::*;
-use crate::store::memory::changes::{Applied, MemoryChange, MemoryRevision};
+use crate::store::memory::changes::{apply, Applied, ChangeTx, MemoryChange, MemoryRevision};
+use crate::store::memory::sql;
 use crate::store::memory::{
     add_session, content_words, or_query, IngestMark, MemoryBackend, MemoryEntry, MemoryStore,
 };
@@ -22,30 +23,6 @@ SELECT m.session_id, m.event_id, m.author, m.timestamp, m.text, m.content
 
 #[async_trait]
 impl MemoryBackend for SqliteStore {
-    async fn ingest_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>> {
-        let row = sqlx::query(
-            "SELECT s.create_time,
-                    CASE WHEN m.session_create_time = s.create_time THEN m.ingested_seq ELSE 0 END
-                      AS ingested_seq
-               FROM sessions s
-               LEFT JOIN memory_sessions m
-                 ON m.app_name = s.app_name AND m.user_id = s.user_id AND m.session_id = s.id
-              WHERE s.app_name = ? AND s.user_id = ? AND s.id = ?",
-        )
-        .bind(&key.app_name)
-        .bind(&key.user_id)
-        .bind(&key.session_id)
-        .fetch_optional(&self.reader)
-        .await?;
-        row.map(|r| {
-            Ok(IngestMark {
-                session_create_time: r.try_get("create_time")?,
-                ingested_seq: r.try_get("ingested_seq")?,
-            })
-        })
-        .transpose()
-    }
-
     async fn forget_memory(&self, key: &SessionKey, ranges: &[(i64, i64)]) -> StoreResult<usize> {
         let mut removed = 0;
         for (from, to) in ranges {
@@ -160,15 +137,12 @@ impl MemoryStore for SqliteStore {
         user: &str,
         id: &str,
     ) -> StoreResult<Option<MemoryEntry>> {
-        let row = sqlx::query(
-            "SELECT session_id, event_id, author, timestamp, text, content FROM memory_entries
-              WHERE app_name = ? AND user_id = ? AND event_id = ?",
-        )
-        .bind(app)
-        .bind(user)
-        .bind(id)
-        .fetch_optional(&self.reader)
-        .await?;
+        let row = sqlx::query(sql::MEMORY_BY_ID)
+            .bind(app)
+            .bind(user)
+            .bind(id)
+            .fetch_optional(&self.reader)
+            .await?;
         row.as_ref().map(entry_of).transpose()
     }
 
@@ -209,7 +183,27 @@ impl MemoryStore for SqliteStore {
     }
 
     async fn memory_mark(&self, key: &SessionKey) -> StoreResult<Option<IngestMark>> {
-        self.ingest_mark(key).await
+        let row = sqlx::query(
+            "SELECT s.create_time,
+                    CASE WHEN m.session_create_time = s.create_time THEN m.ingested_seq ELSE 0 END
+                      AS ingested_seq
+               FROM sessions s
+               LEFT JOIN memory_sessions m
+                 ON m.app_name = s.app_name AND m.user_id = s.user_id AND m.session_id = s.id
+              WHERE s.app_name = ? AND s.user_id = ? AND s.id = ?",
+        )
+        .bind(&key.app_name)
+        .bind(&key.user_id)
+        .bind(&key.session_id)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.map(|r| {
+            Ok(IngestMark {
+                session_create_time: r.try_get("create_time")?,
+                ingested_seq: r.try_get("ingested_seq")?,
+            })
+        })
+        .transpose()
     }
 
     async fn apply_memory_changes(
@@ -219,128 +213,33 @@ impl MemoryStore for SqliteStore {
         to: IngestMark,
         changes: &[MemoryChange],
     ) -> StoreResult<Option<Applied>> {
-        let (app, user) = (key.app_name.as_str(), key.user_id.as_str());
-        let mut tx = self.writer().begin_with("BEGIN IMMEDIATE").await?;
-        // The session the mark was read for must still be the one of that id (the writer is
-        // one at a time: it stays so until the commit).
-        let same = sqlx::query(
-            "SELECT 1 FROM sessions
-              WHERE app_name = ? AND user_id = ? AND id = ? AND create_time = ?",
-        )
-        .bind(app)
-        .bind(user)
-        .bind(&key.session_id)
-        .bind(from.session_create_time)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if same.is_none() {
-            tx.rollback().await?;
-            return Ok(None);
+        // One writer at a time: what the checks read stays so until the commit.
+        let mut w = SqliteChanges {
+            tx: self.writer().begin_with("BEGIN IMMEDIATE").await?,
+            keep: self.limits.max_memories_per_user,
+        };
+        let applied = apply(&mut w, key, from, to, changes).await?;
+        match applied {
+            Some(_) => w.tx.commit().await?,
+            None => w.tx.rollback().await?,
         }
-        let moved = sqlx::query(
-            "INSERT INTO memory_sessions AS t
-                    (app_name, user_id, session_id, session_create_time, ingested_seq)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (app_name, user_id, session_id) DO UPDATE
-                SET ingested_seq = excluded.ingested_seq,
-                    session_create_time = excluded.session_create_time
-              WHERE (t.session_create_time = ?6 AND t.ingested_seq = ?7)
-                 OR (?7 = 0 AND t.session_create_time <> ?6)
-             RETURNING 1",
-        )
-        .bind(app)
-        .bind(user)
-        .bind(&key.session_id)
-        .bind(to.session_create_time)
-        .bind(to.ingested_seq)
-        .bind(from.session_create_time)
-        .bind(from.ingested_seq)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if moved.is_none() {
-            tx.rollback().await?;
-            return Ok(None);
-        }
-        let mut applied = Applied::default();
-        let now = crate::event::now_ts();
-        for change in changes {
-            match change {
-                MemoryChange::Add(e) => {
-                    applied.added +=
-                        insert_entry(&mut tx, app, user, e, "ON CONFLICT DO NOTHING").await?;
-                }
-                MemoryChange::Update(e) => {
-                    let kept = sqlx::query(
-                        "INSERT INTO memory_revisions (app_name, user_id, memory_id, revision,
-                                session_id, author, timestamp, text, replaced_at)
-                         SELECT app_name, user_id, event_id,
-                                (SELECT coalesce(max(revision), 0) + 1 FROM memory_revisions
-                                  WHERE app_name = ?1 AND user_id = ?2 AND memory_id = ?3),
-                                session_id, author, timestamp, text, ?4
-                           FROM memory_entries
-                          WHERE app_name = ?1 AND user_id = ?2 AND event_id = ?3",
-                    )
-                    .bind(app)
-                    .bind(user)
-                    .bind(&e.event_id)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                    if kept == 0 {
-                        continue;
-                    }
-                    // In place (the writer is one at a time); its vector and claim cleared, so
-                    // the embedder makes one for the new text and one that claimed the old
-                    // text stores nothing.
-                    sqlx::query(
-                        "UPDATE memory_entries
-                            SET session_id = ?4, author = ?5, timestamp = ?6, text = ?7,
-                                content = ?8, embedding = NULL, space = NULL,
-                                claimed_until = NULL
-                          WHERE app_name = ?1 AND user_id = ?2 AND event_id = ?3",
-                    )
-                    .bind(app)
-                    .bind(user)
-                    .bind(&e.event_id)
-                    .bind(&e.session_id)
-                    .bind(&e.author)
-                    .bind(e.timestamp)
-                    .bind(&e.text)
-                    .bind(serde_json::to_string(&e.content)?)
-                    .execute(&mut *tx)
-                    .await?;
-                    applied.updated += 1;
-                }
-                MemoryChange::Delete(id) => {
-                    if delete_one(&mut tx, app, user, id).await? {
-                        applied.deleted += 1;
-                    }
-                }
-            }
-        }
-        if applied.added > 0 {
-            trim(&mut tx, app, user, self.limits.max_memories_per_user).await?;
-        }
-        tx.commit().await?;
-        Ok(Some(applied))
+        Ok(applied)
     }
 
     async fn expire_memories(&self, app: &str, before: f64) -> StoreResult<u64> {
         // Revisions first: a pass cut short leaves no revision of a memory already gone that
         // the next pass would not take.
-        sqlx::query(r#"DELETE FROM memory_revisions WHERE app_name = ?1 AND timestamp < ?2"#)
+        sqlx::query(sql::EXPIRE_REVISIONS)
             .bind(app)
             .bind(before)
             .execute(self.writer())
             .await?;
-        let gone =
-            sqlx::query(r#"DELETE FROM memory_entries WHERE app_name = ?1 AND timestamp < ?2"#)
-                .bind(app)
-                .bind(before)
-                .execute(self.writer())
-                .await?
-                .rows_affected();
+        let gone = sqlx::query(sql::EXPIRE_MEMORIES)
+            .bind(app)
+            .bind(before)
+            .execute(self.writer())
+            .await?
+            .rows_affected();
         Ok(gone)
     }
 
@@ -350,29 +249,121 @@ impl MemoryStore for SqliteStore {
         user: &str,
         id: &str,
     ) -> StoreResult<Vec<MemoryRevision>> {
-        let rows = sqlx::query(
-            "SELECT revision, text, author, session_id, timestamp, replaced_at
-               FROM memory_revisions
-              WHERE app_name = ? AND user_id = ? AND memory_id = ?
-              ORDER BY revision",
+        Ok(sqlx::query_as(sql::REVISIONS)
+            .bind(app)
+            .bind(user)
+            .bind(id)
+            .fetch_all(&self.reader)
+            .await?)
+    }
+}
+
+/// [`apply`]'s statements on SQLite, in one `BEGIN IMMEDIATE` transaction.
+struct SqliteChanges {
+    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+    /// `--max-memories-per-user`.
+    keep: usize,
+}
+
+#[async_trait]
+impl ChangeTx for SqliteChanges {
+    async fn same_session(&mut self, key: &SessionKey, create_time: f64) -> StoreResult<bool> {
+        Ok(sqlx::query(sql::SAME_SESSION)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(create_time)
+            .fetch_optional(&mut *self.tx)
+            .await?
+            .is_some())
+    }
+
+    async fn move_mark(
+        &mut self,
+        key: &SessionKey,
+        from: IngestMark,
+        to: IngestMark,
+    ) -> StoreResult<bool> {
+        Ok(sqlx::query(sql::MOVE_MARK)
+            .bind(&key.app_name)
+            .bind(&key.user_id)
+            .bind(&key.session_id)
+            .bind(to.session_create_time)
+            .bind(to.ingested_seq)
+            .bind(from.session_create_time)
+            .bind(from.ingested_seq)
+            .fetch_optional(&mut *self.tx)
+            .await?
+            .is_some())
+    }
+
+    async fn add(&mut self, key: &SessionKey, e: &MemoryEntry) -> StoreResult<bool> {
+        let added = insert_entry(
+            &mut self.tx,
+            &key.app_name,
+            &key.user_id,
+            e,
+            "ON CONFLICT DO NOTHING",
+        );
+        Ok(added.await? > 0)
+    }
+
+    async fn update(&mut self, key: &SessionKey, e: &MemoryEntry, now: f64) -> StoreResult<bool> {
+        let (app, user, id) = (&key.app_name, &key.user_id, &e.event_id);
+        let current = sqlx::query(sql::MEMORY_BY_ID)
+            .bind(app)
+            .bind(user)
+            .bind(id)
+            .fetch_optional(&mut *self.tx)
+            .await?;
+        let Some(current) = current.as_ref().map(entry_of).transpose()? else {
+            return Ok(false);
+        };
+        let last: i32 = sqlx::query_scalar(sql::LAST_REVISION)
+            .bind(app)
+            .bind(user)
+            .bind(id)
+            .fetch_one(&mut *self.tx)
+            .await?;
+        sqlx::query(sql::INSERT_REVISION)
+            .bind(app)
+            .bind(user)
+            .bind(id)
+            .bind(last + 1)
+            .bind(&current.session_id)
+            .bind(&current.author)
+            .bind(current.timestamp)
+            .bind(&current.text)
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await?;
+        // In place; its vector and claim cleared, so the embedder makes one for the new text.
+        sqlx::query(
+            "UPDATE memory_entries
+                SET session_id = ?4, author = ?5, timestamp = ?6, text = ?7, content = ?8,
+                    embedding = NULL, space = NULL, claimed_until = NULL
+              WHERE app_name = ?1 AND user_id = ?2 AND event_id = ?3",
         )
         .bind(app)
         .bind(user)
         .bind(id)
-        .fetch_all(&self.reader)
+        .bind(&e.session_id)
+        .bind(&e.author)
+        .bind(e.timestamp)
+        .bind(&e.text)
+        .bind(serde_json::to_string(&e.content)?)
+        .execute(&mut *self.tx)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(MemoryRevision {
-                    revision: r.try_get("revision")?,
-                    text: r.try_get("text")?,
-                    author: r.try_get("author")?,
-                    session_id: r.try_get("session_id")?,
-                    timestamp: r.try_get("timestamp")?,
-                    replaced_at: r.try_get("replaced_at")?,
-                })
-            })
-            .collect()
+        Ok(true)
+    }
+
+    async fn delete(&mut self, key: &SessionKey, id: &str) -> StoreResult<bool> {
+        delete_one(&mut self.tx, &key.app_name, &key.user_id, id).await
+    }
+
+    async fn trim(&mut self, key: &SessionKey) -> StoreResult<()> {
+        trim(&mut self.tx, &key.app_name, &key.user_id, self.keep).await?;
+        Ok(())
     }
 }
 
@@ -426,17 +417,16 @@ async fn trim(
     .bind(crate::store::memory::TRIM_BATCH)
     .fetch_all(&mut *conn)
     .await?;
-    for id in &gone {
+    if !gone.is_empty() {
         sqlx::query(
-            "DELETE FROM memory_revisions WHERE app_name = ? AND user_id = ? AND memory_id = ?",
+            "DELETE FROM memory_revisions
+              WHERE app_name = ?1 AND user_id = ?2 AND memory_id IN (SELECT value FROM json_each(?3))",
         )
         .bind(app)
         .bind(user)
-        .bind(id)
+        .bind(serde_json::to_string(&gone)?)
         .execute(&mut *conn)
         .await?;
-    }
-    if !gone.is_empty() {
         tracing::info!(
             app,
             user,
@@ -454,24 +444,20 @@ async fn delete_one(
     user: &str,
     id: &str,
 ) -> StoreResult<bool> {
-    let existed = sqlx::query(
-        "DELETE FROM memory_entries WHERE app_name = ? AND user_id = ? AND event_id = ?",
-    )
-    .bind(app)
-    .bind(user)
-    .bind(id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected()
+    let existed = sqlx::query(sql::DELETE_MEMORY)
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
         > 0;
-    sqlx::query(
-        "DELETE FROM memory_revisions WHERE app_name = ? AND user_id = ? AND memory_id = ?",
-    )
-    .bind(app)
-    .bind(user)
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(sql::DELETE_REVISIONS)
+        .bind(app)
+        .bind(user)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
     Ok(existed)
 }
 

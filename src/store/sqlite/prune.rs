@@ -88,9 +88,8 @@ impl PruneStore for SqliteStore {
             }
             report.sessions += 1;
             for (table, rows) in SESSION_TABLES {
-                // SQLite's numbered parameters are `?N`.
-                let sql = format!("{verb} {table} WHERE app_name = $1 AND user_id = $2 AND {rows}")
-                    .replace('$', "?");
+                // `$N` as on PostgreSQL: SQLite numbers them in order of first use, 1, 2, 3.
+                let sql = format!("{verb} {table} WHERE app_name = $1 AND user_id = $2 AND {rows}");
                 let q = sqlx::query(&sql)
                     .bind(&k.app_name)
                     .bind(&k.user_id)
