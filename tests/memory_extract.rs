@@ -18,8 +18,9 @@ const APP: &str = "facts";
 const EXTRACTOR: &str = "extractor-1";
 
 /// An apps directory with app `facts` (an echo agent) that extracts its memories with the
-/// scripted server's `extractor-1`.
-fn apps_dir(dir: &Path, model: &ScriptedModel) {
+/// scripted server's `extractor-1`, and `memory`'s further lines in its `memory:` block (each
+/// starting with two spaces).
+fn apps_dir_with(dir: &Path, model: &ScriptedModel, memory: &str) {
     let app = dir.join(APP);
     std::fs::create_dir_all(&app).unwrap();
     std::fs::write(
@@ -31,7 +32,7 @@ fn apps_dir(dir: &Path, model: &ScriptedModel) {
         app.join("agentd.yaml"),
         format!(
             "memory:\n  mode: extract\n  extraction_model: openai/{EXTRACTOR}\n  \
-             extraction_options:\n    base_url: {}\n    max_retries: 0\n",
+             extraction_options:\n    base_url: {}\n    max_retries: 0\n{memory}",
             model.base_url
         ),
     )
@@ -45,9 +46,13 @@ struct Setup {
 }
 
 async fn serve(backend: Backend, auto_ingest: bool) -> Setup {
+    serve_with(backend, auto_ingest, "").await
+}
+
+async fn serve_with(backend: Backend, auto_ingest: bool, memory: &str) -> Setup {
     let model = ScriptedModel::start().await;
     let dir = tempfile::tempdir().unwrap();
-    apps_dir(dir.path(), &model);
+    apps_dir_with(dir.path(), &model, memory);
     let path = dir.path().to_path_buf();
     let s = TestServer::start_on(TestDb::new(backend).await, move |a| {
         a.apps_dir = path;
@@ -442,7 +447,61 @@ async fn auto_ingest_extracts_after_each_run(backend: Backend) {
     assert_eq!(model.requests_for(EXTRACTOR).len(), 1);
 }
 
+/// With `memory: idle_seconds:` a session is added once it has paused: two quick runs make
+/// no extraction, then one call covers both, and the session is no longer due.
+async fn a_paused_session_is_extracted_once(backend: Backend) {
+    let Setup { s, model, .. } = serve_with(backend, false, "  idle_seconds: 2\n").await;
+    model.push(
+        EXTRACTOR,
+        answer(json!([{"action": "add", "text": "She speaks Portuguese and Spanish"}])),
+    );
+    say(&s, "alice", "s1", "I speak Portuguese").await;
+    say(&s, "alice", "s1", "and Spanish too").await;
+    let store = s.db.store().await;
+    let due = store.due_memories(f64::MAX, 10).await.unwrap();
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert_eq!(due[0].key.session_id, "s1");
+    assert!(
+        model.requests_for(EXTRACTOR).is_empty(),
+        "extracted before the pause"
+    );
+    let mut hits = vec![];
+    for _ in 0..300 {
+        hits = search(&s, "alice", "Portuguese").await;
+        if !hits.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(hits.len(), 1, "nothing added after the pause");
+    assert_eq!(hits[0]["text"], "She speaks Portuguese and Spanish");
+    let calls = model.requests_for(EXTRACTOR);
+    assert_eq!(calls.len(), 1);
+    let conversation = sent(&model, 0)["conversation"].to_string();
+    assert!(
+        conversation.contains("I speak Portuguese") && conversation.contains("and Spanish too"),
+        "{conversation}"
+    );
+    for _ in 0..100 {
+        if store.due_memories(f64::MAX, 10).await.unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(store.due_memories(f64::MAX, 10).await.unwrap().is_empty());
+    // A setting out of range is refused with the reason.
+    use agentd::apps::settings::MemorySettings;
+    for bad in ["idle_seconds: 0", "idle_seconds: 604801"] {
+        let m: MemorySettings = serde_yaml_ng::from_str(bad).unwrap();
+        assert!(
+            m.build().err().unwrap_or_default().contains("idle_seconds"),
+            "{bad}"
+        );
+    }
+}
+
 both_backends!(
+    a_paused_session_is_extracted_once,
     facts_are_added_updated_and_deleted_as_the_model_says,
     a_failed_extraction_stores_nothing_and_the_next_add_repeats_it,
     two_adds_of_the_same_events_apply_once,

@@ -670,6 +670,115 @@ async fn preload_memory_puts_the_users_memories_in_the_instruction(backend: Back
     assert_eq!(tools, ["load_memory"]);
 }
 
+/// On SQLite, a user with more vectors than a search measures exactly (200 for a top 5) is
+/// ranked by the vectors' signs first (migrations/sqlite/0018_memory_vector_bits.sql), then
+/// measured: the nearest five are exactly an exact scan's, another user's vectors (nearer
+/// still) never come back, and a deleted or re-embedded memory leaves the ranking at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_sqlite_user_is_ranked_by_signs_then_measured() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let store: Arc<dyn Store> = db.store().await;
+    const DIMS: usize = 384;
+    let space = VectorSpace {
+        name: "big/384".into(),
+        dims: DIMS as u32,
+    };
+    store.adopt_space(APP, &space).await.unwrap();
+    // Seeded values in [-1, 1).
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut unit = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+    };
+    let base: Vec<f32> = (0..DIMS).map(|_| unit()).collect();
+    // u1: 2,380 memories anywhere, 20 near `base` at growing distances; u2: 50 right at it.
+    let mut vectors = std::collections::HashMap::new();
+    for i in 0..2450 {
+        let v: Vec<f32> = match i {
+            0..=2379 => (0..DIMS).map(|_| unit()).collect(),
+            2380..=2399 => {
+                let k = (i - 2379) as f32 * 0.03;
+                base.iter().map(|b| b + k * unit()).collect()
+            }
+            _ => base.clone(),
+        };
+        let user = if i < 2400 { "u1" } else { "u2" };
+        let e = agentd::store::memory::fact_entry("user", &format!("fact {i}")).unwrap();
+        store.insert_memory(APP, user, &e).await.unwrap();
+        vectors.insert(e.event_id, (user, v));
+    }
+    loop {
+        let pending = store
+            .claim_pending(APP, 256, Duration::from_secs(60))
+            .await
+            .unwrap();
+        if pending.is_empty() {
+            break;
+        }
+        let batch: Vec<_> = pending
+            .into_iter()
+            .map(|p| {
+                let v = vectors[&p.event_id].1.clone();
+                (p, v)
+            })
+            .collect();
+        store.store_vectors(APP, &space, &batch).await.unwrap();
+    }
+    let query: Vec<f32> = base.iter().map(|b| b + 0.01 * unit()).collect();
+    let cosine = |a: &[f32], b: &[f32]| {
+        let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+        1.0 - dot / (na * nb)
+    };
+    let exact = |vectors: &std::collections::HashMap<String, (&str, Vec<f32>)>| {
+        let mut all: Vec<(f32, String)> = vectors
+            .iter()
+            .filter(|(_, (u, _))| *u == "u1")
+            .map(|(id, (_, v))| (cosine(&query, v), id.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        all.into_iter()
+            .take(5)
+            .map(|(_, id)| id)
+            .collect::<Vec<_>>()
+    };
+    let nearest = |store: Arc<dyn Store>, query: Vec<f32>| {
+        let space = space.clone();
+        async move {
+            store
+                .nearest_memories(APP, "u1", &space, &query, 5)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|n| n.entry.event_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let want = exact(&vectors);
+    assert_eq!(nearest(store.clone(), query.clone()).await, want);
+    // The nearest forgotten: the next five are an exact scan's again.
+    assert!(store.delete_memory(APP, "u1", &want[0]).await.unwrap());
+    vectors.remove(&want[0]);
+    let want = exact(&vectors);
+    assert_eq!(nearest(store.clone(), query.clone()).await, want);
+    // A new space: no vector of the old one is searched.
+    let other = VectorSpace {
+        name: "other/384".into(),
+        dims: DIMS as u32,
+    };
+    store.adopt_space(APP, &other).await.unwrap();
+    assert!(nearest(store.clone(), query.clone()).await.is_empty());
+    let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+    let bits: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_vector_bits")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(bits, 0, "bits of cleared vectors are left");
+}
+
 postgres_backends!(a_large_user_is_searched_through_the_hnsw_index);
 
 both_backends!(

@@ -1,5 +1,8 @@
 //! `--memory-auto-ingest`: a runner plugin that adds each run's session to memory when the run
 //! ends, so `load_memory` and `GET …/memory` find a conversation without a `PATCH …/memory`.
+//! For an app with `memory: idle_seconds:` (with or without the flag), the run's end only
+//! marks the session due once it has paused that long; the sweep of [`crate::memory::idle`]
+//! adds it then, on whichever replica takes it.
 //!
 //! Adding is idempotent and incremental (only events after the session's memory watermark
 //! are read), so doing it after every run is cheap. For an app with `memory: {mode:
@@ -21,22 +24,28 @@ use tracing::Instrument;
 /// Background extractions one replica runs at once.
 pub const MAX_EXTRACTIONS: usize = 8;
 
-/// Adds the run's session to memory after every run, whatever the run's outcome.
+/// Adds the run's session to memory after every run, whatever the run's outcome, or marks it
+/// due for when it will have paused.
 #[derive(Default)]
 pub struct MemoryIngestPlugin {
     /// What the extraction model's calls cost (`--prices`).
     prices: Arc<crate::usage::Prices>,
     /// Sessions whose extraction is in flight here, and whether a run ended since it started.
     in_flight: Arc<Mutex<HashMap<SessionKey, bool>>>,
+    /// `--memory-auto-ingest`: apps without `idle_seconds` add sessions as runs end.
+    at_run_end: bool,
 }
 
 impl MemoryIngestPlugin {
     pub const NAME: &'static str = "agentd_memory_ingest";
 
-    pub fn new(prices: Arc<crate::usage::Prices>) -> Self {
+    /// `at_run_end`: `--memory-auto-ingest` (apps with `idle_seconds` wait for the pause
+    /// either way).
+    pub fn new(prices: Arc<crate::usage::Prices>, at_run_end: bool) -> Self {
         MemoryIngestPlugin {
             prices,
             in_flight: Arc::default(),
+            at_run_end,
         }
     }
 }
@@ -90,6 +99,16 @@ impl Plugin for MemoryIngestPlugin {
     async fn after_run(&self, ctx: &InvocationContext) {
         let key = ctx.session_key().clone();
         let store = ctx.store().clone();
+        if let Some(idle) = ctx.memory_idle() {
+            let at = crate::event::now_ts() + idle.as_secs_f64();
+            if let Err(e) = store.set_memory_due(&key, at).await {
+                tracing::warn!(error = %e, session = %key.session_id, "could not mark the session's memory due");
+            }
+            return;
+        }
+        if !self.at_run_end {
+            return;
+        }
         let embedder = ctx.embedder().cloned();
         let Some(extraction) = ctx.memory_extraction().cloned() else {
             let added = crate::memory::add_session(

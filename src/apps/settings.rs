@@ -17,6 +17,7 @@
 //!   mode: extract      # keep facts a model extracts, not the events themselves
 //!   extraction_model: openai/gpt-4o-mini
 //!   ttl_days: 365      # forget what was not stated or updated for a year
+//!   idle_seconds: 600  # add a session once it has paused for 10 minutes
 //! context_cache:       # ADK's ContextCacheConfig names (docs/usage.md#prompt-caching)
 //!   ttl_seconds: 3600
 //!   min_tokens: 1024
@@ -90,6 +91,10 @@ pub struct MemorySettings {
     /// revisions); none by default.
     #[serde(default)]
     pub ttl_days: Option<f64>,
+    /// A session is added to memory once no run of it has ended for this many seconds,
+    /// instead of when each run ends (docs/memory.md#when-sessions-are-added).
+    #[serde(default)]
+    pub idle_seconds: Option<u64>,
 }
 
 /// `memory: mode:`.
@@ -101,6 +106,9 @@ pub enum MemoryMode {
     Extract,
 }
 
+/// The longest `memory: idle_seconds:`, a week.
+pub const MAX_IDLE_SECONDS: u64 = 7 * 86_400;
+
 /// An app's memory, built from its `memory:` block.
 #[derive(Clone, Default)]
 pub struct AppMemory {
@@ -108,6 +116,8 @@ pub struct AppMemory {
     pub extraction: Option<std::sync::Arc<crate::memory::extract::Extraction>>,
     /// `ttl_days`, as a duration.
     pub ttl: Option<std::time::Duration>,
+    /// `idle_seconds`, as a duration.
+    pub idle: Option<std::time::Duration>,
 }
 
 impl MemorySettings {
@@ -161,10 +171,22 @@ impl MemorySettings {
                 ))
             }
         };
+        let idle = match self.idle_seconds {
+            None => None,
+            Some(s) if (1..=MAX_IDLE_SECONDS).contains(&s) => {
+                Some(std::time::Duration::from_secs(s))
+            }
+            Some(s) => {
+                return Err(format!(
+                    "memory: idle_seconds must be 1 to {MAX_IDLE_SECONDS} (a week), not {s}"
+                ))
+            }
+        };
         Ok(AppMemory {
             embedder,
             extraction,
             ttl,
+            idle,
         })
     }
 }

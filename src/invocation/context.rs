@@ -122,6 +122,12 @@ impl InvocationContext {
         self.shared.memory.extraction.as_ref()
     }
 
+    /// How long the app's sessions must pause before they are added to memory (`memory:
+    /// idle_seconds:`), if they wait.
+    pub fn memory_idle(&self) -> Option<std::time::Duration> {
+        self.shared.memory.idle
+    }
+
     /// The app's prompt-cache settings (`context_cache:` of its `agentd.yaml`).
     pub fn context_cache(&self) -> Option<&crate::model::ContextCache> {
         self.shared.context_cache.as_ref()

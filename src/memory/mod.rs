@@ -12,6 +12,7 @@
 
 pub mod embedder;
 pub mod extract;
+pub mod idle;
 pub mod retention;
 
 use crate::model::embed::{Embedder, Purpose};

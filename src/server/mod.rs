@@ -83,13 +83,21 @@ impl Server {
         runner_config.max_resumes = args.max_resumes;
         runner_config.drain_handover = args.drain_handover;
         runner_config.prices = Arc::new(load_prices(args.prices.as_deref())?);
-        if args.memory_auto_ingest {
-            let plugin =
-                crate::agent::memory_ingest::MemoryIngestPlugin::new(runner_config.prices.clone());
+        // Apps whose sessions are added to memory once they pause, and how often to look.
+        let idle: Vec<_> = apps
+            .entries()
+            .filter_map(|a| a.memory.idle.map(|idle| (a.name.clone(), idle)))
+            .collect();
+        if args.memory_auto_ingest || !idle.is_empty() {
+            let plugin = crate::agent::memory_ingest::MemoryIngestPlugin::new(
+                runner_config.prices.clone(),
+                args.memory_auto_ingest,
+            );
             plugins
                 .push(Arc::new(plugin))
                 .map_err(|e| anyhow::anyhow!("cannot enable memory auto-ingest: {e}"))?;
         }
+        let runner_config_prices = runner_config.prices.clone();
         let budgets = runner_config.budgets.clone();
         let run_ended = runner_config.run_ended.clone();
         // Checked before anything starts: a refused configuration leaves nothing running.
@@ -222,6 +230,25 @@ impl Server {
                 crate::memory::retention::PERIOD,
                 shutdown.clone(),
             );
+        }
+        // Sessions of those apps that paused are added to memory.
+        if !idle.is_empty() {
+            crate::memory::idle::Sweep {
+                store: state.store.clone(),
+                apps: state
+                    .apps
+                    .entries()
+                    .filter(|a| a.memory.idle.is_some())
+                    .map(|a| crate::memory::idle::IdleApp {
+                        app: a.name.clone(),
+                        embedder: a.memory.embedder.clone(),
+                        extraction: a.memory.extraction.clone(),
+                    })
+                    .collect(),
+                prices: runner_config_prices.clone(),
+                every: crate::memory::idle::period(idle.iter().map(|(_, d)| *d)),
+            }
+            .spawn(shutdown.clone());
         }
         let accept = AcceptConfig {
             max_connections: accept::effective_max_connections(

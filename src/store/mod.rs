@@ -194,6 +194,7 @@ pub trait Store:
     + RunStore
     + MemoryStore
     + memory::vectors::VectorStore
+    + memory::due::MemoryDueStore
     + IdempotencyStore
     + PruneStore
     + KeyStore

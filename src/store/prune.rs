@@ -97,7 +97,7 @@ pub trait PruneStore: Send + Sync + 'static {
 /// `app_name = $1 AND user_id = $2`; `$3` the session's id), in the order they are deleted.
 /// What memory holds from a session goes with it: its events' memories and the facts
 /// extracted from it, with every revision of those, and the earlier texts that came from it.
-pub(crate) const SESSION_TABLES: [(&str, &str); 6] = [
+pub(crate) const SESSION_TABLES: [(&str, &str); 7] = [
     ("events", "session_id = $3"),
     ("artifacts", "session_id = $3"),
     (
@@ -108,5 +108,6 @@ pub(crate) const SESSION_TABLES: [(&str, &str); 6] = [
     ),
     ("memory_entries", "session_id = $3"),
     ("memory_sessions", "session_id = $3"),
+    ("memory_due", "session_id = $3"),
     ("runs", "session_id = $3"),
 ];

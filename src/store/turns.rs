@@ -24,6 +24,7 @@ pub mod kind {
     pub const SWEEP: &str = "sweep";
     pub const HOUSEKEEPING: &str = "housekeeping";
     pub const MEMORY_TTL: &str = "memory_ttl";
+    pub const MEMORY_IDLE: &str = "memory_idle";
 }
 
 #[async_trait]

@@ -20,6 +20,7 @@ mod database_faults;
 mod durable_runs;
 mod fencing;
 mod kill_and_drain;
+mod memory_idle;
 mod one_process;
 
 fn run_body(app: &str, session: &str, text: &str) -> Value {

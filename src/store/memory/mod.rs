@@ -18,6 +18,7 @@
 //! by id, and deleted.
 
 pub mod changes;
+pub mod due;
 pub mod fusion;
 pub mod sql;
 pub mod vectors;

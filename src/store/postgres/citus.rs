@@ -21,6 +21,7 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "memory_entries",
     "memory_sessions",
     "memory_revisions",
+    "memory_due",
     "runs",
     "run_queue",
     "idempotency_keys",

@@ -1,0 +1,120 @@
+//! Sessions whose memory is due: an app's `memory: idle_seconds:` adds a session to memory once
+//! the conversation has paused that long, not after every run (migrations/postgres/
+//! 0021_memory_due.sql says how the rows live; [`crate::memory::idle`] is the sweep). Every
+//! statement is the same on both backends; each names one session, but the sweep's read.
+
+use super::super::postgres::PgStore;
+use super::super::sqlite::SqliteStore;
+use super::super::{SessionKey, StoreResult};
+use async_trait::async_trait;
+
+/// A session whose memory is due.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueSession {
+    pub key: SessionKey,
+    /// When it became due, or, while claimed, when the claim ends.
+    pub due_at: f64,
+    /// Claims since a run of the session last ended.
+    pub attempts: i32,
+}
+
+#[async_trait]
+pub trait MemoryDueStore: Send + Sync {
+    /// The session's memory is due at `at` (a run of it ended): whatever was set before, and
+    /// a claim in flight, give way, and its attempts start again.
+    async fn set_memory_due(&self, key: &SessionKey, at: f64) -> StoreResult<()>;
+
+    /// Up to `limit` sessions (of any app) due by `now`, soonest first: the one read that
+    /// spans every user (on Citus every shard; the sweep takes a turn for it).
+    async fn due_memories(&self, now: f64, limit: usize) -> StoreResult<Vec<DueSession>>;
+
+    /// Claims `due` until `until` (another replica takes it then, should this one die), while
+    /// it is still as read; counts the attempt. Whether it was claimed.
+    async fn claim_memory_due(&self, due: &DueSession, until: f64) -> StoreResult<bool>;
+
+    /// The session is done with (added to memory, gone, or given up): its row goes, while it
+    /// is still the claim that ended at `claimed` (a run that ended since made it due again).
+    async fn clear_memory_due(&self, key: &SessionKey, claimed: f64) -> StoreResult<bool>;
+}
+
+const SET_DUE: &str = "INSERT INTO memory_due (app_name, user_id, session_id, due_at, attempts)
+     VALUES ($1, $2, $3, $4, 0)
+     ON CONFLICT (app_name, user_id, session_id) DO UPDATE
+        SET due_at = EXCLUDED.due_at, attempts = 0";
+
+const DUE: &str = "SELECT app_name, user_id, session_id, due_at, attempts FROM memory_due
+  WHERE due_at <= $1 ORDER BY due_at LIMIT $2";
+
+const CLAIM: &str = "UPDATE memory_due SET due_at = $5, attempts = attempts + 1
+  WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND due_at = $4";
+
+const CLEAR: &str = "DELETE FROM memory_due
+  WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND due_at = $4";
+
+macro_rules! due_store {
+    ($store:ty, $writer:ident, $reader:ident) => {
+        #[async_trait]
+        impl MemoryDueStore for $store {
+            async fn set_memory_due(&self, key: &SessionKey, at: f64) -> StoreResult<()> {
+                sqlx::query(SET_DUE)
+                    .bind(&key.app_name)
+                    .bind(&key.user_id)
+                    .bind(&key.session_id)
+                    .bind(at)
+                    .execute(&self.$writer)
+                    .await?;
+                Ok(())
+            }
+
+            async fn due_memories(&self, now: f64, limit: usize) -> StoreResult<Vec<DueSession>> {
+                let rows: Vec<(String, String, String, f64, i32)> = sqlx::query_as(DUE)
+                    .bind(now)
+                    .bind(limit.min(i64::MAX as usize) as i64)
+                    .fetch_all(&self.$reader)
+                    .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(
+                        |(app_name, user_id, session_id, due_at, attempts)| DueSession {
+                            key: SessionKey {
+                                app_name,
+                                user_id,
+                                session_id,
+                            },
+                            due_at,
+                            attempts,
+                        },
+                    )
+                    .collect())
+            }
+
+            async fn claim_memory_due(&self, due: &DueSession, until: f64) -> StoreResult<bool> {
+                let n = sqlx::query(CLAIM)
+                    .bind(&due.key.app_name)
+                    .bind(&due.key.user_id)
+                    .bind(&due.key.session_id)
+                    .bind(due.due_at)
+                    .bind(until)
+                    .execute(&self.$writer)
+                    .await?
+                    .rows_affected();
+                Ok(n == 1)
+            }
+
+            async fn clear_memory_due(&self, key: &SessionKey, claimed: f64) -> StoreResult<bool> {
+                let n = sqlx::query(CLEAR)
+                    .bind(&key.app_name)
+                    .bind(&key.user_id)
+                    .bind(&key.session_id)
+                    .bind(claimed)
+                    .execute(&self.$writer)
+                    .await?
+                    .rows_affected();
+                Ok(n == 1)
+            }
+        }
+    };
+}
+
+due_store!(PgStore, pool, pool);
+due_store!(SqliteStore, writer, reader);
