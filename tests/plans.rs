@@ -13,6 +13,7 @@
 
 mod common;
 
+use agentd::store::memory::due::{CLAIM, CLEAR, DUE};
 use agentd::store::memory::sql::{EXPIRE_MEMORIES, EXPIRE_REVISIONS, MEMORY_BY_ID};
 use agentd::store::postgres::{
     list_runs_sql, list_session_runs_sql, pg_insert_run_sql, ACTIVE_RUN_SQL, APPEND, APPEND_END,
@@ -34,6 +35,7 @@ const CHECKED: &[&str] = &[
     "usage_keys",
     "memory_entries",
     "memory_revisions",
+    "memory_due",
 ];
 
 /// (name, statement, EXECUTE arguments, table → the indexes it may be read through; a table
@@ -97,7 +99,9 @@ async fn hot_statements_use_their_indexes_without_statistics() {
          INSERT INTO memory_revisions (app_name, user_id, memory_id, revision, session_id,
                                        author, \"timestamp\", text, replaced_at)
          SELECT 'echo', 'u1', 'mem-' || g, 1, 's5', 'user', g, 'old fact', g
-           FROM generate_series(1, 1000) g;",
+           FROM generate_series(1, 1000) g;
+         INSERT INTO memory_due (app_name, user_id, session_id, due_at)
+         SELECT 'echo', 'u1', 's' || g, g FROM generate_series(1, 10000) g;",
     )
     .await
     .unwrap();
@@ -396,6 +400,24 @@ async fn hot_statements_use_their_indexes_without_statistics() {
             EXPIRE_MEMORIES,
             "'echo', 100.0",
             vec![("memory_entries", &["memory_entries_by_app_age"])],
+        ),
+        (
+            "the sessions due for memory, soonest first",
+            DUE,
+            "5000.0, 32",
+            vec![("memory_due", &["memory_due_by_time"])],
+        ),
+        (
+            "claim a session due for memory",
+            CLAIM,
+            "'echo', 'u1', 's5000', 5000.0, 9000.0",
+            vec![("memory_due", &["memory_due_pkey"])],
+        ),
+        (
+            "clear a session due for memory",
+            CLEAR,
+            "'echo', 'u1', 's5000', 9000.0",
+            vec![("memory_due", &["memory_due_pkey"])],
         ),
         (
             "expire an app's old revisions",

@@ -37,18 +37,18 @@ pub trait MemoryDueStore: Send + Sync {
     async fn clear_memory_due(&self, key: &SessionKey, claimed: f64) -> StoreResult<bool>;
 }
 
-const SET_DUE: &str = "INSERT INTO memory_due (app_name, user_id, session_id, due_at, attempts)
+pub const SET_DUE: &str = "INSERT INTO memory_due (app_name, user_id, session_id, due_at, attempts)
      VALUES ($1, $2, $3, $4, 0)
      ON CONFLICT (app_name, user_id, session_id) DO UPDATE
         SET due_at = EXCLUDED.due_at, attempts = 0";
 
-const DUE: &str = "SELECT app_name, user_id, session_id, due_at, attempts FROM memory_due
+pub const DUE: &str = "SELECT app_name, user_id, session_id, due_at, attempts FROM memory_due
   WHERE due_at <= $1 ORDER BY due_at LIMIT $2";
 
-const CLAIM: &str = "UPDATE memory_due SET due_at = $5, attempts = attempts + 1
+pub const CLAIM: &str = "UPDATE memory_due SET due_at = $5, attempts = attempts + 1
   WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND due_at = $4";
 
-const CLEAR: &str = "DELETE FROM memory_due
+pub const CLEAR: &str = "DELETE FROM memory_due
   WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND due_at = $4";
 
 macro_rules! due_store {
