@@ -143,9 +143,10 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("open store at {}: {e}", self.url))
     }
 
-    /// Every row of every table (but the replicas' heartbeats, which move on their own), as
-    /// text in a fixed order: two snapshots are equal only if nothing was stored, changed or
-    /// deleted in between.
+    /// Every row of every table (but what moves on its own: the replicas' heartbeats, the
+    /// background scans' turns, and the embedding space each app's embedder adopts after the
+    /// server starts), as text in a fixed order: two snapshots are equal only if nothing was
+    /// stored, changed or deleted in between.
     pub async fn snapshot(&self) -> std::collections::BTreeMap<String, String> {
         let mut out = std::collections::BTreeMap::new();
         if self.backend.is_postgres() {
@@ -155,7 +156,8 @@ impl TestDb {
             let tables: Vec<String> = sqlx::query_scalar(
                 "SELECT table_name::text FROM information_schema.tables
                   WHERE table_schema = 'public' AND table_type = 'BASE TABLE'
-                    AND table_name NOT IN ('replicas', 'poll_turns', '_sqlx_migrations')",
+                    AND table_name NOT IN ('replicas', 'poll_turns', 'memory_spaces',
+                                           '_sqlx_migrations')",
             )
             .fetch_all(&mut conn)
             .await
@@ -176,7 +178,8 @@ impl TestDb {
             .expect("connect");
         let tables: Vec<String> = sqlx::query_scalar(
             "SELECT name FROM sqlite_master WHERE type = 'table'
-              AND name NOT LIKE 'sqlite_%' AND name NOT IN ('replicas', '_sqlx_migrations')",
+              AND name NOT LIKE 'sqlite_%'
+              AND name NOT IN ('replicas', 'memory_spaces', '_sqlx_migrations')",
         )
         .fetch_all(&mut conn)
         .await
