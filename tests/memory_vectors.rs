@@ -287,8 +287,19 @@ async fn an_embedding_outage_leaves_search_by_words(backend: Backend) {
     assert_eq!(hits[0]["textRank"], 1);
     assert!(hits[0].get("vectorRank").is_none());
     assert!(store.pending_count(APP).await.unwrap() >= 1);
+    // The embedder's own call fails too (it claimed the memory and was refused).
+    let mut waited = 0;
+    while !model
+        .embedding_requests()
+        .iter()
+        .any(|r| r.to_string().contains("Pizza is my favourite"))
+    {
+        assert!(waited < 400, "the embedder never tried the memory");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
     // The provider recovers: the embedder's backoff (doubling from 1 s while it failed) ends
-    // and the vector arrives.
+    // and the vector arrives, well before the failed call's claim would have run out.
     model.fail_embeddings(0);
     embedded_within(store.as_ref(), 60).await;
     let hits = search(&s, "dave", "what do I eat").await;

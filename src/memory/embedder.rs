@@ -159,9 +159,12 @@ impl MemoryEmbedder {
             let vectors = match embed(app, embedder, &pending).await {
                 Ok(v) => v,
                 Err(e) if refuses_text(&e) => {
-                    self.one_by_one(app, embedder, pending, lease).await?
+                    match self.one_by_one(app, embedder, pending.clone(), lease).await {
+                        Ok(v) => v,
+                        Err(e) => return Err(self.release(app, &pending, e).await),
+                    }
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(self.release(app, &pending, e.into()).await),
             };
             // A replica on another model made the app its own meanwhile (a rolling update):
             // these vectors would be of the wrong space. This replica adopts again when its
@@ -176,6 +179,20 @@ impl MemoryEmbedder {
             }
         }
         Ok(stored)
+    }
+
+    /// A failed call's memories are let go at once: they wait for the app's backoff (which
+    /// the failure starts), not for the claim's lease, which outlasts the longest call
+    /// (minutes) and would hold them long after the provider is back. Returns `failure`.
+    async fn release(&self, app: &str, pending: &[PendingMemory], failure: Failure) -> Failure {
+        let keys: Vec<(String, String)> = pending
+            .iter()
+            .map(|p| (p.user_id.clone(), p.event_id.clone()))
+            .collect();
+        if let Err(e) = self.store.defer_pending(app, &keys, Duration::ZERO).await {
+            tracing::warn!(app, error = %e, "could not let go of memories after a failed embedding call; they wait for their lease");
+        }
+        failure
     }
 
     /// A batch the provider refused, embedded one memory at a time: the memories it refuses
