@@ -348,6 +348,67 @@ async fn a_failed_extraction_stores_nothing_and_the_next_add_repeats_it(backend:
     );
 }
 
+/// An extraction's calls are the user's spending, so a spent budget stops the next one
+/// before its call: 429 `budget_exhausted` with `Retry-After`, no call, nothing stored; the
+/// events wait at the mark and the next add, once the budget allows, sends them.
+async fn a_spent_budget_stops_an_extraction_before_its_call(backend: Backend) {
+    let Setup { s, model, .. } = serve(backend, false).await;
+    say(&s, "alice", "s1", "I have a cat called Miso").await;
+    model.push(
+        EXTRACTOR,
+        answer(json!([{"action": "add", "text": "She has a cat called Miso"}])),
+    );
+    json_with_status(add(&s, "alice", "s1").await, 200).await;
+    say(&s, "alice", "s1", "I also have a dog called Rex").await;
+    // That call spent 15 tokens of a budget of 10 a day.
+    let budget = format!("/apps/{APP}/users/alice/budget");
+    let put = s
+        .client
+        .put(s.url(&budget))
+        .json(&json!({"tokensPerDay": 10}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let before = s.db.snapshot().await;
+    let resp = add(&s, "alice", "s1").await;
+    assert!(
+        resp.headers().get("retry-after").is_some(),
+        "{:?}",
+        resp.headers()
+    );
+    let body = json_with_status(resp, 429).await;
+    assert_eq!(body["code"], "budget_exhausted", "{body}");
+    assert_eq!(
+        model.requests_for(EXTRACTOR).len(),
+        1,
+        "a call was made past the budget"
+    );
+    assert_eq!(
+        s.db.snapshot().await,
+        before,
+        "a refused extraction stored something"
+    );
+    // Bob's budget is his own.
+    say(&s, "bob", "s2", "I live in Porto").await;
+    model.push(
+        EXTRACTOR,
+        answer(json!([{"action": "add", "text": "He lives in Porto"}])),
+    );
+    json_with_status(add(&s, "bob", "s2").await, 200).await;
+
+    assert_eq!(s.delete(&budget).await.status(), 204);
+    model.push(
+        EXTRACTOR,
+        answer(json!([{"action": "add", "text": "She has a dog called Rex"}])),
+    );
+    json_with_status(add(&s, "alice", "s1").await, 200).await;
+    let conversation = sent(&model, 2)["conversation"].to_string();
+    assert!(conversation.contains("a dog called Rex"), "{conversation}");
+    assert!(!conversation.contains("Miso"), "{conversation}");
+    assert_eq!(search(&s, "alice", "dog").await.len(), 1);
+}
+
 async fn two_adds_of_the_same_events_apply_once(backend: Backend) {
     let Setup { s, model, .. } = serve(backend, false).await;
     say(&s, "alice", "s1", "I play the cello").await;
@@ -504,6 +565,7 @@ both_backends!(
     a_paused_session_is_extracted_once,
     facts_are_added_updated_and_deleted_as_the_model_says,
     a_failed_extraction_stores_nothing_and_the_next_add_repeats_it,
+    a_spent_budget_stops_an_extraction_before_its_call,
     two_adds_of_the_same_events_apply_once,
     pruning_a_session_forgets_what_memory_took_from_it,
     auto_ingest_extracts_after_each_run,

@@ -679,6 +679,37 @@ async fn preload_memory_puts_the_users_memories_in_the_instruction(backend: Back
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(tools, ["load_memory"]);
+
+    // The embedding calls are charged to their users (the scripted model counts a token a
+    // word): alice's fact (5) in the background, her run's query (5) with the run; bob's
+    // fact (3) to bob, whether it shared alice's call or not.
+    let emb = |user: &'static str| {
+        let s = &s;
+        async move {
+            let resp = s
+                .get(&format!("/apps/helper/users/{user}/usage?groupBy=model"))
+                .await;
+            let usage = json_with_status(resp, 200).await;
+            usage["usage"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["key"] == "emb-1")
+                .map(|r| (r["inputTokens"].as_u64(), r["outputTokens"].as_u64()))
+        }
+    };
+    assert_eq!(emb("alice").await, Some((Some(10), Some(0))));
+    assert_eq!(emb("bob").await, Some((Some(3), Some(0))));
+    let run = msgs.last().unwrap().data["runId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let run = json_with_status(
+        s.get(&format!("/apps/helper/users/alice/runs/{run}")).await,
+        200,
+    )
+    .await;
+    assert_eq!(run["usage"]["byModel"]["emb-1"]["inputTokens"], 5, "{run}");
 }
 
 /// On SQLite, a user with more vectors than a search measures exactly (200 for a top 5) is

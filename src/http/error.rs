@@ -182,6 +182,11 @@ impl From<crate::memory::extract::ExtractError> for ApiError {
         use crate::memory::extract::ExtractError;
         match e {
             ExtractError::Store(e) => e.into(),
+            ExtractError::BudgetExhausted(spent) => {
+                let now = crate::event::now_ts();
+                ApiError::new(ErrorCode::BudgetExhausted, spent.to_string())
+                    .retry_after(crate::store::usage::retry_after(spent.reset, now))
+            }
             e => {
                 tracing::warn!(error = %e, "memory extraction failed");
                 // The model's own message may name its server: the code and the kind only.

@@ -9,15 +9,20 @@
 //! while (up to [`MAX_BACKOFF`]); memories stay searchable by words meanwhile. A text the
 //! provider refuses is put off for [`REFUSED_DELAY`], so it does not hold back the others.
 //!
+//! Each call's tokens are charged to the users whose memories it embedded, in proportion to
+//! their texts ([`super::charge::shares`]).
+//!
 //! The app's space (its model and vector size) is adopted at start and every
 //! [`ADOPT_EVERY`]: vectors of another space (stored by a replica still on an old model
 //! during a rolling update) become pending again.
 
+use super::charge::{shares, user_call};
 use super::{count_tokens, space_of};
 use crate::model::embed::{Embedder, Purpose, MAX_BATCH};
 use crate::model::ModelError;
 use crate::store::memory::vectors::{PendingMemory, VectorStore, VectorSupport};
 use crate::store::{Store, StoreError};
+use crate::usage::Prices;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,6 +63,8 @@ pub struct EmbeddedApp {
 pub struct MemoryEmbedder {
     store: Arc<dyn Store>,
     apps: Vec<EmbeddedApp>,
+    /// What the calls cost (`--prices`), charged to the users.
+    prices: Arc<Prices>,
     /// How long an idle pass waits before the next.
     poll: Duration,
     /// When each app's space was last adopted.
@@ -67,10 +74,16 @@ pub struct MemoryEmbedder {
 }
 
 impl MemoryEmbedder {
-    pub fn new(store: Arc<dyn Store>, apps: Vec<EmbeddedApp>, poll: Duration) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        apps: Vec<EmbeddedApp>,
+        prices: Arc<Prices>,
+        poll: Duration,
+    ) -> Self {
         MemoryEmbedder {
             store,
             apps,
+            prices,
             poll,
             adopted: HashMap::new(),
             backoff: HashMap::new(),
@@ -156,7 +169,7 @@ impl MemoryEmbedder {
                 break;
             }
             let full = pending.len() == MAX_BATCH;
-            let vectors = match embed(app, embedder, &pending).await {
+            let vectors = match self.embed(app, embedder, &pending).await {
                 Ok(v) => v,
                 Err(e) if refuses_text(&e) => {
                     match self.one_by_one(app, embedder, pending.clone(), lease).await {
@@ -179,6 +192,42 @@ impl MemoryEmbedder {
             }
         }
         Ok(stored)
+    }
+
+    /// The vectors of `pending`, each with its memory; the call's tokens charged to their
+    /// users.
+    async fn embed(
+        &self,
+        app: &str,
+        embedder: &dyn Embedder,
+        pending: &[PendingMemory],
+    ) -> Result<Vec<(PendingMemory, Vec<f32>)>, ModelError> {
+        let texts: Vec<String> = pending.iter().map(|p| p.text.clone()).collect();
+        let out = embedder
+            .embed(&texts, Purpose::Document)
+            .await
+            .inspect_err(|e| {
+                metrics::counter!("agentd_memory_embedding_failures_total", "app" => app.to_string(), "purpose" => "document", "code" => e.code)
+                    .increment(1);
+            })?;
+        count_tokens(app, "document", out.tokens);
+        let texts = pending.iter().map(|p| (p.user_id.as_str(), p.text.len()));
+        for (user, n) in shares(out.tokens, texts) {
+            user_call(
+                self.store.as_ref(),
+                &self.prices,
+                app,
+                &user,
+                embedder.model(),
+                n,
+            )
+            .await;
+        }
+        Ok(pending
+            .iter()
+            .zip(out.vectors)
+            .map(|(p, v)| (p.clone(), v))
+            .collect())
     }
 
     /// A failed call's memories are let go at once: they wait for the app's backoff (which
@@ -216,7 +265,7 @@ impl MemoryEmbedder {
                 .map(|p| (p.user_id.clone(), p.event_id.clone()))
                 .collect();
             self.store.defer_pending(app, &left, lease).await?;
-            match embed(app, embedder, std::slice::from_ref(p)).await {
+            match self.embed(app, embedder, std::slice::from_ref(p)).await {
                 Ok(mut v) => vectors.append(&mut v),
                 Err(e) if refuses_text(&e) => {
                     tracing::warn!(app, memory = %p.event_id, error = %e, "the embedding model refuses a memory's text; trying again later");
@@ -247,26 +296,4 @@ impl MemoryEmbedder {
 /// the request as a whole (a bad key, an unknown model, a redirect, an outage).
 fn refuses_text(e: &ModelError) -> bool {
     e.code == "MODEL_BAD_REQUEST"
-}
-
-/// The vectors of `pending`, each with its memory.
-async fn embed(
-    app: &str,
-    embedder: &dyn Embedder,
-    pending: &[PendingMemory],
-) -> Result<Vec<(PendingMemory, Vec<f32>)>, ModelError> {
-    let texts: Vec<String> = pending.iter().map(|p| p.text.clone()).collect();
-    let out = embedder
-        .embed(&texts, Purpose::Document)
-        .await
-        .inspect_err(|e| {
-            metrics::counter!("agentd_memory_embedding_failures_total", "app" => app.to_string(), "purpose" => "document", "code" => e.code)
-                .increment(1);
-        })?;
-    count_tokens(app, "document", out.tokens);
-    Ok(pending
-        .iter()
-        .zip(out.vectors)
-        .map(|(p, v)| (p.clone(), v))
-        .collect())
 }

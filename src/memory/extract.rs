@@ -74,6 +74,9 @@ pub enum ExtractError {
     Timeout(u64),
     #[error("the extraction model's answer is not the JSON asked for: {0}")]
     Answer(String),
+    /// The user's or the app's budget is spent: no call was made, nothing stored.
+    #[error("{0}")]
+    BudgetExhausted(crate::usage::Exhausted),
 }
 
 /// What an add did, over all its calls.
@@ -196,6 +199,7 @@ async fn decide(
     turns: &[(String, String)],
 ) -> Result<Vec<MemoryChange>, ExtractError> {
     let (app, user) = (key.app_name.as_str(), key.user_id.as_str());
+    budget_gate(store, app, user).await?;
     // The memories the conversation is nearest to, by words and meaning: those it may update
     // or contradict.
     let query: String = turns
@@ -213,11 +217,39 @@ async fn decide(
     } else {
         query
     };
-    let existing = crate::memory::search(store, embedder, app, user, &query, MAX_EXISTING).await?;
+    let charge = crate::memory::charge::Charge::User(prices);
+    let existing =
+        crate::memory::search(store, embedder, charge, app, user, &query, MAX_EXISTING).await?;
     let existing: Vec<&MemoryEntry> = existing.iter().map(|h| &h.entry).collect();
     let answer = ask(store, extraction, prices, key, &existing, turns).await?;
     let known: HashSet<&str> = existing.iter().map(|e| e.event_id.as_str()).collect();
     Ok(changes_of(answer, &known, &key.session_id))
+}
+
+/// Refuses the call when the user's or the app's budget is spent, as admission refuses a
+/// run: an extraction's calls are charged to the user. Two reads; extraction is rare beside
+/// them (a model call per add), so they are not cached as admission's are.
+async fn budget_gate(store: &dyn Store, app: &str, user: &str) -> Result<(), ExtractError> {
+    use crate::usage::{Limit, Payer};
+    let payers = [
+        Payer::User {
+            app: app.to_string(),
+            user: user.to_string(),
+        },
+        Payer::App {
+            app: app.to_string(),
+        },
+    ];
+    let mut limits = vec![];
+    for payer in payers {
+        if let Some(budget) = store.budget(&payer).await? {
+            limits.push(Limit { payer, budget });
+        }
+    }
+    match crate::store::usage::exhausted(store, &limits, (0, 0.0)).await? {
+        Some(spent) => Err(ExtractError::BudgetExhausted(spent)),
+        None => Ok(()),
+    }
 }
 
 /// The model's answer, as asked for by [`DEFAULT_PROMPT`].

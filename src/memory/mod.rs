@@ -10,6 +10,7 @@
 //! [`QUERY_EMBED_TIMEOUT`]: a provider that fails or is slow leaves the search full-text,
 //! never fails it. Stored memories are embedded off the request path by [`embedder`].
 
+pub mod charge;
 pub mod embedder;
 pub mod extract;
 pub mod idle;
@@ -39,10 +40,11 @@ pub fn space_of(embedder: &dyn Embedder) -> VectorSpace {
 
 /// The best `limit` memories of `(app, user)` for `query`: by words, and by meaning when
 /// `embedder` is the app's embedding model and the store keeps vectors. A blank query finds
-/// nothing.
+/// nothing. The query's embedding is charged to `charge` while the vectors are ranked.
 pub async fn search(
     store: &dyn Store,
     embedder: Option<&dyn Embedder>,
+    charge: charge::Charge<'_>,
     app: &str,
     user: &str,
     query: &str,
@@ -58,13 +60,15 @@ pub async fn search(
         let Some(embedder) = vectors else {
             return vec![];
         };
-        let Some(vector) = embed_query(embedder, app, query).await else {
+        let Some((vector, tokens)) = embed_query(embedder, app, query).await else {
             return vec![];
         };
-        match store
-            .nearest_memories(app, user, &space_of(embedder), &vector, n)
-            .await
-        {
+        let space = space_of(embedder);
+        let (near, ()) = tokio::join!(
+            store.nearest_memories(app, user, &space, &vector, n),
+            charge.query(store, app, user, embedder.model(), tokens)
+        );
+        match near {
             Ok(near) => near,
             Err(e) => {
                 tracing::warn!(app, error = %e, "memory search by meaning failed; searching by words");
@@ -76,17 +80,17 @@ pub async fn search(
     Ok(fuse(text?, near, n, limit))
 }
 
-/// The query's vector, or `None` (logged) when the provider fails, is too slow, or returns a
-/// vector of no direction.
-async fn embed_query(embedder: &dyn Embedder, app: &str, query: &str) -> Option<Vec<f32>> {
+/// The query's vector and the tokens its call used, or `None` (logged) when the provider
+/// fails, is too slow, or returns a vector of no direction.
+async fn embed_query(embedder: &dyn Embedder, app: &str, query: &str) -> Option<(Vec<f32>, u64)> {
     let texts = [query.to_string()];
     let out = tokio::time::timeout(QUERY_EMBED_TIMEOUT, embedder.embed(&texts, Purpose::Query));
     let outcome = match out.await {
         Ok(Ok(mut e)) => {
             count_tokens(app, "query", e.tokens);
             let v = e.vectors.pop().filter(|v| v.iter().any(|x| *x != 0.0));
-            if v.is_some() {
-                return v;
+            if let Some(v) = v {
+                return Some((v, e.tokens));
             }
             "empty"
         }

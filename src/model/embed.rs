@@ -50,6 +50,9 @@ pub trait Embedder: Send + Sync {
     /// model or size re-embeds what was stored.
     fn space(&self) -> String;
 
+    /// The model's name, as usage and `--prices` know it (what its calls are charged as).
+    fn model(&self) -> &str;
+
     /// The size of every vector this model returns.
     fn dimensions(&self) -> u32;
 
@@ -216,6 +219,10 @@ impl HttpEmbedder {
 impl Embedder for HttpEmbedder {
     fn space(&self) -> String {
         format!("{}/{}", self.name, self.dimensions)
+    }
+
+    fn model(&self) -> &str {
+        &self.name
     }
 
     fn dimensions(&self) -> u32 {

@@ -208,6 +208,7 @@ impl Server {
             crate::memory::embedder::MemoryEmbedder::new(
                 state.store.clone(),
                 embedded,
+                runner_config_prices.clone(),
                 Duration::from_secs(1),
             )
             .spawn(shutdown.clone());

@@ -180,9 +180,12 @@ async fn search_memory(
     limit: usize,
 ) -> Result<Vec<crate::store::memory::fusion::MemoryHit>, ToolError> {
     let key = inv.session_key();
+    // The query's embedding is one of the run's model calls.
+    let count = |model: &str, tokens| inv.record_usage(model, tokens);
     crate::memory::search(
         inv.store().as_ref(),
         inv.embedder().map(|e| e.as_ref()),
+        crate::memory::charge::Charge::Run(&count),
         &key.app_name,
         &key.user_id,
         query,

@@ -21,7 +21,7 @@ use utoipa_axum::routes;
 error_set!(
     /// What `PATCH /apps/{app}/users/{user}/memory` answers beyond the door's codes.
     UpdateMemoryErrors: AppNotFound, NotFound, InvalidId, ValidationError, SessionNotFound,
-        MemoryExtractionFailed
+        MemoryExtractionFailed, BudgetExhausted
 );
 
 error_set!(
@@ -61,7 +61,8 @@ struct UpdateMemoryRequest {
 /// ADK: adds the session's events to the memory service (idempotent). 200 `null`, or 404
 /// when the session does not exist. Like ADK's session routes, the app is not checked. For an
 /// app with `memory: {mode: extract}` the facts its extraction model finds are stored
-/// instead (502 `memory_extraction_failed`, nothing stored, when the model fails).
+/// instead (502 `memory_extraction_failed`, nothing stored, when the model fails; 429
+/// `budget_exhausted`, no call made, when the user's or the app's budget is spent).
 #[utoipa::path(patch, path = "/apps/{app}/users/{user}/memory", tag = "memory",
     params(crate::http::openapi::UserPath),
     request_body = UpdateMemoryRequest,
@@ -129,6 +130,7 @@ async fn search_memory(
     let memories = crate::memory::search(
         state.store.as_ref(),
         embedder.as_deref(),
+        crate::memory::charge::Charge::User(state.runner.prices()),
         &app,
         &user,
         &q.query,

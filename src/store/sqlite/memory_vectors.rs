@@ -42,7 +42,7 @@ const NEAREST_EXACT: &str = "SELECT session_id, event_id, author, timestamp, tex
 const NEAREST_BY_BITS: &str = "WITH near AS (
      SELECT id FROM memory_vector_bits
       WHERE app_name = ?1 AND user_id = ?2 AND space = ?3
-      ORDER BY vec_distance_hamming(vec_bit(bits), vec_quantize_binary(?4))
+      ORDER BY agentd_hamming(bits, vec_quantize_binary(?4))
       LIMIT ?6)
  SELECT m.session_id, m.event_id, m.author, m.timestamp, m.text, m.content,
         vec_distance_cosine(m.embedding, ?4) AS distance

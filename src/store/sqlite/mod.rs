@@ -11,6 +11,7 @@
 //! [`memory`], [`memory_vectors`].
 
 mod artifacts;
+mod hamming;
 mod memory;
 mod memory_vectors;
 mod prune;
