@@ -134,6 +134,13 @@ error_codes! {
     // Memory
     MemoryNotFound = 404, "memory_not_found", Retry::No, "No such memory.";
     MemoryExtractionFailed = 502, "memory_extraction_failed", Retry::After(5), "The app's extraction model failed, or did not answer as asked; the events it did not cover wait for the next add.";
+    // Evals
+    EvalSetNotFound = 404, "eval_set_not_found", Retry::No, "No such eval set in the app.";
+    EvalCaseNotFound = 404, "eval_case_not_found", Retry::No, "No such eval case in the set.";
+    EvalSetExists = 409, "eval_set_exists", Retry::No, "The app has an eval set of that id.";
+    EvalCaseExists = 409, "eval_case_exists", Retry::No, "The set has an eval case of that id.";
+    EvalLimitReached = 409, "eval_limit_reached", Retry::No, "The app has 1,000 eval sets, or the set 1,000 cases: delete some first.";
+    EvalCaseTooLarge = 413, "eval_case_too_large", Retry::No, "An eval case over 4 MiB of JSON (a session too long to copy whole).";
     // Schedules
     ScheduleNotFound = 404, "schedule_not_found", Retry::No, "No such schedule.";
     InvalidCron = 422, "invalid_cron", Retry::No, "A bad cron pattern.";
@@ -198,7 +205,7 @@ mod tests {
             );
             assert!(!code.meaning().is_empty(), "{s} has no meaning");
         }
-        assert_eq!(ErrorCode::ALL.len(), 94);
+        assert_eq!(ErrorCode::ALL.len(), 100);
     }
 
     /// docs/api.md's table of errors says what this table says, row for row.

@@ -175,7 +175,8 @@ impl Event {
         self.parts().filter_map(|p| p.function_response.as_ref())
     }
 
-    fn parts(&self) -> impl Iterator<Item = &Part> {
+    /// Every part of this event's content.
+    pub fn parts(&self) -> impl Iterator<Item = &Part> {
         self.content.iter().flat_map(|c| c.parts.iter())
     }
 

@@ -26,6 +26,8 @@
 //!   context, callbacks and plugins; [`agent`]: the agents (LLM, workflow, echo, remote A2A).
 //! - [`model`]: the streaming `Model` trait and its providers (OpenAI-compatible,
 //!   Anthropic, Gemini); [`tools`]: function tools, built-ins, HTTP tools, MCP toolsets.
+//! - [`eval`]: ADK's eval sets and cases in their two JSON forms (files and the wire), and a
+//!   session as an eval case.
 //! - [`memory`]: memory search by meaning and words, and the task that embeds memories.
 //! - [`apps`]: the apps found under `--apps-dir` and their YAML loader.
 //! - [`http`]: the axum router and middleware, ADK's and agentd's routes under `http::routes`,
@@ -42,6 +44,7 @@ pub mod apps;
 pub mod auth;
 pub mod config;
 pub mod error_code;
+pub mod eval;
 pub mod event;
 pub mod http;
 pub mod invocation;

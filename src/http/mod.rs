@@ -71,6 +71,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
     let api = api
         .merge(openapi::router(&doc))
         .merge(frontend::mcp::router(&state, args))
+        .merge(routes::evals::dev_router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
@@ -156,6 +157,7 @@ pub fn api_routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::schedules::router())
         .merge(routes::usage::router())
         .merge(routes::budgets::router())
+        .merge(routes::evals::router())
         .merge(frontend::router())
 }
 

@@ -9,6 +9,7 @@
 //! new `seq` atomically. Callers stream an event to a client only after it returns.
 
 pub mod artifacts;
+pub mod evals;
 pub mod fork;
 pub mod idempotency;
 pub mod keys;
@@ -31,6 +32,7 @@ pub use artifacts::{
     ArtifactVersion, ArtifactWrite,
 };
 pub(crate) use artifacts::{join_part, split_part};
+pub use evals::{CaseWrite, EvalStore, SetWrite, StoredEvalSet};
 pub use idempotency::{IdempotencyStore, IdempotentRecord, KeyClaim};
 pub use keys::{ApiKeyRecord, KeyStore};
 pub use memory::{MemoryEntry, MemoryStore};
@@ -205,6 +207,7 @@ pub trait Store:
     + rewinds::RewindStore
     + UsageStore
     + turns::TurnStore
+    + EvalStore
 {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;

@@ -122,8 +122,9 @@ async fn every_hot_statement_is_routed_to_one_shard() {
             .expect("pg_dist_partition");
     assert_eq!(
         distributed as usize,
-        agentd::store::postgres::citus::DISTRIBUTED_TABLES.len(),
-        "every user-owned table is distributed"
+        agentd::store::postgres::citus::DISTRIBUTED_TABLES.len()
+            + agentd::store::postgres::citus::APP_TABLES.len(),
+        "every user-owned and app-owned table is distributed"
     );
     conn.execute(
         "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time, last_seq)
@@ -369,6 +370,7 @@ async fn an_existing_database_is_distributed_in_place() {
     assert_eq!(
         distributed as usize,
         agentd::store::postgres::citus::DISTRIBUTED_TABLES.len()
+            + agentd::store::postgres::citus::APP_TABLES.len()
     );
     let store = agentd::store::open(&url, 2, StoreLimits::default())
         .await

@@ -1,7 +1,8 @@
 //! Distributing the schema on Citus (docs/citus.md): every user-owned table hash-distributed
 //! by `user_id`, all colocated with `sessions` (so one user's rows of every table live on one
-//! node, and a statement about one user is one shard group's), and the cluster-wide tables
-//! (`app_states`, `api_keys`, `replicas`) as reference tables, copied to every node.
+//! node, and a statement about one user is one shard group's), the cluster-wide tables
+//! (`app_states`, `api_keys`, `replicas`) as reference tables, copied to every node, and the
+//! app-owned eval tables distributed by `app_name` in a colocation group of their own.
 //!
 //! Runs after the migrations, when the database has the `citus` extension; idempotent (a
 //! table already distributed is left alone), so every replica may run it at start.
@@ -32,6 +33,9 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "budgets",
     "usage_keys",
 ];
+
+/// App-owned tables (eval sets), distributed by `app_name`; the first is their group's anchor.
+pub const APP_TABLES: &[&str] = &["eval_sets", "eval_cases"];
 
 /// An arbitrary constant: the advisory lock replicas starting together take, so that one of
 /// them distributes the tables and the others then find them distributed.
@@ -74,7 +78,11 @@ impl PgStore {
                     .await?;
             }
             let mut done = 0;
-            for table in REFERENCE_TABLES.iter().chain(DISTRIBUTED_TABLES) {
+            for table in REFERENCE_TABLES
+                .iter()
+                .chain(DISTRIBUTED_TABLES)
+                .chain(APP_TABLES)
+            {
                 let known: bool = sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM pg_dist_partition
                                      WHERE logicalrelid = to_regclass($1))",
@@ -95,7 +103,19 @@ impl PgStore {
                     .execute(&mut conn)
                     .await?;
                 }
-                let sql = if REFERENCE_TABLES.contains(table) {
+                let sql = if APP_TABLES.contains(table) {
+                    match *table == APP_TABLES[0] {
+                        true => format!(
+                            "SELECT create_distributed_table('{table}', 'app_name', \
+                             colocate_with => 'none')"
+                        ),
+                        false => format!(
+                            "SELECT create_distributed_table('{table}', 'app_name', \
+                             colocate_with => '{}')",
+                            APP_TABLES[0]
+                        ),
+                    }
+                } else if REFERENCE_TABLES.contains(table) {
                     format!("SELECT create_reference_table('{table}')")
                 } else if *table == DISTRIBUTED_TABLES[0] {
                     format!("SELECT create_distributed_table('{table}', 'user_id')")
