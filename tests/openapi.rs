@@ -349,6 +349,12 @@ async fn every_error_is_documented_where_it_is_answered(backend: Backend) {
     let run = serde_json::json!({"appName": "echo", "userId": "u1", "sessionId": "s1",
         "newMessage": {"role": "user", "parts": [{"text": "hi"}]}});
 
+    // An eval set for the eval probes to find.
+    s.post_json(
+        "/apps/echo/eval-sets",
+        serde_json::json!({"evalSet": {"evalSetId": "probe"}}),
+    )
+    .await;
     let probes: Vec<(&str, &str, Option<Value>, &str)> = vec![
         (
             "GET",
@@ -493,6 +499,30 @@ async fn every_error_is_documented_where_it_is_answered(backend: Backend) {
             "/apps/echo/users/u1/schedules/sch-nope",
             None,
             "schedule_not_found",
+        ),
+        (
+            "POST",
+            "/apps/echo/eval-sets",
+            Some(j!({"evalSet": {"evalSetId": "probe"}})),
+            "eval_set_exists",
+        ),
+        (
+            "GET",
+            "/apps/echo/eval-sets/nope",
+            None,
+            "eval_set_not_found",
+        ),
+        (
+            "GET",
+            "/apps/echo/eval-sets/probe/eval-cases/nope",
+            None,
+            "eval_case_not_found",
+        ),
+        (
+            "POST",
+            "/apps/echo/eval-sets/probe/eval-cases",
+            Some(j!({"evalId": "c", "conversation": [{}]})),
+            "validation_error",
         ),
         (
             "GET",

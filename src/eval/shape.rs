@@ -50,6 +50,9 @@ impl Unset {
 /// A model: its fields in declared order, each with its default and what it holds.
 struct Model {
     fields: &'static [(&'static str, Unset, Kind)],
+    /// Fields the model does not declare are dropped (pydantic's `extra="ignore"`: ADK's
+    /// `EvalSet`, `InvocationEvent`), not kept.
+    ignores_extra: bool,
 }
 
 /// What a field's value is.
@@ -81,6 +84,7 @@ static EVAL_SET: Model = Model {
         ("eval_cases", Absent, Kind::List(&EVAL_CASE)),
         ("creation_timestamp", Zero, Plain),
     ],
+    ignores_extra: true,
 };
 
 static EVAL_CASE: Model = Model {
@@ -93,6 +97,7 @@ static EVAL_CASE: Model = Model {
         ("rubrics", Absent, Kind::List(&RUBRIC)),
         ("final_session_state", EmptyMap, Opaque),
     ],
+    ignores_extra: false,
 };
 
 static INVOCATION: Model = Model {
@@ -108,6 +113,7 @@ static INVOCATION: Model = Model {
         ("rubrics", Absent, Kind::List(&RUBRIC)),
         ("app_details", Absent, Kind::One(&APP_DETAILS)),
     ],
+    ignores_extra: false,
 };
 
 static INTERMEDIATE_DATA: Model = Model {
@@ -116,6 +122,7 @@ static INTERMEDIATE_DATA: Model = Model {
         ("tool_responses", EmptyList, Kind::List(&FUNCTION_RESPONSE)),
         ("intermediate_responses", EmptyList, Kind::AuthorParts),
     ],
+    ignores_extra: false,
 };
 
 static INVOCATION_EVENTS: Model = Model {
@@ -124,6 +131,7 @@ static INVOCATION_EVENTS: Model = Model {
         EmptyList,
         Kind::List(&INVOCATION_EVENT),
     )],
+    ignores_extra: false,
 };
 
 static INVOCATION_EVENT: Model = Model {
@@ -134,6 +142,7 @@ static INVOCATION_EVENT: Model = Model {
         ("usage_metadata", Absent, Kind::One(&USAGE)),
         ("model_version", Absent, Plain),
     ],
+    ignores_extra: true,
 };
 
 static SESSION_INPUT: Model = Model {
@@ -143,6 +152,7 @@ static SESSION_INPUT: Model = Model {
         ("session_id", Absent, Plain),
         ("state", EmptyMap, Opaque),
     ],
+    ignores_extra: false,
 };
 
 static SCENARIO: Model = Model {
@@ -151,6 +161,7 @@ static SCENARIO: Model = Model {
         ("conversation_plan", Absent, Plain),
         ("user_persona", Absent, Opaque),
     ],
+    ignores_extra: false,
 };
 
 static RUBRIC: Model = Model {
@@ -160,14 +171,17 @@ static RUBRIC: Model = Model {
         ("description", Absent, Plain),
         ("type", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static RUBRIC_CONTENT: Model = Model {
     fields: &[("text_property", Absent, Plain)],
+    ignores_extra: false,
 };
 
 static APP_DETAILS: Model = Model {
     fields: &[("agent_details", Absent, Kind::ByAgent)],
+    ignores_extra: false,
 };
 
 static AGENT_DETAILS: Model = Model {
@@ -176,6 +190,7 @@ static AGENT_DETAILS: Model = Model {
         ("instructions", Absent, Opaque),
         ("tool_declarations", Absent, Opaque),
     ],
+    ignores_extra: false,
 };
 
 // google.genai's types, in their declared order (google-genai 2.34).
@@ -185,6 +200,7 @@ static CONTENT: Model = Model {
         ("parts", Absent, Kind::List(&PART)),
         ("role", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static PART: Model = Model {
@@ -207,6 +223,7 @@ static PART: Model = Model {
         ("media_processing", Absent, Opaque),
         ("speech_metadata", Absent, Opaque),
     ],
+    ignores_extra: false,
 };
 
 static FUNCTION_CALL: Model = Model {
@@ -217,6 +234,7 @@ static FUNCTION_CALL: Model = Model {
         ("partial_args", Absent, Kind::List(&PARTIAL_ARG)),
         ("will_continue", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static PARTIAL_ARG: Model = Model {
@@ -228,6 +246,7 @@ static PARTIAL_ARG: Model = Model {
         ("string_value", Absent, Plain),
         ("will_continue", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static FUNCTION_RESPONSE: Model = Model {
@@ -239,6 +258,7 @@ static FUNCTION_RESPONSE: Model = Model {
         ("name", Absent, Plain),
         ("response", Absent, Opaque),
     ],
+    ignores_extra: false,
 };
 
 static FUNCTION_RESPONSE_PART: Model = Model {
@@ -247,6 +267,7 @@ static FUNCTION_RESPONSE_PART: Model = Model {
         ("file_data", Absent, Kind::One(&FILE_DATA)),
         ("media_processing", Absent, Opaque),
     ],
+    ignores_extra: false,
 };
 
 static BLOB: Model = Model {
@@ -255,6 +276,7 @@ static BLOB: Model = Model {
         ("display_name", Absent, Plain),
         ("mime_type", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static FILE_DATA: Model = Model {
@@ -263,6 +285,7 @@ static FILE_DATA: Model = Model {
         ("file_uri", Absent, Plain),
         ("mime_type", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static CODE_RESULT: Model = Model {
@@ -271,6 +294,7 @@ static CODE_RESULT: Model = Model {
         ("output", Absent, Plain),
         ("id", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static CODE: Model = Model {
@@ -279,6 +303,7 @@ static CODE: Model = Model {
         ("language", Absent, Plain),
         ("id", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static VIDEO: Model = Model {
@@ -287,6 +312,7 @@ static VIDEO: Model = Model {
         ("fps", Absent, Plain),
         ("start_offset", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static GROUNDING: Model = Model {
@@ -301,6 +327,7 @@ static GROUNDING: Model = Model {
         ("retrieval_queries", Absent, Opaque),
         ("source_flagging_uris", Absent, Opaque),
     ],
+    ignores_extra: false,
 };
 
 static USAGE: Model = Model {
@@ -325,10 +352,12 @@ static USAGE: Model = Model {
         ("total_token_count", Absent, Plain),
         ("traffic_type", Absent, Plain),
     ],
+    ignores_extra: false,
 };
 
 static MODALITY_COUNT: Model = Model {
     fields: &[("modality", Absent, Plain), ("token_count", Absent, Plain)],
+    ignores_extra: false,
 };
 
 /// Which of the two forms to write.
@@ -381,6 +410,7 @@ fn shape(doc: &Doc, m: &Model, form: Form) -> Doc {
         let snake = to_snake(k);
         match m.fields.iter().position(|(name, ..)| *name == snake) {
             Some(i) => known[i] = Some(v),
+            None if m.ignores_extra => {}
             None => extra.push((k.clone(), v.clone())),
         }
     }

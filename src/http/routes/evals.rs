@@ -69,6 +69,10 @@ pub fn dev_router() -> axum::Router<AppState> {
     const APP: &str = "/dev/apps/{app}";
     axum::Router::new()
         .route(&format!("{APP}/eval-sets"), get(list_sets).post(create_set))
+        .route(
+            &format!("{APP}/eval-sets/{{set}}"),
+            get(dev_get_set).delete(dev_delete_set),
+        )
         .route(&format!("{APP}/eval_sets"), get(dev_list_sets_legacy))
         .route(
             &format!("{APP}/eval_sets/{{set}}"),
@@ -491,6 +495,33 @@ async fn dev_list_sets_legacy(
 ) -> ApiResult<axum::Json<Vec<String>>> {
     served(&state, &caller, &app)?;
     Ok(axum::Json(state.store.list_eval_sets(&app).await?))
+}
+
+/// `GET /dev/apps/{app}/eval-sets/{set}` (the web UI's `getEvalSet`): the set in the wire
+/// form.
+async fn dev_get_set(
+    state: axum::extract::State<AppState>,
+    caller: Caller,
+    Path((app, set)): Path<(String, String)>,
+) -> ApiResult<axum::Json<Doc>> {
+    served(&state, &caller, &app)?;
+    check_id("eval set id", &set)?;
+    let stored = state
+        .store
+        .eval_set(&app, &set)
+        .await?
+        .ok_or_else(|| set_not_found(&set))?;
+    Ok(axum::Json(shape::set_wire(&document(&stored)?)))
+}
+
+/// `DELETE /dev/apps/{app}/eval-sets/{set}` (the web UI's `deleteEvalSet`): `null`.
+async fn dev_delete_set(
+    state: axum::extract::State<AppState>,
+    caller: Caller,
+    Path((app, set)): Path<(String, String)>,
+) -> ApiResult<axum::Json<Value>> {
+    delete_set(state, caller, Path((app, set))).await?;
+    Ok(axum::Json(Value::Null))
 }
 
 /// `POST /dev/apps/{app}/eval_sets/{set}`: an empty set of that id; `null`.
