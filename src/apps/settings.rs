@@ -109,16 +109,7 @@ pub enum MemoryMode {
 /// The longest `memory: idle_seconds:`, a week.
 pub const MAX_IDLE_SECONDS: u64 = 7 * 86_400;
 
-/// An app's memory, built from its `memory:` block.
-#[derive(Clone, Default)]
-pub struct AppMemory {
-    pub embedder: Option<std::sync::Arc<dyn crate::model::embed::Embedder>>,
-    pub extraction: Option<std::sync::Arc<crate::memory::extract::Extraction>>,
-    /// `ttl_days`, as a duration.
-    pub ttl: Option<std::time::Duration>,
-    /// `idle_seconds`, as a duration.
-    pub idle: Option<std::time::Duration>,
-}
+pub use crate::memory::app::AppMemory;
 
 impl MemorySettings {
     pub fn build(&self) -> Result<AppMemory, String> {

@@ -62,7 +62,7 @@ struct Shared {
     /// The app's `context_cache:`, for the model requests of its agents.
     context_cache: Option<crate::model::ContextCache>,
     /// The app's `memory:`: its embedding model (search by meaning) and extraction.
-    memory: crate::apps::settings::AppMemory,
+    memory: crate::memory::app::AppMemory,
 }
 
 /// Inputs to build a context (the runner's side).
@@ -74,7 +74,7 @@ pub(crate) struct ContextParts {
     pub plugins: Arc<PluginSet>,
     pub outbox: Arc<Outbox>,
     pub context_cache: Option<crate::model::ContextCache>,
-    pub memory: crate::apps::settings::AppMemory,
+    pub memory: crate::memory::app::AppMemory,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

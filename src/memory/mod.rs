@@ -8,8 +8,10 @@
 //!
 //! The query's embedding is the one provider call on the request path, bounded by
 //! [`QUERY_EMBED_TIMEOUT`]: a provider that fails or is slow leaves the search full-text,
-//! never fails it. Stored memories are embedded off the request path by [`embedder`].
+//! never fails it. Stored memories are embedded off the request path by [`embedder`]. What an
+//! app's `memory:` block builds into is [`app::AppMemory`].
 
+pub mod app;
 pub mod charge;
 pub mod embedder;
 pub mod extract;
