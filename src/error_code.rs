@@ -139,7 +139,7 @@ error_codes! {
     EvalCaseNotFound = 404, "eval_case_not_found", Retry::No, "No such eval case in the set.";
     EvalSetExists = 409, "eval_set_exists", Retry::No, "The app has an eval set of that id.";
     EvalCaseExists = 409, "eval_case_exists", Retry::No, "The set has an eval case of that id.";
-    EvalLimitReached = 409, "eval_limit_reached", Retry::No, "The app has 1,000 eval sets, or the set 1,000 cases: delete some first.";
+    EvalLimitReached = 409, "eval_limit_reached", Retry::No, "The app has 1,000 eval sets, or the set 1,000 cases or 64 MiB of them: delete some first.";
     EvalCaseTooLarge = 413, "eval_case_too_large", Retry::No, "An eval case over 4 MiB of JSON (a session too long to copy whole).";
     // Schedules
     ScheduleNotFound = 404, "schedule_not_found", Retry::No, "No such schedule.";

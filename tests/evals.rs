@@ -111,7 +111,11 @@ async fn a_case_from_a_session_is_the_case_adk_makes(backend: Backend) {
          "content": {"role": "user", "parts": [{"functionResponse":
             {"id": "call-1", "name": "get_weather", "response": {"temp_c": 21}}}]}},
         {"id": "ev4", "invocationId": "e-1", "author": "greeter", "timestamp": 1764669102.0,
-         "content": {"role": "model", "parts": [{"text": "It is 21 °C in Zürich."}]}},
+         "content": {"role": "model", "parts": [{"text": "It is 21 °C in Zürich."}]},
+         "groundingMetadata": {"webSearchQueries": ["weather zurich"],
+            "groundingChunks": [{"web": {"uri": "https://example.com/zh", "title": "Zürich"}}],
+            "groundingSupports": [{"groundingChunkIndices": [0],
+                "segment": {"text": "It is 21 °C", "endIndex": 11, "startIndex": 0}}]}},
         {"id": "ev5", "invocationId": "e-2", "author": "user", "timestamp": 1764669200.0,
          "content": {"role": "user", "parts": [{"text": "Thanks!"}]}},
         {"id": "ev6", "invocationId": "e-2", "author": "greeter", "timestamp": 1764669201.0,
@@ -129,15 +133,24 @@ async fn a_case_from_a_session_is_the_case_adk_makes(backend: Backend) {
     let set = json_with_status(
         s.post_json(
             "/dev/apps/greeter/eval-sets",
-            json!({"evalSet": {"evalSetId": "golden", "evalCases": []}}),
+            // As the web UI sends it.
+            json!({"eval_set": {"eval_set_id": "golden", "model_execution_mode": "live",
+                "tool_execution_mode": "live", "eval_cases": []}}),
         )
         .await,
         200,
     )
     .await;
-    assert_eq!(set["evalSetId"], "golden");
+    // `EvalSet` is a plain pydantic model: ADK answers its fields in snake_case.
+    assert_eq!(set["eval_set_id"], "golden");
     assert_eq!(set["name"], "golden");
-    assert_eq!(set["evalCases"], json!([]));
+    assert_eq!(set["eval_cases"], json!([]));
+    assert!(set["creation_timestamp"].is_f64(), "{set}");
+    assert_eq!(
+        set.as_object().map(|o| o.len()),
+        Some(4),
+        "the web UI's own fields are dropped: {set}"
+    );
     let added = json_with_status(
         s.post_json(
             "/dev/apps/greeter/eval_sets/golden/add_session",
@@ -250,6 +263,7 @@ async fn cases_are_edited_and_bad_input_loses_nothing(backend: Backend) {
         (s.post_json(&format!("{b}/eval-cases"), json!({"evalId": "a_case", "conversation": []})).await, 409, "eval_case_exists"),
         (s.post_json(&format!("{b}/eval-cases"), json!({"evalId": "x"})).await, 422, "validation_error"),
         (s.post_json(&format!("{b}/eval-cases"), json!({"conversation": [{}]})).await, 422, "validation_error"),
+        (s.post_json(&format!("{b}/eval-cases"), json!({"evalId": "x", "conversation": [{"userContent": {"parts": []}, "bogus": 1}]})).await, 422, "validation_error"),
         (put_text(&s, &format!("{b}/eval-cases/a_case"), r#"{"evalId":"other","conversation":[]}"#).await, 422, "validation_error"),
         (put_text(&s, &format!("{b}/eval-cases/nope"), r#"{"conversation":[]}"#).await, 404, "eval_case_not_found"),
         (put_text(&s, "/apps/greeter/eval-sets/nope/eval-cases/a", r#"{"conversation":[]}"#).await, 404, "eval_set_not_found"),
@@ -463,7 +477,33 @@ async fn eval_sets_follow_the_door(backend: Backend) {
     .await;
 }
 
+/// Eight creates of one set at once: one is made, seven are told it exists, and the one set
+/// holds what its creator sent (a lost race never overwrote it).
+async fn concurrent_creates_of_one_set_make_one(backend: Backend) {
+    let s = server(backend).await;
+    let creates = (0..8).map(|i| {
+        let body = json!({"evalSet": {"evalSetId": "race", "name": format!("by {i}")}});
+        s.post_json("/apps/greeter/eval-sets", body)
+    });
+    let answers = futures::future::join_all(creates).await;
+    let mut made = vec![];
+    for (i, r) in answers.into_iter().enumerate() {
+        match r.status().as_u16() {
+            200 => made.push(format!("by {i}")),
+            409 => {}
+            other => panic!("create {i}: {other} {}", r.text().await.unwrap_or_default()),
+        }
+    }
+    assert_eq!(made.len(), 1, "{made:?}");
+    let file: Value = serde_json::from_str(
+        &text_with_status(s.get("/apps/greeter/eval-sets/race").await, 200).await,
+    )
+    .expect("JSON");
+    assert_eq!(file["name"], made[0].as_str());
+}
+
 both_backends!(
+    concurrent_creates_of_one_set_make_one,
     an_adk_file_comes_back_byte_for_byte,
     a_case_from_a_session_is_the_case_adk_makes,
     cases_are_edited_and_bad_input_loses_nothing,

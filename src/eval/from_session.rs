@@ -9,17 +9,18 @@ use crate::event::Event;
 
 /// One invocation per invocation id, in the order the ids first appear, in the file form.
 pub fn invocations(events: &[Event]) -> Vec<Doc> {
-    let mut ids: Vec<&str> = vec![];
+    let mut groups: Vec<(&str, Vec<&Event>)> = vec![];
+    let mut place: std::collections::HashMap<&str, usize> = Default::default();
     for e in events {
-        if !ids.contains(&e.invocation_id.as_str()) {
-            ids.push(&e.invocation_id);
-        }
+        let i = *place.entry(e.invocation_id.as_str()).or_insert_with(|| {
+            groups.push((e.invocation_id.as_str(), vec![]));
+            groups.len() - 1
+        });
+        groups[i].1.push(e);
     }
-    ids.into_iter()
-        .map(|id| {
-            let of_it: Vec<&Event> = events.iter().filter(|e| e.invocation_id == id).collect();
-            invocation(id, &of_it)
-        })
+    groups
+        .into_iter()
+        .map(|(id, of_it)| invocation(id, &of_it))
         .collect()
 }
 
@@ -45,7 +46,7 @@ fn invocation(id: &str, events: &[&Event]) -> Doc {
             .as_ref()
             .map(|c| c.parts.as_slice())
             .unwrap_or(&[]);
-        let grounded = e.extra.contains_key("groundingMetadata");
+        let grounded = grounding(e).is_some();
         if !parts.is_empty() {
             if is_final_response(e) {
                 let final_has_text = final_event.is_some_and(has_text);
@@ -78,7 +79,7 @@ fn invocation(id: &str, events: &[&Event]) -> Doc {
                     ev.set("content", content(c));
                 }
             }
-            if let Some(g) = e.extra.get("groundingMetadata") {
+            if let Some(g) = grounding(e) {
                 ev.set(
                     "grounding_metadata",
                     shape::grounding_file(&g.clone().into()),
@@ -117,6 +118,11 @@ fn invocation(id: &str, events: &[&Event]) -> Doc {
 fn content(c: &crate::event::Content) -> Doc {
     let wire = serde_json::to_value(c).unwrap_or_default();
     shape::content_file(&wire.into())
+}
+
+/// The event's grounding metadata, unless absent or `null` (ADK's `None`).
+fn grounding(e: &Event) -> Option<&serde_json::Value> {
+    e.extra.get("groundingMetadata").filter(|g| !g.is_null())
 }
 
 fn has_text(e: &Event) -> bool {

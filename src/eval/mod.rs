@@ -25,6 +25,9 @@ pub const MAX_EVAL_CASES_PER_SET: usize = 1000;
 /// The largest case, as file-form JSON. A case copies a whole session: this bounds what one
 /// `add_session` stores and what one read of a set returns per case.
 pub const MAX_EVAL_CASE_BYTES: usize = 4 << 20;
+/// The largest set: its cases together, as file-form JSON. Reading a set (an export, the web
+/// UI's view of it) holds all of it in memory at once.
+pub const MAX_EVAL_SET_BYTES: usize = 64 << 20;
 
 /// Why a set or case cannot be stored.
 #[derive(Debug)]
@@ -35,6 +38,8 @@ pub enum Invalid {
     TooLarge(String, usize),
     /// More than [`MAX_EVAL_CASES_PER_SET`] cases.
     TooMany(usize),
+    /// Cases over [`MAX_EVAL_SET_BYTES`] together (at least this many bytes).
+    SetTooLarge(usize),
 }
 
 /// A case as it is stored: checked, in the file form, with its id and its JSON text.
@@ -92,11 +97,16 @@ pub fn store_set(id: &str, body: &Doc, now: f64) -> Result<StoredEvalSet, Invali
     if cases.len() > MAX_EVAL_CASES_PER_SET {
         return Err(Invalid::TooMany(cases.len()));
     }
+    let mut total = 0;
     let mut stored = vec![];
     let mut problems = vec![];
     for (i, case) in cases.iter().enumerate() {
         match store_case(case, &[json!("evalCases"), json!(i)]) {
             Ok((id, text)) => {
+                total += text.len();
+                if total > MAX_EVAL_SET_BYTES {
+                    return Err(Invalid::SetTooLarge(total));
+                }
                 if stored
                     .iter()
                     .any(|(seen, _): &(String, String)| *seen == id)

@@ -50,9 +50,23 @@ impl Unset {
 /// A model: its fields in declared order, each with its default and what it holds.
 struct Model {
     fields: &'static [(&'static str, Unset, Kind)],
-    /// Fields the model does not declare are dropped (pydantic's `extra="ignore"`: ADK's
-    /// `EvalSet`, `InvocationEvent`), not kept.
-    ignores_extra: bool,
+    /// What becomes of fields the model does not declare (pydantic's `extra`).
+    extra: Extra,
+    /// Whether the wire form spells its fields in camelCase (every model with ADK's or
+    /// genai's alias generator: all but `EvalSet`, a plain pydantic model).
+    camel: bool,
+}
+
+/// pydantic's `extra`: what a model does with fields it does not declare.
+#[derive(Clone, Copy, PartialEq)]
+enum Extra {
+    /// Kept, in both forms (`EvalCase`, `SessionInput`).
+    Allow,
+    /// Dropped (`EvalSet`, and `InvocationEvent`, which the web UI's editor sends with
+    /// fields of its own).
+    Ignore,
+    /// Refused: ADK would not load the file ([`case_problems`] lists them).
+    Forbid,
 }
 
 /// What a field's value is.
@@ -60,8 +74,13 @@ struct Model {
 enum Kind {
     /// A string, number or flag.
     Plain,
+    /// A float: an integer given is written as pydantic writes the float (`5` as `5.0`).
+    Float,
     /// User data: keys are never renamed, nothing inside is reordered.
     Opaque,
+    /// genai models this table does not list field by field (inside grounding metadata):
+    /// every key renamed, in the order given, nulls dropped; no user data inside.
+    Tree,
     One(&'static Model),
     List(&'static Model),
     /// `Invocation.intermediate_data`: `InvocationEvents` when it has `invocation_events`,
@@ -82,9 +101,10 @@ static EVAL_SET: Model = Model {
         ("name", Absent, Plain),
         ("description", Absent, Plain),
         ("eval_cases", Absent, Kind::List(&EVAL_CASE)),
-        ("creation_timestamp", Zero, Plain),
+        ("creation_timestamp", Zero, Kind::Float),
     ],
-    ignores_extra: true,
+    extra: Extra::Ignore,
+    camel: false,
 };
 
 static EVAL_CASE: Model = Model {
@@ -93,11 +113,12 @@ static EVAL_CASE: Model = Model {
         ("conversation", Absent, Kind::List(&INVOCATION)),
         ("conversation_scenario", Absent, Kind::One(&SCENARIO)),
         ("session_input", Absent, Kind::One(&SESSION_INPUT)),
-        ("creation_timestamp", Zero, Plain),
+        ("creation_timestamp", Zero, Kind::Float),
         ("rubrics", Absent, Kind::List(&RUBRIC)),
         ("final_session_state", EmptyMap, Opaque),
     ],
-    ignores_extra: false,
+    extra: Extra::Allow,
+    camel: true,
 };
 
 static INVOCATION: Model = Model {
@@ -106,14 +127,15 @@ static INVOCATION: Model = Model {
         ("user_content", Absent, Kind::One(&CONTENT)),
         ("final_response", Absent, Kind::One(&CONTENT)),
         ("intermediate_data", Absent, Kind::Intermediate),
-        ("creation_timestamp", Zero, Plain),
-        ("duration", Absent, Plain),
-        ("model_duration", Absent, Plain),
-        ("tool_duration", Absent, Plain),
+        ("creation_timestamp", Zero, Kind::Float),
+        ("duration", Absent, Kind::Float),
+        ("model_duration", Absent, Kind::Float),
+        ("tool_duration", Absent, Kind::Float),
         ("rubrics", Absent, Kind::List(&RUBRIC)),
         ("app_details", Absent, Kind::One(&APP_DETAILS)),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static INTERMEDIATE_DATA: Model = Model {
@@ -122,7 +144,8 @@ static INTERMEDIATE_DATA: Model = Model {
         ("tool_responses", EmptyList, Kind::List(&FUNCTION_RESPONSE)),
         ("intermediate_responses", EmptyList, Kind::AuthorParts),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static INVOCATION_EVENTS: Model = Model {
@@ -131,7 +154,8 @@ static INVOCATION_EVENTS: Model = Model {
         EmptyList,
         Kind::List(&INVOCATION_EVENT),
     )],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static INVOCATION_EVENT: Model = Model {
@@ -142,7 +166,8 @@ static INVOCATION_EVENT: Model = Model {
         ("usage_metadata", Absent, Kind::One(&USAGE)),
         ("model_version", Absent, Plain),
     ],
-    ignores_extra: true,
+    extra: Extra::Ignore,
+    camel: true,
 };
 
 static SESSION_INPUT: Model = Model {
@@ -152,7 +177,8 @@ static SESSION_INPUT: Model = Model {
         ("session_id", Absent, Plain),
         ("state", EmptyMap, Opaque),
     ],
-    ignores_extra: false,
+    extra: Extra::Allow,
+    camel: true,
 };
 
 static SCENARIO: Model = Model {
@@ -161,7 +187,8 @@ static SCENARIO: Model = Model {
         ("conversation_plan", Absent, Plain),
         ("user_persona", Absent, Opaque),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static RUBRIC: Model = Model {
@@ -171,26 +198,30 @@ static RUBRIC: Model = Model {
         ("description", Absent, Plain),
         ("type", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static RUBRIC_CONTENT: Model = Model {
     fields: &[("text_property", Absent, Plain)],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static APP_DETAILS: Model = Model {
-    fields: &[("agent_details", Absent, Kind::ByAgent)],
-    ignores_extra: false,
+    fields: &[("agent_details", EmptyMap, Kind::ByAgent)],
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static AGENT_DETAILS: Model = Model {
     fields: &[
         ("name", Absent, Plain),
-        ("instructions", Absent, Opaque),
-        ("tool_declarations", Absent, Opaque),
+        ("instructions", EmptyString, Opaque),
+        ("tool_declarations", EmptyList, Opaque),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 // google.genai's types, in their declared order (google-genai 2.34).
@@ -200,7 +231,8 @@ static CONTENT: Model = Model {
         ("parts", Absent, Kind::List(&PART)),
         ("role", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static PART: Model = Model {
@@ -223,7 +255,8 @@ static PART: Model = Model {
         ("media_processing", Absent, Opaque),
         ("speech_metadata", Absent, Opaque),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static FUNCTION_CALL: Model = Model {
@@ -234,7 +267,8 @@ static FUNCTION_CALL: Model = Model {
         ("partial_args", Absent, Kind::List(&PARTIAL_ARG)),
         ("will_continue", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static PARTIAL_ARG: Model = Model {
@@ -246,7 +280,8 @@ static PARTIAL_ARG: Model = Model {
         ("string_value", Absent, Plain),
         ("will_continue", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static FUNCTION_RESPONSE: Model = Model {
@@ -258,7 +293,8 @@ static FUNCTION_RESPONSE: Model = Model {
         ("name", Absent, Plain),
         ("response", Absent, Opaque),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static FUNCTION_RESPONSE_PART: Model = Model {
@@ -267,7 +303,8 @@ static FUNCTION_RESPONSE_PART: Model = Model {
         ("file_data", Absent, Kind::One(&FILE_DATA)),
         ("media_processing", Absent, Opaque),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static BLOB: Model = Model {
@@ -276,7 +313,8 @@ static BLOB: Model = Model {
         ("display_name", Absent, Plain),
         ("mime_type", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static FILE_DATA: Model = Model {
@@ -285,7 +323,8 @@ static FILE_DATA: Model = Model {
         ("file_uri", Absent, Plain),
         ("mime_type", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static CODE_RESULT: Model = Model {
@@ -294,7 +333,8 @@ static CODE_RESULT: Model = Model {
         ("output", Absent, Plain),
         ("id", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static CODE: Model = Model {
@@ -303,7 +343,8 @@ static CODE: Model = Model {
         ("language", Absent, Plain),
         ("id", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static VIDEO: Model = Model {
@@ -312,22 +353,67 @@ static VIDEO: Model = Model {
         ("fps", Absent, Plain),
         ("start_offset", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static GROUNDING: Model = Model {
     fields: &[
-        ("image_search_queries", Absent, Opaque),
-        ("grounding_chunks", Absent, Opaque),
-        ("grounding_supports", Absent, Opaque),
-        ("retrieval_metadata", Absent, Opaque),
-        ("search_entry_point", Absent, Opaque),
-        ("web_search_queries", Absent, Opaque),
+        ("image_search_queries", Absent, Plain),
+        ("grounding_chunks", Absent, Kind::List(&GROUNDING_CHUNK)),
+        ("grounding_supports", Absent, Kind::List(&GROUNDING_SUPPORT)),
+        ("retrieval_metadata", Absent, Kind::Tree),
+        ("search_entry_point", Absent, Kind::Tree),
+        ("web_search_queries", Absent, Plain),
         ("google_maps_widget_context_token", Absent, Plain),
-        ("retrieval_queries", Absent, Opaque),
-        ("source_flagging_uris", Absent, Opaque),
+        ("retrieval_queries", Absent, Plain),
+        ("source_flagging_uris", Absent, Kind::Tree),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
+};
+
+static GROUNDING_CHUNK: Model = Model {
+    fields: &[
+        ("image", Absent, Kind::Tree),
+        ("maps", Absent, Kind::Tree),
+        ("retrieved_context", Absent, Kind::Tree),
+        ("web", Absent, Kind::One(&GROUNDING_WEB)),
+    ],
+    extra: Extra::Forbid,
+    camel: true,
+};
+
+static GROUNDING_WEB: Model = Model {
+    fields: &[
+        ("domain", Absent, Plain),
+        ("title", Absent, Plain),
+        ("uri", Absent, Plain),
+    ],
+    extra: Extra::Forbid,
+    camel: true,
+};
+
+static GROUNDING_SUPPORT: Model = Model {
+    fields: &[
+        ("confidence_scores", Absent, Plain),
+        ("grounding_chunk_indices", Absent, Plain),
+        ("segment", Absent, Kind::One(&SEGMENT)),
+        ("rendered_parts", Absent, Plain),
+    ],
+    extra: Extra::Forbid,
+    camel: true,
+};
+
+static SEGMENT: Model = Model {
+    fields: &[
+        ("start_index", Absent, Plain),
+        ("end_index", Absent, Plain),
+        ("part_index", Absent, Plain),
+        ("text", Absent, Plain),
+    ],
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static USAGE: Model = Model {
@@ -352,12 +438,14 @@ static USAGE: Model = Model {
         ("total_token_count", Absent, Plain),
         ("traffic_type", Absent, Plain),
     ],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 static MODALITY_COUNT: Model = Model {
     fields: &[("modality", Absent, Plain), ("token_count", Absent, Plain)],
-    ignores_extra: false,
+    extra: Extra::Forbid,
+    camel: true,
 };
 
 /// Which of the two forms to write.
@@ -410,7 +498,7 @@ fn shape(doc: &Doc, m: &Model, form: Form) -> Doc {
         let snake = to_snake(k);
         match m.fields.iter().position(|(name, ..)| *name == snake) {
             Some(i) => known[i] = Some(v),
-            None if m.ignores_extra => {}
+            None if m.extra == Extra::Ignore => {}
             None => extra.push((k.clone(), v.clone())),
         }
     }
@@ -426,8 +514,8 @@ fn shape(doc: &Doc, m: &Model, form: Form) -> Doc {
         };
         if let Some(v) = value {
             let key = match form {
-                Form::File => name.to_string(),
-                Form::Wire => to_camel(name),
+                Form::Wire if m.camel => to_camel(name),
+                _ => name.to_string(),
             };
             out.push((key, v));
         }
@@ -439,6 +527,8 @@ fn shape(doc: &Doc, m: &Model, form: Form) -> Doc {
 fn shape_kind(v: &Doc, kind: Kind, form: Form) -> Doc {
     match (kind, v) {
         (Kind::Plain | Kind::Opaque, v) => v.clone(),
+        (Kind::Float, Doc::Number(n)) => n.as_f64().map_or(v.clone(), Doc::float),
+        (Kind::Tree, v) => tree(v, form),
         (Kind::One(m), v) => shape(v, m, form),
         (Kind::List(m), Doc::Array(items)) => {
             Doc::Array(items.iter().map(|i| shape(i, m, form)).collect())
@@ -474,6 +564,28 @@ fn shape_kind(v: &Doc, kind: Kind, form: Form) -> Doc {
                 .collect(),
         ),
         (_, v) => v.clone(),
+    }
+}
+
+/// Every key of `v` renamed for `form`, in order, nulls dropped ([`Kind::Tree`]).
+fn tree(v: &Doc, form: Form) -> Doc {
+    match v {
+        Doc::Object(pairs) => Doc::Object(
+            pairs
+                .iter()
+                .filter(|(_, x)| *x != Doc::Null)
+                .map(|(k, x)| {
+                    let snake = to_snake(k);
+                    let key = match form {
+                        Form::File => snake,
+                        Form::Wire => to_camel(&snake),
+                    };
+                    (key, tree(x, form))
+                })
+                .collect(),
+        ),
+        Doc::Array(items) => Doc::Array(items.iter().map(|x| tree(x, form)).collect()),
+        other => other.clone(),
     }
 }
 
@@ -568,7 +680,78 @@ pub fn case_problems(case: &Doc, prefix: &[Value]) -> Vec<Problem> {
         )),
         None => {}
     }
+    extra_problems(case, &EVAL_CASE, prefix, &mut out);
     out
+}
+
+/// At most this many problems are listed for one document.
+const MAX_PROBLEMS: usize = 20;
+
+/// Fields a `Forbid` model does not declare, where ADK's pydantic would refuse the document.
+fn extra_problems(doc: &Doc, m: &Model, loc: &[Value], out: &mut Vec<Problem>) {
+    let Doc::Object(pairs) = doc else {
+        return;
+    };
+    for (k, v) in pairs {
+        if out.len() >= MAX_PROBLEMS {
+            return;
+        }
+        let snake = to_snake(k);
+        match m.fields.iter().find(|(name, ..)| *name == snake) {
+            None if m.extra == Extra::Forbid => out.push(problem(
+                &[loc, &[json!(k)]].concat(),
+                "Extra inputs are not permitted",
+            )),
+            None => {}
+            Some((name, _, kind)) => {
+                let at = [loc, &[json!(to_camel(name))]].concat();
+                kind_extras(v, *kind, &at, out);
+            }
+        }
+    }
+}
+
+fn kind_extras(v: &Doc, kind: Kind, loc: &[Value], out: &mut Vec<Problem>) {
+    let at = |i: usize| [loc, &[json!(i)]].concat();
+    match (kind, v) {
+        (Kind::One(m), v) => extra_problems(v, m, loc, out),
+        (Kind::List(m), Doc::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                extra_problems(item, m, &at(i), out);
+            }
+        }
+        (Kind::Intermediate, v) => {
+            let events = v.get("invocation_events").or(v.get("invocationEvents"));
+            let m = match events {
+                Some(_) => &INVOCATION_EVENTS,
+                None => &INTERMEDIATE_DATA,
+            };
+            extra_problems(v, m, loc, out);
+        }
+        (Kind::AuthorParts, Doc::Array(items)) => {
+            for (i, pair) in items.iter().enumerate() {
+                if let Some(parts) = pair.as_array().and_then(|p| p.get(1)) {
+                    kind_extras(
+                        parts,
+                        Kind::List(&PART),
+                        &[at(i), vec![json!(1)]].concat(),
+                        out,
+                    );
+                }
+            }
+        }
+        (Kind::ByAgent, Doc::Object(agents)) => {
+            for (name, details) in agents {
+                extra_problems(
+                    details,
+                    &AGENT_DETAILS,
+                    &[loc, &[json!(name)]].concat(),
+                    out,
+                );
+            }
+        }
+        _ => {}
+    }
 }
 
 /// An eval case id or eval set id as agentd keeps them: 1 to 128 printable characters
@@ -617,6 +800,40 @@ mod tests {
             case_file(&case).to_compact(),
             r#"{"eval_id":"c","conversation":[],"myExtra":{"aB":1}}"#
         );
+    }
+
+    #[test]
+    fn integers_in_float_fields_and_fields_adk_refuses() {
+        let case = Doc::parse(
+            r#"{"eval_id":"c","conversation":[{"user_content":{"parts":[]},"creation_timestamp":5,"x":1}],"mine":2}"#,
+        )
+        .unwrap();
+        let file = case_file(&case);
+        assert!(
+            file.to_compact().contains(r#""creation_timestamp":5.0"#),
+            "{}",
+            file.to_compact()
+        );
+        // An Invocation forbids fields it does not declare; an EvalCase allows them.
+        let problems = case_problems(&file, &[]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(
+            problems[0].loc,
+            vec![json!("conversation"), json!(0), json!("x")]
+        );
+    }
+
+    #[test]
+    fn a_set_answers_in_snake_case_its_cases_in_camel_case() {
+        let set =
+            Doc::parse(r#"{"eval_set_id":"s","eval_cases":[{"eval_id":"c","conversation":[]}]}"#)
+                .unwrap();
+        let wire = set_wire(&set).to_compact();
+        assert!(
+            wire.starts_with(r#"{"eval_set_id":"s","eval_cases":[{"evalId":"c""#),
+            "{wire}"
+        );
+        assert!(wire.ends_with(r#""creation_timestamp":0.0}"#), "{wire}");
     }
 
     #[test]

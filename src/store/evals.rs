@@ -49,6 +49,8 @@ pub trait EvalStore: Send + Sync + 'static {
     /// The app's set ids, sorted.
     async fn list_eval_sets(&self, app: &str) -> StoreResult<Vec<String>>;
     async fn eval_set(&self, app: &str, set: &str) -> StoreResult<Option<StoredEvalSet>>;
+    /// The set's case ids, sorted by their bytes; `None` when there is no such set.
+    async fn eval_case_ids(&self, app: &str, set: &str) -> StoreResult<Option<Vec<String>>>;
     /// Writes a set with its cases: creates it (unless the app has `max_sets`), or, with
     /// `replace`, replaces one of that id whole (its creation time kept).
     async fn put_eval_set(
@@ -69,7 +71,8 @@ pub trait EvalStore: Send + Sync + 'static {
         set: &str,
         case: &str,
     ) -> StoreResult<Result<String, CaseWrite>>;
-    /// Adds a case at the end of the set (unless it holds `max_cases`).
+    /// Adds a case at the end of the set, unless it holds `max_cases`, or its cases would
+    /// come to over `max_bytes`.
     async fn add_eval_case(
         &self,
         app: &str,
@@ -77,14 +80,16 @@ pub trait EvalStore: Send + Sync + 'static {
         case: &str,
         body: &str,
         max_cases: usize,
+        max_bytes: usize,
     ) -> StoreResult<CaseWrite>;
-    /// Replaces a case in its place.
+    /// Replaces a case in its place, unless the set's cases would come to over `max_bytes`.
     async fn update_eval_case(
         &self,
         app: &str,
         set: &str,
         case: &str,
         body: &str,
+        max_bytes: usize,
     ) -> StoreResult<CaseWrite>;
     async fn delete_eval_case(&self, app: &str, set: &str, case: &str) -> StoreResult<CaseWrite>;
 }
@@ -95,16 +100,45 @@ const INSERT_CASE: &str = "INSERT INTO eval_cases (app_name, eval_set_id, eval_i
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (app_name, eval_set_id, eval_id) DO NOTHING";
 
 macro_rules! eval_store {
-    ($store:ty, $writer:ident, $reader:ident, $begin:literal, $lock:literal) => {
+    ($store:ty, $writer:ident, $reader:ident, $begin:literal, $lock:literal, $snapshot:literal,
+     $app_lock:literal) => {
         #[async_trait]
         impl EvalStore for $store {
             async fn list_eval_sets(&self, app: &str) -> StoreResult<Vec<String>> {
-                Ok(sqlx::query_scalar(
-                    "SELECT eval_set_id FROM eval_sets WHERE app_name = $1 ORDER BY eval_set_id",
+                let mut ids: Vec<String> =
+                    sqlx::query_scalar("SELECT eval_set_id FROM eval_sets WHERE app_name = $1")
+                        .bind(app)
+                        .fetch_all(&self.$reader)
+                        .await?;
+                // By bytes, as Python's `sorted` (a PostgreSQL collation would sort otherwise).
+                ids.sort();
+                Ok(ids)
+            }
+
+            async fn eval_case_ids(
+                &self,
+                app: &str,
+                set: &str,
+            ) -> StoreResult<Option<Vec<String>>> {
+                let mut tx = self.$reader.begin_with($snapshot).await?;
+                let found: Option<f64> = sqlx::query_scalar(SET_EXISTS)
+                    .bind(app)
+                    .bind(set)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if found.is_none() {
+                    return Ok(None);
+                }
+                let mut ids: Vec<String> = sqlx::query_scalar(
+                    "SELECT eval_id FROM eval_cases WHERE app_name = $1 AND eval_set_id = $2",
                 )
                 .bind(app)
-                .fetch_all(&self.$reader)
-                .await?)
+                .bind(set)
+                .fetch_all(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                ids.sort();
+                Ok(Some(ids))
             }
 
             async fn eval_set(
@@ -112,8 +146,8 @@ macro_rules! eval_store {
                 app: &str,
                 set: &str,
             ) -> StoreResult<Option<StoredEvalSet>> {
-                // One transaction: the head and the cases of one moment.
-                let mut tx = self.$reader.begin().await?;
+                // One snapshot: the head and the cases of one moment.
+                let mut tx = self.$reader.begin_with($snapshot).await?;
                 let head: Option<String> = sqlx::query_scalar(
                     "SELECT head FROM eval_sets WHERE app_name = $1 AND eval_set_id = $2",
                 )
@@ -150,6 +184,9 @@ macro_rules! eval_store {
                 now: f64,
             ) -> StoreResult<SetWrite> {
                 let mut tx = self.$writer.begin_with($begin).await?;
+                // Writes of one app's sets queue (PostgreSQL; SQLite has one writer): the
+                // count of its sets, and whether the id is taken, hold until the commit.
+                sqlx::query($app_lock).bind(app).execute(&mut *tx).await?;
                 let created: Option<f64> = sqlx::query_scalar(concat!(
                     "SELECT created_at FROM eval_sets WHERE app_name = $1 AND eval_set_id = $2",
                     $lock
@@ -205,11 +242,8 @@ macro_rules! eval_store {
 
             async fn delete_eval_set(&self, app: &str, set: &str) -> StoreResult<bool> {
                 let mut tx = self.$writer.begin_with($begin).await?;
-                sqlx::query("DELETE FROM eval_cases WHERE app_name = $1 AND eval_set_id = $2")
-                    .bind(app)
-                    .bind(set)
-                    .execute(&mut *tx)
-                    .await?;
+                // The set's row first: an add to it, which locks that row, waits, then finds
+                // no set, and leaves no case behind.
                 let gone = sqlx::query(
                     "DELETE FROM eval_sets WHERE app_name = $1 AND eval_set_id = $2",
                 )
@@ -218,6 +252,11 @@ macro_rules! eval_store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+                sqlx::query("DELETE FROM eval_cases WHERE app_name = $1 AND eval_set_id = $2")
+                    .bind(app)
+                    .bind(set)
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await?;
                 Ok(gone > 0)
             }
@@ -255,6 +294,7 @@ macro_rules! eval_store {
                 case: &str,
                 body: &str,
                 max_cases: usize,
+                max_bytes: usize,
             ) -> StoreResult<CaseWrite> {
                 let mut tx = self.$writer.begin_with($begin).await?;
                 // Locks the set (PostgreSQL), so that adds to it queue: the count holds.
@@ -270,15 +310,18 @@ macro_rules! eval_store {
                     return Ok(CaseWrite::NoSet);
                 }
                 let row = sqlx::query(
-                    "SELECT COUNT(*) AS n, COALESCE(MAX(position), 0) AS last FROM eval_cases
-                      WHERE app_name = $1 AND eval_set_id = $2",
+                    "SELECT COUNT(*) AS n, COALESCE(MAX(position), 0) AS last,
+                            COALESCE(SUM(LENGTH(body)), 0) AS bytes
+                       FROM eval_cases WHERE app_name = $1 AND eval_set_id = $2",
                 )
                 .bind(app)
                 .bind(set)
                 .fetch_one(&mut *tx)
                 .await?;
-                let (n, last): (i64, i64) = (row.try_get("n")?, row.try_get("last")?);
-                if n as usize >= max_cases {
+                let (n, last, bytes): (i64, i64, i64) =
+                    (row.try_get("n")?, row.try_get("last")?, row.try_get("bytes")?);
+                // Sizes as in `update_eval_case`.
+                if n as usize >= max_cases || bytes as usize + body.len() > max_bytes {
                     return Ok(CaseWrite::Full);
                 }
                 let added = sqlx::query(INSERT_CASE)
@@ -303,15 +346,33 @@ macro_rules! eval_store {
                 set: &str,
                 case: &str,
                 body: &str,
+                max_bytes: usize,
             ) -> StoreResult<CaseWrite> {
                 let mut tx = self.$writer.begin_with($begin).await?;
-                let found: Option<f64> = sqlx::query_scalar(SET_EXISTS)
-                    .bind(app)
-                    .bind(set)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                let found: Option<f64> = sqlx::query_scalar(concat!(
+                    "SELECT created_at FROM eval_sets WHERE app_name = $1 AND eval_set_id = $2",
+                    $lock
+                ))
+                .bind(app)
+                .bind(set)
+                .fetch_optional(&mut *tx)
+                .await?;
                 if found.is_none() {
                     return Ok(CaseWrite::NoSet);
+                }
+                // The stored cases' size in characters (LENGTH on both backends), the new
+                // one's in bytes: a bound in characters, so at most 4 bytes of UTF-8 each.
+                let others: i64 = sqlx::query_scalar(
+                    "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM eval_cases
+                      WHERE app_name = $1 AND eval_set_id = $2 AND eval_id <> $3",
+                )
+                .bind(app)
+                .bind(set)
+                .bind(case)
+                .fetch_one(&mut *tx)
+                .await?;
+                if others as usize + body.len() > max_bytes {
+                    return Ok(CaseWrite::Full);
                 }
                 let changed = sqlx::query(
                     "UPDATE eval_cases SET body = $4
@@ -359,5 +420,21 @@ macro_rules! eval_store {
     };
 }
 
-eval_store!(PgStore, pool, pool, "BEGIN", " FOR UPDATE");
-eval_store!(SqliteStore, writer, reader, "BEGIN IMMEDIATE", "");
+eval_store!(
+    PgStore,
+    pool,
+    pool,
+    "BEGIN",
+    " FOR UPDATE",
+    "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    "SELECT pg_advisory_xact_lock(hashtext('agentd_eval_sets:' || $1))"
+);
+eval_store!(
+    SqliteStore,
+    writer,
+    reader,
+    "BEGIN IMMEDIATE",
+    "",
+    "BEGIN",
+    "SELECT $1"
+);

@@ -51,7 +51,7 @@ error_set!(
 error_set!(
     /// What reading, replacing or deleting one case answers beyond the door's codes.
     CaseErrors: AppNotFound, InvalidId, AdminRequired, ValidationError, JsonInvalid,
-        EvalSetNotFound, EvalCaseNotFound, EvalCaseTooLarge
+        EvalSetNotFound, EvalCaseNotFound, EvalCaseTooLarge, EvalLimitReached
 );
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -303,14 +303,11 @@ async fn case_ids(
 ) -> ApiResult<Vec<String>> {
     served(state, caller, app)?;
     check_id("eval set id", set)?;
-    let stored = state
+    state
         .store
-        .eval_set(app, set)
+        .eval_case_ids(app, set)
         .await?
-        .ok_or_else(|| set_not_found(set))?;
-    let mut ids: Vec<String> = stored.cases.into_iter().map(|(id, _)| id).collect();
-    ids.sort();
-    Ok(ids)
+        .ok_or_else(|| set_not_found(set))
 }
 
 /// Adds a case (an ADK `EvalCase`, either spelling) at the end of the set. Answers it.
@@ -439,7 +436,8 @@ async fn replace_case(
     check_id("eval case id", case)?;
     let mut file = shape::case_file(&body);
     match file.get("eval_id") {
-        Some(Doc::String(given)) if given != case => {
+        // An empty id is ADK's "not given" too.
+        Some(Doc::String(given)) if !given.is_empty() && given != case => {
             return Err(ApiError::validation(vec![problem(
                 "value_error",
                 vec![json!("body"), json!("evalId")],
@@ -449,8 +447,19 @@ async fn replace_case(
         _ => file.set("eval_id", Doc::str(case)),
     }
     let (_, text) = eval::store_case(&file, &[]).map_err(invalid)?;
-    match state.store.update_eval_case(app, set, case, &text).await? {
+    match state
+        .store
+        .update_eval_case(app, set, case, &text, eval::MAX_EVAL_SET_BYTES)
+        .await?
+    {
         CaseWrite::Done => Ok(text),
+        CaseWrite::Full => Err(ApiError::new(
+            ErrorCode::EvalLimitReached,
+            format!(
+                "Eval set `{set}` would hold over {} bytes of cases.",
+                eval::MAX_EVAL_SET_BYTES
+            ),
+        )),
         other => Err(case_missing(other, set, case)),
     }
 }
@@ -628,7 +637,14 @@ fn check_set_id(id: &str) -> ApiResult<()> {
 async fn add(state: &AppState, app: &str, set: &str, id: &str, text: &str) -> ApiResult<()> {
     match state
         .store
-        .add_eval_case(app, set, id, text, eval::MAX_EVAL_CASES_PER_SET)
+        .add_eval_case(
+            app,
+            set,
+            id,
+            text,
+            eval::MAX_EVAL_CASES_PER_SET,
+            eval::MAX_EVAL_SET_BYTES,
+        )
         .await?
     {
         CaseWrite::Done => Ok(()),
@@ -639,8 +655,9 @@ async fn add(state: &AppState, app: &str, set: &str, id: &str, text: &str) -> Ap
         CaseWrite::Full => Err(ApiError::new(
             ErrorCode::EvalLimitReached,
             format!(
-                "Eval set `{set}` has {} cases, as many as a set may.",
-                eval::MAX_EVAL_CASES_PER_SET
+                "Eval set `{set}` has {} cases or {} bytes of them, as many as a set may.",
+                eval::MAX_EVAL_CASES_PER_SET,
+                eval::MAX_EVAL_SET_BYTES
             ),
         )),
         other => Err(case_missing(other, set, id)),
@@ -697,6 +714,13 @@ fn invalid(e: Invalid) -> ApiError {
             format!(
                 "Eval case `{id}` is {size} bytes of JSON, over the {}-byte limit.",
                 eval::MAX_EVAL_CASE_BYTES
+            ),
+        ),
+        Invalid::SetTooLarge(size) => ApiError::new(
+            ErrorCode::EvalLimitReached,
+            format!(
+                "The set's cases come to over {size} bytes of JSON, over the {}-byte limit.",
+                eval::MAX_EVAL_SET_BYTES
             ),
         ),
         Invalid::TooMany(n) => ApiError::new(
