@@ -32,6 +32,42 @@ pub enum Command {
     Healthcheck(HealthcheckArgs),
     /// Manage API keys (`--auth api-key`).
     Keys(KeysArgs),
+    /// Run an ADK eval set against an app, in this process, and score it (docs/evals.md):
+    /// exit 0 when every case passes, 1 when one falls below a threshold, 2 when the set
+    /// could not be run.
+    Eval(EvalArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    /// Directory with one folder per app (as `serve --apps-dir`).
+    #[arg(long, default_value = "config/apps")]
+    pub apps_dir: PathBuf,
+
+    /// The app to evaluate (a folder of the apps directory).
+    pub app: String,
+
+    /// The eval set: an ADK `*.evalset.json` (or an old-format `*.test.json`).
+    pub eval_set: PathBuf,
+
+    /// ADK's `test_config.json` (`{"criteria": {...}}`). Default: ADK's own default criteria
+    /// (`tool_trajectory_avg_score` 1.0, `response_match_score` 0.8).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+
+    /// Where the runs go. Default: an embedded SQLite database in a temporary directory,
+    /// removed afterwards.
+    #[arg(long)]
+    pub database_url: Option<String>,
+
+    /// Where the result JSON is written. Default: `<eval_set_id>.evalset_result.json` in the
+    /// current directory.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+
+    /// Cases run at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub concurrency: u16,
 }
 
 #[derive(Debug, Clone, Args)]

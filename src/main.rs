@@ -90,6 +90,11 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Keys(args) => keys(args).await,
+        Command::Eval(args) => {
+            init_tracing();
+            let code = agentd::eval::cli::run(args).await;
+            std::process::exit(code);
+        }
         Command::Migrate(args) => {
             init_tracing();
             agentd::store::migrate(&args.database.database_url, args.citus)

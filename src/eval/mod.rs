@@ -6,11 +6,17 @@
 //!   ADK's dev server answers), and what makes a case invalid;
 //! - [`from_session`]: a session's events as a case's conversation, as ADK's `add_session`
 //!   makes it;
-//! - [`legacy`]: ADK's first file format (`*.test.json`).
+//! - [`legacy`]: ADK's first file format (`*.test.json`);
+//! - [`metrics`]: ADK's deterministic metrics and the criteria of an eval config;
+//! - [`replay`]: a case run as ordinary runs in a throwaway session, and scored;
+//! - [`cli`]: `agentd eval`, a set file run in process for CI.
 
+pub mod cli;
 pub mod doc;
 pub mod from_session;
 pub mod legacy;
+pub mod metrics;
+pub mod replay;
 pub mod shape;
 
 use crate::store::StoredEvalSet;

@@ -110,12 +110,18 @@ async function main() {
     out.final = col.final;
   } else if (scenario === 'resubscribe') {
     const col = new Collector();
+    out.phase = 'first stream';
     for await (const r of c.sendMessageStream(message('hello'))) {
       if (col.add(r) === 'artifactUpdate') break;
     }
+    out.phase = 'agent card';
     const other = await client(base2);
     const again = new Collector();
+    out.phase = 'resubscribed';
+    out.seen = again.kinds;
     for await (const r of other.resubscribeTask({ tenant: '', id: col.task.id })) again.add(r);
+    delete out.phase;
+    delete out.seen;
     Object.assign(out, { firstKind: again.kinds[0] ?? null, kinds: again.kinds, text: again.text(), final: again.final });
   } else {
     throw new Error(`unknown scenario ${scenario}`);
@@ -124,5 +130,10 @@ async function main() {
 
 const timer = setTimeout(() => { out.error = 'timeout'; console.log(JSON.stringify(out)); process.exit(0); }, 60000);
 main()
-  .catch((e) => { out.error = `${e?.constructor?.name}: ${e?.message ?? e}`; })
+  .catch((e) => {
+    // undici's `TypeError: terminated` says only that the body ended early; its cause says
+    // how (the socket closed, a timeout, a parse error).
+    const cause = e?.cause ? ` (cause: ${e.cause?.code ?? ''} ${e.cause?.message ?? e.cause})` : '';
+    out.error = `${e?.constructor?.name}: ${e?.message ?? e}${cause}`;
+  })
   .finally(() => { clearTimeout(timer); console.log(JSON.stringify(out)); process.exit(0); });

@@ -1,0 +1,284 @@
+//! `agentd eval`: an eval set file run against an app in this process, for CI. The runs are
+//! ordinary runs of a server started in process (its own database: embedded SQLite unless
+//! `--database-url`); the result is a table on stdout, a result JSON, and the exit code.
+
+use super::doc::Doc;
+use super::metrics::{Criteria, Status};
+use super::replay::{run_case, CaseResult};
+use crate::config::{EvalArgs, ServeArgs};
+use futures::StreamExt;
+use std::path::{Path, PathBuf};
+
+/// Every case passed.
+pub const EXIT_PASSED: i32 = 0;
+/// A case fell below a threshold (or its runs failed).
+pub const EXIT_FAILED: i32 = 1;
+/// The set, the config or the app could not be used.
+pub const EXIT_UNUSABLE: i32 = 2;
+
+/// Runs `agentd eval`; the process's exit code.
+pub async fn run(args: EvalArgs) -> i32 {
+    match evaluate(&args).await {
+        Ok(results) => {
+            if results.iter().all(|r| r.status() != Status::Failed) {
+                EXIT_PASSED
+            } else {
+                EXIT_FAILED
+            }
+        }
+        Err(e) => {
+            eprintln!("agentd eval: {e:#}");
+            EXIT_UNUSABLE
+        }
+    }
+}
+
+/// A temporary directory removed when dropped (the default database lives in it).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn evaluate(args: &EvalArgs) -> anyhow::Result<Vec<CaseResult>> {
+    let (set_id, cases) = read_set(&args.eval_set)?;
+    let criteria = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            let doc = Doc::parse(&text)
+                .map_err(|e| anyhow::anyhow!("{} is not JSON: {e}", path.display()))?;
+            Criteria::parse(&doc).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => Criteria::default(),
+    };
+    let mut _temp = None;
+    let url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => {
+            let dir = std::env::temp_dir().join(format!("agentd-eval-{}", uuid::Uuid::new_v4()));
+            std::fs::create_dir_all(&dir)?;
+            let url = format!("sqlite://{}", dir.join("eval.db").display());
+            _temp = Some(TempDir(dir));
+            url
+        }
+    };
+    let mut serve = ServeArgs::for_database(url);
+    serve.apps_dir = args.apps_dir.clone();
+    let server = crate::server::Server::start(serve).await?;
+    let state = server.state.clone();
+    match state.apps.get(&args.app) {
+        Some(entry) => {
+            if let Err(e) = &entry.tree {
+                anyhow::bail!("app {:?} does not load: {e}", args.app);
+            }
+        }
+        None => anyhow::bail!(
+            "no app {:?} in {} (it has: {})",
+            args.app,
+            args.apps_dir.display(),
+            state.apps.names().collect::<Vec<_>>().join(", ")
+        ),
+    }
+    let results: Vec<CaseResult> = futures::stream::iter(cases.iter())
+        .map(|case| run_case(&state.runner, &state.store, &args.app, case, &criteria))
+        .buffered(usize::from(args.concurrency))
+        .collect()
+        .await;
+    let _ = server.shutdown(std::time::Duration::from_secs(5)).await;
+    print!("{}", table(&criteria, &results));
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{set_id}.evalset_result.json")));
+    let doc = result_document(&args.app, &set_id, &results);
+    std::fs::write(&output, doc.to_pretty())
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
+    eprintln!("results: {}", output.display());
+    Ok(results)
+}
+
+/// The set's id and its cases (file form), checked as an import is.
+fn read_set(path: &Path) -> anyhow::Result<(String, Vec<Doc>)> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let doc =
+        Doc::parse(&text).map_err(|e| anyhow::anyhow!("{} is not JSON: {e}", path.display()))?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("eval_set");
+    let stem = name
+        .strip_suffix(".evalset.json")
+        .or_else(|| name.strip_suffix(".test.json"))
+        .or_else(|| name.strip_suffix(".json"))
+        .unwrap_or(name);
+    let id = doc
+        .get("eval_set_id")
+        .or_else(|| doc.get("evalSetId"))
+        .and_then(Doc::as_str)
+        .unwrap_or(stem)
+        .to_string();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let stored = super::store_set(&id, &doc, now).map_err(|e| match e {
+        super::Invalid::Problems(p) => anyhow::anyhow!(
+            "{} is not a valid eval set:\n{}",
+            path.display(),
+            p.iter()
+                .map(|p| format!(
+                    "  at {}: {}",
+                    serde_json::Value::Array(p.loc.clone()),
+                    p.msg
+                ))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+        super::Invalid::TooLarge(case, n) => {
+            anyhow::anyhow!("case {case:?} is {n} bytes, over the limit")
+        }
+        super::Invalid::TooMany(n) => anyhow::anyhow!("{n} cases, over the limit"),
+        super::Invalid::SetTooLarge(n) => anyhow::anyhow!("the cases are over {n} bytes"),
+    })?;
+    let cases = stored
+        .cases
+        .iter()
+        .map(|(_, text)| Doc::parse(text))
+        .collect::<Result<Vec<_>, _>>()?;
+    if cases.is_empty() {
+        anyhow::bail!("{} has no eval cases", path.display());
+    }
+    Ok((id, cases))
+}
+
+/// Cases × metrics, a row per case: each metric's score (or why it has none) and the case's
+/// verdict.
+fn table(criteria: &Criteria, results: &[CaseResult]) -> String {
+    let mut head = vec!["eval_id".to_string()];
+    head.extend(
+        criteria
+            .0
+            .iter()
+            .map(|c| format!("{} (≥ {})", c.name, c.threshold)),
+    );
+    head.push("result".into());
+    let mut rows = vec![head];
+    for r in results {
+        let mut row = vec![r.eval_id.clone()];
+        match &r.metrics {
+            Ok(m) => row.extend(m.iter().map(|(_, s)| match s.score {
+                Some(score) => format!("{score:.3} {}", s.status.label()),
+                None => s.status.label().to_string(),
+            })),
+            Err(_) => row.extend(criteria.0.iter().map(|_| "-".to_string())),
+        }
+        row.push(r.status().label().to_string());
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    for r in results {
+        if let Err(e) = &r.metrics {
+            out.push_str(&format!("{}: {e}\n", r.eval_id));
+        }
+    }
+    let passed = results
+        .iter()
+        .filter(|r| r.status() != Status::Failed)
+        .count();
+    out.push_str(&format!("{passed} of {} cases passed\n", results.len()));
+    out
+}
+
+fn metric_result(name: &str, threshold: f64, score: Option<f64>, status: Status) -> Doc {
+    let mut m = Doc::object()
+        .with("metric_name", Doc::str(name))
+        .with("threshold", Doc::float(threshold));
+    if let Some(score) = score {
+        m.set("score", Doc::float(score));
+    }
+    m.with("eval_status", Doc::Number((status as i64).into()))
+}
+
+/// The result file: ADK's `EvalSetResult` fields (snake_case, statuses as ADK's integers),
+/// and `error` on a case that could not be run.
+fn result_document(app: &str, set_id: &str, results: &[CaseResult]) -> Doc {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let id = format!("{app}_{set_id}_{now}");
+    let cases = results
+        .iter()
+        .map(|r| {
+            let mut case = Doc::object()
+                .with("eval_set_file", Doc::str(set_id))
+                .with("eval_set_id", Doc::str(set_id))
+                .with("eval_id", Doc::str(&r.eval_id))
+                .with("final_eval_status", Doc::Number((r.status() as i64).into()));
+            match &r.metrics {
+                Ok(m) => {
+                    case.set(
+                        "overall_eval_metric_results",
+                        Doc::Array(
+                            m.iter()
+                                .map(|(c, s)| {
+                                    metric_result(&c.name, c.threshold, s.score, s.status)
+                                })
+                                .collect(),
+                        ),
+                    );
+                    let per = r
+                        .actual
+                        .iter()
+                        .zip(&r.expected)
+                        .enumerate()
+                        .map(|(i, (a, e))| {
+                            Doc::object()
+                                .with("actual_invocation", a.clone())
+                                .with("expected_invocation", e.clone())
+                                .with(
+                                    "eval_metric_results",
+                                    Doc::Array(
+                                        m.iter()
+                                            .map(|(c, s)| {
+                                                let score = s.per_invocation.get(i).copied();
+                                                let status = score
+                                                    .map_or(Status::NotEvaluated, |x| {
+                                                        Status::of(x, c.threshold)
+                                                    });
+                                                metric_result(&c.name, c.threshold, score, status)
+                                            })
+                                            .collect(),
+                                    ),
+                                )
+                        })
+                        .collect();
+                    case.set("eval_metric_result_per_invocation", Doc::Array(per));
+                }
+                Err(e) => case.set("error", Doc::str(e)),
+            }
+            case.with("session_id", Doc::str(&r.session_id))
+                .with("user_id", Doc::str(&r.user_id))
+        })
+        .collect();
+    Doc::object()
+        .with("eval_set_result_id", Doc::str(&id))
+        .with("eval_set_result_name", Doc::str(&id))
+        .with("eval_set_id", Doc::str(set_id))
+        .with("eval_case_results", Doc::Array(cases))
+        .with("creation_timestamp", Doc::float(now))
+}

@@ -1,0 +1,247 @@
+//! ADK's eval metrics, computed as google-adk 2.13 computes them, and the criteria of an
+//! eval config (`test_config.json`) that name them.
+//!
+//! Only the deterministic metrics are here: `tool_trajectory_avg_score` ([`trajectory`]) and
+//! `response_match_score` ([`rouge`]). A config naming another metric (the LLM-as-judge ones)
+//! is refused by [`Criteria::parse`], never scored as a pass.
+
+pub mod rouge;
+pub mod trajectory;
+
+use super::doc::Doc;
+use trajectory::MatchType;
+
+pub const TOOL_TRAJECTORY: &str = "tool_trajectory_avg_score";
+pub const RESPONSE_MATCH: &str = "response_match_score";
+
+/// ADK's `EvalStatus`, with its integer values (what its result files hold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Passed = 1,
+    Failed = 2,
+    NotEvaluated = 3,
+}
+
+impl Status {
+    pub fn of(score: f64, threshold: f64) -> Status {
+        if score >= threshold {
+            Status::Passed
+        } else {
+            Status::Failed
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Passed => "PASSED",
+            Status::Failed => "FAILED",
+            Status::NotEvaluated => "NOT_EVALUATED",
+        }
+    }
+}
+
+/// What a metric measures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Metric {
+    ToolTrajectory {
+        match_type: MatchType,
+        ignore_args: bool,
+    },
+    ResponseMatch,
+}
+
+/// One criterion: a metric and the score a case needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Criterion {
+    pub name: String,
+    pub metric: Metric,
+    pub threshold: f64,
+}
+
+/// The criteria a set is scored by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Criteria(pub Vec<Criterion>);
+
+impl Default for Criteria {
+    /// ADK's defaults when no config is given: every tool call as expected, and a final
+    /// response with ROUGE-1 ≥ 0.8.
+    fn default() -> Self {
+        Criteria(vec![
+            Criterion {
+                name: TOOL_TRAJECTORY.into(),
+                metric: Metric::ToolTrajectory {
+                    match_type: MatchType::Exact,
+                    ignore_args: false,
+                },
+                threshold: 1.0,
+            },
+            Criterion {
+                name: RESPONSE_MATCH.into(),
+                metric: Metric::ResponseMatch,
+                threshold: 0.8,
+            },
+        ])
+    }
+}
+
+impl Criteria {
+    /// ADK's `EvalConfig`: `{"criteria": {"<metric>": <threshold> | {"threshold": …, …}}}`.
+    pub fn parse(config: &Doc) -> Result<Criteria, String> {
+        let Some(Doc::Object(criteria)) = config.get("criteria") else {
+            return Err("the eval config needs a \"criteria\" object".into());
+        };
+        let mut out = vec![];
+        for (name, value) in criteria {
+            let (threshold, options) = match value {
+                Doc::Number(n) => (n.as_f64(), None),
+                Doc::Object(_) => (value.get("threshold").and_then(number), Some(value)),
+                _ => (None, None),
+            };
+            let Some(threshold) = threshold else {
+                return Err(format!("criterion {name:?} needs a numeric threshold"));
+            };
+            let metric = match name.as_str() {
+                TOOL_TRAJECTORY => {
+                    // pydantic reads a criterion's fields by name or by camelCase alias.
+                    let field = |snake: &str, camel: &str| {
+                        options.and_then(|o| o.get(snake).or_else(|| o.get(camel)))
+                    };
+                    let match_type = match field("match_type", "matchType") {
+                        None | Some(Doc::Null) => MatchType::Exact,
+                        Some(m) => MatchType::parse(m).ok_or_else(|| {
+                            format!("{name}: match_type must be EXACT, IN_ORDER or ANY_ORDER")
+                        })?,
+                    };
+                    let ignore_args =
+                        matches!(field("ignore_args", "ignoreArgs"), Some(Doc::Bool(true)));
+                    Metric::ToolTrajectory {
+                        match_type,
+                        ignore_args,
+                    }
+                }
+                RESPONSE_MATCH => Metric::ResponseMatch,
+                other => {
+                    return Err(format!(
+                        "metric {other:?} is not available in agentd (available: {TOOL_TRAJECTORY}, {RESPONSE_MATCH})"
+                    ))
+                }
+            };
+            out.push(Criterion {
+                name: name.clone(),
+                metric,
+                threshold,
+            });
+        }
+        if out.is_empty() {
+            return Err("the eval config names no criteria".into());
+        }
+        Ok(Criteria(out))
+    }
+}
+
+fn number(d: &Doc) -> Option<f64> {
+    match d {
+        Doc::Number(n) => n.as_f64(),
+        _ => None,
+    }
+}
+
+/// A metric's verdict on one case.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    /// The mean of the invocations' scores; `None` when there were none.
+    pub score: Option<f64>,
+    pub status: Status,
+    /// Per invocation, in order.
+    pub per_invocation: Vec<f64>,
+}
+
+/// Scores `actual` against `expected` invocations (file form, paired in order).
+pub fn score(c: &Criterion, actual: &[Doc], expected: &[Doc]) -> Result<Scored, String> {
+    if actual.len() != expected.len() {
+        return Err(format!(
+            "the case expects {} invocations and the run made {}",
+            expected.len(),
+            actual.len()
+        ));
+    }
+    let per_invocation: Vec<f64> = actual
+        .iter()
+        .zip(expected)
+        .map(|(a, e)| match c.metric {
+            Metric::ToolTrajectory {
+                match_type,
+                ignore_args,
+            } => {
+                if trajectory::matches(a, e, match_type, ignore_args) {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Metric::ResponseMatch => rouge::rouge1(&final_text(a), &final_text(e)).fmeasure,
+        })
+        .collect();
+    if per_invocation.is_empty() {
+        return Ok(Scored {
+            score: None,
+            status: Status::NotEvaluated,
+            per_invocation,
+        });
+    }
+    let mean = per_invocation.iter().sum::<f64>() / per_invocation.len() as f64;
+    Ok(Scored {
+        score: Some(mean),
+        status: Status::of(mean, c.threshold),
+        per_invocation,
+    })
+}
+
+/// The text parts of an invocation's final response, one per line (ADK's
+/// `_get_text_from_content`).
+pub fn final_text(invocation: &Doc) -> String {
+    invocation
+        .get("final_response")
+        .and_then(|c| c.get("parts"))
+        .and_then(Doc::as_array)
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Doc::as_str))
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_as_adk_reads_them() {
+        let c = Criteria::parse(
+            &Doc::parse(
+                r#"{"criteria": {"tool_trajectory_avg_score": {"threshold": 0.5, "match_type": "IN_ORDER"},
+                    "response_match_score": 0.7}}"#,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.0.len(), 2);
+        assert_eq!(c.0[0].threshold, 0.5);
+        assert_eq!(
+            c.0[0].metric,
+            Metric::ToolTrajectory {
+                match_type: MatchType::InOrder,
+                ignore_args: false
+            }
+        );
+        let judge = Doc::parse(r#"{"criteria": {"final_response_match_v2": 0.8}}"#).unwrap();
+        assert!(Criteria::parse(&judge)
+            .unwrap_err()
+            .contains("not available"));
+        assert!(Criteria::parse(&Doc::parse("{}").unwrap()).is_err());
+    }
+}

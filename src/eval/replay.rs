@@ -1,0 +1,196 @@
+//! One eval case run as ordinary runs: a throwaway session made from the case's
+//! `session_input`, each expected invocation's user message sent in turn (the app's real agent,
+//! model and tools answer), and the session's events read back as the actual conversation
+//! (ADK's `EvaluationGenerator`, which replays a case the same way).
+
+use super::doc::Doc;
+use super::from_session;
+use super::metrics::{self, Criteria, Status};
+use crate::event::{Content, JsonMap};
+use crate::runner::{OnBusy, OnDisconnect, RunRequest, Runner};
+use crate::store::{EventRange, NewSession, RunStatus, SessionKey, Store};
+use crate::transcript::RunItem;
+use std::sync::Arc;
+
+/// The user ADK replays a case as when the case names none.
+pub const DEFAULT_USER: &str = "test_user_id";
+/// Events read back per page.
+const PAGE: u32 = 500;
+
+/// How one case went.
+#[derive(Debug, Clone)]
+pub struct CaseResult {
+    pub eval_id: String,
+    pub user_id: String,
+    pub session_id: String,
+    /// Per criterion, in the criteria's order; `Err` when the case could not be scored.
+    pub metrics: Result<Vec<(metrics::Criterion, metrics::Scored)>, String>,
+    pub expected: Vec<Doc>,
+    pub actual: Vec<Doc>,
+}
+
+impl CaseResult {
+    /// Passed when every metric passed (or could not be evaluated); failed otherwise, or when
+    /// the case could not be run.
+    pub fn status(&self) -> Status {
+        match &self.metrics {
+            Err(_) => Status::Failed,
+            Ok(m) if m.iter().any(|(_, s)| s.status == Status::Failed) => Status::Failed,
+            Ok(m) if m.iter().all(|(_, s)| s.status == Status::NotEvaluated) => {
+                Status::NotEvaluated
+            }
+            Ok(_) => Status::Passed,
+        }
+    }
+}
+
+/// Runs `case` (file form) of `app` and scores it by `criteria`.
+pub async fn run_case(
+    runner: &Arc<Runner>,
+    store: &Arc<dyn Store>,
+    app: &str,
+    case: &Doc,
+    criteria: &Criteria,
+) -> CaseResult {
+    let eval_id = case
+        .get("eval_id")
+        .and_then(Doc::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let input = case.get("session_input");
+    let user_id = input
+        .and_then(|i| i.get("user_id"))
+        .and_then(Doc::as_str)
+        .unwrap_or(DEFAULT_USER)
+        .to_string();
+    let session_id = format!("___eval___session___{}", uuid::Uuid::new_v4());
+    let expected: Vec<Doc> = case
+        .get("conversation")
+        .and_then(Doc::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut result = CaseResult {
+        eval_id,
+        user_id: user_id.clone(),
+        session_id: session_id.clone(),
+        metrics: Ok(vec![]),
+        expected: expected.clone(),
+        actual: vec![],
+    };
+    let key = SessionKey::new(app, &user_id, &session_id);
+    match replay(runner, store, &key, input, &expected).await {
+        Ok(actual) => {
+            result.metrics = criteria
+                .0
+                .iter()
+                .map(|c| metrics::score(c, &actual, &expected).map(|s| (c.clone(), s)))
+                .collect();
+            result.actual = actual;
+        }
+        Err(e) => result.metrics = Err(e),
+    }
+    result
+}
+
+async fn replay(
+    runner: &Arc<Runner>,
+    store: &Arc<dyn Store>,
+    key: &SessionKey,
+    input: Option<&Doc>,
+    expected: &[Doc],
+) -> Result<Vec<Doc>, String> {
+    let state: JsonMap = match input.and_then(|i| i.get("state")) {
+        Some(state @ Doc::Object(_)) => serde_json::to_value(state)
+            .ok()
+            .and_then(|v| v.as_object().cloned())
+            .unwrap_or_default(),
+        _ => JsonMap::new(),
+    };
+    store
+        .create_session(NewSession {
+            app_name: key.app_name.clone(),
+            user_id: key.user_id.clone(),
+            session_id: Some(key.session_id.clone()),
+            state,
+            events: vec![],
+        })
+        .await
+        .map_err(|e| format!("cannot create the eval session: {e}"))?;
+    for (i, invocation) in expected.iter().enumerate() {
+        let message = user_message(invocation)
+            .ok_or_else(|| format!("invocation {i} has no user_content"))?;
+        let handle = runner
+            .start_run(RunRequest {
+                key: key.clone(),
+                new_message: Some(message),
+                state_delta: None,
+                run_config: Default::default(),
+                on_busy: OnBusy::Enqueue,
+                on_disconnect: OnDisconnect::Continue,
+                create_session: false,
+                max_duration: None,
+                webhook: None,
+                run_id: None,
+                edit: None,
+                api_key: None,
+            })
+            .await
+            .map_err(|e| format!("invocation {i} did not start: {e}"))?;
+        let mut items = handle.items;
+        let mut error = None;
+        let mut ended = None;
+        while let Some(item) = items.recv().await {
+            match item {
+                RunItem::Error { message, .. } => error = Some(message),
+                RunItem::Done { status, .. } => {
+                    ended = Some(status);
+                    break;
+                }
+                RunItem::Event { .. } => {}
+            }
+        }
+        match ended {
+            Some(RunStatus::Completed) => {}
+            Some(status) => {
+                return Err(format!(
+                    "invocation {i} ended {}{}",
+                    status.as_str(),
+                    error.map(|e| format!(": {e}")).unwrap_or_default()
+                ))
+            }
+            None => return Err(format!("invocation {i}: the run's stream ended early")),
+        }
+    }
+    let mut events = vec![];
+    let mut after = 0;
+    loop {
+        let page = store
+            .list_events(
+                key,
+                EventRange {
+                    after: Some(after),
+                    before: None,
+                    limit: PAGE,
+                },
+            )
+            .await
+            .map_err(|e| format!("cannot read the eval session: {e}"))?
+            .ok_or("the eval session is gone")?;
+        after = page.events.last().map_or(after, |e| e.seq);
+        let more = page.has_more;
+        events.extend(page.events.into_iter().map(|e| e.event));
+        if !more {
+            break;
+        }
+    }
+    Ok(from_session::invocations(&events))
+}
+
+/// An invocation's `user_content` as the content of a new message (the file form's
+/// snake_case part fields are the aliases [`Content`]'s parts read).
+fn user_message(invocation: &Doc) -> Option<Content> {
+    let content = invocation.get("user_content")?;
+    serde_json::to_value(content)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+}
