@@ -380,6 +380,27 @@ pub fn admin_required(caller: &Caller, what: &str) -> ApiError {
     )
 }
 
+/// Passes an admin; anyone else gets [`admin_required`] for `what`.
+pub fn require_admin(caller: &Caller, what: &str) -> Result<(), ApiError> {
+    match caller.may_see_internals() {
+        true => Ok(()),
+        false => Err(admin_required(caller, what)),
+    }
+}
+
+/// The app's entry, when it is served; else the 404 of [`app_hidden`] (the door already hid
+/// the apps the caller may not use).
+pub fn served_app<'a>(
+    state: &'a AppState,
+    caller: &Caller,
+    app: &str,
+) -> Result<&'a crate::apps::AppEntry, ApiError> {
+    state
+        .apps
+        .get(app)
+        .ok_or_else(|| app_hidden(&state.apps, caller, app))
+}
+
 /// The path's `{app}`, `{user}` and `{session}`, bound to the caller: an app it may not use
 /// does not exist, nor does another user (or, on a session's route, that user's session). A
 /// parameter the door cannot read never passes unchecked.

@@ -100,8 +100,28 @@ const INSERT_CASE: &str = "INSERT INTO eval_cases (app_name, eval_set_id, eval_i
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (app_name, eval_set_id, eval_id) DO NOTHING";
 
 macro_rules! eval_store {
-    ($store:ty, $writer:ident, $reader:ident, $begin:literal, $lock:literal, $snapshot:literal,
-     $app_lock:literal) => {
+    ($store:ty, $db:ty, $writer:ident, $reader:ident, $begin:literal, $lock:literal,
+     $snapshot:literal, $app_lock:literal) => {
+        impl $store {
+            /// The set's creation time, `None` if there is no such set; its row locked until
+            /// the transaction ends (PostgreSQL; SQLite has one writer), so that writes to
+            /// one set queue and what they counted holds until they commit.
+            async fn locked_set_created(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                app: &str,
+                set: &str,
+            ) -> StoreResult<Option<f64>> {
+                Ok(sqlx::query_scalar(concat!(
+                    "SELECT created_at FROM eval_sets WHERE app_name = $1 AND eval_set_id = $2",
+                    $lock
+                ))
+                .bind(app)
+                .bind(set)
+                .fetch_optional(&mut **tx)
+                .await?)
+            }
+        }
+
         #[async_trait]
         impl EvalStore for $store {
             async fn list_eval_sets(&self, app: &str) -> StoreResult<Vec<String>> {
@@ -187,14 +207,7 @@ macro_rules! eval_store {
                 // Writes of one app's sets queue (PostgreSQL; SQLite has one writer): the
                 // count of its sets, and whether the id is taken, hold until the commit.
                 sqlx::query($app_lock).bind(app).execute(&mut *tx).await?;
-                let created: Option<f64> = sqlx::query_scalar(concat!(
-                    "SELECT created_at FROM eval_sets WHERE app_name = $1 AND eval_set_id = $2",
-                    $lock
-                ))
-                .bind(app)
-                .bind(set)
-                .fetch_optional(&mut *tx)
-                .await?;
+                let created: Option<f64> = Self::locked_set_created(&mut tx, app, set).await?;
                 let outcome = match created {
                     Some(_) if !replace => return Ok(SetWrite::Exists),
                     Some(_) => SetWrite::Replaced,
@@ -297,15 +310,7 @@ macro_rules! eval_store {
                 max_bytes: usize,
             ) -> StoreResult<CaseWrite> {
                 let mut tx = self.$writer.begin_with($begin).await?;
-                // Locks the set (PostgreSQL), so that adds to it queue: the count holds.
-                let found: Option<f64> = sqlx::query_scalar(concat!(
-                    "SELECT created_at FROM eval_sets WHERE app_name = $1 AND eval_set_id = $2",
-                    $lock
-                ))
-                .bind(app)
-                .bind(set)
-                .fetch_optional(&mut *tx)
-                .await?;
+                let found: Option<f64> = Self::locked_set_created(&mut tx, app, set).await?;
                 if found.is_none() {
                     return Ok(CaseWrite::NoSet);
                 }
@@ -349,14 +354,7 @@ macro_rules! eval_store {
                 max_bytes: usize,
             ) -> StoreResult<CaseWrite> {
                 let mut tx = self.$writer.begin_with($begin).await?;
-                let found: Option<f64> = sqlx::query_scalar(concat!(
-                    "SELECT created_at FROM eval_sets WHERE app_name = $1 AND eval_set_id = $2",
-                    $lock
-                ))
-                .bind(app)
-                .bind(set)
-                .fetch_optional(&mut *tx)
-                .await?;
+                let found: Option<f64> = Self::locked_set_created(&mut tx, app, set).await?;
                 if found.is_none() {
                     return Ok(CaseWrite::NoSet);
                 }
@@ -422,6 +420,7 @@ macro_rules! eval_store {
 
 eval_store!(
     PgStore,
+    sqlx::Postgres,
     pool,
     pool,
     "BEGIN",
@@ -431,6 +430,7 @@ eval_store!(
 );
 eval_store!(
     SqliteStore,
+    sqlx::Sqlite,
     writer,
     reader,
     "BEGIN IMMEDIATE",

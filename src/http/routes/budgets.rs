@@ -6,6 +6,7 @@
 
 use crate::auth::Caller;
 use crate::error_code::ErrorCode;
+use crate::http::auth::{require_admin, served_app};
 use crate::http::error::{problem, ApiError, ApiResult};
 use crate::http::extract::{validate_id, Json, Path};
 use crate::http::openapi::{error_set, Errors, UserPath};
@@ -134,8 +135,9 @@ async fn put_budget(
     Path((app, user)): Path<(String, String)>,
     Json(budget): Json<Budget>,
 ) -> ApiResult<axum::Json<BudgetView>> {
-    admin(&caller, "Setting a budget")?;
-    served(&state, &caller, &app)?;
+    require_admin(&caller, "Setting a budget")?;
+    // A budget for an app nobody runs would never apply: refused as schedules are.
+    served_app(&state, &caller, &app)?;
     set(&state, &Payer::User { app, user }, budget).await
 }
 
@@ -148,7 +150,7 @@ async fn delete_budget(
     caller: Caller,
     Path((app, user)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    admin(&caller, "Removing a budget")?;
+    require_admin(&caller, "Removing a budget")?;
     remove(&state, &Payer::User { app, user }).await
 }
 
@@ -161,9 +163,9 @@ async fn get_app_budget(
     caller: Caller,
     Path(app): Path<String>,
 ) -> ApiResult<axum::Json<BudgetView>> {
-    admin(&caller, "An app's budget")?;
+    require_admin(&caller, "An app's budget")?;
     validate_id("app", &app)?;
-    served(&state, &caller, &app)?;
+    served_app(&state, &caller, &app)?;
     show(&state, &Payer::App { app }).await
 }
 
@@ -177,9 +179,9 @@ async fn put_app_budget(
     Path(app): Path<String>,
     Json(budget): Json<Budget>,
 ) -> ApiResult<axum::Json<BudgetView>> {
-    admin(&caller, "Setting a budget")?;
+    require_admin(&caller, "Setting a budget")?;
     validate_id("app", &app)?;
-    served(&state, &caller, &app)?;
+    served_app(&state, &caller, &app)?;
     set(&state, &Payer::App { app }, budget).await
 }
 
@@ -192,7 +194,7 @@ async fn delete_app_budget(
     caller: Caller,
     Path(app): Path<String>,
 ) -> ApiResult<Response> {
-    admin(&caller, "Removing a budget")?;
+    require_admin(&caller, "Removing a budget")?;
     validate_id("app", &app)?;
     remove(&state, &Payer::App { app }).await
 }
@@ -208,7 +210,7 @@ async fn get_key_budget(
     Path(key): Path<String>,
 ) -> ApiResult<axum::Json<BudgetView>> {
     if caller.api_key().is_none_or(|k| k.id != key) {
-        admin(&caller, "Another key's budget")?;
+        require_admin(&caller, "Another key's budget")?;
     }
     let payer = key_payer(&state, &key).await?;
     show(&state, &payer).await
@@ -224,7 +226,7 @@ async fn put_key_budget(
     Path(key): Path<String>,
     Json(budget): Json<Budget>,
 ) -> ApiResult<axum::Json<BudgetView>> {
-    admin(&caller, "Setting a budget")?;
+    require_admin(&caller, "Setting a budget")?;
     let payer = key_payer(&state, &key).await?;
     set(&state, &payer, budget).await
 }
@@ -238,24 +240,9 @@ async fn delete_key_budget(
     caller: Caller,
     Path(key): Path<String>,
 ) -> ApiResult<Response> {
-    admin(&caller, "Removing a budget")?;
+    require_admin(&caller, "Removing a budget")?;
     let payer = key_payer(&state, &key).await?;
     remove(&state, &payer).await
-}
-
-fn admin(caller: &Caller, what: &str) -> ApiResult<()> {
-    match caller.may_see_internals() {
-        true => Ok(()),
-        false => Err(crate::http::auth::admin_required(caller, what)),
-    }
-}
-
-/// A budget for an app nobody runs would never apply: refused as schedules are.
-fn served(state: &AppState, caller: &Caller, app: &str) -> ApiResult<()> {
-    match state.apps.get(app) {
-        Some(_) => Ok(()),
-        None => Err(crate::http::auth::app_hidden(&state.apps, caller, app)),
-    }
 }
 
 /// The key's payer (its user is where its spending is kept); an unknown key is 404. A revoked

@@ -12,6 +12,7 @@ use crate::error_code::ErrorCode;
 use crate::eval::doc::Doc;
 use crate::eval::{self, from_session, shape, Invalid};
 use crate::event::now_ts;
+use crate::http::auth::{require_admin, served_app};
 use crate::http::error::{problem, ApiError, ApiResult};
 use crate::http::extract::{Json, Path};
 use crate::http::openapi::{error_set, Errors};
@@ -171,7 +172,7 @@ async fn list_sets(
     caller: Caller,
     Path(app): Path<String>,
 ) -> ApiResult<axum::Json<EvalSetIds>> {
-    served(&state, &caller, &app)?;
+    served_app(&state, &caller, &app)?;
     Ok(axum::Json(EvalSetIds {
         eval_set_ids: state.store.list_eval_sets(&app).await?,
     }))
@@ -188,8 +189,8 @@ async fn create_set(
     Path(app): Path<String>,
     Json(req): Json<CreateEvalSet>,
 ) -> ApiResult<axum::Json<Doc>> {
-    editor(&caller)?;
-    served(&state, &caller, &app)?;
+    require_admin(&caller, "Changing eval sets")?;
+    served_app(&state, &caller, &app)?;
     let given = shape::set_file(&req.eval_set);
     let id = given
         .get("eval_set_id")
@@ -204,14 +205,23 @@ async fn create_set(
     }
     set.set("creation_timestamp", Doc::float(now));
     let stored = eval::store_set(&id, &set, now).map_err(invalid)?;
-    written(
-        state
-            .store
-            .put_eval_set(&app, &id, &stored, false, eval::MAX_EVAL_SETS_PER_APP, now)
-            .await?,
-        &id,
-    )?;
+    create(&state, &app, &id, &stored, now).await?;
     Ok(axum::Json(shape::set_wire(&document(&stored)?)))
+}
+
+/// Stores a new set under `id`: 409 if the id is taken or the app has all the sets it may.
+async fn create(
+    state: &AppState,
+    app: &str,
+    id: &str,
+    stored: &crate::store::StoredEvalSet,
+    now: f64,
+) -> ApiResult<()> {
+    let write = state
+        .store
+        .put_eval_set(app, id, stored, false, eval::MAX_EVAL_SETS_PER_APP, now)
+        .await?;
+    written(write, id)
 }
 
 /// Exports an eval set: the `*.evalset.json` ADK would write for it, byte for byte.
@@ -222,7 +232,7 @@ async fn export_set(
     caller: Caller,
     Path((app, set)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    served(&state, &caller, &app)?;
+    served_app(&state, &caller, &app)?;
     check_id("eval set id", &set)?;
     let stored = state
         .store
@@ -246,8 +256,8 @@ async fn import_set(
     Path((app, set)): Path<(String, String)>,
     Json(body): Json<Doc>,
 ) -> ApiResult<Response> {
-    editor(&caller)?;
-    served(&state, &caller, &app)?;
+    require_admin(&caller, "Changing eval sets")?;
+    served_app(&state, &caller, &app)?;
     check_set_id(&set)?;
     let now = now_ts();
     let stored = eval::store_set(&set, &body, now).map_err(invalid)?;
@@ -272,8 +282,8 @@ async fn delete_set(
     caller: Caller,
     Path((app, set)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    editor(&caller)?;
-    served(&state, &caller, &app)?;
+    require_admin(&caller, "Changing eval sets")?;
+    served_app(&state, &caller, &app)?;
     check_id("eval set id", &set)?;
     match state.store.delete_eval_set(&app, &set).await? {
         true => Ok(StatusCode::NO_CONTENT),
@@ -301,7 +311,7 @@ async fn case_ids(
     app: &str,
     set: &str,
 ) -> ApiResult<Vec<String>> {
-    served(state, caller, app)?;
+    served_app(state, caller, app)?;
     check_id("eval set id", set)?;
     state
         .store
@@ -320,8 +330,8 @@ async fn add_case(
     Path((app, set)): Path<(String, String)>,
     Json(case): Json<Doc>,
 ) -> ApiResult<(StatusCode, axum::Json<Doc>)> {
-    editor(&caller)?;
-    served(&state, &caller, &app)?;
+    require_admin(&caller, "Changing eval sets")?;
+    served_app(&state, &caller, &app)?;
     check_id("eval set id", &set)?;
     let (id, text) = eval::store_case(&case, &[]).map_err(invalid)?;
     add(&state, &app, &set, &id, &text).await?;
@@ -351,8 +361,8 @@ async fn session_case(
     set: &str,
     req: &AddSession,
 ) -> ApiResult<String> {
-    editor(caller)?;
-    let entry = served(state, caller, app)?;
+    require_admin(caller, "Changing eval sets")?;
+    let entry = served_app(state, caller, app)?;
     check_id("eval set id", set)?;
     check_id("evalId", &req.eval_id)?;
     check_id("sessionId", &req.session_id)?;
@@ -398,7 +408,7 @@ async fn get_case(
     caller: Caller,
     Path((app, set, case)): Path<(String, String, String)>,
 ) -> ApiResult<axum::Json<Doc>> {
-    served(&state, &caller, &app)?;
+    served_app(&state, &caller, &app)?;
     check_id("eval set id", &set)?;
     check_id("eval case id", &case)?;
     match state.store.eval_case(&app, &set, &case).await? {
@@ -430,8 +440,8 @@ async fn replace_case(
     case: &str,
     body: Doc,
 ) -> ApiResult<String> {
-    editor(caller)?;
-    served(state, caller, app)?;
+    require_admin(caller, "Changing eval sets")?;
+    served_app(state, caller, app)?;
     check_id("eval set id", set)?;
     check_id("eval case id", case)?;
     let mut file = shape::case_file(&body);
@@ -484,8 +494,8 @@ async fn remove_case(
     set: &str,
     case: &str,
 ) -> ApiResult<()> {
-    editor(caller)?;
-    served(state, caller, app)?;
+    require_admin(caller, "Changing eval sets")?;
+    served_app(state, caller, app)?;
     check_id("eval set id", set)?;
     check_id("eval case id", case)?;
     match state.store.delete_eval_case(app, set, case).await? {
@@ -502,7 +512,7 @@ async fn dev_list_sets_legacy(
     caller: Caller,
     Path(app): Path<String>,
 ) -> ApiResult<axum::Json<Vec<String>>> {
-    served(&state, &caller, &app)?;
+    served_app(&state, &caller, &app)?;
     Ok(axum::Json(state.store.list_eval_sets(&app).await?))
 }
 
@@ -513,7 +523,7 @@ async fn dev_get_set(
     caller: Caller,
     Path((app, set)): Path<(String, String)>,
 ) -> ApiResult<axum::Json<Doc>> {
-    served(&state, &caller, &app)?;
+    served_app(&state, &caller, &app)?;
     check_id("eval set id", &set)?;
     let stored = state
         .store
@@ -539,18 +549,12 @@ async fn dev_create_set_legacy(
     caller: Caller,
     Path((app, set)): Path<(String, String)>,
 ) -> ApiResult<axum::Json<Value>> {
-    editor(&caller)?;
-    served(&state, &caller, &app)?;
+    require_admin(&caller, "Changing eval sets")?;
+    served_app(&state, &caller, &app)?;
     check_set_id(&set)?;
     let now = now_ts();
     let stored = eval::new_set(&set, now);
-    written(
-        state
-            .store
-            .put_eval_set(&app, &set, &stored, false, eval::MAX_EVAL_SETS_PER_APP, now)
-            .await?,
-        &set,
-    )?;
+    create(&state, &app, &set, &stored, now).await?;
     Ok(axum::Json(Value::Null))
 }
 
@@ -593,29 +597,6 @@ async fn dev_delete_case(
 }
 
 // What every handler shares.
-
-/// Writing eval sets: admins, and everyone where authentication is off.
-fn editor(caller: &Caller) -> ApiResult<()> {
-    match caller.may_see_internals() {
-        true => Ok(()),
-        false => Err(crate::http::auth::admin_required(
-            caller,
-            "Changing eval sets",
-        )),
-    }
-}
-
-/// The app, which must be served (the door already hid the apps the caller may not use).
-fn served<'a>(
-    state: &'a AppState,
-    caller: &Caller,
-    app: &str,
-) -> ApiResult<&'a crate::apps::AppEntry> {
-    state
-        .apps
-        .get(app)
-        .ok_or_else(|| crate::http::auth::app_hidden(&state.apps, caller, app))
-}
 
 fn check_id(what: &str, id: &str) -> ApiResult<()> {
     crate::http::extract::validate_id(what, id)

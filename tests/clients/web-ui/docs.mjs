@@ -16,7 +16,7 @@
 // request to another origin (the page must make none). Exit 0 when the driver ran (whatever it
 // saw), 2 when it could not run.
 
-import { launch } from './browser.mjs';
+import { drive } from './browser.mjs';
 
 const base = (process.env.AGENTD_URL || 'http://127.0.0.1:8000').replace(/\/+$/, '');
 const open = process.env.AGENTD_OPEN || 'POST /run_sse';
@@ -34,11 +34,7 @@ const out = {
   externalRequests: [],
 };
 
-let browser;
-let code = 0;
-try {
-  browser = await launch(base, timeout);
-  const { page } = browser;
+await drive(base, timeout, out, async (page) => {
   const ours = (u) => { try { return new URL(u).origin === origin; } catch { return true; } };
   page.on('request', (r) => {
     if (!ours(r.url()) && out.externalRequests.length < 50) out.externalRequests.push(r.url());
@@ -72,11 +68,4 @@ try {
   await page.waitForTimeout(300);
   out.openedText = (await block.locator('.opblock-body').first().innerText()).slice(0, 4000);
   out.opened = true;
-} catch (e) {
-  out.error = String(e?.message || e).split('\n')[0].slice(0, 500);
-  code = out.loaded ? 0 : 2;
-} finally {
-  if (browser) await browser.done();
-}
-process.stdout.write(`${JSON.stringify(out)}\n`);
-process.exit(code);
+});

@@ -27,7 +27,7 @@
 //   add-case dialog  mat-dialog-container (input prefilled with the session id, "Create")
 //   a case           its name in the set's list; opening it shows its turns
 
-import { launch } from './browser.mjs';
+import { drive } from './browser.mjs';
 
 const base = (process.env.AGENTD_URL || 'http://127.0.0.1:8000').replace(/\/+$/, '');
 const app = process.env.AGENTD_APP || '';
@@ -41,11 +41,7 @@ const out = {
 };
 const flat = (t) => t.split('\n').map((s) => s.trim()).filter(Boolean).join(' ');
 
-let browser;
-let code = 0;
-try {
-  browser = await launch(base, timeout);
-  const { page } = browser;
+await drive(base, timeout, out, async (page) => {
   page.on('response', (r) => {
     if (r.url().includes(`/dev/apps/${app}/eval`)) {
       out.evalRequests.push({ method: r.request().method(), url: r.url(), status: r.status() });
@@ -89,11 +85,4 @@ try {
   await page.getByText(`Case: ${name}`).first().waitFor({ state: 'visible' });
   await page.waitForTimeout(500);
   out.caseText = flat(await page.locator('body').innerText());
-} catch (e) {
-  out.error = String(e?.message || e).split('\n')[0].slice(0, 500);
-  code = out.loaded ? 0 : 2;
-} finally {
-  if (browser) await browser.done();
-}
-process.stdout.write(`${JSON.stringify(out)}\n`);
-process.exit(code);
+});

@@ -34,7 +34,7 @@
 
 import os from 'node:os';
 import path from 'node:path';
-import { launch } from './browser.mjs';
+import { drive } from './browser.mjs';
 
 const base = (process.env.AGENTD_URL || 'http://127.0.0.1:8000').replace(/\/+$/, '');
 const app = process.env.AGENTD_APP || '';
@@ -66,12 +66,7 @@ const out = {
 const flat = (t) => t.split('\n').map((s) => s.trim()).filter(Boolean).join(' ')
   .replace(/ : /g, ': ');
 
-let browser;
-let page;
-let code = 0;
-try {
-  browser = await launch(base, timeout);
-  ({ page } = browser);
+await drive(base, timeout, out, async (page) => {
 
   if (token) {
     await page.route((u) => u.origin === origin, (route) => route.continue({
@@ -148,16 +143,8 @@ try {
     out.stateText = flat(await body.innerText());
   }
 
-} catch (e) {
-  out.error = String(e?.message || e).split('\n')[0].slice(0, 500);
-  code = out.loaded ? 0 : 2;
-} finally {
-  if (page) {
-    out.url = page.url();
-    try { out.sessionId = new URL(out.url).searchParams.get('session') || ''; } catch { /* about:blank */ }
-    await page.screenshot({ path: screenshot }).then(() => { out.screenshot = screenshot; }, () => {});
-  }
-  if (browser) await browser.done();
-}
-process.stdout.write(`${JSON.stringify(out)}\n`);
-process.exit(code);
+}, async (page) => {
+  out.url = page.url();
+  try { out.sessionId = new URL(out.url).searchParams.get('session') || ''; } catch { /* about:blank */ }
+  await page.screenshot({ path: screenshot }).then(() => { out.screenshot = screenshot; }, () => {});
+});
