@@ -93,6 +93,13 @@ async fn an_adk_file_comes_back_byte_for_byte(backend: Backend) {
     assert_eq!(missing["code"], "eval_set_not_found");
     let none = json_with_status(s.get("/dev/apps/greeter/eval_sets").await, 200).await;
     assert_eq!(none, json!([]));
+
+    // The metrics the web UI offers to run a set with: ADK's answer, byte for byte.
+    let adk = run_driver(&adk_python(), &[PARITY, "metrics_info"], &[]).await;
+    let ours = text_with_status(s.get("/dev/apps/greeter/metrics-info").await, 200).await;
+    assert_eq!(ours, adk["wire"].as_str().unwrap());
+    let hidden = json_with_status(s.get("/dev/apps/nowhere/metrics-info").await, 404).await;
+    assert_eq!(hidden["code"], "app_not_found");
 }
 
 /// The web UI's flow (create a set, add the current session) makes the case ADK's own

@@ -139,6 +139,46 @@ impl Criteria {
     }
 }
 
+/// ADK's `MetricInfo` of each metric agentd computes, as its dev server's `metrics-info`
+/// answers (the descriptions are ADK's): what the web UI offers to run a set with.
+pub fn info() -> Doc {
+    let interval = || {
+        Doc::object().with(
+            "interval",
+            Doc::object()
+                .with("minValue", Doc::float(0.0))
+                .with("openAtMin", Doc::Bool(false))
+                .with("maxValue", Doc::float(1.0))
+                .with("openAtMax", Doc::Bool(false)),
+        )
+    };
+    let metric = |name: &str, description: &str| {
+        Doc::object()
+            .with("metricName", Doc::str(name))
+            .with("description", Doc::str(description))
+            .with("metricValueInfo", interval())
+            .with("requiresThreshold", Doc::Bool(true))
+    };
+    Doc::object().with(
+        "metricsInfo",
+        Doc::Array(vec![
+            metric(
+                TOOL_TRAJECTORY,
+                "This metric compares two tool call trajectories (expected vs. actual) for the \
+                 same user interaction. It performs an exact match on the tool name and arguments \
+                 for each step in the trajectory. A score of 1.0 indicates a perfect match, while \
+                 0.0 indicates a mismatch. Higher values are better.",
+            ),
+            metric(
+                RESPONSE_MATCH,
+                "This metric evaluates if the agent's final response matches a golden/expected \
+                 final response using Rouge_1 metric. Value range for this metric is [0,1], with \
+                 values closer to 1 more desirable.",
+            ),
+        ]),
+    )
+}
+
 fn number(d: &Doc) -> Option<f64> {
     match d {
         Doc::Number(n) => n.as_f64(),

@@ -99,6 +99,18 @@ pub fn dev_router() -> axum::Router<AppState> {
             &format!("{APP}/eval_sets/{{set}}/evals/{{case}}"),
             get(get_case).put(dev_put_case).delete(dev_delete_case),
         )
+        .route(&format!("{APP}/metrics-info"), get(dev_metrics_info))
+}
+
+/// `GET /dev/apps/{app}/metrics-info`: the metrics a set can be scored by, as ADK lists them
+/// (only those agentd computes).
+async fn dev_metrics_info(
+    state: axum::extract::State<AppState>,
+    caller: Caller,
+    Path(app): Path<String>,
+) -> ApiResult<axum::Json<Doc>> {
+    served_app(&state, &caller, &app)?;
+    Ok(axum::Json(eval::metrics::info()))
 }
 
 #[derive(IntoParams)]

@@ -9,6 +9,10 @@ timestamps and initial state's keys. Makes the case as ADK's dev server's `add_s
 (`convert_session_to_eval_invocations`), adds it with ADK's LocalEvalSetsManager to a set of
 that head, and prints {"file": <the set file ADK wrote>, "wire_case": <the case as ADK's dev
 server answers GET eval-cases/{id}>}.
+
+`metrics_info`: what ADK's dev server answers `GET /dev/apps/{app}/metrics-info` with, for the
+metrics agentd computes (ADK lists every metric it registers; its registry itself needs the
+Vertex AI SDK), as {"wire": <the body's text>}.
 """
 
 import json
@@ -91,6 +95,18 @@ def from_session(path):
                                                             separators=(",", ":"))}))
 
 
+def metrics_info():
+    from google.adk.cli.dev_server import ListMetricsInfoResponse
+    from google.adk.evaluation.metric_info_providers import (
+        ResponseEvaluatorMetricInfoProvider, TrajectoryEvaluatorMetricInfoProvider)
+    answer = ListMetricsInfoResponse(metrics_info=[
+        TrajectoryEvaluatorMetricInfoProvider().get_metric_info(),
+        ResponseEvaluatorMetricInfoProvider("response_match_score").get_metric_info(),
+    ])
+    # FastAPI's response_model_exclude_none, by alias.
+    print(json.dumps({"wire": answer.model_dump_json(by_alias=True, exclude_none=True)}))
+
+
 if __name__ == "__main__":
-    {"adk_file": lambda: adk_file(), "from_session": lambda: from_session(sys.argv[2])}[
-        sys.argv[1]]()
+    {"adk_file": lambda: adk_file(), "from_session": lambda: from_session(sys.argv[2]),
+     "metrics_info": lambda: metrics_info()}[sys.argv[1]]()
