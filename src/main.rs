@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Keys(args) => keys(args).await,
         Command::Eval(args) => {
             init_tracing();
-            let code = agentd::eval::cli::run(args).await;
+            let code = agentd::server::eval_cli::run(args).await;
             std::process::exit(code);
         }
         Command::Migrate(args) => {

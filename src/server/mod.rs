@@ -1,8 +1,10 @@
 //! Starting and stopping the daemon: open the store, load apps, bind, serve, and shut down
-//! gracefully on a signal (in-flight requests get `--shutdown-grace-secs` to finish).
+//! gracefully on a signal (in-flight requests get `--shutdown-grace-secs` to finish). Also
+//! `agentd eval` ([`eval_cli`]), which starts one in process to run an eval set.
 
 pub mod accept;
 pub mod allocator;
+pub mod eval_cli;
 
 use crate::agent::PluginSet;
 use crate::apps::AppRegistry;

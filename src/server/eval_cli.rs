@@ -2,10 +2,10 @@
 //! ordinary runs of a server started in process (its own database: embedded SQLite unless
 //! `--database-url`); the result is a table on stdout, a result JSON, and the exit code.
 
-use super::doc::Doc;
-use super::metrics::{Criteria, Status};
-use super::replay::{run_case, CaseResult};
 use crate::config::{EvalArgs, ServeArgs};
+use crate::eval::doc::Doc;
+use crate::eval::metrics::{Criteria, Status};
+use crate::eval::replay::{run_case, CaseResult};
 use futures::StreamExt;
 use std::path::{Path, PathBuf};
 
@@ -67,7 +67,7 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Vec<CaseResult>> {
     };
     let mut serve = ServeArgs::for_database(url);
     serve.apps_dir = args.apps_dir.clone();
-    let server = crate::server::Server::start(serve).await?;
+    let server = super::Server::start(serve).await?;
     let state = server.state.clone();
     match state.apps.get(&args.app) {
         Some(entry) => {
@@ -124,8 +124,8 @@ fn read_set(path: &Path) -> anyhow::Result<(String, Vec<Doc>)> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let stored = super::store_set(&id, &doc, now).map_err(|e| match e {
-        super::Invalid::Problems(p) => anyhow::anyhow!(
+    let stored = crate::eval::store_set(&id, &doc, now).map_err(|e| match e {
+        crate::eval::Invalid::Problems(p) => anyhow::anyhow!(
             "{} is not a valid eval set:\n{}",
             path.display(),
             p.iter()
@@ -137,11 +137,11 @@ fn read_set(path: &Path) -> anyhow::Result<(String, Vec<Doc>)> {
                 .collect::<Vec<_>>()
                 .join("\n")
         ),
-        super::Invalid::TooLarge(case, n) => {
+        crate::eval::Invalid::TooLarge(case, n) => {
             anyhow::anyhow!("case {case:?} is {n} bytes, over the limit")
         }
-        super::Invalid::TooMany(n) => anyhow::anyhow!("{n} cases, over the limit"),
-        super::Invalid::SetTooLarge(n) => anyhow::anyhow!("the cases are over {n} bytes"),
+        crate::eval::Invalid::TooMany(n) => anyhow::anyhow!("{n} cases, over the limit"),
+        crate::eval::Invalid::SetTooLarge(n) => anyhow::anyhow!("the cases are over {n} bytes"),
     })?;
     let cases = stored
         .cases
