@@ -33,8 +33,7 @@ pub enum Command {
     /// Manage API keys (`--auth api-key`).
     Keys(KeysArgs),
     /// Run an ADK eval set against an app, in this process, and score it (docs/evals.md):
-    /// exit 0 when every case passes, 1 when one falls below a threshold, 2 when the set
-    /// could not be run.
+    /// exit 0 when every case passes, 1 when one does not, 2 when nothing could be run.
     Eval(EvalArgs),
 }
 
@@ -50,7 +49,8 @@ pub struct EvalArgs {
     /// The eval set: an ADK `*.evalset.json` (or an old-format `*.test.json`).
     pub eval_set: PathBuf,
 
-    /// ADK's `test_config.json` (`{"criteria": {...}}`). Default: ADK's own default criteria
+    /// ADK's `test_config.json` (`{"criteria": {...}}`). Default: the `test_config.json`
+    /// beside the set if there is one, else ADK's default criteria
     /// (`tool_trajectory_avg_score` 1.0, `response_match_score` 0.8).
     #[arg(long)]
     pub config: Option<PathBuf>,

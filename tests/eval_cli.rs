@@ -312,17 +312,17 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
         &["tool_trajectory_avg_score", "response_match_score"],
     );
 
-    // A config that lets any arguments pass and asks less of the answer: both cases pass.
-    let config = dir.path().join("test_config.json");
+    // A config that lets any arguments pass and asks less of the answer, found beside the set
+    // as `adk eval` finds it: both cases pass, Paris though the tool was asked about Lyon.
+    let beside = dir.path().join("test_config.json");
     let lenient = json!({"criteria": {
         "tool_trajectory_avg_score": {"threshold": 1.0, "match_type": "ANY_ORDER", "ignore_args": true},
         "response_match_score": 0.3,
     }});
-    std::fs::write(&config, lenient.to_string()).unwrap();
-    script("Zurich", "Paris", "It is raining in Paris today.");
+    std::fs::write(&beside, lenient.to_string()).unwrap();
+    script("Zurich", "Lyon", "It is raining in Paris today.");
     let out2 = dir.path().join("second.json");
-    let mut args2 = common(&out2);
-    args2.extend(["--config".to_string(), config.to_str().unwrap().to_string()]);
+    let args2 = common(&out2);
     let run = agentd_eval(&args2.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
     assert_eq!(
         run.code,
@@ -333,6 +333,14 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
     );
     assert!(run.stdout.contains("2 of 2 cases passed"), "{}", run.stdout);
     let result = read_json(&out2);
+    let actual = &result["eval_case_results"][1]["eval_metric_result_per_invocation"][0]
+        ["actual_invocation"];
+    assert_eq!(
+        actual["intermediate_data"]["invocation_events"][0]["content"]["parts"][0]["function_call"]
+            ["args"],
+        json!({"city": "Lyon"}),
+        "{actual}"
+    );
     let adk = adk_scores(dir.path(), &lenient, &result).await;
     assert_same_as_adk(
         &result,
@@ -341,12 +349,17 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
     );
     assert_eq!(model.unused(), 0, "every scripted reply was asked for");
 
-    // What cannot be run exits 2, says why, and calls no model.
+    // What cannot be run exits 2, says why, writes no result and calls no model.
     let asked = model.requests().len();
-    std::fs::write(&config, r#"{"criteria": {"final_response_match_v2": 0.8}}"#).unwrap();
+    let unusable = |extra: &[&str], out: &Path| {
+        let mut args = common(out);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let judge = dir.path().join("judge.json");
+    std::fs::write(&judge, r#"{"criteria": {"final_response_match_v2": 0.8}}"#).unwrap();
     let out3 = dir.path().join("third.json");
-    let mut args3 = common(&out3);
-    args3.extend(["--config".to_string(), config.to_str().unwrap().to_string()]);
+    let args3 = unusable(&["--config", judge.to_str().unwrap()], &out3);
     let run = agentd_eval(&args3.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
@@ -360,6 +373,32 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
     let run = agentd_eval(&args4.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("no app \"nowhere\""), "{}", run.stderr);
+    let nowhere = dir.path().join("missing-dir/result.json");
+    let args5 = common(&nowhere);
+    let run = agentd_eval(&args5.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
+    assert_eq!(
+        run.code,
+        Some(2),
+        "an output that cannot be written fails before any run: {}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("cannot write"), "{}", run.stderr);
+    let mut scenario = case("sim", "Hi", "Hello", "Zurich");
+    scenario.as_object_mut().unwrap().remove("conversation");
+    scenario["conversation_scenario"] =
+        json!({"starting_prompt": "Hi", "conversation_plan": "Ask about the weather."});
+    std::fs::write(
+        &set,
+        json!({"eval_set_id": "weather", "eval_cases": [scenario]}).to_string(),
+    )
+    .unwrap();
+    let run = agentd_eval(&args1.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("conversation scenario"),
+        "{}",
+        run.stderr
+    );
     std::fs::write(
         &set,
         r#"{"eval_set_id": "weather", "eval_cases": [{"conversation": []}]}"#,

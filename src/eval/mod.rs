@@ -8,10 +8,10 @@
 //!   makes it;
 //! - [`legacy`]: ADK's first file format (`*.test.json`);
 //! - [`metrics`]: ADK's deterministic metrics and the criteria of an eval config;
-//! - [`replay`]: a case run as ordinary runs in a throwaway session, and scored.
+//! - [`replay`]: a case run as ordinary runs in a new session of its own, and scored.
 //!
-//! `agentd eval` (a set file run in process for CI) starts a server, so it lives above them
-//! all, in [`crate::server::eval_cli`].
+//! `agentd eval` (a set file run in process for CI) puts a runner, a store and the apps
+//! together as a server does, so it lives above them all, in [`crate::server::eval_cli`].
 
 pub mod doc;
 pub mod from_session;

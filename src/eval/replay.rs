@@ -1,21 +1,22 @@
-//! One eval case run as ordinary runs: a throwaway session made from the case's
-//! `session_input`, each expected invocation's user message sent in turn (the app's real agent,
-//! model and tools answer), and the session's events read back as the actual conversation
-//! (ADK's `EvaluationGenerator`, which replays a case the same way).
+//! One eval case run as ordinary runs: a new session made from the case's `session_input`
+//! (named as ADK 2.13 names its eval sessions, and kept: it is the record of what the agent
+//! did), each expected invocation's user message sent in turn (the app's real agent, model and
+//! tools answer), and the session's events read back as the actual conversation (ADK's
+//! `EvaluationGenerator`, which replays a case the same way).
 
 use super::doc::Doc;
 use super::from_session;
 use super::metrics::{self, Criteria, Status};
 use crate::event::{Content, JsonMap};
 use crate::runner::{OnBusy, OnDisconnect, RunRequest, Runner};
-use crate::store::{EventRange, NewSession, RunStatus, SessionKey, Store};
+use crate::store::{NewSession, RunStatus, SessionKey, Store};
 use crate::transcript::RunItem;
 use std::sync::Arc;
 
 /// The user ADK replays a case as when the case names none.
 pub const DEFAULT_USER: &str = "test_user_id";
-/// Events read back per page.
-const PAGE: u32 = 500;
+/// ADK 2.13's prefix of an eval session's id.
+pub const SESSION_PREFIX: &str = "adk-eval-session-";
 
 /// How one case went.
 #[derive(Debug, Clone)]
@@ -30,8 +31,8 @@ pub struct CaseResult {
 }
 
 impl CaseResult {
-    /// Passed when every metric passed (or could not be evaluated); failed otherwise, or when
-    /// the case could not be run.
+    /// Failed when a metric failed or the case could not be run; not evaluated when no metric
+    /// could be; else passed (a metric not evaluated beside passed ones does not fail it).
     pub fn status(&self) -> Status {
         match &self.metrics {
             Err(_) => Status::Failed,
@@ -63,7 +64,7 @@ pub async fn run_case(
         .and_then(Doc::as_str)
         .unwrap_or(DEFAULT_USER)
         .to_string();
-    let session_id = format!("___eval___session___{}", uuid::Uuid::new_v4());
+    let session_id = format!("{SESSION_PREFIX}{}", uuid::Uuid::new_v4());
     let expected: Vec<Doc> = case
         .get("conversation")
         .and_then(Doc::as_array)
@@ -117,8 +118,7 @@ async fn replay(
         .await
         .map_err(|e| format!("cannot create the eval session: {e}"))?;
     for (i, invocation) in expected.iter().enumerate() {
-        let message = user_message(invocation)
-            .ok_or_else(|| format!("invocation {i} has no user_content"))?;
+        let message = user_message(invocation).map_err(|e| format!("invocation {i}: {e}"))?;
         let handle = runner
             .start_run(RunRequest {
                 key: key.clone(),
@@ -161,36 +161,20 @@ async fn replay(
             None => return Err(format!("invocation {i}: the run's stream ended early")),
         }
     }
-    let mut events = vec![];
-    let mut after = 0;
-    loop {
-        let page = store
-            .list_events(
-                key,
-                EventRange {
-                    after: Some(after),
-                    before: None,
-                    limit: PAGE,
-                },
-            )
-            .await
-            .map_err(|e| format!("cannot read the eval session: {e}"))?
-            .ok_or("the eval session is gone")?;
-        after = page.events.last().map_or(after, |e| e.seq);
-        let more = page.has_more;
-        events.extend(page.events.into_iter().map(|e| e.event));
-        if !more {
-            break;
-        }
-    }
-    Ok(from_session::invocations(&events))
+    let session = store
+        .get_session(key, None)
+        .await
+        .map_err(|e| format!("cannot read the eval session: {e}"))?
+        .ok_or("the eval session is gone")?;
+    Ok(from_session::invocations(&session.events))
 }
 
 /// An invocation's `user_content` as the content of a new message (the file form's
 /// snake_case part fields are the aliases [`Content`]'s parts read).
-fn user_message(invocation: &Doc) -> Option<Content> {
-    let content = invocation.get("user_content")?;
-    serde_json::to_value(content)
-        .ok()
-        .and_then(|v| serde_json::from_value(v).ok())
+fn user_message(invocation: &Doc) -> Result<Content, String> {
+    let content = invocation
+        .get("user_content")
+        .ok_or("it has no user_content")?;
+    let value = serde_json::to_value(content).map_err(|e| e.to_string())?;
+    serde_json::from_value(value).map_err(|e| format!("its user_content is not a Content: {e}"))
 }

@@ -1,31 +1,41 @@
-//! `agentd eval`: an eval set file run against an app in this process, for CI. The runs are
-//! ordinary runs of a server started in process (its own database: embedded SQLite unless
+//! `agentd eval`: an eval set file run against an app inside this process, for CI. The cases
+//! run as ordinary runs of a runner of its own, over its own database (embedded SQLite unless
 //! `--database-url`); the result is a table on stdout, a result JSON, and the exit code.
+//!
+//! Only the runner is started: no HTTP listener, no scheduler, no webhook sender, no memory
+//! loops and no memory ingestion, and the apps' webhooks are not attached to the runs. With
+//! `--database-url` naming a database that replicas serve, the command is then not one of
+//! them: it claims no schedule tick or delivery of theirs, and its runs notify nobody.
 
+use crate::apps::AppRegistry;
 use crate::config::{EvalArgs, ServeArgs};
 use crate::eval::doc::Doc;
 use crate::eval::metrics::{Criteria, Status};
 use crate::eval::replay::{run_case, CaseResult};
+use crate::event::now_ts;
+use crate::invocation::PluginSet;
+use crate::runner::{Runner, RunnerConfig};
+use crate::store::StoreLimits;
 use futures::StreamExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Every case passed.
 pub const EXIT_PASSED: i32 = 0;
-/// A case fell below a threshold (or its runs failed).
+/// A case did not pass: below a threshold, not scored, or its runs failed.
 pub const EXIT_FAILED: i32 = 1;
-/// The set, the config or the app could not be used.
+/// Nothing was scored: the set, the config, the app or the output could not be used.
 pub const EXIT_UNUSABLE: i32 = 2;
+
+/// The config `adk eval` reads beside the set when none is given.
+const CONFIG_BESIDE_SET: &str = "test_config.json";
 
 /// Runs `agentd eval`; the process's exit code.
 pub async fn run(args: EvalArgs) -> i32 {
     match evaluate(&args).await {
-        Ok(results) => {
-            if results.iter().all(|r| r.status() != Status::Failed) {
-                EXIT_PASSED
-            } else {
-                EXIT_FAILED
-            }
-        }
+        Ok(results) if results.iter().all(|r| r.status() == Status::Passed) => EXIT_PASSED,
+        Ok(_) => EXIT_FAILED,
         Err(e) => {
             eprintln!("agentd eval: {e:#}");
             EXIT_UNUSABLE
@@ -43,33 +53,11 @@ impl Drop for TempDir {
 }
 
 async fn evaluate(args: &EvalArgs) -> anyhow::Result<Vec<CaseResult>> {
+    // Everything that can be wrong with the command is found before a database is opened.
     let (set_id, cases) = read_set(&args.eval_set)?;
-    let criteria = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-            let doc = Doc::parse(&text)
-                .map_err(|e| anyhow::anyhow!("{} is not JSON: {e}", path.display()))?;
-            Criteria::parse(&doc).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => Criteria::default(),
-    };
-    let mut _temp = None;
-    let url = match &args.database_url {
-        Some(url) => url.clone(),
-        None => {
-            let dir = std::env::temp_dir().join(format!("agentd-eval-{}", uuid::Uuid::new_v4()));
-            std::fs::create_dir_all(&dir)?;
-            let url = format!("sqlite://{}", dir.join("eval.db").display());
-            _temp = Some(TempDir(dir));
-            url
-        }
-    };
-    let mut serve = ServeArgs::for_database(url);
-    serve.apps_dir = args.apps_dir.clone();
-    let server = super::Server::start(serve).await?;
-    let state = server.state.clone();
-    match state.apps.get(&args.app) {
+    let criteria = criteria(args)?;
+    let apps = AppRegistry::load(&args.apps_dir);
+    match apps.get(&args.app) {
         Some(entry) => {
             if let Err(e) = &entry.tree {
                 anyhow::bail!("app {:?} does not load: {e}", args.app);
@@ -79,20 +67,63 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Vec<CaseResult>> {
             "no app {:?} in {} (it has: {})",
             args.app,
             args.apps_dir.display(),
-            state.apps.names().collect::<Vec<_>>().join(", ")
+            apps.names().collect::<Vec<_>>().join(", ")
         ),
     }
+    super::warn_missing_keys(&apps);
+    let output = args.output.clone().unwrap_or_else(|| {
+        // ADK's `_sanitize_eval_set_result_name`: the id names a file in this directory.
+        PathBuf::from(format!("{}.evalset_result.json", set_id.replace('/', "_")))
+    });
+    // Written now (and again at the end): a path that cannot take the result fails before
+    // any case has run, not after.
+    std::fs::write(&output, b"")
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
+    let _ = std::fs::remove_file(&output);
+
+    let mut _temp = None;
+    let url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => {
+            let dir = std::env::temp_dir().join(format!("agentd-eval-{}", uuid::Uuid::new_v4()));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+            let url = format!("sqlite://{}", dir.join("eval.db").display());
+            _temp = Some(TempDir(dir));
+            url
+        }
+    };
+    let serve = ServeArgs::for_database(url.clone());
+    let store = crate::store::open(
+        &url,
+        serve.database.db_max_connections,
+        StoreLimits {
+            max_artifact_bytes: serve.max_artifact_bytes,
+            max_event_parts: serve.max_message_parts,
+            max_memories_per_user: serve.max_memories_per_user,
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
+    let runner = Runner::start(
+        store.clone(),
+        Arc::new(apps),
+        PluginSet::default(),
+        RunnerConfig::default(),
+        vec![],
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot start the runner: {e}"))?;
     let results: Vec<CaseResult> = futures::stream::iter(cases.iter())
-        .map(|case| run_case(&state.runner, &state.store, &args.app, case, &criteria))
+        .map(|case| run_case(&runner, &store, &args.app, case, &criteria))
         .buffered(usize::from(args.concurrency))
         .collect()
         .await;
-    let _ = server.shutdown(std::time::Duration::from_secs(5)).await;
+    // Nothing above fails once the runner runs; its runs have all ended by now.
+    runner
+        .shutdown(Duration::from_secs(5), Duration::from_secs(5))
+        .await;
     print!("{}", table(&criteria, &results));
-    let output = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("{set_id}.evalset_result.json")));
     let doc = result_document(&args.app, &set_id, &results);
     std::fs::write(&output, doc.to_pretty())
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
@@ -100,12 +131,30 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Vec<CaseResult>> {
     Ok(results)
 }
 
-/// The set's id and its cases (file form), checked as an import is.
-fn read_set(path: &Path) -> anyhow::Result<(String, Vec<Doc>)> {
+/// `--config`, else `test_config.json` beside the set (as `adk eval` looks for it), else ADK's
+/// default criteria.
+fn criteria(args: &EvalArgs) -> anyhow::Result<Criteria> {
+    let beside = args
+        .eval_set
+        .parent()
+        .map(|dir| dir.join(CONFIG_BESIDE_SET))
+        .filter(|p| p.is_file());
+    let Some(path) = args.config.clone().or(beside) else {
+        return Ok(Criteria::default());
+    };
+    let doc = read_json(&path)?;
+    Criteria::parse(&doc).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+fn read_json(path: &Path) -> anyhow::Result<Doc> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-    let doc =
-        Doc::parse(&text).map_err(|e| anyhow::anyhow!("{} is not JSON: {e}", path.display()))?;
+    Doc::parse(&text).map_err(|e| anyhow::anyhow!("{} is not JSON: {e}", path.display()))
+}
+
+/// The set's id and its cases (file form), checked as an import is.
+fn read_set(path: &Path) -> anyhow::Result<(String, Vec<Doc>)> {
+    let doc = read_json(path)?;
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -121,10 +170,7 @@ fn read_set(path: &Path) -> anyhow::Result<(String, Vec<Doc>)> {
         .and_then(Doc::as_str)
         .unwrap_or(stem)
         .to_string();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
-    let stored = crate::eval::store_set(&id, &doc, now).map_err(|e| match e {
+    let stored = crate::eval::store_set(&id, &doc, now_ts()).map_err(|e| match e {
         crate::eval::Invalid::Problems(p) => anyhow::anyhow!(
             "{} is not a valid eval set:\n{}",
             path.display(),
@@ -150,6 +196,27 @@ fn read_set(path: &Path) -> anyhow::Result<(String, Vec<Doc>)> {
         .collect::<Result<Vec<_>, _>>()?;
     if cases.is_empty() {
         anyhow::bail!("{} has no eval cases", path.display());
+    }
+    // A scenario case needs a simulated user, which agentd does not have; a case of no turns
+    // would score nothing and pass.
+    for case in &cases {
+        let id = case.get("eval_id").and_then(Doc::as_str).unwrap_or("?");
+        if case
+            .get("conversation_scenario")
+            .is_some_and(|s| !matches!(s, Doc::Null))
+        {
+            anyhow::bail!(
+                "case {id:?} is a conversation scenario (a simulated user): agentd replays \
+                 conversations only"
+            );
+        }
+        if case
+            .get("conversation")
+            .and_then(Doc::as_array)
+            .is_none_or(|c| c.is_empty())
+        {
+            anyhow::bail!("case {id:?} has no invocations to replay");
+        }
     }
     Ok((id, cases))
 }
@@ -198,7 +265,7 @@ fn table(criteria: &Criteria, results: &[CaseResult]) -> String {
     }
     let passed = results
         .iter()
-        .filter(|r| r.status() != Status::Failed)
+        .filter(|r| r.status() == Status::Passed)
         .count();
     out.push_str(&format!("{passed} of {} cases passed\n", results.len()));
     out
@@ -214,62 +281,33 @@ fn metric_result(name: &str, threshold: f64, score: Option<f64>, status: Status)
     m.with("eval_status", Doc::Number((status as i64).into()))
 }
 
-/// The result file: ADK's `EvalSetResult` fields (snake_case, statuses as ADK's integers),
-/// and `error` on a case that could not be run.
+/// The result file: ADK's `EvalSetResult` fields (snake_case, statuses as ADK's integers).
+/// A case that could not be run has empty metric lists, as ADK writes one, and `error`.
 fn result_document(app: &str, set_id: &str, results: &[CaseResult]) -> Doc {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let now = now_ts();
     let id = format!("{app}_{set_id}_{now}");
     let cases = results
         .iter()
         .map(|r| {
-            let mut case = Doc::object()
+            let case = Doc::object()
                 .with("eval_set_file", Doc::str(set_id))
                 .with("eval_set_id", Doc::str(set_id))
                 .with("eval_id", Doc::str(&r.eval_id))
                 .with("final_eval_status", Doc::Number((r.status() as i64).into()));
-            match &r.metrics {
-                Ok(m) => {
-                    case.set(
-                        "overall_eval_metric_results",
-                        Doc::Array(
-                            m.iter()
-                                .map(|(c, s)| {
-                                    metric_result(&c.name, c.threshold, s.score, s.status)
-                                })
-                                .collect(),
-                        ),
-                    );
-                    let per = r
-                        .actual
-                        .iter()
-                        .zip(&r.expected)
-                        .enumerate()
-                        .map(|(i, (a, e))| {
-                            Doc::object()
-                                .with("actual_invocation", a.clone())
-                                .with("expected_invocation", e.clone())
-                                .with(
-                                    "eval_metric_results",
-                                    Doc::Array(
-                                        m.iter()
-                                            .map(|(c, s)| {
-                                                let score = s.per_invocation.get(i).copied();
-                                                let status = score
-                                                    .map_or(Status::NotEvaluated, |x| {
-                                                        Status::of(x, c.threshold)
-                                                    });
-                                                metric_result(&c.name, c.threshold, score, status)
-                                            })
-                                            .collect(),
-                                    ),
-                                )
-                        })
-                        .collect();
-                    case.set("eval_metric_result_per_invocation", Doc::Array(per));
-                }
-                Err(e) => case.set("error", Doc::str(e)),
+            let (overall, per) = match &r.metrics {
+                Ok(m) => (
+                    m.iter()
+                        .map(|(c, s)| metric_result(&c.name, c.threshold, s.score, s.status))
+                        .collect(),
+                    per_invocation(r, m),
+                ),
+                Err(_) => (vec![], vec![]),
+            };
+            let mut case = case
+                .with("overall_eval_metric_results", Doc::Array(overall))
+                .with("eval_metric_result_per_invocation", Doc::Array(per));
+            if let Err(e) = &r.metrics {
+                case.set("error", Doc::str(e));
             }
             case.with("session_id", Doc::str(&r.session_id))
                 .with("user_id", Doc::str(&r.user_id))
@@ -281,4 +319,33 @@ fn result_document(app: &str, set_id: &str, results: &[CaseResult]) -> Doc {
         .with("eval_set_id", Doc::str(set_id))
         .with("eval_case_results", Doc::Array(cases))
         .with("creation_timestamp", Doc::float(now))
+}
+
+/// Per invocation: the actual and expected invocations and each metric's score of the pair.
+fn per_invocation(
+    r: &CaseResult,
+    metrics: &[(
+        crate::eval::metrics::Criterion,
+        crate::eval::metrics::Scored,
+    )],
+) -> Vec<Doc> {
+    r.actual
+        .iter()
+        .zip(&r.expected)
+        .enumerate()
+        .map(|(i, (a, e))| {
+            let results = metrics
+                .iter()
+                .map(|(c, s)| {
+                    let score = s.per_invocation.get(i).copied();
+                    let status = score.map_or(Status::NotEvaluated, |x| Status::of(x, c.threshold));
+                    metric_result(&c.name, c.threshold, score, status)
+                })
+                .collect();
+            Doc::object()
+                .with("actual_invocation", a.clone())
+                .with("expected_invocation", e.clone())
+                .with("eval_metric_results", Doc::Array(results))
+        })
+        .collect()
 }

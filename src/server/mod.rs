@@ -1,6 +1,7 @@
 //! Starting and stopping the daemon: open the store, load apps, bind, serve, and shut down
 //! gracefully on a signal (in-flight requests get `--shutdown-grace-secs` to finish). Also
-//! `agentd eval` ([`eval_cli`]), which starts one in process to run an eval set.
+//! `agentd eval` ([`eval_cli`]), which puts a runner, a store and the apps together the same
+//! way, without a listener or background work, to run an eval set in process.
 
 pub mod accept;
 pub mod allocator;

@@ -102,18 +102,22 @@ impl Criteria {
             };
             let metric = match name.as_str() {
                 TOOL_TRAJECTORY => {
-                    // pydantic reads a criterion's fields by name or by camelCase alias.
+                    // pydantic reads a criterion's fields by camelCase alias or by name, the
+                    // alias first when both are given.
                     let field = |snake: &str, camel: &str| {
-                        options.and_then(|o| o.get(snake).or_else(|| o.get(camel)))
+                        options.and_then(|o| o.get(camel).or_else(|| o.get(snake)))
                     };
                     let match_type = match field("match_type", "matchType") {
-                        None | Some(Doc::Null) => MatchType::Exact,
+                        None => MatchType::Exact,
                         Some(m) => MatchType::parse(m).ok_or_else(|| {
                             format!("{name}: match_type must be EXACT, IN_ORDER or ANY_ORDER")
                         })?,
                     };
-                    let ignore_args =
-                        matches!(field("ignore_args", "ignoreArgs"), Some(Doc::Bool(true)));
+                    let ignore_args = match field("ignore_args", "ignoreArgs") {
+                        None => false,
+                        Some(b) => py_bool(b)
+                            .ok_or_else(|| format!("{name}: ignore_args must be a boolean"))?,
+                    };
                     Metric::ToolTrajectory {
                         match_type,
                         ignore_args,
@@ -177,6 +181,23 @@ pub fn info() -> Doc {
             ),
         ]),
     )
+}
+
+/// A boolean as pydantic reads one: `true`/`false`, 0 or 1, or a word (`"yes"`, `"off"`, …).
+fn py_bool(d: &Doc) -> Option<bool> {
+    match d {
+        Doc::Bool(b) => Some(*b),
+        Doc::Number(n) => n
+            .as_f64()
+            .filter(|x| *x == 0.0 || *x == 1.0)
+            .map(|x| x == 1.0),
+        Doc::String(s) => match s.to_lowercase().as_str() {
+            "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
+            "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 fn number(d: &Doc) -> Option<f64> {
@@ -278,6 +299,29 @@ mod tests {
                 ignore_args: false
             }
         );
+        let lax = Doc::parse(
+            r#"{"criteria": {"tool_trajectory_avg_score": {"threshold": 1, "match_type": " any-order ",
+                "matchType": "in order", "ignore_args": "yes"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            Criteria::parse(&lax).unwrap().0[0].metric,
+            Metric::ToolTrajectory {
+                match_type: MatchType::InOrder,
+                ignore_args: true
+            }
+        );
+        for bad in [
+            r#"{"match_type": null}"#,
+            r#"{"match_type": "SOMETIMES"}"#,
+            r#"{"ignore_args": "banana"}"#,
+        ] {
+            let mut criterion = Doc::parse(bad).unwrap();
+            criterion.set("threshold", Doc::float(1.0));
+            let config =
+                Doc::object().with("criteria", Doc::object().with(TOOL_TRAJECTORY, criterion));
+            assert!(Criteria::parse(&config).is_err(), "{bad} is refused");
+        }
         let judge = Doc::parse(r#"{"criteria": {"final_response_match_v2": 0.8}}"#).unwrap();
         assert!(Criteria::parse(&judge)
             .unwrap_err()

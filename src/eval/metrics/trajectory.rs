@@ -17,10 +17,11 @@ pub enum MatchType {
 }
 
 impl MatchType {
-    /// ADK's spellings: the enum's names, or its integer values (0, 1, 2).
+    /// As ADK 2.13 reads it: a name, trimmed, in any case, `-` or a space for `_`
+    /// (`"in-order"`), or the enum's integer value (0, 1, 2).
     pub fn parse(v: &Doc) -> Option<MatchType> {
         match v {
-            Doc::String(s) => match s.as_str() {
+            Doc::String(s) => match s.trim().to_uppercase().replace(['-', ' '], "_").as_str() {
                 "EXACT" => Some(MatchType::Exact),
                 "IN_ORDER" => Some(MatchType::InOrder),
                 "ANY_ORDER" => Some(MatchType::AnyOrder),

@@ -112,10 +112,7 @@ async fn app_info(
     caller: crate::auth::Caller,
     Path(app): Path<String>,
 ) -> ApiResult<axum::Json<Value>> {
-    let entry = state
-        .apps
-        .get(&app)
-        .ok_or_else(|| crate::http::auth::app_hidden(&state.apps, &caller, &app))?;
+    let entry = crate::http::auth::served_app(&state, &caller, &app)?;
     let internals = caller.may_see_internals();
     let tree = entry.tree.as_ref().map_err(|e| {
         ApiError::new(

@@ -309,9 +309,7 @@ async fn create_schedule(
 ) -> ApiResult<Response> {
     validate_id("app", &app)?;
     validate_id("user", &user)?;
-    if state.apps.get(&app).is_none() {
-        return Err(crate::http::auth::app_hidden(&state.apps, &caller, &app));
-    }
+    crate::http::auth::served_app(&state, &caller, &app)?;
     let timezone = body.timezone.unwrap_or_else(|| "UTC".into());
     let p = pattern(state.schedules, &body.cron, &timezone)?;
     let message = message(body.message, state.runner.max_message_parts())?;

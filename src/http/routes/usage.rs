@@ -98,12 +98,7 @@ async fn all_usage(
     caller: Caller,
     Query(q): Query<UsageParams>,
 ) -> ApiResult<axum::Json<UsageReport>> {
-    if !caller.may_see_internals() {
-        return Err(crate::http::auth::admin_required(
-            &caller,
-            "Everyone's usage",
-        ));
-    }
+    crate::http::auth::require_admin(&caller, "Everyone's usage")?;
     if let Some(app) = &q.app {
         validate_id("app", app)?;
     }
