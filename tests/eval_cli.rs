@@ -57,7 +57,7 @@ struct Run {
     stderr: String,
 }
 
-async fn agentd_eval(args: &[&str], db: Option<&str>) -> Run {
+async fn agentd_eval(args: &[String], db: Option<&str>) -> Run {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentd"));
     cmd.arg("eval")
         .args(args)
@@ -245,7 +245,7 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
         ]
     };
     let args1 = common(&out1);
-    let run = agentd_eval(&args1.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
+    let run = agentd_eval(&args1, url).await;
     assert_eq!(
         run.code,
         Some(1),
@@ -323,7 +323,7 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
     script("Zurich", "Lyon", "It is raining in Paris today.");
     let out2 = dir.path().join("second.json");
     let args2 = common(&out2);
-    let run = agentd_eval(&args2.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
+    let run = agentd_eval(&args2, url).await;
     assert_eq!(
         run.code,
         Some(0),
@@ -360,7 +360,7 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
     std::fs::write(&judge, r#"{"criteria": {"final_response_match_v2": 0.8}}"#).unwrap();
     let out3 = dir.path().join("third.json");
     let args3 = unusable(&["--config", judge.to_str().unwrap()], &out3);
-    let run = agentd_eval(&args3.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
+    let run = agentd_eval(&args3, url).await;
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
         run.stderr.contains("final_response_match_v2") && run.stderr.contains("not available"),
@@ -370,12 +370,12 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
     assert!(!out3.exists(), "no result file for a set that did not run");
     let mut args4 = common(&out3);
     args4[2] = "nowhere".into();
-    let run = agentd_eval(&args4.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
+    let run = agentd_eval(&args4, url).await;
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("no app \"nowhere\""), "{}", run.stderr);
     let nowhere = dir.path().join("missing-dir/result.json");
     let args5 = common(&nowhere);
-    let run = agentd_eval(&args5.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
+    let run = agentd_eval(&args5, url).await;
     assert_eq!(
         run.code,
         Some(2),
@@ -392,7 +392,7 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
         json!({"eval_set_id": "weather", "eval_cases": [scenario]}).to_string(),
     )
     .unwrap();
-    let run = agentd_eval(&args1.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
+    let run = agentd_eval(&args1, url).await;
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
         run.stderr.contains("conversation scenario"),
@@ -404,7 +404,7 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
         r#"{"eval_set_id": "weather", "eval_cases": [{"conversation": []}]}"#,
     )
     .unwrap();
-    let run = agentd_eval(&args1.iter().map(String::as_str).collect::<Vec<_>>(), url).await;
+    let run = agentd_eval(&args1, url).await;
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
         run.stderr.contains("is not a valid eval set"),

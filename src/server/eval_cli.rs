@@ -15,7 +15,6 @@ use crate::eval::replay::{run_case, CaseResult};
 use crate::event::now_ts;
 use crate::invocation::PluginSet;
 use crate::runner::{Runner, RunnerConfig};
-use crate::store::StoreLimits;
 use futures::StreamExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -93,18 +92,7 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Vec<CaseResult>> {
             url
         }
     };
-    let serve = ServeArgs::for_database(url.clone());
-    let store = crate::store::open(
-        &url,
-        serve.database.db_max_connections,
-        StoreLimits {
-            max_artifact_bytes: serve.max_artifact_bytes,
-            max_event_parts: serve.max_message_parts,
-            max_memories_per_user: serve.max_memories_per_user,
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
+    let store = super::open_store(&ServeArgs::for_database(url)).await?;
     let runner = Runner::start(
         store.clone(),
         Arc::new(apps),

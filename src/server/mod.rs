@@ -37,17 +37,7 @@ impl Server {
         if args.max_memories_per_user == 0 {
             anyhow::bail!("--max-memories-per-user must be at least 1");
         }
-        let store = store::open(
-            &args.database.database_url,
-            args.database.db_max_connections,
-            StoreLimits {
-                max_artifact_bytes: args.max_artifact_bytes,
-                max_event_parts: args.max_message_parts,
-                max_memories_per_user: args.max_memories_per_user,
-            },
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
+        let store = open_store(&args).await?;
         let apps = Arc::new(AppRegistry::load(&args.apps_dir));
         Self::start_with(args, store, apps, PluginSet::default()).await
     }
@@ -472,6 +462,21 @@ async fn shutdown_signal() -> Signal {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => Signal::Interrupt, _ = term => Signal::Terminate }
+}
+
+/// Opens (and migrates) the database of `args`, with its limits.
+async fn open_store(args: &ServeArgs) -> anyhow::Result<Arc<dyn crate::store::Store>> {
+    store::open(
+        &args.database.database_url,
+        args.database.db_max_connections,
+        StoreLimits {
+            max_artifact_bytes: args.max_artifact_bytes,
+            max_event_parts: args.max_message_parts,
+            max_memories_per_user: args.max_memories_per_user,
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
 }
 
 /// One warning line per app whose model has no credential to reach its provider (it starts
