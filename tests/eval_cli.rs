@@ -259,22 +259,15 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
         "{}",
         run.stdout
     );
-    let zurich = rows
-        .iter()
-        .find(|r| r.starts_with("zurich"))
-        .expect("a row per case");
-    assert!(
-        zurich.contains("1.000 PASSED") && zurich.trim_end().ends_with("PASSED"),
-        "{zurich}"
-    );
-    let paris = rows
-        .iter()
-        .find(|r| r.starts_with("paris"))
-        .expect("a row per case");
-    assert!(
-        paris.contains("0.000 FAILED") && paris.trim_end().ends_with("FAILED"),
-        "{paris}"
-    );
+    let row = |case: &str, score: &str, verdict: &str| {
+        let row = rows
+            .iter()
+            .find(|r| r.starts_with(case))
+            .unwrap_or_else(|| panic!("no row for {case}:\n{}", run.stdout));
+        assert!(row.contains(score) && row.ends_with(verdict), "{row}");
+    };
+    row("zurich", "1.000 PASSED", "PASSED");
+    row("paris", "0.000 FAILED", "FAILED");
     assert!(run.stdout.contains("1 of 2 cases passed"), "{}", run.stdout);
     let result = read_json(&out1);
     assert_eq!(result["eval_set_id"], "weather");
@@ -368,6 +361,16 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
         run.stderr
     );
     assert!(!out3.exists(), "no result file for a set that did not run");
+    // A result file already there is left as it was by a run that cannot start.
+    let kept = std::fs::read_to_string(&out1).unwrap();
+    let args_kept = unusable(&["--config", judge.to_str().unwrap()], &out1);
+    let run = agentd_eval(&args_kept, url).await;
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&out1).unwrap(),
+        kept,
+        "the old result is untouched"
+    );
     let mut args4 = common(&out3);
     args4[2] = "nowhere".into();
     let run = agentd_eval(&args4, url).await;

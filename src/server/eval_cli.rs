@@ -74,11 +74,18 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Vec<CaseResult>> {
         // ADK's `_sanitize_eval_set_result_name`: the id names a file in this directory.
         PathBuf::from(format!("{}.evalset_result.json", set_id.replace('/', "_")))
     });
-    // Written now (and again at the end): a path that cannot take the result fails before
-    // any case has run, not after.
-    std::fs::write(&output, b"")
+    // Opened now, without truncating: a path that cannot take the result fails before any
+    // case has run, and a result file already there is left as it is until the new one is
+    // written.
+    let existed = output.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&output)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", output.display()))?;
-    let _ = std::fs::remove_file(&output);
+    if !existed {
+        let _ = std::fs::remove_file(&output);
+    }
 
     let mut _temp = None;
     let url = match &args.database_url {
