@@ -141,6 +141,10 @@ error_codes! {
     EvalCaseExists = 409, "eval_case_exists", Retry::No, "The set has an eval case of that id.";
     EvalLimitReached = 409, "eval_limit_reached", Retry::No, "The app has 1,000 eval sets, or the set 1,000 cases or 64 MiB of them: delete some first.";
     EvalCaseTooLarge = 413, "eval_case_too_large", Retry::No, "An eval case over 4 MiB of JSON (a session too long to copy whole).";
+    EvalRunNotFound = 404, "eval_run_not_found", Retry::No, "No such eval run (eval result) in the app.";
+    EvalSetEmpty = 422, "eval_set_empty", Retry::No, "The eval set has no cases to run.";
+    InvalidEvalCriteria = 422, "invalid_eval_criteria", Retry::No, "The run's criteria or eval metrics cannot be used: an unknown metric, no threshold, or a mode agentd does not run.";
+    TooManyEvalRuns = 429, "too_many_eval_runs", Retry::After(5), "The app has 8 eval runs in flight: wait for one to end, or cancel one.";
     // Schedules
     ScheduleNotFound = 404, "schedule_not_found", Retry::No, "No such schedule.";
     InvalidCron = 422, "invalid_cron", Retry::No, "A bad cron pattern.";
@@ -205,7 +209,7 @@ mod tests {
             );
             assert!(!code.meaning().is_empty(), "{s} has no meaning");
         }
-        assert_eq!(ErrorCode::ALL.len(), 100);
+        assert_eq!(ErrorCode::ALL.len(), 104);
     }
 
     /// docs/api.md's table of errors says what this table says, row for row.

@@ -8,7 +8,10 @@
 //!   makes it;
 //! - [`legacy`]: ADK's first file format (`*.test.json`);
 //! - [`metrics`]: ADK's deterministic metrics and the criteria of an eval config;
-//! - [`replay`]: a case run as ordinary runs in a new session of its own, and scored.
+//! - [`replay`]: a case run as ordinary runs in a new session of its own, and scored;
+//! - [`result`]: ADK's result models of how cases went;
+//! - [`worker`]: runs of stored sets, their cases run by every replica's worker, each case
+//!   claimed by one replica at a time and run again elsewhere if that replica dies.
 //!
 //! `agentd eval` (a set file run in process for CI) puts a runner, a store and the apps
 //! together as a server does, so it lives above them all, in [`crate::server::eval_cli`].
@@ -18,7 +21,9 @@ pub mod from_session;
 pub mod legacy;
 pub mod metrics;
 pub mod replay;
+pub mod result;
 pub mod shape;
+pub mod worker;
 
 use crate::store::StoredEvalSet;
 use doc::Doc;
@@ -35,6 +40,12 @@ pub const MAX_EVAL_CASE_BYTES: usize = 4 << 20;
 /// The largest set: its cases together, as file-form JSON. Reading a set (an export, the web
 /// UI's view of it) holds all of it in memory at once.
 pub const MAX_EVAL_SET_BYTES: usize = 64 << 20;
+
+/// Runs of one app's sets not yet finished: each holds up to [`worker::AT_ONCE`] cases of
+/// every replica, so a bound keeps one app from filling every replica's workers for long.
+pub const MAX_RUNNING_EVAL_RUNS_PER_APP: usize = 8;
+/// Finished runs one app keeps (with their results); the oldest go as new ones start.
+pub const MAX_STORED_EVAL_RUNS_PER_APP: usize = 100;
 
 /// Why a set or case cannot be stored.
 #[derive(Debug)]

@@ -45,13 +45,29 @@ impl CaseResult {
     }
 }
 
-/// Runs `case` (file form) of `app` and scores it by `criteria`.
+/// A new eval session's id, as ADK 2.13 names them.
+pub fn new_session_id() -> String {
+    format!("{SESSION_PREFIX}{}", uuid::Uuid::new_v4())
+}
+
+/// The user `case` (file form) is replayed as.
+pub fn user_of(case: &Doc) -> String {
+    case.get("session_input")
+        .and_then(|i| i.get("user_id"))
+        .and_then(Doc::as_str)
+        .unwrap_or(DEFAULT_USER)
+        .to_string()
+}
+
+/// Runs `case` (file form) of `app` in a new session `session_id` (of the case's user), and
+/// scores it by `criteria`.
 pub async fn run_case(
     runner: &Arc<Runner>,
     store: &Arc<dyn Store>,
     app: &str,
     case: &Doc,
     criteria: &Criteria,
+    session_id: &str,
 ) -> CaseResult {
     let eval_id = case
         .get("eval_id")
@@ -59,12 +75,8 @@ pub async fn run_case(
         .unwrap_or_default()
         .to_string();
     let input = case.get("session_input");
-    let user_id = input
-        .and_then(|i| i.get("user_id"))
-        .and_then(Doc::as_str)
-        .unwrap_or(DEFAULT_USER)
-        .to_string();
-    let session_id = format!("{SESSION_PREFIX}{}", uuid::Uuid::new_v4());
+    let user_id = user_of(case);
+    let session_id = session_id.to_string();
     let expected: Vec<Doc> = case
         .get("conversation")
         .and_then(Doc::as_array)

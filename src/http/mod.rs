@@ -57,6 +57,8 @@ pub struct AppState {
     pub schedules: crate::schedule::Limits,
     /// How many JSON values a body may hold (`--max-json-values`).
     pub json: json_shape::JsonLimits,
+    /// Wakes this replica's eval worker ([`crate::eval::worker`]) when a run is created here.
+    pub eval_wake: Arc<tokio::sync::Notify>,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -72,6 +74,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .merge(openapi::router(&doc))
         .merge(frontend::mcp::router(&state, args))
         .merge(routes::evals::dev_router())
+        .merge(routes::eval_runs::dev_router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
@@ -158,6 +161,7 @@ pub fn api_routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(routes::usage::router())
         .merge(routes::budgets::router())
         .merge(routes::evals::router())
+        .merge(routes::eval_runs::router())
         .merge(frontend::router())
 }
 

@@ -11,8 +11,8 @@ use crate::apps::AppRegistry;
 use crate::config::{EvalArgs, ServeArgs};
 use crate::eval::doc::Doc;
 use crate::eval::metrics::{Criteria, Status};
-use crate::eval::replay::{run_case, CaseResult};
-use crate::event::now_ts;
+use crate::eval::replay::{new_session_id, run_case, CaseResult};
+use crate::eval::result::result_document;
 use crate::invocation::PluginSet;
 use crate::runner::{Runner, RunnerConfig};
 use futures::StreamExt;
@@ -109,8 +109,20 @@ async fn evaluate(args: &EvalArgs) -> anyhow::Result<Vec<CaseResult>> {
     )
     .await
     .map_err(|e| anyhow::anyhow!("cannot start the runner: {e}"))?;
+    let (runner_ref, store_ref, criteria_ref) = (&runner, &store, &criteria);
     let results: Vec<CaseResult> = futures::stream::iter(cases.iter())
-        .map(|case| run_case(&runner, &store, &args.app, case, &criteria))
+        .map(|case| async move {
+            let session = new_session_id();
+            run_case(
+                runner_ref,
+                store_ref,
+                &args.app,
+                case,
+                criteria_ref,
+                &session,
+            )
+            .await
+        })
         .buffered(usize::from(args.concurrency))
         .collect()
         .await;
@@ -165,25 +177,26 @@ fn read_set(path: &Path) -> anyhow::Result<(String, Vec<Doc>)> {
         .and_then(Doc::as_str)
         .unwrap_or(stem)
         .to_string();
-    let stored = crate::eval::store_set(&id, &doc, now_ts()).map_err(|e| match e {
-        crate::eval::Invalid::Problems(p) => anyhow::anyhow!(
-            "{} is not a valid eval set:\n{}",
-            path.display(),
-            p.iter()
-                .map(|p| format!(
-                    "  at {}: {}",
-                    serde_json::Value::Array(p.loc.clone()),
-                    p.msg
-                ))
-                .collect::<Vec<_>>()
-                .join("\n")
-        ),
-        crate::eval::Invalid::TooLarge(case, n) => {
-            anyhow::anyhow!("case {case:?} is {n} bytes, over the limit")
-        }
-        crate::eval::Invalid::TooMany(n) => anyhow::anyhow!("{n} cases, over the limit"),
-        crate::eval::Invalid::SetTooLarge(n) => anyhow::anyhow!("the cases are over {n} bytes"),
-    })?;
+    let stored =
+        crate::eval::store_set(&id, &doc, crate::event::now_ts()).map_err(|e| match e {
+            crate::eval::Invalid::Problems(p) => anyhow::anyhow!(
+                "{} is not a valid eval set:\n{}",
+                path.display(),
+                p.iter()
+                    .map(|p| format!(
+                        "  at {}: {}",
+                        serde_json::Value::Array(p.loc.clone()),
+                        p.msg
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+            crate::eval::Invalid::TooLarge(case, n) => {
+                anyhow::anyhow!("case {case:?} is {n} bytes, over the limit")
+            }
+            crate::eval::Invalid::TooMany(n) => anyhow::anyhow!("{n} cases, over the limit"),
+            crate::eval::Invalid::SetTooLarge(n) => anyhow::anyhow!("the cases are over {n} bytes"),
+        })?;
     let cases = stored
         .cases
         .iter()
@@ -264,83 +277,4 @@ fn table(criteria: &Criteria, results: &[CaseResult]) -> String {
         .count();
     out.push_str(&format!("{passed} of {} cases passed\n", results.len()));
     out
-}
-
-fn metric_result(name: &str, threshold: f64, score: Option<f64>, status: Status) -> Doc {
-    let mut m = Doc::object()
-        .with("metric_name", Doc::str(name))
-        .with("threshold", Doc::float(threshold));
-    if let Some(score) = score {
-        m.set("score", Doc::float(score));
-    }
-    m.with("eval_status", Doc::Number((status as i64).into()))
-}
-
-/// The result file: ADK's `EvalSetResult` fields (snake_case, statuses as ADK's integers).
-/// A case that could not be run has empty metric lists, as ADK writes one, and `error`.
-fn result_document(app: &str, set_id: &str, results: &[CaseResult]) -> Doc {
-    let now = now_ts();
-    let id = format!("{app}_{set_id}_{now}");
-    let cases = results
-        .iter()
-        .map(|r| {
-            let case = Doc::object()
-                .with("eval_set_file", Doc::str(set_id))
-                .with("eval_set_id", Doc::str(set_id))
-                .with("eval_id", Doc::str(&r.eval_id))
-                .with("final_eval_status", Doc::Number((r.status() as i64).into()));
-            let (overall, per) = match &r.metrics {
-                Ok(m) => (
-                    m.iter()
-                        .map(|(c, s)| metric_result(&c.name, c.threshold, s.score, s.status))
-                        .collect(),
-                    per_invocation(r, m),
-                ),
-                Err(_) => (vec![], vec![]),
-            };
-            let mut case = case
-                .with("overall_eval_metric_results", Doc::Array(overall))
-                .with("eval_metric_result_per_invocation", Doc::Array(per));
-            if let Err(e) = &r.metrics {
-                case.set("error", Doc::str(e));
-            }
-            case.with("session_id", Doc::str(&r.session_id))
-                .with("user_id", Doc::str(&r.user_id))
-        })
-        .collect();
-    Doc::object()
-        .with("eval_set_result_id", Doc::str(&id))
-        .with("eval_set_result_name", Doc::str(&id))
-        .with("eval_set_id", Doc::str(set_id))
-        .with("eval_case_results", Doc::Array(cases))
-        .with("creation_timestamp", Doc::float(now))
-}
-
-/// Per invocation: the actual and expected invocations and each metric's score of the pair.
-fn per_invocation(
-    r: &CaseResult,
-    metrics: &[(
-        crate::eval::metrics::Criterion,
-        crate::eval::metrics::Scored,
-    )],
-) -> Vec<Doc> {
-    r.actual
-        .iter()
-        .zip(&r.expected)
-        .enumerate()
-        .map(|(i, (a, e))| {
-            let results = metrics
-                .iter()
-                .map(|(c, s)| {
-                    let score = s.per_invocation.get(i).copied();
-                    let status = score.map_or(Status::NotEvaluated, |x| Status::of(x, c.threshold));
-                    metric_result(&c.name, c.threshold, score, status)
-                })
-                .collect();
-            Doc::object()
-                .with("actual_invocation", a.clone())
-                .with("expected_invocation", e.clone())
-                .with("eval_metric_results", Doc::Array(results))
-        })
-        .collect()
 }

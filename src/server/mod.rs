@@ -143,6 +143,7 @@ impl Server {
             json: http::json_shape::JsonLimits {
                 max_values: args.max_json_values,
             },
+            eval_wake: Arc::new(tokio::sync::Notify::new()),
         };
         let app = http::router(state.clone(), &args);
 
@@ -225,6 +226,14 @@ impl Server {
                 shutdown.clone(),
             );
         }
+        // Cases of stored eval sets' runs (any replica's) are run here.
+        crate::eval::worker::Worker {
+            store: state.store.clone(),
+            runner: state.runner.clone(),
+            lease: Duration::from_secs(args.run_lease_secs.max(1)),
+            wake: state.eval_wake.clone(),
+        }
+        .spawn(shutdown.clone());
         // Sessions of those apps that paused are added to memory.
         if !idle.is_empty() {
             crate::memory::idle::Sweep {

@@ -9,6 +9,7 @@
 //! new `seq` atomically. Callers stream an event to a client only after it returns.
 
 pub mod artifacts;
+pub mod eval_runs;
 pub mod evals;
 pub mod fork;
 pub mod idempotency;
@@ -32,6 +33,10 @@ pub use artifacts::{
     ArtifactVersion, ArtifactWrite,
 };
 pub(crate) use artifacts::{join_part, split_part};
+pub use eval_runs::{
+    ClaimedEvalCase, DueEvalCase, EvalCaseKey, EvalRunStore, NewEvalRun, RunCreate, StoredEvalRun,
+    StoredEvalRunCase,
+};
 pub use evals::{CaseWrite, EvalStore, SetWrite, StoredEvalSet};
 pub use idempotency::{IdempotencyStore, IdempotentRecord, KeyClaim};
 pub use keys::{ApiKeyRecord, KeyStore};
@@ -208,6 +213,7 @@ pub trait Store:
     + UsageStore
     + turns::TurnStore
     + EvalStore
+    + EvalRunStore
 {
     /// `postgres` or `sqlite`, for logs and `/health`.
     fn backend(&self) -> &'static str;

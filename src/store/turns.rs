@@ -25,6 +25,7 @@ pub mod kind {
     pub const HOUSEKEEPING: &str = "housekeeping";
     pub const MEMORY_TTL: &str = "memory_ttl";
     pub const MEMORY_IDLE: &str = "memory_idle";
+    pub const EVALS: &str = "evals";
 }
 
 #[async_trait]

@@ -18,6 +18,7 @@ mod background_scans;
 mod budgets;
 mod database_faults;
 mod durable_runs;
+mod eval_runs;
 mod fencing;
 mod kill_and_drain;
 mod memory_idle;

@@ -1,5 +1,6 @@
-//! One behaviour suite for the `SessionStore` and `ArtifactStore` traits, run against both
-//! backends (`<test>::postgres` and `<test>::sqlite`). Every test gets a fresh database.
+//! One behaviour suite for the `SessionStore`, `ArtifactStore` and `EvalRunStore` traits, run
+//! against both backends (`<test>::postgres` and `<test>::sqlite`, and Citus). Every test gets
+//! a fresh database.
 //!
 //! What is checked is what callers rely on: ADK state-prefix semantics, gapless `seq`,
 //! all-or-nothing appends (including under concurrency and injected failures), ADK list
@@ -39,6 +40,7 @@ macro_rules! assert_err {
 // After `assert_err!`: a `macro_rules!` macro is in scope only in the modules declared after it.
 mod appends;
 mod artifacts;
+mod eval_runs;
 mod events;
 mod failed_appends;
 mod sessions;

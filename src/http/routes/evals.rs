@@ -674,7 +674,7 @@ fn written(outcome: SetWrite, set: &str) -> ApiResult<()> {
     }
 }
 
-fn set_not_found(set: &str) -> ApiError {
+pub(super) fn set_not_found(set: &str) -> ApiError {
     ApiError::new(
         ErrorCode::EvalSetNotFound,
         format!("Eval set `{set}` not found."),

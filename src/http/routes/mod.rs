@@ -5,6 +5,7 @@ pub mod apps;
 pub mod artifacts;
 pub mod background;
 pub mod budgets;
+pub mod eval_runs;
 pub mod evals;
 pub mod fork;
 pub mod memory;

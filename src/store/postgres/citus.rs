@@ -34,14 +34,15 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "usage_keys",
 ];
 
-/// App-owned tables (eval sets), distributed by `app_name`; the first is their group's anchor.
-pub const APP_TABLES: &[&str] = &["eval_sets", "eval_cases"];
+/// App-owned tables (eval sets, eval runs), distributed by `app_name`; the first is their
+/// group's anchor.
+pub const APP_TABLES: &[&str] = &["eval_sets", "eval_cases", "eval_runs", "eval_run_cases"];
 
-/// An arbitrary constant: the advisory lock replicas starting together take, so that one of
-/// them distributes the tables and the others then find them distributed.
 /// Memory search by words (migrations/postgres/0019_memory_search.sql).
 const MEMORY_BY_WORDS: &str = "agentd_memory_by_words_v1(text, text, text, integer)";
 
+/// An arbitrary constant: the advisory lock replicas starting together take, so that one of
+/// them distributes the tables and the others then find them distributed.
 const DISTRIBUTE_LOCK: i64 = 0x6167_656e_7464_6369;
 
 impl PgStore {
