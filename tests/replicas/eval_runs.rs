@@ -1,11 +1,10 @@
 //! Runs of stored eval sets outlive the replica running their cases: real processes, a real
 //! `kill -9` mid-case, an LLM app on a scripted model whose first answer streams for seconds.
-//! The other replica claims the case once its lease has run out, stops the run the dead
+//! The other replica (on SQLite, the restarted one) claims the case once its lease has run out, stops the run the dead
 //! attempt left, and runs the case again from the start in a new session; the result is that
 //! whole replay's.
 
 use super::*;
-use crate::postgres_backends;
 use common::model_server::{Reply, ScriptedModel};
 
 const MODEL: &str = "evals-kill";
@@ -73,9 +72,21 @@ async fn an_eval_case_is_run_again_when_its_replica_is_killed(backend: Backend) 
         assert!(Instant::now() < deadline, "the case never called its model");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let b = Replica::spawn(&db, &apps, "b", &flags).await;
-    a.signal("-KILL");
-    let _ = a.child.wait().await;
+    // PostgreSQL: B serves beside A, and takes the case when A dies. SQLite is one process's
+    // file: the replica that takes the case is A's restart.
+    let b = match backend {
+        Backend::Sqlite => {
+            a.signal("-KILL");
+            let _ = a.child.wait().await;
+            Replica::spawn(&db, &apps, "a", &flags).await
+        }
+        _ => {
+            let b = Replica::spawn(&db, &apps, "b", &flags).await;
+            a.signal("-KILL");
+            let _ = a.child.wait().await;
+            b
+        }
+    };
 
     let path = format!("/apps/weather/eval-runs/{id}");
     let deadline = Instant::now() + PATIENCE * 2;
@@ -135,4 +146,4 @@ async fn an_eval_case_is_run_again_when_its_replica_is_killed(backend: Backend) 
     }
 }
 
-postgres_backends!(an_eval_case_is_run_again_when_its_replica_is_killed);
+crate::both_backends!(an_eval_case_is_run_again_when_its_replica_is_killed);
