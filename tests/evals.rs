@@ -363,6 +363,61 @@ async fn cases_are_edited_and_bad_input_loses_nothing(backend: Backend) {
     );
 }
 
+/// A case imported with a credential exchange in its conversation (a tool that asked for
+/// OAuth credentials) is read back without the exchange's secrets, as ADK's dev server
+/// answers it; the export is still the file that was imported.
+async fn a_cases_credential_secrets_are_not_answered(backend: Backend) {
+    let s = server(backend).await;
+    let file = json!({
+        "eval_set_id": "auth",
+        "eval_cases": [{
+            "eval_id": "oauth",
+            "conversation": [{
+                "invocation_id": "inv-1",
+                "user_content": {"parts": [{"text": "my calendar"}], "role": "user"},
+                "intermediate_data": {"invocation_events": [{
+                    "author": "assistant",
+                    "content": {"role": "model", "parts": [{"function_call": {
+                        "name": "adk_request_credential",
+                        "args": {"function_call_id": "c1", "auth_config": {
+                            "auth_scheme": {"type": "oauth2"},
+                            "exchanged_auth_credential": {"auth_type": "oauth2", "oauth2": {
+                                "client_id": "calendar-app", "client_secret": "s3cret-value",
+                                "access_token": "ya29.token-value"}}}}}}]},
+                }]},
+            }],
+            "session_input": {"app_name": "greeter", "user_id": "u", "state": {}},
+        }],
+    });
+    let text = serde_json::to_string_pretty(&file).unwrap();
+    json_with_status(
+        put_text(&s, "/apps/greeter/eval-sets/auth", &text).await,
+        201,
+    )
+    .await;
+    for path in [
+        "/apps/greeter/eval-sets/auth/eval-cases/oauth",
+        "/dev/apps/greeter/eval-sets/auth/eval-cases/oauth",
+        "/dev/apps/greeter/eval_sets/auth/evals/oauth",
+        "/dev/apps/greeter/eval-sets/auth",
+    ] {
+        let body = text_with_status(s.get(path).await, 200).await;
+        assert!(
+            !body.contains("s3cret-value") && !body.contains("ya29.token-value"),
+            "{path} answers a credential secret: {body}"
+        );
+        assert!(
+            body.contains("calendar-app"),
+            "{path} lost what is not secret: {body}"
+        );
+    }
+    let exported = text_with_status(s.get("/apps/greeter/eval-sets/auth").await, 200).await;
+    assert!(
+        exported.contains("s3cret-value"),
+        "the export is the imported file"
+    );
+}
+
 /// A key that may use the app reads its sets; writing them needs an admin key; a key of
 /// another app does not see them; a case from another user's session is refused as absent.
 async fn eval_sets_follow_the_door(backend: Backend) {
@@ -510,6 +565,7 @@ async fn concurrent_creates_of_one_set_make_one(backend: Backend) {
 }
 
 both_backends!(
+    a_cases_credential_secrets_are_not_answered,
     concurrent_creates_of_one_set_make_one,
     an_adk_file_comes_back_byte_for_byte,
     a_case_from_a_session_is_the_case_adk_makes,

@@ -10,6 +10,7 @@
 //! - [`metrics`]: ADK's deterministic metrics and the criteria of an eval config;
 //! - [`replay`]: a case run as ordinary runs in a new session of its own, and scored;
 //! - [`result`]: ADK's result models of how cases went;
+//! - [`redact`]: credential secrets taken out of a case or a result the routes answer;
 //! - [`worker`]: runs of stored sets, their cases run by every replica's worker, each case
 //!   claimed by one replica at a time and run again elsewhere if that replica dies.
 //!
@@ -20,6 +21,7 @@ pub mod doc;
 pub mod from_session;
 pub mod legacy;
 pub mod metrics;
+pub mod redact;
 pub mod replay;
 pub mod result;
 pub mod shape;

@@ -15,7 +15,7 @@ use crate::auth::Caller;
 use crate::error_code::ErrorCode;
 use crate::eval::doc::Doc;
 use crate::eval::metrics::Criteria;
-use crate::eval::{self, result, shape};
+use crate::eval::{self, redact, result, shape};
 use crate::event::now_ts;
 use crate::http::auth::{require_admin, served_app};
 use crate::http::error::{ApiError, ApiResult};
@@ -294,9 +294,8 @@ async fn dev_get(
     served_app(&state, &caller, &app)?;
     check_id(&run)?;
     let stored = read(&state, &app, &run).await?;
-    Ok(axum::Json(shape::set_result_wire(&set_result(
-        &run, &stored,
-    )?)))
+    let wire = shape::set_result_wire(&set_result(&run, &stored)?);
+    Ok(axum::Json(redact::credential_secrets(&wire)))
 }
 
 // What every handler shares.
@@ -320,7 +319,7 @@ async fn run_and_wait(
     };
     results(&stored)?
         .iter()
-        .map(|r| Ok(shape::run_result_wire(r)))
+        .map(|r| Ok(redact::credential_secrets(&shape::run_result_wire(r))))
         .collect()
 }
 
@@ -496,13 +495,11 @@ fn results(stored: &StoredEvalRun) -> ApiResult<Vec<Doc>> {
         .collect()
 }
 
+/// The run's `EvalSetResult` (file form), without credential secrets: a case's expected
+/// conversation is copied into its result, and an imported case may hold them.
 fn set_result(id: &str, stored: &StoredEvalRun) -> ApiResult<Doc> {
-    Ok(result::set_result(
-        id,
-        &stored.set_id,
-        results(stored)?,
-        stored.created_at,
-    ))
+    let result = result::set_result(id, &stored.set_id, results(stored)?, stored.created_at);
+    Ok(redact::credential_secrets(&result))
 }
 
 fn view(id: &str, stored: &StoredEvalRun) -> ApiResult<RunView> {

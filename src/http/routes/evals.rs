@@ -10,7 +10,7 @@
 use crate::auth::Caller;
 use crate::error_code::ErrorCode;
 use crate::eval::doc::Doc;
-use crate::eval::{self, from_session, shape, Invalid};
+use crate::eval::{self, from_session, redact, shape, Invalid};
 use crate::event::now_ts;
 use crate::http::auth::{require_admin, served_app};
 use crate::http::error::{problem, ApiError, ApiResult};
@@ -529,7 +529,7 @@ async fn dev_list_sets_legacy(
 }
 
 /// `GET /dev/apps/{app}/eval-sets/{set}` (the web UI's `getEvalSet`): the set in the wire
-/// form.
+/// form, without credential secrets.
 async fn dev_get_set(
     state: axum::extract::State<AppState>,
     caller: Caller,
@@ -542,7 +542,9 @@ async fn dev_get_set(
         .eval_set(&app, &set)
         .await?
         .ok_or_else(|| set_not_found(&set))?;
-    Ok(axum::Json(shape::set_wire(&document(&stored)?)))
+    Ok(axum::Json(redact::credential_secrets(&shape::set_wire(
+        &document(&stored)?,
+    ))))
 }
 
 /// `DELETE /dev/apps/{app}/eval-sets/{set}` (the web UI's `deleteEvalSet`): `null`.
@@ -731,8 +733,9 @@ fn document(stored: &crate::store::StoredEvalSet) -> ApiResult<Doc> {
     eval::set_document(stored).map_err(ApiError::internal)
 }
 
+/// A stored case as the routes answer it: the wire form, without credential secrets.
 fn wire_case(text: &str) -> ApiResult<Doc> {
     Doc::parse(text)
-        .map(|d| shape::case_wire(&d))
+        .map(|d| redact::credential_secrets(&shape::case_wire(&d)))
         .map_err(ApiError::internal)
 }
