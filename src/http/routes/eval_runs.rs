@@ -294,8 +294,10 @@ async fn dev_get(
     served_app(&state, &caller, &app)?;
     check_id(&run)?;
     let stored = read(&state, &app, &run).await?;
-    let wire = shape::set_result_wire(&set_result(&run, &stored)?);
-    Ok(axum::Json(redact::credential_secrets(&wire)))
+    // `set_result` has taken the credential secrets out already.
+    Ok(axum::Json(shape::set_result_wire(&set_result(
+        &run, &stored,
+    )?)))
 }
 
 // What every handler shares.
@@ -511,10 +513,8 @@ fn view(id: &str, stored: &StoredEvalRun) -> ApiResult<RunView> {
             cases
                 .iter()
                 .filter(|c| {
-                    c.get("final_eval_status")
-                        .and_then(|s| serde_json::to_value(s).ok())
-                        .and_then(|s| s.as_i64())
-                        == Some(eval::metrics::Status::Passed as i64)
+                    matches!(c.get("final_eval_status"), Some(Doc::Number(n))
+                        if n.as_i64() == Some(eval::metrics::Status::Passed as i64))
                 })
                 .count()
         });
