@@ -402,6 +402,13 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTD_WEB_UI_DIR")]
     pub web_ui_dir: Option<PathBuf>,
 
+    /// Keep the spans of this many recent run steps in memory, for the web UI's Trace tab and an
+    /// event's request and response (`/dev/apps/{app}/debug/trace/…`; docs/evals.md). Default:
+    /// 10,000 with `--web-ui-dir`, else 0 (none kept, and nothing recorded). Kept per replica,
+    /// at most 32 MiB of them; OTLP export is for traces across replicas.
+    #[arg(long, env = "AGENTD_TRACE_SPANS")]
+    pub trace_spans: Option<usize>,
+
     /// Export traces over OTLP/HTTP to this collector (`http://collector:4318`). Off when unset.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -669,6 +676,12 @@ impl BackgroundArgs {
 }
 
 impl ServeArgs {
+    /// How many spans to keep for the web UI ([`crate::telemetry::traces`]).
+    pub fn kept_spans(&self) -> usize {
+        self.trace_spans
+            .unwrap_or(if self.web_ui_dir.is_some() { 10_000 } else { 0 })
+    }
+
     /// Defaults for tests and embedding: SQLite file, port 0.
     pub fn for_database(database_url: impl Into<String>) -> Self {
         ServeArgs {
@@ -683,6 +696,7 @@ impl ServeArgs {
             apps_dir: PathBuf::from("config/apps"),
             log_format: LogFormat::Text,
             web_ui_dir: None,
+            trace_spans: None,
             otlp_endpoint: None,
             otlp_protocol: "http/protobuf".into(),
             allow_origins: vec![],

@@ -144,6 +144,7 @@ error_codes! {
     EvalRunNotFound = 404, "eval_run_not_found", Retry::No, "No such eval run (eval result) in the app.";
     EvalSetEmpty = 422, "eval_set_empty", Retry::No, "The eval set has no cases to run.";
     InvalidEvalCriteria = 422, "invalid_eval_criteria", Retry::No, "The run's criteria or eval metrics cannot be used: an unknown metric, no threshold, or a mode agentd does not run.";
+    TraceNotFound = 404, "trace_not_found", Retry::No, "No kept span made this event (spans are kept per replica, the latest `--trace-spans` of them).";
     TooManyEvalRuns = 429, "too_many_eval_runs", Retry::After(5), "The app has 8 eval runs in flight: wait for one to end, or cancel one.";
     // Schedules
     ScheduleNotFound = 404, "schedule_not_found", Retry::No, "No such schedule.";
@@ -209,7 +210,7 @@ mod tests {
             );
             assert!(!code.meaning().is_empty(), "{s} has no meaning");
         }
-        assert_eq!(ErrorCode::ALL.len(), 104);
+        assert_eq!(ErrorCode::ALL.len(), 105);
     }
 
     /// docs/api.md's table of errors says what this table says, row for row.

@@ -25,7 +25,8 @@ async fn main() -> anyhow::Result<()> {
                     endpoint: endpoint.clone(),
                     protocol: args.otlp_protocol.clone(),
                 });
-            let telemetry = agentd::telemetry::init(args.log_format, otlp.as_ref())?;
+            let telemetry =
+                agentd::telemetry::init(args.log_format, otlp.as_ref(), args.kept_spans())?;
             let drain = Duration::from_secs(args.drain_secs);
             let grace = Duration::from_secs(args.shutdown_grace_secs);
             // Every open stream is a socket: the soft limit (often 1,024) would cap them.

@@ -15,6 +15,7 @@ pub mod gemini;
 pub mod http;
 pub mod openai;
 pub mod repair;
+pub mod trace;
 
 use crate::event::{Content, FunctionCall, JsonMap, Part};
 use async_trait::async_trait;

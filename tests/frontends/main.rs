@@ -22,8 +22,21 @@ mod ai_sdk;
 mod api_keys;
 mod openai;
 mod web_ui;
+mod web_ui_trace;
 
 const APP: &str = "shop";
+
+/// ADK's web UI bundle, as scripts/test.sh unpacks it from the pinned google-adk wheel.
+fn web_ui_bundle() -> std::path::PathBuf {
+    let bundle = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/test-clients/adk-web-ui/browser");
+    assert!(
+        bundle.join("index.html").exists(),
+        "ADK's web UI bundle is missing at {}: run ./scripts/test.sh (it downloads the pinned google-adk wheel)",
+        bundle.display()
+    );
+    bundle
+}
 const USER: &str = "u1";
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -7,13 +7,7 @@ use crate::both_backends;
 /// reply and the state the agent wrote; then, in the Evals tab, make an eval set, add the chat
 /// to it as a case, open the case, run the set with the dialog's metrics and see it passed.
 async fn adk_web_ui(backend: Backend) {
-    let bundle = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target/test-clients/adk-web-ui/browser");
-    assert!(
-        bundle.join("index.html").exists(),
-        "ADK's web UI bundle is missing at {}: run ./scripts/test.sh (it downloads the pinned google-adk wheel)",
-        bundle.display()
-    );
+    let bundle = web_ui_bundle();
     let m = ScriptedModel::start().await;
     let weather = FunctionTool::new(
         "get_weather",

@@ -69,6 +69,8 @@ impl<'a> Turn<'a> {
             gen_ai.operation.name = "chat",
             gen_ai.system = provider,
             gen_ai.request.model = %model,
+            gen_ai.agent.name = %self.ctx.agent_name(),
+            gcp.vertex.agent.event_id = event_id,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
@@ -89,11 +91,18 @@ impl<'a> Turn<'a> {
             };
             return Ok((failed(LlmResponse::default(), e), true));
         }
+        use crate::telemetry::traces::annotate;
+        annotate(&span, "gcp.vertex.agent.llm_request", || {
+            crate::model::trace::request_json(request)
+        });
         let response = self
             .call_model_inner(request, event_id)
             .instrument(span.clone())
             .await;
         if let Ok((r, _)) = &response {
+            annotate(&span, "gcp.vertex.agent.llm_response", || {
+                crate::model::trace::response_json(r)
+            });
             if let Some(u) = r.usage {
                 span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
                 span.record("gen_ai.usage.output_tokens", u.candidates_tokens);

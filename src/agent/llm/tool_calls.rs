@@ -23,6 +23,9 @@ impl<'a> Turn<'a> {
         confirmations: &HashMap<String, ToolConfirmation>,
     ) -> AgentResult<CallsOutcome> {
         self.ctx.track_open_calls(&calls).await;
+        // The id of the event that will carry the responses, known before the calls run so
+        // that each call's span names it (as ADK's `execute_tool` spans do).
+        let response_id = crate::event::new_event_id();
         let available: Vec<&str> = {
             let mut v: Vec<&str> = tools.keys().map(String::as_str).collect();
             v.sort();
@@ -40,7 +43,8 @@ impl<'a> Turn<'a> {
                     ) })
                 })
             });
-            self.run_call(call.clone(), tool, answer, confirmations.get(&id).cloned())
+            let confirmation = confirmations.get(&id).cloned();
+            self.run_call(call.clone(), tool, answer, confirmation, &response_id)
         });
         let results = futures::future::join_all(runs).await;
 
@@ -73,6 +77,7 @@ impl<'a> Turn<'a> {
         let requested = actions.requested_tool_confirmations.clone();
         if !parts.is_empty() || !actions.is_default() {
             let mut e = self.ctx.new_event();
+            e.id = response_id;
             e.content = Some(Content {
                 parts,
                 role: Some("user".into()),
@@ -98,13 +103,14 @@ impl<'a> Turn<'a> {
         tool: Option<Arc<dyn Tool>>,
         answer: Option<Value>,
         confirmation: Option<ToolConfirmation>,
+        response_id: &str,
     ) -> AgentResult<(Option<Part>, EventActions)> {
         let id = call.id.clone().unwrap_or_default();
         let tctx = ToolContext::new(self.ctx, id.clone(), confirmation);
         let value = match (tool, answer) {
             (_, Some(v)) => Some(v),
             (None, None) => Some(json!({ "error": "unknown tool" })),
-            (Some(tool), None) => self.invoke(&tool, &call, &tctx).await?,
+            (Some(tool), None) => self.invoke(&tool, &call, &tctx, response_id).await?,
         };
         let part = value.map(|v| Part {
             function_response: Some(FunctionResponse {
@@ -123,6 +129,7 @@ impl<'a> Turn<'a> {
         tool: &Arc<dyn Tool>,
         call: &FunctionCall,
         tctx: &ToolContext,
+        response_id: &str,
     ) -> AgentResult<Option<Value>> {
         let tc = ToolCall {
             name: call.name.clone(),
@@ -169,6 +176,8 @@ impl<'a> Turn<'a> {
                     gen_ai.operation.name = "execute_tool",
                     gen_ai.tool.name = %call.name,
                     gen_ai.tool.call.id = call.id.as_deref().unwrap_or(""),
+                    gen_ai.agent.name = %self.ctx.agent_name(),
+                    gcp.vertex.agent.event_id = response_id,
                 );
                 let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
                     tracing::Instrument::instrument(async move { tool.call(args, &t).await }, span),

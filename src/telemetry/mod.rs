@@ -6,6 +6,11 @@
 //! GenAI semantic-convention attributes `gen_ai.system`, `gen_ai.request.model` and token
 //! usage), `execute_tool` and `commit`. Model and HTTP-tool requests carry the current span's
 //! `traceparent`, so the trace continues in the provider's or the tool's own traces.
+//!
+//! Apart from export, the spans of recent runs can be kept in memory for ADK's web UI
+//! ([`traces`], `--trace-spans`).
+
+pub mod traces;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
@@ -66,8 +71,13 @@ pub enum LogFormat {
 
 /// Installs the global subscriber: log lines in `format`, filtered by `RUST_LOG`, plus the
 /// OpenTelemetry layer when `otlp` is given (it sees every span at INFO and above, whatever
-/// `RUST_LOG` says, so traces are whole even when logs are quiet).
-pub fn init(format: LogFormat, otlp: Option<&OtlpConfig>) -> anyhow::Result<Telemetry> {
+/// `RUST_LOG` says, so traces are whole even when logs are quiet), plus, when `keep_spans` is
+/// more than 0, the layer that keeps the spans of recent runs ([`traces`]).
+pub fn init(
+    format: LogFormat,
+    otlp: Option<&OtlpConfig>,
+    keep_spans: usize,
+) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("agentd=info,tower_http=info"));
     let fmt = match format {
@@ -79,7 +89,10 @@ pub fn init(format: LogFormat, otlp: Option<&OtlpConfig>) -> anyhow::Result<Tele
     }
     .with_filter(filter);
     let Some(otlp) = otlp else {
-        tracing_subscriber::registry().with(fmt).init();
+        tracing_subscriber::registry()
+            .with(fmt)
+            .with(keep_layer(keep_spans))
+            .init();
         return Ok(Telemetry { provider: None });
     };
     let protocol = match otlp.protocol.as_str() {
@@ -118,10 +131,25 @@ pub fn init(format: LogFormat, otlp: Option<&OtlpConfig>) -> anyhow::Result<Tele
     let otel = tracing_opentelemetry::layer()
         .with_tracer(tracer)
         .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-    tracing_subscriber::registry().with(fmt).with(otel).init();
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(otel)
+        .with(keep_layer(keep_spans))
+        .init();
     Ok(Telemetry {
         provider: Some(provider),
     })
+}
+
+/// The layer that keeps runs' spans, when `spans` is more than 0: it sees agentd's own spans at
+/// INFO and above, whatever `RUST_LOG` says.
+fn keep_layer<S>(spans: usize) -> Option<impl Layer<S>>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let agentd =
+        tracing_subscriber::filter::Targets::new().with_target("agentd", tracing::Level::INFO);
+    traces::keep(spans).map(|layer| layer.with_filter(agentd))
 }
 
 /// Makes the caller's `traceparent` (if any) the parent of `span`.

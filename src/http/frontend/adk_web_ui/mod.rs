@@ -8,6 +8,12 @@
 //! to `/dev-ui/` (the bundle's `<base href="./">` needs the slash). These routes sit outside
 //! the authentication door: they are static files; the API calls the UI makes are checked as
 //! any other.
+//!
+//! Its trace routes (the Trace tab, an event's request and response) are in [`trace`], over the
+//! spans agentd keeps; [`map`] gives those spans ADK's names.
+
+pub mod map;
+pub mod trace;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
