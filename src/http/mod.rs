@@ -75,7 +75,6 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
         .merge(frontend::mcp::router(&state, args))
         .merge(routes::evals::dev_router())
         .merge(routes::eval_runs::dev_router())
-        .merge(frontend::adk_web_ui::trace::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(

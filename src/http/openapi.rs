@@ -55,6 +55,10 @@ use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
         (name = "ai-sdk", description = "The Vercel AI SDK's UI message stream protocol."),
         (name = "ag-ui", description = "The AG-UI protocol (CopilotKit and other AG-UI clients)."),
         (name = "openai", description = "OpenAI's Chat Completions and Responses APIs; `model` is the app."),
+        (name = "a2a", description = "The A2A protocol (JSON-RPC and HTTP+JSON bindings) for other agents."),
+        (name = "schedules", description = "Runs started on a schedule (cron), without a client."),
+        (name = "evals", description = "Eval sets, their cases, and runs of them with their results."),
+        (name = "web-ui", description = "ADK's dev-server trace routes, which ADK's web UI reads."),
     )
 )]
 pub struct ApiDoc;

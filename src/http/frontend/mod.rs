@@ -24,4 +24,5 @@ pub fn router() -> utoipa_axum::router::OpenApiRouter<AppState> {
         .merge(ag_ui::router())
         .merge(openai::router())
         .merge(a2a::router())
+        .merge(adk_web_ui::trace::router())
 }

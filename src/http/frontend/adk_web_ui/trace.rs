@@ -13,23 +13,56 @@ use crate::error_code::ErrorCode;
 use crate::http::auth::served_app;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::extract::Path;
+use crate::http::openapi::{error_set, Errors};
 use crate::http::AppState;
 use crate::telemetry::traces;
 use axum::extract::State;
-use axum::routing::get;
 use axum::Json;
 use serde_json::Value;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route(
-            "/dev/apps/{app}/debug/trace/session/{session}",
-            get(session_trace),
-        )
-        .route("/dev/apps/{app}/debug/trace/{event}", get(event_trace))
+error_set!(
+    /// What reading a session's trace answers beyond the door's codes.
+    SessionTraceErrors: AppNotFound
+);
+
+error_set!(
+    /// What reading an event's trace answers beyond the door's codes.
+    EventTraceErrors: AppNotFound, TraceNotFound
+);
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(session_trace))
+        .routes(routes!(event_trace))
+}
+
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct SessionPath {
+    /// The app's name.
+    app: String,
+    /// The session's id.
+    session: String,
+}
+
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct EventPath {
+    /// The app's name.
+    app: String,
+    /// The event's id.
+    event: String,
 }
 
 /// The session's spans, in the order they ended (`[]` when none are kept).
+#[utoipa::path(get, path = "/dev/apps/{app}/debug/trace/session/{session}", tag = "web-ui",
+    params(SessionPath),
+    responses((status = 200, description = "ADK's span list.", body = Vec<Object>), Errors, SessionTraceErrors))]
 async fn session_trace(
     State(state): State<AppState>,
     caller: Caller,
@@ -45,6 +78,9 @@ async fn session_trace(
 }
 
 /// The attributes of the model call or tool call that made the event.
+#[utoipa::path(get, path = "/dev/apps/{app}/debug/trace/{event}", tag = "web-ui",
+    params(EventPath),
+    responses((status = 200, description = "The span's attributes, as ADK answers them.", body = Object), Errors, EventTraceErrors))]
 async fn event_trace(
     State(state): State<AppState>,
     caller: Caller,
