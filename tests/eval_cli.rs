@@ -81,8 +81,9 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("result file")).expect("JSON")
 }
 
-/// ADK's scores of the cases in `result` (the actual and expected invocations agentd wrote).
-async fn adk_scores(dir: &Path, config: &Value, result: &Value) -> Value {
+/// ADK's scores of the cases in `result` (the actual and expected invocations agentd wrote),
+/// its judge answering `judge` in turn.
+async fn adk_scores(dir: &Path, config: &Value, result: &Value, judge: &[&str]) -> Value {
     let cases: Vec<Value> = result["eval_case_results"]
         .as_array()
         .unwrap()
@@ -98,7 +99,7 @@ async fn adk_scores(dir: &Path, config: &Value, result: &Value) -> Value {
     let input = dir.join("adk-input.json");
     std::fs::write(
         &input,
-        json!({"config": config, "cases": cases}).to_string(),
+        json!({"config": config, "cases": cases, "judge_answers": judge}).to_string(),
     )
     .unwrap();
     run_driver(&adk_python(), &[SCORES, input.to_str().unwrap()], &[]).await
@@ -298,7 +299,7 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
     assert_eq!(ours(&result, 1, "tool_trajectory_avg_score").0, 0.0);
     let defaults =
         json!({"criteria": {"tool_trajectory_avg_score": 1.0, "response_match_score": 0.8}});
-    let adk = adk_scores(dir.path(), &defaults, &result).await;
+    let adk = adk_scores(dir.path(), &defaults, &result, &[]).await;
     assert_same_as_adk(
         &result,
         &adk,
@@ -334,7 +335,7 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
         json!({"city": "Lyon"}),
         "{actual}"
     );
-    let adk = adk_scores(dir.path(), &lenient, &result).await;
+    let adk = adk_scores(dir.path(), &lenient, &result, &[]).await;
     assert_same_as_adk(
         &result,
         &adk,
@@ -350,13 +351,19 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
         args
     };
     let judge = dir.path().join("judge.json");
-    std::fs::write(&judge, r#"{"criteria": {"final_response_match_v2": 0.8}}"#).unwrap();
+    std::fs::write(
+        &judge,
+        r#"{"criteria": {"rubric_based_final_response_quality_v1": 0.8}}"#,
+    )
+    .unwrap();
     let out3 = dir.path().join("third.json");
     let args3 = unusable(&["--config", judge.to_str().unwrap()], &out3);
     let run = agentd_eval(&args3, url).await;
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
-        run.stderr.contains("final_response_match_v2") && run.stderr.contains("not available"),
+        run.stderr
+            .contains("rubric_based_final_response_quality_v1")
+            && run.stderr.contains("not available"),
         "{}",
         run.stderr
     );
@@ -422,3 +429,169 @@ async fn agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds(backen
 }
 
 both_backends!(agentd_eval_scores_a_set_as_adk_does_and_exits_by_its_thresholds);
+
+/// One invocation of a case: the user's message and the expected final response.
+fn turn(id: &str, question: &str, answer: &str) -> Value {
+    json!({
+        "invocation_id": id,
+        "user_content": {"parts": [{"text": question}], "role": "user"},
+        "final_response": {"parts": [{"text": answer}], "role": "model"},
+    })
+}
+
+/// `final_response_match_v2`: the judge the app's `evals:` names is asked `num_samples` times
+/// per invocation with the user's message, the agent's response and the reference; the
+/// verdicts add up as google-adk 2.13's evaluator adds the same answers up (majority per
+/// invocation, a tie invalid, an answer without a verdict not counted, the fraction valid per
+/// case), and the exit code follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentd_eval_judges_final_responses_as_adk_does() {
+    let db = TestDb::sqlite().await;
+    let model = ScriptedModel::start().await;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (agent, judge) = (format!("agent-{id}"), format!("judge-{id}"));
+    let dir = tempfile::tempdir().unwrap();
+    let app_dir = dir.path().join("apps/quiz");
+    std::fs::create_dir_all(&app_dir).unwrap();
+    std::fs::write(
+        app_dir.join("root_agent.yaml"),
+        format!(
+            "agent_class: LlmAgent\nname: quizzer\nmodel: openai/{agent}\n\
+             model_options:\n  base_url: {}\n  retry_backoff_ms: 5\ninstruction: Answer briefly.\n",
+            model.base_url
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        app_dir.join("agentd.yaml"),
+        format!(
+            "evals:\n  judge_model: openai/{judge}\n  judge_options:\n    base_url: {}\n    retry_backoff_ms: 5\n",
+            model.base_url
+        ),
+    )
+    .unwrap();
+    let set = dir.path().join("quiz.evalset.json");
+    let session = json!({"app_name": "quiz", "user_id": "tester", "state": {}});
+    std::fs::write(
+        &set,
+        json!({"eval_set_id": "quiz", "eval_cases": [
+            {"eval_id": "sums", "session_input": session, "conversation": [
+                turn("s1", "What is 2+2?", "4"), turn("s2", "And 3+3?", "6")]},
+            {"eval_id": "capital", "session_input": session, "conversation": [
+                turn("c1", "Capital of France?", "Paris")]},
+            {"eval_id": "sky", "session_input": session, "conversation": [
+                turn("k1", "Colour of the sky?", "Blue")]},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let config = json!({"criteria": {"final_response_match_v2": {
+        "threshold": 0.5, "judge_model_options": {"num_samples": 3}}}});
+    let config_path = dir.path().join("judge.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    for reply in ["It is 4.", "It is 6.", "Paris.", "Green."] {
+        model.push(&agent, Reply::text(&[reply]));
+    }
+    let valid =
+        r#"{"reasoning": "The key fact is there.", "is_the_agent_response_valid": "valid"}"#;
+    let invalid = "```json\n{\n  \"reasoning\": \"Wrong.\",\n  \"is_the_agent_response_valid\": [\"invalid\"]\n}\n```";
+    let unsure = "I cannot tell.";
+    let answers = [
+        // sums, 2+2: two of three valid.
+        valid, valid, invalid,
+        // sums, 3+3: one each way and one without a verdict, a tie: invalid.
+        invalid, unsure, valid, // capital: no verdict at all, not evaluated.
+        unsure, unsure, unsure, // sky: invalid by majority.
+        invalid, invalid, valid,
+    ];
+    for a in answers {
+        model.push(
+            &judge,
+            Reply::text(&[a]).with_usage(
+                json!({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}),
+            ),
+        );
+    }
+    let out = dir.path().join("result.json");
+    let args: Vec<String> = vec![
+        "--apps-dir".into(),
+        dir.path().join("apps").to_str().unwrap().into(),
+        "quiz".into(),
+        set.to_str().unwrap().into(),
+        "--config".into(),
+        config_path.to_str().unwrap().into(),
+        "--concurrency".into(),
+        "1".into(),
+        "--output".into(),
+        out.to_str().unwrap().into(),
+    ];
+    let run = agentd_eval(&args, Some(&db.url)).await;
+    assert_eq!(
+        run.code,
+        Some(1),
+        "a case failed: exit 1:\n{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let row = |case: &str| {
+        run.stdout
+            .lines()
+            .find(|r| r.starts_with(case))
+            .unwrap_or_else(|| panic!("no row for {case}:\n{}", run.stdout))
+            .to_string()
+    };
+    assert!(row("sums").contains("0.500 PASSED"), "{}", run.stdout);
+    assert!(row("capital").contains("NOT_EVALUATED"), "{}", run.stdout);
+    assert!(row("sky").contains("0.000 FAILED"), "{}", run.stdout);
+    let result = read_json(&out);
+    let metric =
+        |case: usize| result["eval_case_results"][case]["overall_eval_metric_results"][0].clone();
+    let per = |case: usize| -> Vec<Value> {
+        result["eval_case_results"][case]["eval_metric_result_per_invocation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["eval_metric_results"][0]["score"].clone())
+            .collect()
+    };
+    assert_eq!(per(0), vec![json!(1.0), json!(0.0)]);
+    assert_eq!(per(1), vec![Value::Null]);
+    assert_eq!(metric(1)["eval_status"], 3, "{}", metric(1));
+
+    // ADK, its judge answering the same, scores the same invocations the same.
+    let adk = adk_scores(dir.path(), &config, &result, &answers).await;
+    for (i, theirs) in adk["cases"].as_array().unwrap().iter().enumerate() {
+        let theirs = &theirs["final_response_match_v2"];
+        let ours = metric(i);
+        assert_eq!(
+            ours["score"], theirs["score"],
+            "case {i}: {ours} vs ADK's {theirs}"
+        );
+        assert_eq!(ours["eval_status"], theirs["status"], "case {i}");
+        assert_eq!(Value::Array(per(i)), theirs["per_invocation"], "case {i}");
+    }
+
+    // What the judge was asked: each invocation's message, response and reference.
+    let asked = model.requests_for(&judge);
+    assert_eq!(asked.len(), answers.len());
+    let first = asked[0].to_string();
+    for text in [
+        "What is 2+2?",
+        "It is 4.",
+        r#"\"reference_response\":\"4\""#,
+    ] {
+        assert!(first.contains(text), "{text} is not in {first}");
+    }
+    assert_eq!(model.unused(), 0, "every scripted reply was asked for");
+    // The judge's tokens are the case's user's usage, as a run's are.
+    let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+    let (input, output): (i64, i64) = sqlx::query_as(
+        "SELECT input_tokens, output_tokens FROM usage_daily \
+         WHERE app_name = 'quiz' AND user_id = 'tester' AND model = ?",
+    )
+    .bind(&judge)
+    .fetch_one(&pool)
+    .await
+    .expect("the judge's usage");
+    assert_eq!((input, output), (12 * 7, 12 * 3));
+}

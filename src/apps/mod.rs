@@ -43,6 +43,8 @@ pub struct AppEntry {
     /// The `memory:` block of the app's `agentd.yaml`, built: its embedding model (search by
     /// meaning), its extraction, its memories' lifetime.
     pub memory: settings::AppMemory,
+    /// The `evals:` block of the app's `agentd.yaml`: its eval judge.
+    pub evals: settings::JudgeSettings,
 }
 
 /// The apps, by name.
@@ -127,6 +129,10 @@ impl AppRegistry {
             };
             let resume = settings.as_ref().map(|s| s.resume).unwrap_or_default();
             let context_cache = settings.as_ref().ok().and_then(|s| s.context_cache);
+            let evals = settings
+                .as_ref()
+                .map(|s| s.evals.clone())
+                .unwrap_or_default();
             let (app_webhooks, a2a) = settings.map(|s| (s.webhooks, s.a2a)).unwrap_or_default();
             registry.apps.insert(
                 name.clone(),
@@ -141,6 +147,7 @@ impl AppRegistry {
                     resume,
                     context_cache,
                     memory,
+                    evals,
                 },
             );
         }
@@ -202,6 +209,7 @@ impl AppRegistry {
                 resume: settings::Resume::default(),
                 context_cache: None,
                 memory: Default::default(),
+                evals: Default::default(),
             },
         );
     }

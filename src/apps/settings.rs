@@ -59,6 +59,23 @@ pub struct AppSettings {
     /// How the app's memory is searched (`docs/memory.md`).
     #[serde(default)]
     pub memory: Option<MemorySettings>,
+    /// How the app's eval sets are judged (`docs/evals.md`).
+    #[serde(default)]
+    pub evals: JudgeSettings,
+}
+
+/// `evals:` of an app's `agentd.yaml`: the judge model of its LLM-as-judge eval metrics
+/// ([`crate::eval::metrics::judge`]).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeSettings {
+    /// The judge of criteria that name none (instead of ADK's `gemini-2.5-flash`).
+    #[serde(default)]
+    pub judge_model: Option<String>,
+    /// Where and how to reach the judge: `model_options`' fields (`base_url`, `api_key_env`,
+    /// …).
+    #[serde(default)]
+    pub judge_options: crate::model::ModelOptions,
 }
 
 /// The `memory:` block, as written.

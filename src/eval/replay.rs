@@ -93,11 +93,27 @@ pub async fn run_case(
     let key = SessionKey::new(app, &user_id, &session_id);
     match replay(runner, store, &key, input, &expected).await {
         Ok(actual) => {
-            result.metrics = criteria
-                .0
-                .iter()
-                .map(|c| metrics::score(c, &actual, &expected).map(|s| (c.clone(), s)))
-                .collect();
+            let judges = runner
+                .apps()
+                .get(app)
+                .map(|e| e.evals.clone())
+                .unwrap_or_default();
+            let payer = metrics::judge::Payer {
+                store: store.as_ref(),
+                prices: runner.prices(),
+                app,
+                user: &user_id,
+            };
+            let mut scored = Vec::with_capacity(criteria.0.len());
+            result.metrics = loop {
+                let Some(c) = criteria.0.get(scored.len()) else {
+                    break Ok(scored);
+                };
+                match metrics::score(c, &judges, &payer, &actual, &expected).await {
+                    Ok(s) => scored.push((c.clone(), s)),
+                    Err(e) => break Err(e),
+                }
+            };
             result.actual = actual;
         }
         Err(e) => result.metrics = Err(e),

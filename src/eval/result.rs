@@ -76,7 +76,7 @@ fn per_invocation(r: &CaseResult, metrics: &[(Criterion, Scored)]) -> Vec<Doc> {
             let results = metrics
                 .iter()
                 .map(|(c, s)| {
-                    let score = s.per_invocation.get(i).copied();
+                    let score = s.per_invocation.get(i).copied().flatten();
                     let status = score.map_or(Status::NotEvaluated, |x| Status::of(x, c.threshold));
                     metric_result(&c.name, c.threshold, score, status)
                 })

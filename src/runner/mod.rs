@@ -116,6 +116,11 @@ impl Runner {
         life::start(self, req).await
     }
 
+    /// The apps the runner runs.
+    pub fn apps(&self) -> &AppRegistry {
+        &self.apps
+    }
+
     /// The name of `app`'s root agent (the author of the events that seal its runs).
     fn root_name(&self, app: &str) -> String {
         self.apps

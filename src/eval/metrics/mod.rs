@@ -1,10 +1,12 @@
 //! ADK's eval metrics, computed as google-adk 2.13 computes them, and the criteria of an
 //! eval config (`test_config.json`) that name them.
 //!
-//! Only the deterministic metrics are here: `tool_trajectory_avg_score` ([`trajectory`]) and
-//! `response_match_score` ([`rouge`]). A config naming another metric (the LLM-as-judge ones)
+//! The deterministic metrics `tool_trajectory_avg_score` ([`trajectory`]) and
+//! `response_match_score` ([`rouge`]), and the LLM-as-judge `final_response_match_v2`
+//! ([`judge`]). A config naming another metric (the rubric-based ones, `hallucinations_v1`)
 //! is refused by [`Criteria::parse`], never scored as a pass.
 
+pub mod judge;
 pub mod rouge;
 pub mod trajectory;
 
@@ -41,13 +43,15 @@ impl Status {
 }
 
 /// What a metric measures.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Metric {
     ToolTrajectory {
         match_type: MatchType,
         ignore_args: bool,
     },
     ResponseMatch,
+    /// `final_response_match_v2`: a judge model's verdict on each final response.
+    FinalResponseMatch(judge::Judge),
 }
 
 /// One criterion: a metric and the score a case needs.
@@ -124,9 +128,13 @@ impl Criteria {
                     }
                 }
                 RESPONSE_MATCH => Metric::ResponseMatch,
+                judge::FINAL_RESPONSE_MATCH_V2 => {
+                    Metric::FinalResponseMatch(judge::Judge::parse(name, options)?)
+                }
                 other => {
                     return Err(format!(
-                        "metric {other:?} is not available in agentd (available: {TOOL_TRAJECTORY}, {RESPONSE_MATCH})"
+                        "metric {other:?} is not available in agentd (available: {TOOL_TRAJECTORY}, {RESPONSE_MATCH}, {})",
+                        judge::FINAL_RESPONSE_MATCH_V2
                     ))
                 }
             };
@@ -179,6 +187,12 @@ pub fn info() -> Doc {
                  final response using Rouge_1 metric. Value range for this metric is [0,1], with \
                  values closer to 1 more desirable.",
             ),
+            metric(
+                judge::FINAL_RESPONSE_MATCH_V2,
+                "This metric evaluates if the agent's final response matches a golden/expected \
+                 final response using LLM as a judge. Value range for this metric is [0,1], with \
+                 values closer to 1 more desirable.",
+            ),
         ]),
     )
 }
@@ -213,12 +227,19 @@ pub struct Scored {
     /// The mean of the invocations' scores; `None` when there were none.
     pub score: Option<f64>,
     pub status: Status,
-    /// Per invocation, in order.
-    pub per_invocation: Vec<f64>,
+    /// Per invocation, in order; `None` for one a judge could not decide.
+    pub per_invocation: Vec<Option<f64>>,
 }
 
-/// Scores `actual` against `expected` invocations (file form, paired in order).
-pub fn score(c: &Criterion, actual: &[Doc], expected: &[Doc]) -> Result<Scored, String> {
+/// Scores `actual` against `expected` invocations (file form, paired in order); a judge
+/// metric asks the judge `judges` name (the app's `evals:`), at `payer`'s cost.
+pub async fn score(
+    c: &Criterion,
+    judges: &judge::JudgeSettings,
+    payer: &judge::Payer<'_>,
+    actual: &[Doc],
+    expected: &[Doc],
+) -> Result<Scored, String> {
     if actual.len() != expected.len() {
         return Err(format!(
             "the case expects {} invocations and the run made {}",
@@ -226,43 +247,54 @@ pub fn score(c: &Criterion, actual: &[Doc], expected: &[Doc]) -> Result<Scored, 
             actual.len()
         ));
     }
-    let per_invocation: Vec<f64> = actual
-        .iter()
-        .zip(expected)
-        .map(|(a, e)| match c.metric {
-            Metric::ToolTrajectory {
-                match_type,
-                ignore_args,
-            } => {
-                if trajectory::matches(a, e, match_type, ignore_args) {
+    let per_invocation: Vec<f64> = match &c.metric {
+        Metric::FinalResponseMatch(j) => {
+            return judge::score(c, j, judges, payer, actual, expected).await
+        }
+        Metric::ToolTrajectory {
+            match_type,
+            ignore_args,
+        } => actual
+            .iter()
+            .zip(expected)
+            .map(|(a, e)| {
+                if trajectory::matches(a, e, *match_type, *ignore_args) {
                     1.0
                 } else {
                     0.0
                 }
-            }
-            Metric::ResponseMatch => rouge::rouge1(&final_text(a), &final_text(e)).fmeasure,
-        })
-        .collect();
+            })
+            .collect(),
+        Metric::ResponseMatch => actual
+            .iter()
+            .zip(expected)
+            .map(|(a, e)| rouge::rouge1(&final_text(a), &final_text(e)).fmeasure)
+            .collect(),
+    };
     if per_invocation.is_empty() {
         return Ok(Scored {
             score: None,
             status: Status::NotEvaluated,
-            per_invocation,
+            per_invocation: Vec::new(),
         });
     }
     let mean = per_invocation.iter().sum::<f64>() / per_invocation.len() as f64;
     Ok(Scored {
         score: Some(mean),
         status: Status::of(mean, c.threshold),
-        per_invocation,
+        per_invocation: per_invocation.into_iter().map(Some).collect(),
     })
 }
 
 /// The text parts of an invocation's final response, one per line (ADK's
 /// `_get_text_from_content`).
 pub fn final_text(invocation: &Doc) -> String {
-    invocation
-        .get("final_response")
+    content_text(invocation.get("final_response"))
+}
+
+/// The text parts of a content (file form), one per line; `""` when it has none.
+pub fn content_text(content: Option<&Doc>) -> String {
+    content
         .and_then(|c| c.get("parts"))
         .and_then(Doc::as_array)
         .map(|parts| {
@@ -322,10 +354,16 @@ mod tests {
                 Doc::object().with("criteria", Doc::object().with(TOOL_TRAJECTORY, criterion));
             assert!(Criteria::parse(&config).is_err(), "{bad} is refused");
         }
-        let judge = Doc::parse(r#"{"criteria": {"final_response_match_v2": 0.8}}"#).unwrap();
-        assert!(Criteria::parse(&judge)
+        let rubric =
+            Doc::parse(r#"{"criteria": {"rubric_based_final_response_quality_v1": 0.8}}"#).unwrap();
+        assert!(Criteria::parse(&rubric)
             .unwrap_err()
             .contains("not available"));
+        let judge = Doc::parse(r#"{"criteria": {"final_response_match_v2": 0.8}}"#).unwrap();
+        assert!(matches!(
+            &Criteria::parse(&judge).unwrap().0[0].metric,
+            Metric::FinalResponseMatch(j) if j.num_samples == judge::DEFAULT_SAMPLES
+        ));
         assert!(Criteria::parse(&Doc::parse("{}").unwrap()).is_err());
     }
 }

@@ -98,10 +98,12 @@ def from_session(path):
 def metrics_info():
     from google.adk.cli.dev_server import ListMetricsInfoResponse
     from google.adk.evaluation.metric_info_providers import (
-        ResponseEvaluatorMetricInfoProvider, TrajectoryEvaluatorMetricInfoProvider)
+        FinalResponseMatchV2EvaluatorMetricInfoProvider, ResponseEvaluatorMetricInfoProvider,
+        TrajectoryEvaluatorMetricInfoProvider)
     answer = ListMetricsInfoResponse(metrics_info=[
         TrajectoryEvaluatorMetricInfoProvider().get_metric_info(),
         ResponseEvaluatorMetricInfoProvider("response_match_score").get_metric_info(),
+        FinalResponseMatchV2EvaluatorMetricInfoProvider().get_metric_info(),
     ])
     # FastAPI's response_model_exclude_none, by alias.
     print(json.dumps({"wire": answer.model_dump_json(by_alias=True, exclude_none=True)}))
