@@ -332,6 +332,69 @@ async fn an_embedding_outage_leaves_search_by_words(backend: Backend) {
     assert!(found.get("vectorRank").is_none());
 }
 
+/// Memory's embedding calls are the user's spending (docs/memory.md#bounds), so once the
+/// user's budget is spent none is made for them: a search ranks by words without embedding
+/// the query, and a new memory is put off, not embedded, while another user's are.
+async fn a_spent_budget_stops_memorys_embedding_calls(backend: Backend) {
+    let model = ScriptedModel::start().await;
+    model.concepts(CONCEPTS);
+    let (s, _dir) = serve(TestDb::new(backend).await, &model, "emb-1").await;
+    let store = s.db.store().await;
+    let colour = add_fact(&s, "alice", "My favourite colour is blue").await;
+    add_fact(&s, "bob", "Bob's favourite hue is red").await;
+    embedded(store.as_ref()).await;
+    // Alice's fact took 5 tokens (a token a word) of a budget of 1 a day.
+    let budget = format!("/apps/{APP}/users/alice/budget");
+    let put = s
+        .client
+        .put(s.url(&budget))
+        .json(&json!({"tokensPerDay": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+
+    let calls = model.embedding_requests().len();
+    let hits = search(&s, "alice", "my colour").await;
+    assert_eq!(hits[0]["id"], colour, "{hits:#?}");
+    assert_eq!(hits[0]["textRank"], 1);
+    assert!(hits[0].get("vectorRank").is_none(), "{hits:#?}");
+    assert_eq!(
+        model.embedding_requests().len(),
+        calls,
+        "a query was embedded past the budget"
+    );
+    // Bob's budget is his own: his query is embedded.
+    let bobs = search(&s, "bob", "which colour").await;
+    assert_eq!(bobs[0]["vectorRank"], 1, "{bobs:#?}");
+    assert_eq!(model.embedding_requests().len(), calls + 1);
+
+    // Alice's new memory waits (found by words); bob's, added after it, is embedded. The
+    // embedder claims every pending memory of the app at once, so by the time bob's has its
+    // vector, alice's was claimed and put off.
+    let dog = add_fact(&s, "alice", "I have a dog named Rex").await;
+    add_fact(&s, "bob", "Bob has a cat").await;
+    let mut waited = 0;
+    while store.pending_count(APP).await.unwrap() > 1 {
+        assert!(waited < 200, "bob's memory never got its vector");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
+    assert_eq!(store.pending_count(APP).await.unwrap(), 1);
+    assert!(
+        !model
+            .embedding_requests()
+            .iter()
+            .any(|r| r.to_string().contains("Rex")),
+        "alice's memory was embedded past her budget"
+    );
+    let hits = search(&s, "alice", "dog").await;
+    assert_eq!(hits[0]["id"], dog);
+    assert!(hits[0].get("vectorRank").is_none(), "{hits:#?}");
+    let usage = json_with_status(s.get(&format!("/apps/{APP}/users/alice/usage")).await, 200).await;
+    assert_eq!(usage["total"]["inputTokens"], 5, "{usage}");
+}
+
 /// The store's side: claims are leases (a claimer that dies loses nothing), two claimers
 /// never get the same memory, and a new space makes every memory pending again.
 async fn claims_are_leases_and_a_new_space_starts_over(backend: Backend) {
@@ -827,6 +890,7 @@ both_backends!(
     meaning_finds_what_words_miss,
     sessions_are_embedded_too_and_bad_facts_change_nothing,
     an_embedding_outage_leaves_search_by_words,
+    a_spent_budget_stops_memorys_embedding_calls,
     claims_are_leases_and_a_new_space_starts_over,
     preload_memory_puts_the_users_memories_in_the_instruction,
     a_vector_of_an_older_text_is_not_stored,

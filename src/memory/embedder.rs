@@ -10,20 +10,21 @@
 //! provider refuses is put off for [`REFUSED_DELAY`], so it does not hold back the others.
 //!
 //! Each call's tokens are charged to the users whose memories it embedded, in proportion to
-//! their texts ([`super::charge::shares`]).
+//! their texts ([`super::charge::shares`]); a user whose budget is spent has their memories
+//! put off until it resets.
 //!
 //! The app's space (its model and vector size) is adopted at start and every
 //! [`ADOPT_EVERY`]: vectors of another space (stored by a replica still on an old model
 //! during a rolling update) become pending again.
 
-use super::charge::{shares, user_call};
+use super::charge::{shares, spent_budget, user_call};
 use super::{count_tokens, space_of};
 use crate::model::embed::{Embedder, Purpose, MAX_BATCH};
 use crate::model::ModelError;
 use crate::store::memory::vectors::{PendingMemory, VectorStore, VectorSupport};
 use crate::store::{Store, StoreError};
 use crate::usage::Prices;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -169,6 +170,13 @@ impl MemoryEmbedder {
                 break;
             }
             let full = pending.len() == MAX_BATCH;
+            let pending = self.within_budgets(app, pending).await?;
+            if pending.is_empty() {
+                if full {
+                    continue;
+                }
+                break;
+            }
             let vectors = match self.embed(app, embedder, &pending).await {
                 Ok(v) => v,
                 Err(e) if refuses_text(&e) => {
@@ -192,6 +200,45 @@ impl MemoryEmbedder {
             }
         }
         Ok(stored)
+    }
+
+    /// The memories of `pending` whose users may spend; those of a user whose budget (or the
+    /// app's) is spent are put off until it resets, searchable by words meanwhile.
+    async fn within_budgets(
+        &self,
+        app: &str,
+        pending: Vec<PendingMemory>,
+    ) -> Result<Vec<PendingMemory>, Failure> {
+        let users: BTreeSet<&str> = pending.iter().map(|p| p.user_id.as_str()).collect();
+        let mut resets: BTreeMap<String, i64> = BTreeMap::new();
+        for user in users {
+            if let Some(spent) = spent_budget(self.store.as_ref(), app, user).await? {
+                resets.insert(user.to_string(), spent.reset);
+            }
+        }
+        if resets.is_empty() {
+            return Ok(pending);
+        }
+        let (over, within): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .partition(|p| resets.contains_key(&p.user_id));
+        let now = crate::event::now_ts();
+        for (user, reset) in &resets {
+            let keys: Vec<(String, String)> = over
+                .iter()
+                .filter(|p| &p.user_id == user)
+                .map(|p| (p.user_id.clone(), p.event_id.clone()))
+                .collect();
+            let delay = Duration::from_secs_f64((*reset as f64 - now).max(1.0));
+            self.store.defer_pending(app, &keys, delay).await?;
+            tracing::debug!(
+                app,
+                user,
+                memories = keys.len(),
+                "memories not embedded: the budget is spent"
+            );
+        }
+        Ok(within)
     }
 
     /// The vectors of `pending`, each with its memory; the call's tokens charged to their

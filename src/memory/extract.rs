@@ -227,26 +227,9 @@ async fn decide(
 }
 
 /// Refuses the call when the user's or the app's budget is spent, as admission refuses a
-/// run: an extraction's calls are charged to the user. Two reads; extraction is rare beside
-/// them (a model call per add), so they are not cached as admission's are.
+/// run: an extraction's calls are charged to the user.
 async fn budget_gate(store: &dyn Store, app: &str, user: &str) -> Result<(), ExtractError> {
-    use crate::usage::{Limit, Payer};
-    let payers = [
-        Payer::User {
-            app: app.to_string(),
-            user: user.to_string(),
-        },
-        Payer::App {
-            app: app.to_string(),
-        },
-    ];
-    let mut limits = vec![];
-    for payer in payers {
-        if let Some(budget) = store.budget(&payer).await? {
-            limits.push(Limit { payer, budget });
-        }
-    }
-    match crate::store::usage::exhausted(store, &limits, (0, 0.0)).await? {
+    match crate::memory::charge::spent_budget(store, app, user).await? {
         Some(spent) => Err(ExtractError::BudgetExhausted(spent)),
         None => Ok(()),
     }

@@ -8,7 +8,8 @@
 //!
 //! The query's embedding is the one provider call on the request path, bounded by
 //! [`QUERY_EMBED_TIMEOUT`]: a provider that fails or is slow leaves the search full-text,
-//! never fails it. Stored memories are embedded off the request path by [`embedder`]. What an
+//! never fails it; nor is it made while the user's budget is spent ([`charge::spent_budget`]).
+//! Stored memories are embedded off the request path by [`embedder`]. What an
 //! app's `memory:` block builds into is [`app::AppMemory`].
 
 pub mod app;
@@ -62,6 +63,9 @@ pub async fn search(
         let Some(embedder) = vectors else {
             return vec![];
         };
+        if matches!(charge, charge::Charge::User(_)) && !may_embed(store, app, user).await {
+            return vec![];
+        }
         let Some((vector, tokens)) = embed_query(embedder, app, query).await else {
             return vec![];
         };
@@ -80,6 +84,25 @@ pub async fn search(
     };
     let (text, near) = tokio::join!(by_words, by_meaning);
     Ok(fuse(text?, near, n, limit))
+}
+
+/// Whether a search outside a run may embed `user`'s query: not while the user's or the
+/// app's budget is spent (the search then ranks by words, as when the provider is down).
+async fn may_embed(store: &dyn Store, app: &str, user: &str) -> bool {
+    let code = match charge::spent_budget(store, app, user).await {
+        Ok(None) => return true,
+        Ok(Some(spent)) => {
+            tracing::debug!(app, user, %spent, "memory query not embedded; searching by words");
+            "BUDGET_EXHAUSTED"
+        }
+        Err(e) => {
+            tracing::warn!(app, error = %e, "could not read the budgets; searching memory by words");
+            "BUDGET_UNREAD"
+        }
+    };
+    metrics::counter!("agentd_memory_embedding_failures_total", "app" => app.to_string(), "purpose" => "query", "code" => code)
+        .increment(1);
+    false
 }
 
 /// The query's vector and the tokens its call used, or `None` (logged) when the provider
