@@ -18,14 +18,14 @@ const APP: &str = "facts";
 const EXTRACTOR: &str = "extractor-1";
 
 /// An apps directory with app `facts` (an echo agent) that extracts its memories with the
-/// scripted server's `extractor-1`, and `memory`'s further lines in its `memory:` block (each
-/// starting with two spaces).
-fn apps_dir_with(dir: &Path, model: &ScriptedModel, memory: &str) {
+/// scripted server's `extractor-1`, `agent`'s further lines in its root agent, and `memory`'s
+/// further lines in its `memory:` block (each starting with two spaces).
+fn apps_dir_with(dir: &Path, model: &ScriptedModel, agent: &str, memory: &str) {
     let app = dir.join(APP);
     std::fs::create_dir_all(&app).unwrap();
     std::fs::write(
         app.join("root_agent.yaml"),
-        "agent_class: EchoAgent\nname: facts\n",
+        format!("agent_class: EchoAgent\nname: facts\n{agent}"),
     )
     .unwrap();
     std::fs::write(
@@ -46,13 +46,13 @@ struct Setup {
 }
 
 async fn serve(backend: Backend, auto_ingest: bool) -> Setup {
-    serve_with(backend, auto_ingest, "").await
+    serve_with(backend, auto_ingest, "", "").await
 }
 
-async fn serve_with(backend: Backend, auto_ingest: bool, memory: &str) -> Setup {
+async fn serve_with(backend: Backend, auto_ingest: bool, agent: &str, memory: &str) -> Setup {
     let model = ScriptedModel::start().await;
     let dir = tempfile::tempdir().unwrap();
-    apps_dir_with(dir.path(), &model, memory);
+    apps_dir_with(dir.path(), &model, agent, memory);
     let path = dir.path().to_path_buf();
     let s = TestServer::start_on(TestDb::new(backend).await, move |a| {
         a.apps_dir = path;
@@ -106,6 +106,21 @@ fn answer(ops: Value) -> Reply {
 
 /// What the extraction model was sent in request `i`: the memories it was shown and the
 /// conversation.
+/// What `user`'s memory finds for `query` once the idle sweep added the session (15 s at
+/// most): exactly one memory.
+async fn after_the_pause(s: &TestServer, user: &str, query: &str) -> Vec<Value> {
+    let mut hits = vec![];
+    for _ in 0..300 {
+        hits = search(s, user, query).await;
+        if !hits.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(hits.len(), 1, "nothing added after the pause: {hits:#?}");
+    hits
+}
+
 fn sent(model: &ScriptedModel, i: usize) -> Value {
     let requests = model.requests_for(EXTRACTOR);
     let r = &requests[i];
@@ -511,7 +526,7 @@ async fn auto_ingest_extracts_after_each_run(backend: Backend) {
 /// With `memory: idle_seconds:` a session is added once it has paused: two quick runs make
 /// no extraction, then one call covers both, and the session is no longer due.
 async fn a_paused_session_is_extracted_once(backend: Backend) {
-    let Setup { s, model, .. } = serve_with(backend, false, "  idle_seconds: 2\n").await;
+    let Setup { s, model, .. } = serve_with(backend, false, "", "  idle_seconds: 2\n").await;
     model.push(
         EXTRACTOR,
         answer(json!([{"action": "add", "text": "She speaks Portuguese and Spanish"}])),
@@ -526,15 +541,7 @@ async fn a_paused_session_is_extracted_once(backend: Backend) {
         model.requests_for(EXTRACTOR).is_empty(),
         "extracted before the pause"
     );
-    let mut hits = vec![];
-    for _ in 0..300 {
-        hits = search(&s, "alice", "Portuguese").await;
-        if !hits.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(hits.len(), 1, "nothing added after the pause");
+    let hits = after_the_pause(&s, "alice", "Portuguese").await;
     assert_eq!(hits[0]["text"], "She speaks Portuguese and Spanish");
     let calls = model.requests_for(EXTRACTOR);
     assert_eq!(calls.len(), 1);
@@ -563,6 +570,7 @@ async fn a_paused_session_is_extracted_once(backend: Backend) {
 
 both_backends!(
     a_paused_session_is_extracted_once,
+    a_run_longer_than_its_pause_is_extracted_after_it,
     facts_are_added_updated_and_deleted_as_the_model_says,
     a_failed_extraction_stores_nothing_and_the_next_add_repeats_it,
     a_spent_budget_stops_an_extraction_before_its_call,
@@ -570,6 +578,37 @@ both_backends!(
     pruning_a_session_forgets_what_memory_took_from_it,
     auto_ingest_extracts_after_each_run,
 );
+
+/// A run longer than the pause is not extracted while it goes on: its start marked the
+/// session due, and the sweep, seeing the run, waits for the pause after it. One extraction,
+/// after the run's end, reads the whole turn.
+async fn a_run_longer_than_its_pause_is_extracted_after_it(backend: Backend) {
+    // Eleven chunks (a character each), 300 ms apart: a run of over 3 s.
+    let agent = "chunks: 30\nchunk_delay_ms: 300\n";
+    let Setup { s, model, .. } = serve_with(backend, false, agent, "  idle_seconds: 1\n").await;
+    model.push(
+        EXTRACTOR,
+        answer(json!([{"action": "add", "text": "She keeps bees"}])),
+    );
+    eprintln!("SAY {}", agentd::event::now_ts());
+    say(&s, "alice", "s1", "I keep bees").await;
+    eprintln!("SAID {}", agentd::event::now_ts());
+    let hits = after_the_pause(&s, "alice", "bees").await;
+    assert_eq!(hits[0]["text"], "She keeps bees");
+    assert_eq!(
+        model.requests_for(EXTRACTOR).len(),
+        1,
+        "extracted during the run"
+    );
+    let conversation = &sent(&model, 0)["conversation"];
+    let authors: Vec<&str> = conversation
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["author"].as_str().unwrap())
+        .collect();
+    assert_eq!(authors, ["user", "facts"], "{conversation}");
+}
 
 /// A `memory:` block that cannot work fails the app's load with the reason.
 #[test]

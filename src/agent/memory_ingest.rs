@@ -1,8 +1,10 @@
 //! `--memory-auto-ingest`: a runner plugin that adds each run's session to memory when the run
 //! ends, so `load_memory` and `GET …/memory` find a conversation without a `PATCH …/memory`.
-//! For an app with `memory: idle_seconds:` (with or without the flag), the run's end only
-//! marks the session due once it has paused that long; the sweep of [`crate::memory::idle`]
-//! adds it then, on whichever replica takes it.
+//! For an app with `memory: idle_seconds:` (with or without the flag), the run's start and end
+//! only mark the session due once it has paused that long; the sweep of
+//! [`crate::memory::idle`] adds it then, on whichever replica takes it. The mark at the start
+//! is what a replica that dies mid-run leaves behind (its run sealed by another replica, or
+//! killed after the run's last commit): the session is still added after its pause.
 //!
 //! Adding is idempotent and incremental (only events after the session's memory watermark
 //! are read), so doing it after every run is cheap. For an app with `memory: {mode:
@@ -14,7 +16,8 @@
 //! nothing: the session's mark moves only with what was extracted, and the next add reads the
 //! same events. It never fails a run: errors are logged.
 
-use crate::agent::{InvocationContext, Plugin};
+use crate::agent::{AgentResult, InvocationContext, Plugin};
+use crate::event::Content;
 use crate::store::SessionKey;
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -94,6 +97,17 @@ impl Drop for InFlight {
 impl Plugin for MemoryIngestPlugin {
     fn name(&self) -> &str {
         Self::NAME
+    }
+
+    async fn before_run(&self, ctx: &InvocationContext) -> AgentResult<Option<Content>> {
+        if let Some(idle) = ctx.memory_idle() {
+            let key = ctx.session_key();
+            let at = crate::event::now_ts() + idle.as_secs_f64();
+            if let Err(e) = ctx.store().set_memory_due(key, at).await {
+                tracing::warn!(error = %e, session = %key.session_id, "could not mark the session's memory due");
+            }
+        }
+        Ok(None)
     }
 
     async fn after_run(&self, ctx: &InvocationContext) {

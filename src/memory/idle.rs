@@ -1,5 +1,5 @@
 //! An app's `memory: idle_seconds:`: a session is added to memory once the conversation has
-//! paused, not after every run. A run's end marks the session due (`memory_due`,
+//! paused, not after every run. A run's start and end mark the session due (`memory_due`,
 //! migrations/postgres/0021_memory_due.sql, written by [`crate::agent::memory_ingest`]); every
 //! replica runs this sweep, which first takes the `memory_idle` turn ([`crate::store::turns`]),
 //! so the deployment reads the due sessions about once per period whatever its number of
@@ -11,12 +11,16 @@
 //! more after the next pause (from the session's memory mark, so only what is new). A replica
 //! that dies mid-way loses nothing: its claim runs out and another replica takes the session.
 //! A failed add is tried again when its claim runs out, [`MAX_ATTEMPTS`] times in all.
+//!
+//! A claimed session is added only once it has paused: no run of it going on, and its last
+//! event older than the pause. Otherwise (the mark of a run's start whose end was never
+//! marked: the replica died) it is due again when the pause would end ([`Sweep::pause_ends`]).
 
 use crate::memory::extract::{ExtractError, Extraction};
 use crate::model::embed::Embedder;
 use crate::store::memory::due::DueSession;
 use crate::store::turns::kind;
-use crate::store::{Store, StoreError, StoreResult};
+use crate::store::{SessionKey, Store, StoreError, StoreResult};
 use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +43,8 @@ pub const AT_ONCE: usize = 4;
 #[derive(Clone)]
 pub struct IdleApp {
     pub app: String,
+    /// `idle_seconds`.
+    pub idle: Duration,
     pub embedder: Option<Arc<dyn Embedder>>,
     pub extraction: Option<Arc<Extraction>>,
 }
@@ -123,19 +129,40 @@ impl Sweep {
                 return;
             }
         }
-        let done = if due.attempts >= MAX_ATTEMPTS {
-            tracing::warn!(app = %key.app_name, session = %key.session_id, attempts = due.attempts, "adding the session to memory failed every time; given up until its next run");
-            true
-        } else {
-            match self.add(key).await {
-                Ok(()) => true,
-                // The session was deleted: nothing to add.
-                Err(ExtractError::Store(StoreError::SessionNotFound)) => true,
+        // An app that no longer waits for pauses (its `agentd.yaml` changed, or it is no
+        // longer served): its sessions are added as its settings now say (after each run, or
+        // by PATCH), so its row is only dropped.
+        let app = self.apps.iter().find(|a| a.app == key.app_name);
+        let done = match app {
+            None => {
+                tracing::info!(app = %key.app_name, session = %key.session_id, "a due session of an app that no longer waits for pauses; dropped");
+                true
+            }
+            Some(_) if due.attempts >= MAX_ATTEMPTS => {
+                tracing::warn!(app = %key.app_name, session = %key.session_id, attempts = due.attempts, "adding the session to memory failed every time; given up until its next run");
+                true
+            }
+            Some(app) => match self.pause_ends(key, app.idle).await {
+                Ok(Some(at)) => {
+                    if let Err(e) = self.store.rearm_memory_due(key, until, at).await {
+                        tracing::warn!(error = %e, session = %key.session_id, "could not put off a session that has not paused; its claim runs out first");
+                    }
+                    return;
+                }
+                Ok(None) => match self.add(app, key).await {
+                    Ok(()) => true,
+                    // The session was deleted: nothing to add.
+                    Err(ExtractError::Store(StoreError::SessionNotFound)) => true,
+                    Err(e) => {
+                        tracing::warn!(app = %key.app_name, session = %key.session_id, error = %e, "could not add the paused session to memory; tried again later");
+                        false
+                    }
+                },
                 Err(e) => {
-                    tracing::warn!(app = %key.app_name, session = %key.session_id, error = %e, "could not add the paused session to memory; tried again later");
+                    tracing::warn!(error = %e, session = %key.session_id, "could not read whether the session paused; tried again later");
                     false
                 }
-            }
+            },
         };
         if done {
             if let Err(e) = self.store.clear_memory_due(key, until).await {
@@ -144,14 +171,23 @@ impl Sweep {
         }
     }
 
-    async fn add(&self, key: &crate::store::SessionKey) -> Result<(), ExtractError> {
-        // An app that no longer waits for pauses (its `agentd.yaml` changed, or it is no
-        // longer served): its sessions are added as its settings now say (after each run, or
-        // by PATCH), so its row is only dropped.
-        let Some(app) = self.apps.iter().find(|a| a.app == key.app_name) else {
-            tracing::info!(app = %key.app_name, session = %key.session_id, "a due session of an app that no longer waits for pauses; dropped");
-            return Ok(());
+    /// When the session's pause will end, if it has not yet: a run of it is going on (its
+    /// end marks the session again; this is in case it never does), or its last event is
+    /// newer than `idle`. `None` when it has paused, or is gone (the add finds that).
+    async fn pause_ends(&self, key: &SessionKey, idle: Duration) -> StoreResult<Option<f64>> {
+        let now = crate::event::now_ts();
+        let idle = idle.as_secs_f64();
+        let Some(head) = self.store.session_head(key).await? else {
+            return Ok(None);
         };
+        if self.store.active_run(key).await?.is_some() {
+            return Ok(Some(now + idle));
+        }
+        let ends = head.last_update_time + idle;
+        Ok((ends > now).then_some(ends))
+    }
+
+    async fn add(&self, app: &IdleApp, key: &SessionKey) -> Result<(), ExtractError> {
         crate::memory::add_session(
             self.store.as_ref(),
             app.embedder.as_deref(),

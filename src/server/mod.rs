@@ -241,9 +241,10 @@ impl Server {
                 apps: state
                     .apps
                     .entries()
-                    .filter(|a| a.memory.idle.is_some())
-                    .map(|a| crate::memory::idle::IdleApp {
+                    .filter_map(|a| Some((a, a.memory.idle?)))
+                    .map(|(a, idle)| crate::memory::idle::IdleApp {
                         app: a.name.clone(),
+                        idle,
                         embedder: a.memory.embedder.clone(),
                         extraction: a.memory.extraction.clone(),
                     })

@@ -32,6 +32,11 @@ pub trait MemoryDueStore: Send + Sync {
     /// it is still as read; counts the attempt. Whether it was claimed.
     async fn claim_memory_due(&self, due: &DueSession, until: f64) -> StoreResult<bool>;
 
+    /// The session claimed until `claimed` has not paused yet (a run of it is going on, or
+    /// its last event is newer than the pause): it is due again at `at`, its attempts start
+    /// again; nothing changes when the claim is no longer the one taken.
+    async fn rearm_memory_due(&self, key: &SessionKey, claimed: f64, at: f64) -> StoreResult<bool>;
+
     /// The session is done with (added to memory, gone, or given up): its row goes, while it
     /// is still the claim that ended at `claimed` (a run that ended since made it due again).
     async fn clear_memory_due(&self, key: &SessionKey, claimed: f64) -> StoreResult<bool>;
@@ -46,6 +51,9 @@ pub const DUE: &str = "SELECT app_name, user_id, session_id, due_at, attempts FR
   WHERE due_at <= $1 ORDER BY due_at LIMIT $2";
 
 pub const CLAIM: &str = "UPDATE memory_due SET due_at = $5, attempts = attempts + 1
+  WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND due_at = $4";
+
+pub const REARM: &str = "UPDATE memory_due SET due_at = $5, attempts = 0
   WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND due_at = $4";
 
 pub const CLEAR: &str = "DELETE FROM memory_due
@@ -95,6 +103,24 @@ macro_rules! due_store {
                     .bind(&due.key.session_id)
                     .bind(due.due_at)
                     .bind(until)
+                    .execute(&self.$writer)
+                    .await?
+                    .rows_affected();
+                Ok(n == 1)
+            }
+
+            async fn rearm_memory_due(
+                &self,
+                key: &SessionKey,
+                claimed: f64,
+                at: f64,
+            ) -> StoreResult<bool> {
+                let n = sqlx::query(REARM)
+                    .bind(&key.app_name)
+                    .bind(&key.user_id)
+                    .bind(&key.session_id)
+                    .bind(claimed)
+                    .bind(at)
                     .execute(&self.$writer)
                     .await?
                     .rows_affected();
