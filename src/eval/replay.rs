@@ -91,7 +91,14 @@ pub async fn run_case(
         actual: vec![],
     };
     let key = SessionKey::new(app, &user_id, &session_id);
-    match replay(runner, store, &key, input, &expected).await {
+    let replayed = replay(runner, store, &key, input, &expected)
+        .await
+        .and_then(|mut actual| {
+            // As ADK's eval service: the case's and expected invocations' rubrics go onto the
+            // actual invocations, which the rubric metrics judge by.
+            metrics::rubric::copy_rubrics(case, &expected, &mut actual).map(|()| actual)
+        });
+    match replayed {
         Ok(actual) => {
             let judges = runner
                 .apps()

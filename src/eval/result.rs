@@ -4,6 +4,7 @@
 //! integers; [`super::shape`] gives the wire form.
 
 use super::doc::Doc;
+use super::metrics::rubric::RubricScore;
 use super::metrics::{Criterion, Scored, Status};
 use super::replay::CaseResult;
 
@@ -40,7 +41,10 @@ pub fn case_result(set_id: &str, r: &CaseResult) -> Doc {
     let (overall, per) = match &r.metrics {
         Ok(m) => (
             m.iter()
-                .map(|(c, s)| metric_result(&c.name, c.threshold, s.score, s.status))
+                .map(|(c, s)| {
+                    let r = metric_result(&c.name, c.threshold, s.score, s.status);
+                    with_rubrics(r, s.rubrics.as_ref().map(|d| d.overall.as_slice()))
+                })
                 .collect(),
             per_invocation(r, m),
         ),
@@ -66,6 +70,20 @@ fn metric_result(name: &str, threshold: f64, score: Option<f64>, status: Status)
     m.with("eval_status", Doc::Number((status as i64).into()))
 }
 
+/// A rubric metric's result carries its rubrics' scores, as ADK's `details.rubric_scores`.
+fn with_rubrics(result: Doc, rubrics: Option<&[RubricScore]>) -> Doc {
+    match rubrics {
+        Some(r) => result.with(
+            "details",
+            Doc::object().with(
+                "rubric_scores",
+                Doc::Array(r.iter().map(RubricScore::doc).collect()),
+            ),
+        ),
+        None => result,
+    }
+}
+
 /// Per invocation: the actual and expected invocations and each metric's score of the pair.
 fn per_invocation(r: &CaseResult, metrics: &[(Criterion, Scored)]) -> Vec<Doc> {
     r.actual
@@ -78,7 +96,12 @@ fn per_invocation(r: &CaseResult, metrics: &[(Criterion, Scored)]) -> Vec<Doc> {
                 .map(|(c, s)| {
                     let score = s.per_invocation.get(i).copied().flatten();
                     let status = score.map_or(Status::NotEvaluated, |x| Status::of(x, c.threshold));
-                    metric_result(&c.name, c.threshold, score, status)
+                    let rubrics = s
+                        .rubrics
+                        .as_ref()
+                        .and_then(|d| d.per_invocation.get(i))
+                        .and_then(|r| r.as_deref());
+                    with_rubrics(metric_result(&c.name, c.threshold, score, status), rubrics)
                 })
                 .collect();
             Doc::object()

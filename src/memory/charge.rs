@@ -12,9 +12,10 @@
 //! run ranks by words alone, and the embedder puts the user's memories off until the budget
 //! resets.
 
+pub use crate::store::usage::spent_budget;
 use crate::store::usage::OutsideCall;
-use crate::store::{Store, StoreResult};
-use crate::usage::{Exhausted, Limit, Payer, Prices, Tokens, Window};
+use crate::store::Store;
+use crate::usage::{Prices, Tokens, Window};
 use std::collections::BTreeMap;
 
 /// Who pays for a search's query embedding.
@@ -66,32 +67,6 @@ pub async fn user_call(
     if let Err(e) = store.charge_call(&call).await {
         tracing::warn!(app, user, error = %e, "could not add an embedding call's tokens to the user's usage");
     }
-}
-
-/// The budget (the user's in `app`, or the app's) that is spent, and until when; `None` when
-/// memory may call a model for `user`. Two budget reads, and one of spending per budget set:
-/// memory's calls are rarer than a run's admissions, so they are not cached as those are.
-pub async fn spent_budget(
-    store: &dyn Store,
-    app: &str,
-    user: &str,
-) -> StoreResult<Option<Exhausted>> {
-    let payers = [
-        Payer::User {
-            app: app.to_string(),
-            user: user.to_string(),
-        },
-        Payer::App {
-            app: app.to_string(),
-        },
-    ];
-    let mut limits = vec![];
-    for payer in payers {
-        if let Some(budget) = store.budget(&payer).await? {
-            limits.push(Limit { payer, budget });
-        }
-    }
-    crate::store::usage::exhausted(store, &limits, (0, 0.0)).await
 }
 
 /// `total` tokens split between the users whose texts (`(user, bytes)`, one per text) one

@@ -170,7 +170,10 @@ impl MemoryEmbedder {
                 break;
             }
             let full = pending.len() == MAX_BATCH;
-            let pending = self.within_budgets(app, pending).await?;
+            let pending = match self.within_budgets(app, pending.clone()).await {
+                Ok(p) => p,
+                Err(e) => return Err(self.release(app, &pending, e).await),
+            };
             if pending.is_empty() {
                 if full {
                     continue;

@@ -514,6 +514,33 @@ pub async fn exhausted(
     Ok(worst)
 }
 
+/// The budget (the user's in `app`, or the app's) that is spent, and until when; `None` when
+/// a model may be called for `user` outside a run (memory's calls, an eval's judge). Two
+/// budget reads, and one of spending per budget set: such calls are rarer than a run's
+/// admissions, so they are not cached as those are.
+pub async fn spent_budget(
+    store: &dyn super::Store,
+    app: &str,
+    user: &str,
+) -> StoreResult<Option<Exhausted>> {
+    let payers = [
+        Payer::User {
+            app: app.to_string(),
+            user: user.to_string(),
+        },
+        Payer::App {
+            app: app.to_string(),
+        },
+    ];
+    let mut limits = vec![];
+    for payer in payers {
+        if let Some(budget) = store.budget(&payer).await? {
+            limits.push(Limit { payer, budget });
+        }
+    }
+    crate::store::usage::exhausted(store, &limits, (0, 0.0)).await
+}
+
 /// Seconds until `reset` (a Unix time), at least one.
 pub fn retry_after(reset: i64, now: f64) -> u64 {
     ((reset as f64 - now).ceil() as i64).max(1) as u64

@@ -29,7 +29,7 @@ pub const DEFAULT_JUDGE: &str = "gemini-2.5-flash";
 pub const DEFAULT_SAMPLES: u32 = 5;
 /// The most samples a criterion may ask for (each is a model call per invocation).
 pub const MAX_SAMPLES: u32 = 10;
-/// A judge's answer is read up to this many bytes; a longer one is not a verdict.
+/// A judge's answer is read up to this many bytes; a longer one is a failed call.
 const MAX_ANSWER: usize = 64 << 10;
 
 /// A judge criterion's options.
@@ -109,14 +109,22 @@ impl Judge {
     }
 
     /// The model this criterion is judged by, for an app whose `evals:` are `settings`.
-    fn model(&self, settings: &JudgeSettings) -> Result<Arc<dyn Model>, String> {
+    pub(super) fn model(&self, settings: &JudgeSettings) -> Result<Arc<dyn Model>, String> {
         let spec = self
             .model
             .as_deref()
             .or(settings.judge_model.as_deref())
             .unwrap_or(DEFAULT_JUDGE);
-        crate::model::resolve(spec, &settings.judge_options)
-            .map_err(|e| format!("judge model {spec:?}: {e}"))
+        // The app's `judge_options` (its endpoint and key) are for the app's judge: another
+        // model a criterion names is reached as any model without options is, so that the
+        // app's key never goes to another provider.
+        let default = crate::model::ModelOptions::default();
+        let options = if self.model.is_none() || self.model == settings.judge_model {
+            &settings.judge_options
+        } else {
+            &default
+        };
+        crate::model::resolve(spec, options).map_err(|e| format!("judge model {spec:?}: {e}"))
     }
 }
 
@@ -130,6 +138,17 @@ pub struct Payer<'a> {
 }
 
 impl Payer<'_> {
+    /// `Err` when the user's or the app's budget is spent (the judge is not called then).
+    async fn within_budget(&self) -> Result<(), String> {
+        match crate::store::usage::spent_budget(self.store, self.app, self.user).await {
+            Ok(None) => Ok(()),
+            Ok(Some(spent)) => Err(format!("the judge was not called: {spent}")),
+            Err(e) => Err(format!(
+                "the judge was not called: the budgets could not be read: {e}"
+            )),
+        }
+    }
+
     async fn charge(&self, model: &str, u: crate::model::Usage) {
         let tokens = u.tokens();
         let call = crate::store::usage::OutsideCall {
@@ -157,6 +176,7 @@ pub async fn score(
     expected: &[Doc],
 ) -> Result<Scored, String> {
     let model = judge.model(settings)?;
+    let mut asked = Asking::new(c, model.as_ref());
     let mut per_invocation = Vec::with_capacity(actual.len());
     for (a, e) in actual.iter().zip(expected) {
         let request = LlmRequest {
@@ -172,29 +192,81 @@ pub async fn score(
             config: judge.config.clone(),
             ..Default::default()
         };
-        let mut samples = Vec::with_capacity(judge.num_samples as usize);
-        let mut failed = false;
-        for _ in 0..judge.num_samples {
-            match ask(model.as_ref(), &request).await {
-                Ok((answer, usage)) => {
-                    if let Some(u) = usage {
-                        payer.charge(model.name(), u).await;
-                    }
-                    samples.push(verdict(&answer));
-                }
-                Err(e) => {
-                    tracing::warn!(metric = %c.name, error = %e, "a judge call failed");
-                    failed = true;
-                }
-            }
-        }
-        // As ADK: an invocation with a failed sample is not evaluated.
-        per_invocation.push(if failed { None } else { majority(&samples) });
+        let answers = asked.samples(&request, judge.num_samples, payer).await?;
+        per_invocation.push(answers.and_then(|a| {
+            let verdicts: Vec<Option<f64>> = a.iter().map(|a| verdict(a)).collect();
+            majority(&verdicts)
+        }));
     }
+    asked.done()?;
     Ok(overall(per_invocation, c.threshold))
 }
 
-/// The judge's answer text (its text parts, joined) and the tokens it took.
+/// A criterion's calls of its judge.
+pub(super) struct Asking<'a> {
+    criterion: &'a Criterion,
+    model: &'a dyn Model,
+    invocations: usize,
+    failed: Vec<String>,
+}
+
+impl<'a> Asking<'a> {
+    pub(super) fn new(criterion: &'a Criterion, model: &'a dyn Model) -> Self {
+        Asking {
+            criterion,
+            model,
+            invocations: 0,
+            failed: vec![],
+        }
+    }
+
+    /// The judge's `n` answers to `request`; `None` when a call failed (the invocation is then
+    /// not evaluated, as in ADK, and its other samples are not asked for). `Err` when the
+    /// case's user's or the app's budget is spent: the judge is not called, the case fails.
+    pub(super) async fn samples(
+        &mut self,
+        request: &LlmRequest,
+        n: u32,
+        payer: &Payer<'_>,
+    ) -> Result<Option<Vec<String>>, String> {
+        payer.within_budget().await?;
+        self.invocations += 1;
+        let mut answers = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            match ask(self.model, request).await {
+                Ok((answer, usage)) => {
+                    if let Some(u) = usage {
+                        payer.charge(self.model.name(), u).await;
+                    }
+                    answers.push(answer);
+                }
+                Err(e) => {
+                    tracing::warn!(metric = %self.criterion.name, error = %e, "a judge call failed");
+                    self.failed.push(e);
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(answers))
+    }
+
+    /// `Err` when every invocation's judge call failed: a judge that cannot be reached (a
+    /// wrong key, a provider down) fails the case instead of leaving it not evaluated, which
+    /// beside passing metrics would let a CI run pass.
+    pub(super) fn done(self) -> Result<(), String> {
+        match self.failed.last() {
+            Some(e) if self.failed.len() == self.invocations => Err(format!(
+                "{}: every call of the judge {:?} failed, the last with: {e}",
+                self.criterion.name,
+                self.model.name()
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The judge's answer text (its text parts, joined) and the tokens it took; an answer longer
+/// than [`MAX_ANSWER`] is a failed call.
 async fn ask(
     model: &dyn Model,
     request: &LlmRequest,
@@ -301,6 +373,7 @@ pub fn overall(per_invocation: Vec<Option<f64>>, threshold: f64) -> Scored {
             score: None,
             status: Status::NotEvaluated,
             per_invocation,
+            rubrics: None,
         };
     }
     let score = judged.iter().sum::<f64>() / judged.len() as f64;
@@ -308,12 +381,13 @@ pub fn overall(per_invocation: Vec<Option<f64>>, threshold: f64) -> Scored {
         score: Some(score),
         status: Status::of(score, threshold),
         per_invocation,
+        rubrics: None,
     }
 }
 
 /// An invocation's final response text; with `intermediate`, the text of its intermediate
 /// events (or responses) first, one per line (ADK's `get_text_from_content`).
-fn response_text(invocation: &Doc, intermediate: bool) -> String {
+pub(super) fn response_text(invocation: &Doc, intermediate: bool) -> String {
     let last = content_text(invocation.get("final_response"));
     if !intermediate {
         return last;

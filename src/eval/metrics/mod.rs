@@ -3,11 +3,12 @@
 //!
 //! The deterministic metrics `tool_trajectory_avg_score` ([`trajectory`]) and
 //! `response_match_score` ([`rouge`]), and the LLM-as-judge `final_response_match_v2`
-//! ([`judge`]). A config naming another metric (the rubric-based ones, `hallucinations_v1`)
-//! is refused by [`Criteria::parse`], never scored as a pass.
+//! ([`judge`]) and the rubric-based ones ([`rubric`]). A config naming another metric
+//! (`hallucinations_v1`, the multi-turn and efficiency ones) is refused by [`Criteria::parse`], never scored as a pass.
 
 pub mod judge;
 pub mod rouge;
+pub mod rubric;
 pub mod trajectory;
 
 use super::doc::Doc;
@@ -52,6 +53,8 @@ pub enum Metric {
     ResponseMatch,
     /// `final_response_match_v2`: a judge model's verdict on each final response.
     FinalResponseMatch(judge::Judge),
+    /// `rubric_based_*`: a judge model's verdicts on each invocation against rubrics.
+    Rubric(rubric::RubricJudge),
 }
 
 /// One criterion: a metric and the score a case needs.
@@ -131,10 +134,22 @@ impl Criteria {
                 judge::FINAL_RESPONSE_MATCH_V2 => {
                     Metric::FinalResponseMatch(judge::Judge::parse(name, options)?)
                 }
+                rubric::FINAL_RESPONSE_QUALITY_V1 => Metric::Rubric(rubric::RubricJudge::parse(
+                    name,
+                    rubric::Quality::FinalResponse,
+                    options,
+                )?),
+                rubric::TOOL_USE_QUALITY_V1 => Metric::Rubric(rubric::RubricJudge::parse(
+                    name,
+                    rubric::Quality::ToolUse,
+                    options,
+                )?),
                 other => {
                     return Err(format!(
-                        "metric {other:?} is not available in agentd (available: {TOOL_TRAJECTORY}, {RESPONSE_MATCH}, {})",
-                        judge::FINAL_RESPONSE_MATCH_V2
+                        "metric {other:?} is not available in agentd (available: {TOOL_TRAJECTORY}, {RESPONSE_MATCH}, {}, {}, {})",
+                        judge::FINAL_RESPONSE_MATCH_V2,
+                        rubric::FINAL_RESPONSE_QUALITY_V1,
+                        rubric::TOOL_USE_QUALITY_V1,
                     ))
                 }
             };
@@ -193,6 +208,18 @@ pub fn info() -> Doc {
                  final response using LLM as a judge. Value range for this metric is [0,1], with \
                  values closer to 1 more desirable.",
             ),
+            metric(
+                rubric::FINAL_RESPONSE_QUALITY_V1,
+                "This metric assess if the agent's final response against a set of rubrics \
+                 using LLM as a judge. Value range for this metric is [0,1], with values closer \
+                 to 1 more desirable.",
+            ),
+            metric(
+                rubric::TOOL_USE_QUALITY_V1,
+                "This metric assess if the agent's usage of tools against a set of rubrics \
+                 using LLM as a judge. Value range for this metric is [0,1], with values closer \
+                 to 1 more desirable.",
+            ),
         ]),
     )
 }
@@ -229,6 +256,8 @@ pub struct Scored {
     pub status: Status,
     /// Per invocation, in order; `None` for one a judge could not decide.
     pub per_invocation: Vec<Option<f64>>,
+    /// A rubric metric's scores of each rubric (ADK's `details.rubric_scores`).
+    pub rubrics: Option<rubric::RubricDetails>,
 }
 
 /// Scores `actual` against `expected` invocations (file form, paired in order); a judge
@@ -250,6 +279,11 @@ pub async fn score(
     let per_invocation: Vec<f64> = match &c.metric {
         Metric::FinalResponseMatch(j) => {
             return judge::score(c, j, judges, payer, actual, expected).await
+        }
+        Metric::Rubric(r) => {
+            let (mut scored, details) = rubric::score(c, r, judges, payer, actual).await?;
+            scored.rubrics = Some(details);
+            return Ok(scored);
         }
         Metric::ToolTrajectory {
             match_type,
@@ -276,6 +310,7 @@ pub async fn score(
             score: None,
             status: Status::NotEvaluated,
             per_invocation: Vec::new(),
+            rubrics: None,
         });
     }
     let mean = per_invocation.iter().sum::<f64>() / per_invocation.len() as f64;
@@ -283,6 +318,7 @@ pub async fn score(
         score: Some(mean),
         status: Status::of(mean, c.threshold),
         per_invocation: per_invocation.into_iter().map(Some).collect(),
+        rubrics: None,
     })
 }
 
@@ -354,8 +390,7 @@ mod tests {
                 Doc::object().with("criteria", Doc::object().with(TOOL_TRAJECTORY, criterion));
             assert!(Criteria::parse(&config).is_err(), "{bad} is refused");
         }
-        let rubric =
-            Doc::parse(r#"{"criteria": {"rubric_based_final_response_quality_v1": 0.8}}"#).unwrap();
+        let rubric = Doc::parse(r#"{"criteria": {"hallucinations_v1": 0.8}}"#).unwrap();
         assert!(Criteria::parse(&rubric)
             .unwrap_err()
             .contains("not available"));

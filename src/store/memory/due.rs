@@ -14,13 +14,13 @@ pub struct DueSession {
     pub key: SessionKey,
     /// When it became due, or, while claimed, when the claim ends.
     pub due_at: f64,
-    /// Claims since a run of the session last ended.
+    /// Claims since the session was last marked (by a run's start or end) or put off.
     pub attempts: i32,
 }
 
 #[async_trait]
 pub trait MemoryDueStore: Send + Sync {
-    /// The session's memory is due at `at` (a run of it ended): whatever was set before, and
+    /// The session's memory is due at `at` (a run of it started or ended): whatever was set before, and
     /// a claim in flight, give way, and its attempts start again.
     async fn set_memory_due(&self, key: &SessionKey, at: f64) -> StoreResult<()>;
 
@@ -34,7 +34,8 @@ pub trait MemoryDueStore: Send + Sync {
 
     /// The session claimed until `claimed` has not paused yet (a run of it is going on, or
     /// its last event is newer than the pause): it is due again at `at`, its attempts start
-    /// again; nothing changes when the claim is no longer the one taken.
+    /// again (a long run is put off many times without being given up); nothing changes when
+    /// the claim is no longer the one taken.
     async fn rearm_memory_due(&self, key: &SessionKey, claimed: f64, at: f64) -> StoreResult<bool>;
 
     /// The session is done with (added to memory, gone, or given up): its row goes, while it

@@ -99,11 +99,14 @@ def metrics_info():
     from google.adk.cli.dev_server import ListMetricsInfoResponse
     from google.adk.evaluation.metric_info_providers import (
         FinalResponseMatchV2EvaluatorMetricInfoProvider, ResponseEvaluatorMetricInfoProvider,
-        TrajectoryEvaluatorMetricInfoProvider)
+        RubricBasedFinalResponseQualityV1EvaluatorMetricInfoProvider,
+        RubricBasedToolUseV1EvaluatorMetricInfoProvider, TrajectoryEvaluatorMetricInfoProvider)
     answer = ListMetricsInfoResponse(metrics_info=[
         TrajectoryEvaluatorMetricInfoProvider().get_metric_info(),
         ResponseEvaluatorMetricInfoProvider("response_match_score").get_metric_info(),
         FinalResponseMatchV2EvaluatorMetricInfoProvider().get_metric_info(),
+        RubricBasedFinalResponseQualityV1EvaluatorMetricInfoProvider().get_metric_info(),
+        RubricBasedToolUseV1EvaluatorMetricInfoProvider().get_metric_info(),
     ])
     # FastAPI's response_model_exclude_none, by alias.
     print(json.dumps({"wire": answer.model_dump_json(by_alias=True, exclude_none=True)}))

@@ -1,6 +1,6 @@
 //! ADK's dev-server trace routes, which the web UI calls for its Trace tab and for an event's
 //! request and response: `GET /dev/apps/{app}/debug/trace/session/{session}` (the session's
-//! spans) and `GET /dev/apps/{app}/debug/trace/{event_id}` (the span that made the event).
+//! spans) and `GET /dev/apps/{app}/debug/trace/{event}` (the span that made the event).
 //!
 //! They answer from the spans this replica keeps ([`crate::telemetry::traces`], on with
 //! `--web-ui-dir` or `--trace-spans`): a session run elsewhere, or whose spans are gone, has
