@@ -1,4 +1,4 @@
-"""google-adk's own scores of agentd's eval results, for tests/eval_cli.rs.
+"""google-adk's own scores of agentd's eval results, for tests/eval_cli/.
 
 Reads a file of {"config": <test_config.json>, "cases": [{"actual": [...], "expected": [...]}],
 "judge_answers": [...]} (invocations in the file form, as agentd's result file holds them),
