@@ -7,6 +7,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod evals;
+mod hot_path;
 mod shard_move;
 
 use agentd::store::postgres::{
@@ -21,6 +23,21 @@ use common::{citus, TestDb};
 use serde_json::Value;
 use sqlx::{Connection, Executor, Row};
 use std::collections::BTreeSet;
+
+/// Makes Citus refuse any statement planned over several shards on the database at `url`
+/// (`citus.multi_task_query_log_level = error`), for the connections opened from now on; a
+/// connection opened before (returned).
+async fn refuse_multi_shard(url: &str) -> sqlx::PgConnection {
+    let name = url.rsplit('/').next().expect("a database name");
+    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+    conn.execute(
+        format!("ALTER DATABASE \"{name}\" SET citus.multi_task_query_log_level = 'error'")
+            .as_str(),
+    )
+    .await
+    .expect("alter database");
+    conn
+}
 
 /// What an `EXPLAIN` on the coordinator says about where a statement runs: every distributed
 /// step's task count, the nodes whose tasks touch a distributed (user-owned) table's shard,
