@@ -91,12 +91,20 @@ pub async fn run_case(
         actual: vec![],
     };
     let key = SessionKey::new(app, &user_id, &session_id);
+    // As ADK's eval service: the case's and expected invocations' rubrics go onto the actual
+    // invocations, which the rubric metrics judge by; checked before anything is run.
+    let rubrics = match metrics::rubric::rubric_lists(case, &expected) {
+        Ok(r) => r,
+        Err(e) => {
+            result.metrics = Err(e);
+            return result;
+        }
+    };
     let replayed = replay(runner, store, &key, input, &expected)
         .await
-        .and_then(|mut actual| {
-            // As ADK's eval service: the case's and expected invocations' rubrics go onto the
-            // actual invocations, which the rubric metrics judge by.
-            metrics::rubric::copy_rubrics(case, &expected, &mut actual).map(|()| actual)
+        .map(|mut actual| {
+            metrics::rubric::copy_rubrics(rubrics, &mut actual);
+            actual
         });
     match replayed {
         Ok(actual) => {

@@ -5,7 +5,7 @@
 //! statement added later is checked too.
 
 use super::*;
-use agentd::store::{EvalCaseKey, NewEvalRun, RunCreate, SetWrite, StoredEvalSet};
+use agentd::store::{CaseWrite, EvalCaseKey, NewEvalRun, RunCreate, SetWrite, StoredEvalSet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_eval_statement_but_the_due_scan_runs_on_one_shard() {
@@ -56,18 +56,25 @@ async fn every_eval_statement_but_the_due_scan_runs_on_one_shard() {
         .unwrap_or_else(|e| one("a set's case ids", e));
     let case = store.eval_case(app, set, "a").await;
     assert!(case.unwrap_or_else(|e| one("reading a case", e)).is_ok());
-    store
+    let w = store
         .add_eval_case(app, set, "c", r#"{"eval_id": "c"}"#, 10, 1 << 20)
-        .await
-        .unwrap_or_else(|e| one("adding a case", e));
-    store
+        .await;
+    assert_eq!(
+        w.unwrap_or_else(|e| one("adding a case", e)),
+        CaseWrite::Done
+    );
+    let w = store
         .update_eval_case(app, set, "c", r#"{"eval_id": "c", "x": 1}"#, 1 << 20)
-        .await
-        .unwrap_or_else(|e| one("updating a case", e));
-    store
-        .delete_eval_case(app, set, "c")
-        .await
-        .unwrap_or_else(|e| one("deleting a case", e));
+        .await;
+    assert_eq!(
+        w.unwrap_or_else(|e| one("updating a case", e)),
+        CaseWrite::Done
+    );
+    let w = store.delete_eval_case(app, set, "c").await;
+    assert_eq!(
+        w.unwrap_or_else(|e| one("deleting a case", e)),
+        CaseWrite::Done
+    );
 
     let run = NewEvalRun {
         app,

@@ -1,11 +1,13 @@
-//! Every statement a run's life runs on Citus is one shard's, whichever statement the code
-//! uses: a server on a database where Citus refuses any statement planned over several shards
-//! (`citus.multi_task_query_log_level = error`) creates a session, runs it (admission, the
-//! user event, the agent's events, the run's end), streams and reads it back, lists and pages
-//! sessions, events and runs, adds the session to memory and searches it, reads the usage, and
-//! deletes the session: every answer is a success. (The background scans
-//! that span every user by design, like the sweep for expired leases, are refused there too
-//! and only log; the hand-written `EXPLAIN` list in `main.rs` checks their plans' parts.)
+//! Every statement a session's life runs on Citus is one shard's, whichever statement the
+//! code uses: a server on connections where Citus refuses any statement planned over several
+//! shards (`citus.multi_task_query_log_level = error`) creates a session, runs it twice
+//! (admission, the user event, the agent's events, the run's end), reads it back, lists and
+//! pages sessions, events and runs, adds the session to memory and searches it, reads the
+//! usage, and deletes the session: every answer is a success. Its limits: the app is an echo
+//! agent (no model call, no budget), there is one user and one app (a statement keyed by a
+//! list of users stays on one shard here), and a refused write that is only logged (a
+//! best-effort one) fails no answer. The background scans that span every user by design are
+//! refused there too and only log; the `EXPLAIN` list in `main.rs` checks their parts' plans.
 
 use super::*;
 use common::{json_with_status, TestServer};

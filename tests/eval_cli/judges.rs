@@ -219,13 +219,13 @@ async fn agentd_eval_judges_final_responses_as_adk_does() {
     for case in result["eval_case_results"].as_array().unwrap() {
         assert_eq!(case["final_eval_status"], 2, "{case}");
         let error = case["error"].as_str().unwrap_or_default();
-        assert!(error.contains("every call of the judge"), "{case}");
+        assert!(error.contains("no call of the judge"), "{case}");
     }
     assert_eq!(model.requests_for(&judge).len(), asked + 4);
 
     // A budget the judge's tokens spend: the first case's runs are admitted, its first
-    // invocation judged (30 tokens), and its second not (the budget is spent by then); the
-    // case fails saying so.
+    // invocation's first sample asked (10 tokens), and no call after it (the budget is
+    // checked before each); the case fails saying so.
     let (spent,): (i64,) = sqlx::query_as(
         "SELECT SUM(input_tokens + output_tokens) FROM usage_daily \
          WHERE app_name = 'quiz' AND user_id = 'tester'",
@@ -246,14 +246,11 @@ async fn agentd_eval_judges_final_responses_as_adk_does() {
     for reply in ["It is 4.", "It is 6."] {
         model.push(&agent, Reply::text(&[reply]).with_usage(free.clone()));
     }
-    for _ in 0..3 {
-        model.push(
-            &judge,
-            Reply::text(&[valid]).with_usage(
-                json!({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}),
-            ),
-        );
-    }
+    model.push(
+        &judge,
+        Reply::text(&[valid])
+            .with_usage(json!({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10})),
+    );
     let run = agentd_eval(&args, Some(&db.url)).await;
     assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
     let result = read_json(&out);
@@ -263,7 +260,7 @@ async fn agentd_eval_judges_final_responses_as_adk_does() {
     assert!(error.contains("the judge was not called"), "{result}");
     assert_eq!(
         model.requests_for(&judge).len(),
-        asked + 4 + 3,
+        asked + 4 + 1,
         "a judge call past the budget"
     );
     assert_eq!(model.unused(), 0);

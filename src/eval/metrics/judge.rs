@@ -30,7 +30,7 @@ pub const DEFAULT_SAMPLES: u32 = 5;
 /// The most samples a criterion may ask for (each is a model call per invocation).
 pub const MAX_SAMPLES: u32 = 10;
 /// A judge's answer is read up to this many bytes; a longer one is a failed call.
-const MAX_ANSWER: usize = 64 << 10;
+const MAX_ANSWER: usize = 1 << 20;
 
 /// A judge criterion's options.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -206,7 +206,7 @@ pub async fn score(
 pub(super) struct Asking<'a> {
     criterion: &'a Criterion,
     model: &'a dyn Model,
-    invocations: usize,
+    answered: usize,
     failed: Vec<String>,
 }
 
@@ -215,29 +215,30 @@ impl<'a> Asking<'a> {
         Asking {
             criterion,
             model,
-            invocations: 0,
+            answered: 0,
             failed: vec![],
         }
     }
 
     /// The judge's `n` answers to `request`; `None` when a call failed (the invocation is then
     /// not evaluated, as in ADK, and its other samples are not asked for). `Err` when the
-    /// case's user's or the app's budget is spent: the judge is not called, the case fails.
+    /// case's user's or the app's budget is spent, checked before every call: the judge is not
+    /// called, the case fails.
     pub(super) async fn samples(
         &mut self,
         request: &LlmRequest,
         n: u32,
         payer: &Payer<'_>,
     ) -> Result<Option<Vec<String>>, String> {
-        payer.within_budget().await?;
-        self.invocations += 1;
         let mut answers = Vec::with_capacity(n as usize);
         for _ in 0..n {
+            payer.within_budget().await?;
             match ask(self.model, request).await {
                 Ok((answer, usage)) => {
                     if let Some(u) = usage {
                         payer.charge(self.model.name(), u).await;
                     }
+                    self.answered += 1;
                     answers.push(answer);
                 }
                 Err(e) => {
@@ -250,13 +251,13 @@ impl<'a> Asking<'a> {
         Ok(Some(answers))
     }
 
-    /// `Err` when every invocation's judge call failed: a judge that cannot be reached (a
+    /// `Err` when no judge call answered and one failed: a judge that cannot be reached (a
     /// wrong key, a provider down) fails the case instead of leaving it not evaluated, which
     /// beside passing metrics would let a CI run pass.
     pub(super) fn done(self) -> Result<(), String> {
         match self.failed.last() {
-            Some(e) if self.failed.len() == self.invocations => Err(format!(
-                "{}: every call of the judge {:?} failed, the last with: {e}",
+            Some(e) if self.answered == 0 => Err(format!(
+                "{}: no call of the judge {:?} answered, the last failed with: {e}",
                 self.criterion.name,
                 self.model.name()
             )),
@@ -315,14 +316,17 @@ pub fn prompt(user: &str, response: &str, reference: &str) -> String {
     )
 }
 
+/// Python's `\s` (what `str.isspace` takes), spelled out for a regex class: agentd's regex is
+/// built without Unicode classes, and ADK's patterns are Python's.
+pub(super) const PY_WS: &str = r"\t\n\x0B\x0C\r \x1C-\x1F\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}";
+
 /// A judge's verdict, read as ADK reads it: `Some(1.0)` valid, `Some(0.0)` invalid, `None`
 /// when the answer holds neither (ADK's `_parse_critique`).
 pub fn verdict(answer: &str) -> Option<f64> {
     static VALID: OnceLock<Option<regex::Regex>> = OnceLock::new();
     static INVALID: OnceLock<Option<regex::Regex>> = OnceLock::new();
-    // ADK's pattern, `\s` spelled out as ASCII white space (Python's also takes Unicode
-    // spaces, which a judge's JSON does not hold).
-    const WS: &str = r"\t\n\x0B\x0C\r ";
+    // ADK's pattern, `\s` spelled out as Python's white space ([`PY_WS`]).
+    const WS: &str = PY_WS;
     let field = |name: &str| {
         regex::Regex::new(&format!(
             r#""{name}":[{WS}]*\[*[{WS}]*"*([^"^\]^{WS}]*)"*[{WS}]*\]*[{WS}]*[,\n\}}]"#

@@ -17,7 +17,7 @@
 //! `Rationale:` and `Verdict:` lines, a rubric found by its id, else by its text. The
 //! prompts are agentd's own wording ([`prompt`]).
 
-use super::judge::{response_text, Asking, Judge, JudgeSettings, Payer};
+use super::judge::{response_text, Asking, Judge, JudgeSettings, Payer, PY_WS};
 use super::{content_text, Criterion, Scored, Status};
 use crate::eval::doc::Doc;
 use crate::event::Content;
@@ -99,6 +99,13 @@ impl RubricJudge {
         if rubrics.len() > MAX_RUBRICS {
             return Err(format!("{name}: at most {MAX_RUBRICS} rubrics"));
         }
+        if let Some(twice) = rubrics
+            .iter()
+            .enumerate()
+            .find(|(i, r)| rubrics[..*i].iter().any(|o| o.id == r.id))
+        {
+            return Err(format!("{name}: rubric {:?} is given twice", twice.1.id));
+        }
         Ok(RubricJudge {
             quality,
             judge,
@@ -135,40 +142,48 @@ impl RubricJudge {
     }
 }
 
-/// The case-level and invocation-level rubrics of `case` put onto `actual` (ADK's eval
-/// service does so before its evaluators run): the case's onto every invocation, then each
-/// expected invocation's onto its actual one. A rubric id given twice is an error.
-pub fn copy_rubrics(case: &Doc, expected: &[Doc], actual: &mut [Doc]) -> Result<(), String> {
-    let case_rubrics = case.get("rubrics").and_then(Doc::as_array);
-    for (i, a) in actual.iter_mut().enumerate() {
-        let from_expected = expected
-            .get(i)
-            .and_then(|e| e.get("rubrics"))
-            .and_then(Doc::as_array);
-        for r in case_rubrics
-            .into_iter()
-            .flatten()
-            .chain(from_expected.into_iter().flatten())
-        {
-            let id = r.get("rubric_id").or_else(|| r.get("rubricId"));
-            let mut list = match a.remove("rubrics") {
-                Some(Doc::Array(list)) => list,
-                _ => vec![],
-            };
-            if list
-                .iter()
-                .any(|o| o.get("rubric_id").or_else(|| o.get("rubricId")) == id)
-            {
-                return Err(format!(
-                    "rubric {} is given twice",
-                    id.map(Doc::to_compact).unwrap_or_default()
-                ));
+/// The rubrics each invocation of `case` gets from the case and from its expected invocation
+/// (ADK's eval service copies them onto the actual invocations before its evaluators run):
+/// the case's, then the expected invocation's. Checked before the case is replayed: a rubric
+/// id given twice, or more than [`MAX_RUBRICS`] for one invocation, is an error.
+pub fn rubric_lists(case: &Doc, expected: &[Doc]) -> Result<Vec<Vec<Doc>>, String> {
+    let list = |d: Option<&Doc>| -> Vec<Doc> {
+        d.and_then(|d| d.get("rubrics"))
+            .and_then(Doc::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let of_case = list(Some(case));
+    expected
+        .iter()
+        .map(|e| {
+            let all: Vec<Doc> = of_case.iter().cloned().chain(list(Some(e))).collect();
+            if all.len() > MAX_RUBRICS {
+                return Err(format!("at most {MAX_RUBRICS} rubrics an invocation"));
             }
-            list.push(r.clone());
+            let mut ids = std::collections::HashSet::new();
+            for r in &all {
+                let id = r
+                    .get("rubric_id")
+                    .or_else(|| r.get("rubricId"))
+                    .map(Doc::to_compact)
+                    .unwrap_or_default();
+                if !ids.insert(id.clone()) {
+                    return Err(format!("rubric {id} is given twice"));
+                }
+            }
+            Ok(all)
+        })
+        .collect()
+}
+
+/// Puts `lists` (from [`rubric_lists`]) onto the actual invocations, in order.
+pub fn copy_rubrics(lists: Vec<Vec<Doc>>, actual: &mut [Doc]) {
+    for (a, list) in actual.iter_mut().zip(lists) {
+        if !list.is_empty() {
             a.set("rubrics", Doc::Array(list));
         }
     }
-    Ok(())
 }
 
 /// A rubric's score in one sample, one invocation or the case.
@@ -227,10 +242,9 @@ pub fn parse(answer: &str) -> Vec<Verdict> {
     static RATIONALE: OnceLock<Option<regex::Regex>> = OnceLock::new();
     static VERDICT: OnceLock<Option<regex::Regex>> = OnceLock::new();
     let (Some(id), Some(property), Some(rationale), Some(verdict)) = (
-        // ADK's patterns, `\s` spelled out as ASCII white space (agentd's regex is built
-        // without Unicode classes).
-        re(&ID, r"(?m)^[\t\n\x0B\x0C\r ]*ID: (.*)$"),
-        re(&PROPERTY, r"(?m)^[\t\n\x0B\x0C\r ]*Property: (.*)$"),
+        // ADK's patterns, `\s` spelled out ([`PY_WS`]).
+        re(&ID, &format!(r"(?m)^[{PY_WS}]*ID: (.*)$")),
+        re(&PROPERTY, &format!(r"(?m)^[{PY_WS}]*Property: (.*)$")),
         re(&RATIONALE, r"Rationale: (.*)"),
         re(&VERDICT, r"Verdict: (.*)"),
     ) else {
@@ -316,8 +330,9 @@ pub fn sample_scores(verdicts: &[Verdict], rubrics: &[Rubric]) -> Vec<RubricScor
         .filter_map(|v| {
             let by_id = v.id.as_ref().and_then(|id| rubrics.iter().find(|r| &r.id == id));
             let rubric = by_id.or_else(|| {
+                // ADK's map of texts keeps the last rubric of a text.
                 let text = normalise(&v.property);
-                rubrics.iter().find(|r| normalise(&r.text) == text)
+                rubrics.iter().rev().find(|r| normalise(&r.text) == text)
             });
             match rubric {
                 Some(r) => Some(RubricScore {
@@ -637,7 +652,7 @@ mod tests {
         let case = Doc::parse(r#"{"rubrics": [{"rubric_id": "c1", "rubric_content": {"text_property": "Short"}, "type": "FINAL_RESPONSE_QUALITY"}]}"#).unwrap();
         let expected = [Doc::parse(r#"{"rubrics": [{"rubric_id": "t1", "rubric_content": {"text_property": "Calls w"}, "type": "TOOL_USE_QUALITY"}]}"#).unwrap()];
         let mut actual = [Doc::object()];
-        copy_rubrics(&case, &expected, &mut actual).unwrap();
+        copy_rubrics(rubric_lists(&case, &expected).unwrap(), &mut actual);
         let o = Doc::parse(
             r#"{"rubrics": [{"rubric_id": "k", "rubricContent": {"textProperty": "Kind"}}]}"#,
         )
@@ -666,6 +681,14 @@ mod tests {
             r#"{"rubrics": [{"rubric_id": "c1", "rubric_content": {"text_property": "x"}}]}"#,
         )
         .unwrap()];
-        assert!(copy_rubrics(&case, &twice, &mut [Doc::object()]).is_err());
+        assert!(rubric_lists(&case, &twice).is_err());
+        let dup = Doc::parse(r#"{"rubrics": [{"rubric_id": "k", "rubric_content": {"text_property": "a"}},
+                                            {"rubric_id": "k", "rubric_content": {"text_property": "b"}}]}"#).unwrap();
+        assert!(RubricJudge::parse("m", Quality::FinalResponse, Some(&dup)).is_err());
+        // Indented with a no-break space, as Python's `\s` takes it.
+        assert_eq!(
+            parse("\u{a0}Property: p\nRationale: r\nVerdict: yes\n").len(),
+            1
+        );
     }
 }
