@@ -119,16 +119,15 @@ pub async fn run_case(
                 app,
                 user: &user_id,
             };
-            let mut scored = Vec::with_capacity(criteria.0.len());
-            result.metrics = loop {
-                let Some(c) = criteria.0.get(scored.len()) else {
-                    break Ok(scored);
-                };
-                match metrics::score(c, &judges, &payer, &actual, &expected).await {
-                    Ok(s) => scored.push((c.clone(), s)),
-                    Err(e) => break Err(e),
+            result.metrics = async {
+                let mut scored = Vec::with_capacity(criteria.0.len());
+                for c in &criteria.0 {
+                    let s = metrics::score(c, &judges, &payer, &actual, &expected).await?;
+                    scored.push((c.clone(), s));
                 }
-            };
+                Ok(scored)
+            }
+            .await;
             result.actual = actual;
         }
         Err(e) => result.metrics = Err(e),

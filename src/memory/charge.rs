@@ -8,11 +8,10 @@
 //! total: each user is charged the share of it their texts made up ([`shares`]).
 //!
 //! And as a run is refused, memory's own calls for a user are not made while the user's or
-//! the app's budget is spent ([`spent_budget`]): an extraction answers 429, a search outside a
+//! the app's budget is spent ([`crate::store::usage::spent_budget`]): an extraction answers 429, a search outside a
 //! run ranks by words alone, and the embedder puts the user's memories off until the budget
 //! resets.
 
-pub use crate::store::usage::spent_budget;
 use crate::store::usage::OutsideCall;
 use crate::store::Store;
 use crate::usage::{Prices, Tokens, Window};

@@ -17,11 +17,12 @@
 //! [`ADOPT_EVERY`]: vectors of another space (stored by a replica still on an old model
 //! during a rolling update) become pending again.
 
-use super::charge::{shares, spent_budget, user_call};
+use super::charge::{shares, user_call};
 use super::{count_tokens, space_of};
 use crate::model::embed::{Embedder, Purpose, MAX_BATCH};
 use crate::model::ModelError;
 use crate::store::memory::vectors::{PendingMemory, VectorStore, VectorSupport};
+use crate::store::usage::spent_budget;
 use crate::store::{Store, StoreError};
 use crate::usage::Prices;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -229,7 +229,7 @@ async fn decide(
 /// Refuses the call when the user's or the app's budget is spent, as admission refuses a
 /// run: an extraction's calls are charged to the user.
 async fn budget_gate(store: &dyn Store, app: &str, user: &str) -> Result<(), ExtractError> {
-    match crate::memory::charge::spent_budget(store, app, user).await? {
+    match crate::store::usage::spent_budget(store, app, user).await? {
         Some(spent) => Err(ExtractError::BudgetExhausted(spent)),
         None => Ok(()),
     }

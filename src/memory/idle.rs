@@ -13,7 +13,7 @@
 //! A failed add is tried again when its claim runs out, [`MAX_ATTEMPTS`] times in all.
 //!
 //! A claimed session is added only once it has paused: no run of it going on, and its last
-//! event older than the pause. Otherwise (the mark of a run's start whose end was never
+//! change older than the pause. Otherwise (the mark of a run's start whose end was never
 //! marked: the replica died) it is due again when the pause would end ([`Sweep::pause_ends`]).
 
 use crate::memory::extract::{ExtractError, Extraction};
@@ -172,7 +172,7 @@ impl Sweep {
     }
 
     /// When the session's pause will end, if it has not yet: a run of it is going on (its
-    /// end marks the session again; this is in case it never does), or its last event is
+    /// end marks the session again; this is in case it never does), or its last change is
     /// newer than `idle`. `None` when it has paused, or is gone (the add finds that).
     async fn pause_ends(&self, key: &SessionKey, idle: Duration) -> StoreResult<Option<f64>> {
         let now = crate::event::now_ts();

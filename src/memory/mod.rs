@@ -8,7 +8,7 @@
 //!
 //! The query's embedding is the one provider call on the request path, bounded by
 //! [`QUERY_EMBED_TIMEOUT`]: a provider that fails or is slow leaves the search full-text,
-//! never fails it; nor is it made while the user's budget is spent ([`charge::spent_budget`]).
+//! never fails it; nor is it made while the user's budget is spent ([`crate::store::usage::spent_budget`]).
 //! Stored memories are embedded off the request path by [`embedder`]. What an
 //! app's `memory:` block builds into is [`app::AppMemory`].
 
@@ -89,7 +89,7 @@ pub async fn search(
 /// Whether a search outside a run may embed `user`'s query: not while the user's or the
 /// app's budget is spent (the search then ranks by words, as when the provider is down).
 async fn may_embed(store: &dyn Store, app: &str, user: &str) -> bool {
-    let code = match charge::spent_budget(store, app, user).await {
+    let code = match crate::store::usage::spent_budget(store, app, user).await {
         Ok(None) => return true,
         Ok(Some(spent)) => {
             tracing::debug!(app, user, %spent, "memory query not embedded; searching by words");
