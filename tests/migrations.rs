@@ -171,23 +171,30 @@ async fn unsupported_database_url_is_a_clear_error() {
     assert!(err.to_string().contains("postgres://"), "{err}");
 }
 
-/// A pool on `db`, migrated up to 0011 (the schema an agentd before 0012 left).
-async fn migrated_to_0011(db: &TestDb) -> sqlx::PgPool {
-    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
-    let mut before = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/migrations/postgres"
-    )))
-    .await
-    .expect("migrations");
+/// The migrations in `dir` (under the crate) before `version`: the schema an older agentd left.
+async fn migrations_before(dir: &str, version: i64) -> sqlx::migrate::Migrator {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut before = sqlx::migrate::Migrator::new(path)
+        .await
+        .expect("migrations");
     before.migrations = before
         .migrations
         .iter()
-        .filter(|m| m.version < 12)
+        .filter(|m| m.version < version)
         .cloned()
         .collect::<Vec<_>>()
         .into();
-    before.run(&pool).await.expect("migrate to 0011");
+    before
+}
+
+/// A pool on `db`, migrated up to 0011 (the schema an agentd before 0012 left).
+async fn migrated_to_0011(db: &TestDb) -> sqlx::PgPool {
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    migrations_before("migrations/postgres", 12)
+        .await
+        .run(&pool)
+        .await
+        .expect("migrate to 0011");
     pool
 }
 
@@ -355,4 +362,95 @@ async fn migration_0012_needs_the_older_replicas_stopped() {
             .await
             .unwrap();
     assert_eq!(deliveries, 1);
+}
+
+/// Migration 0022 (SQLite) keys the vectors' sign bits by the user's part of the space: a
+/// database with vectors from before it is ranked by signs after it, the nearest first and
+/// only the user's, and a user whose memories are then deleted leaves no part behind.
+#[tokio::test]
+async fn sqlite_sign_bits_move_under_their_users_parts() {
+    use agentd::store::memory::vectors::VectorSpace;
+    // sqlite-vec on every SQLite connection from here on (0018 calls it): opening a store
+    // registers it.
+    TestDb::sqlite().await.store().await;
+    let db = TestDb::sqlite().await;
+    let pool = sqlx::SqlitePool::connect(&format!("{}?mode=rwc", db.url))
+        .await
+        .expect("connect");
+    migrations_before("migrations/sqlite", 22)
+        .await
+        .run(&pool)
+        .await
+        .expect("migrate to 0021");
+    // 128 values each: u1's three along axes 0, 1 and 2, u2's one along axis 0.
+    let blob = |axis: usize| -> Vec<u8> {
+        (0..128)
+            .flat_map(|i| if i == axis { 1.0f32 } else { -0.01 }.to_le_bytes())
+            .collect()
+    };
+    for (i, (user, axis)) in [("u1", 0), ("u1", 1), ("u1", 2), ("u2", 0)]
+        .iter()
+        .enumerate()
+    {
+        sqlx::query(
+            "INSERT INTO memory_entries (app_name, user_id, session_id, event_id, author,
+                                         timestamp, text, content, embedding, space)
+             VALUES ('echo', ?, 's1', ?, 'user', 0, 'fact', '{}', ?, 'm/128')",
+        )
+        .bind(user)
+        .bind(format!("mem-{i}"))
+        .bind(blob(*axis))
+        .execute(&pool)
+        .await
+        .expect("a memory with its vector");
+    }
+    let old: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_vector_bits")
+        .fetch_one(&pool)
+        .await
+        .expect("0018's bits");
+    assert_eq!(old, 4, "the premise: 0018 kept every vector's bits");
+
+    let store = db.store().await; // migrated to the end
+    let parts: Vec<(String, String)> =
+        sqlx::query_as("SELECT user_id, space FROM memory_vector_parts ORDER BY user_id")
+            .fetch_all(&pool)
+            .await
+            .expect("parts");
+    assert_eq!(
+        parts,
+        [("u1".into(), "m/128".into()), ("u2".into(), "m/128".into())]
+    );
+    let bits: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM memory_vector_bits b JOIN memory_vector_parts p USING (part)",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("bits");
+    assert_eq!(bits, 4, "every vector's bits, under its user's part");
+    let space = VectorSpace {
+        name: "m/128".into(),
+        dims: 128,
+    };
+    let query: Vec<f32> = (0..128).map(|i| if i == 1 { 1.0 } else { -0.01 }).collect();
+    let near = store
+        .nearest_memories("echo", "u1", &space, &query, 3)
+        .await
+        .expect("search");
+    let ids: Vec<&str> = near.iter().map(|n| n.entry.event_id.as_str()).collect();
+    assert_eq!(ids.len(), 3, "u1's three, not u2's: {ids:?}");
+    assert_eq!(ids[0], "mem-1", "the nearest first: {ids:?}");
+
+    sqlx::query("DELETE FROM memory_entries WHERE user_id = 'u1'")
+        .execute(&pool)
+        .await
+        .expect("forget u1");
+    let left: Vec<String> = sqlx::query_scalar("SELECT user_id FROM memory_vector_parts")
+        .fetch_all(&pool)
+        .await
+        .expect("parts");
+    assert_eq!(
+        left,
+        ["u2"],
+        "a forgotten user's part goes with their last vector"
+    );
 }

@@ -526,3 +526,71 @@ async fn sqlite_budget_checks_search_through_indexes() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// A user with more memories than the primary key's branch is for (2,000) is searched by
+/// words through the GIN index alone: the primary key is read only for the count that picks
+/// the branch. Without statistics the planner used to AND the GIN index with a scan of the
+/// whole key for `user_id = …` (its second column), reading every memory of every user to find
+/// the user's: more than half of a search at 100,000 memories (migration 0024). Rows about as
+/// wide as a memory with its vector, where that plan is the planner's pick.
+#[tokio::test]
+async fn a_large_users_search_by_words_does_not_scan_the_primary_key() {
+    let db = TestDb::postgres().await;
+    db.store().await; // migrated
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    conn.execute("ALTER TABLE memory_entries SET (autovacuum_enabled = false)")
+        .await
+        .unwrap();
+    // 3,000 memories of u1 and 500 of others, every tenth of each with one of three words.
+    conn.execute(
+        "INSERT INTO memory_entries (app_name, user_id, session_id, event_id, author,
+                                     \"timestamp\", text, content)
+         SELECT 'echo', CASE WHEN g <= 3000 THEN 'u1' ELSE 'other' || (g % 5) END, 's1',
+                'mem-' || g, 'user', g,
+                CASE g % 30 WHEN 0 THEN 'needle ' WHEN 10 THEN 'thread ' WHEN 20 THEN 'button '
+                            ELSE '' END || 'fact ' || g || ' '
+                  || repeat('padding ', 190), '{}'::jsonb
+           FROM generate_series(1, 3500) g",
+    )
+    .await
+    .unwrap();
+    let reltuples: f32 =
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'memory_entries'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert!(reltuples < 0.0, "the premise: no statistics ({reltuples})");
+
+    let mut tx = conn.begin().await.unwrap();
+    let found: Vec<String> =
+        sqlx::query_scalar("SELECT event_id FROM agentd_memory_by_words_v1('echo', 'u1', $1, 500)")
+            .bind(r#""needle" or "thread" or "button""#)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    let (key_entries, gin_entries): (i64, i64) = sqlx::query_as(
+        "SELECT pg_stat_get_xact_tuples_returned('memory_entries_pkey'::regclass),
+                pg_stat_get_xact_tuples_returned('memory_entries_tsv'::regclass)",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+
+    let mut found_n: Vec<u32> = found
+        .iter()
+        .map(|id| id.trim_start_matches("mem-").parse().unwrap())
+        .collect();
+    found_n.sort_unstable();
+    let expected: Vec<u32> = (1..=300).map(|i| i * 10).collect();
+    assert_eq!(
+        found_n, expected,
+        "u1's 300 memories with the word, no one else's"
+    );
+    assert_eq!(gin_entries, 350, "the matches came from the GIN index");
+    assert!(
+        key_entries <= 2001,
+        "the primary key was read for {key_entries} entries: at most the 2,001 of the count \
+         that picks the branch, not every memory of the user"
+    );
+}

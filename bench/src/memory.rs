@@ -176,6 +176,51 @@ pub async fn run(args: &BenchArgs, admin: &Admin) -> Result<String> {
     Ok(out)
 }
 
+/// Migration 0019, whose function the PostgreSQL measures run beside 0024's.
+const WORDS_0019: &str = include_str!("../../migrations/postgres/0019_memory_search.sql");
+
+/// 0024's words function and 0019's (created as `agentd_bench_words_0019`), taking turns on
+/// each of `n` queries.
+async fn words_pair(
+    pool: &sqlx::PgPool,
+    queries: &[(String, Vec<f32>)],
+    n: usize,
+) -> Result<(Histogram<u64>, Histogram<u64>)> {
+    let words = |function: &'static str| {
+        move |i: usize| {
+            let pool = pool.clone();
+            let words = or_words(&queries[i].0);
+            async move {
+                let ids: Vec<String> =
+                    sqlx::query_scalar(&format!("SELECT event_id FROM {function}($1, $2, $3, $4)"))
+                        .bind(APP)
+                        .bind(USER)
+                        .bind(words)
+                        .bind(TOP as i32)
+                        .fetch_all(&pool)
+                        .await?;
+                anyhow::ensure!(!ids.is_empty());
+                Ok(())
+            }
+        }
+    };
+    time_pair(
+        n,
+        words("agentd_memory_by_words_v1"),
+        words("agentd_bench_words_0019"),
+    )
+    .await
+}
+
+/// A query's words as the store sends them to the words' function (`"a" or "b"`).
+fn or_words(query: &str) -> String {
+    query
+        .split_whitespace()
+        .map(|w| format!("\"{w}\""))
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
+
 /// The searches' words and vectors (near the memories' topics), seeded.
 fn queries(args: &BenchArgs) -> Vec<(String, Vec<f32>)> {
     let mut rng = Rng(11);
@@ -238,6 +283,39 @@ async fn agentd_searches(
     Ok((hybrid, vector, words))
 }
 
+/// Times `n` calls each of `a` and `b`, one of each per query, taking turns at going first:
+/// a pair measured so, unlike two measures one after the other, finds the same pages cached.
+async fn time_pair<A, FutA, B, FutB>(
+    n: usize,
+    mut a: A,
+    mut b: B,
+) -> Result<(Histogram<u64>, Histogram<u64>)>
+where
+    A: FnMut(usize) -> FutA,
+    FutA: std::future::Future<Output = Result<()>>,
+    B: FnMut(usize) -> FutB,
+    FutB: std::future::Future<Output = Result<()>>,
+{
+    let (mut ha, mut hb) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
+    for i in 0..10 {
+        a(i).await?;
+        b(i).await?;
+    }
+    for i in 0..n {
+        for first in [i % 2 == 0, i % 2 == 1] {
+            let t = Instant::now();
+            if first {
+                a(i).await?;
+                ha.record(t.elapsed().as_micros() as u64)?;
+            } else {
+                b(i).await?;
+                hb.record(t.elapsed().as_micros() as u64)?;
+            }
+        }
+    }
+    Ok((ha, hb))
+}
+
 /// Times `searches` calls of `f` (each given the query's index).
 async fn time<F, Fut>(n: usize, mut f: F) -> Result<Histogram<u64>>
 where
@@ -270,6 +348,12 @@ async fn postgres(args: &BenchArgs, admin: &Admin, data: &[Row], citus: bool) ->
         anyhow::bail!("no memory vectors on this PostgreSQL: {why} (scripts/pgvector.sh install)");
     }
     let pool = crate::pg::connect(&url, 2).await?;
+    if !citus {
+        // Never analyzed until the measures below say otherwise, wherever autovacuum runs.
+        sqlx::query("ALTER TABLE memory_entries SET (autovacuum_enabled = false)")
+            .execute(&pool)
+            .await?;
+    }
     let load = Instant::now();
     for chunk in data.chunks(1000) {
         sqlx::query(
@@ -301,12 +385,28 @@ async fn postgres(args: &BenchArgs, admin: &Admin, data: &[Row], citus: bool) ->
     .execute(&pool)
     .await?;
     let store = agentd::store::open(&url, 4, StoreLimits::default()).await?;
+    // The words half by 0024's function and as before it (0019's, under another name), on
+    // one PostgreSQL, taking turns on each query: first as a fresh deployment has the table,
+    // never analyzed (no statistics, and no row count until an index is built), then after
+    // the adoption's index build gave the planner the table's size.
+    let queries = queries(args);
+    let n = args.memory_queries;
+    let mut words_pairs = Vec::new();
+    if !citus {
+        let sql = WORDS_0019
+            .split_once("CREATE FUNCTION agentd_memory_by_words_v1(")
+            .map(|(_, f)| format!("CREATE FUNCTION agentd_bench_words_0019({f}"))
+            .context("0019's function")?;
+        sqlx::raw_sql(&sql).execute(&pool).await?;
+        words_pairs.push(("never analyzed", words_pair(&pool, &queries, n).await?));
+    }
     let build = Instant::now();
     store.adopt_space(APP, &space).await?;
     let build_s = build.elapsed().as_secs_f64();
+    if !citus {
+        words_pairs.push(("its size known", words_pair(&pool, &queries, n).await?));
+    }
 
-    let queries = queries(args);
-    let n = args.memory_queries;
     let (hybrid, vector, words) = agentd_searches(&store, &space, &queries, n).await?;
     // The ceiling: pgvector's own query on the same index, nothing else. On Citus, on the
     // worker holding the user's shard, against the shard itself (no Citus in between).
@@ -399,6 +499,18 @@ async fn postgres(args: &BenchArgs, admin: &Admin, data: &[Row], citus: bool) ->
     line(&mut out, "agentd, vector (the store's call)", &vector);
     line(&mut out, "agentd, words (the store's call)", &words);
     line(&mut out, "ceiling: pgvector's HNSW query alone", &ceiling);
+    for (state, (after, before)) in &words_pairs {
+        line(
+            &mut out,
+            &format!("words, 0024's function, table {state} (taking turns with the next)"),
+            after,
+        );
+        line(
+            &mut out,
+            &format!("words, as before migration 0024 (0019's function), table {state}"),
+            before,
+        );
+    }
     out.push('\n');
     Ok(out)
 }
@@ -446,9 +558,10 @@ async fn sqlite(args: &BenchArgs, data: &[Row]) -> Result<String> {
     // signs, the nearest 200 measured exactly, as the store does for a top 10), and, for
     // scale, the exact scan of every vector of the user.
     let by_bits = format!(
-        "WITH near AS (SELECT id FROM memory_vector_bits
-                        WHERE app_name = ?1 AND user_id = ?2 AND space = ?3
-                        ORDER BY agentd_hamming(bits, vec_quantize_binary(?4))
+        "WITH near AS (SELECT b.id FROM memory_vector_bits b
+                        WHERE b.part = (SELECT part FROM memory_vector_parts
+                                         WHERE app_name = ?1 AND user_id = ?2 AND space = ?3)
+                        ORDER BY agentd_hamming(b.bits, vec_quantize_binary(?4))
                         LIMIT 200)
          SELECT m.event_id FROM near JOIN memory_entries m ON m.id = near.id
           ORDER BY vec_distance_cosine(m.embedding, ?4) LIMIT {TOP}"
@@ -457,28 +570,54 @@ async fn sqlite(args: &BenchArgs, data: &[Row]) -> Result<String> {
         "SELECT event_id FROM memory_entries WHERE app_name = ?1 AND user_id = ?2 AND space = ?3
           ORDER BY vec_distance_cosine(embedding, ?4) LIMIT {TOP}"
     );
+    // The same two steps on the bits as they were kept before migration 0022 (keyed by app,
+    // user and space), copied into a table of that shape.
+    sqlx::raw_sql(
+        "CREATE TABLE bench_bits_0018 (
+             app_name TEXT NOT NULL, user_id TEXT NOT NULL, space TEXT NOT NULL,
+             id INTEGER NOT NULL, bits BLOB NOT NULL,
+             PRIMARY KEY (app_name, user_id, space, id)) WITHOUT ROWID;
+         INSERT INTO bench_bits_0018
+         SELECT p.app_name, p.user_id, p.space, b.id, b.bits
+           FROM memory_vector_bits b JOIN memory_vector_parts p USING (part);",
+    )
+    .execute(&pool)
+    .await?;
+    let by_bits_0018 = format!(
+        "WITH near AS (SELECT id FROM bench_bits_0018
+                        WHERE app_name = ?1 AND user_id = ?2 AND space = ?3
+                        ORDER BY agentd_hamming(bits, vec_quantize_binary(?4))
+                        LIMIT 200)
+         SELECT m.event_id FROM near JOIN memory_entries m ON m.id = near.id
+          ORDER BY vec_distance_cosine(m.embedding, ?4) LIMIT {TOP}"
+    );
+    let hand = |sql: &String| {
+        let (pool, queries, space, sql) = (pool.clone(), &queries, space.name.clone(), sql.clone());
+        move |i: usize| {
+            let (pool, v, space, sql) = (
+                pool.clone(),
+                blob(&queries[i].1),
+                space.clone(),
+                sql.clone(),
+            );
+            async move {
+                let ids: Vec<String> = sqlx::query_scalar(&sql)
+                    .bind(APP)
+                    .bind(USER)
+                    .bind(space)
+                    .bind(v)
+                    .fetch_all(&pool)
+                    .await?;
+                anyhow::ensure!(ids.len() == TOP);
+                Ok(())
+            }
+        }
+    };
     let mut ceilings = Vec::new();
     for sql in [&by_bits, &exact] {
-        ceilings.push(
-            time(n, |i| {
-                let pool = pool.clone();
-                let v = blob(&queries[i].1);
-                let space = space.name.clone();
-                async move {
-                    let ids: Vec<String> = sqlx::query_scalar(sql)
-                        .bind(APP)
-                        .bind(USER)
-                        .bind(space)
-                        .bind(v)
-                        .fetch_all(&pool)
-                        .await?;
-                    anyhow::ensure!(ids.len() == TOP);
-                    Ok(())
-                }
-            })
-            .await?,
-        );
+        ceilings.push(time(n, hand(sql)).await?);
     }
+    let pair_0022 = time_pair(n, hand(&by_bits), hand(&by_bits_0018)).await?;
     // Recall@10 of agentd's vector search against the exact scan.
     let mut found = 0usize;
     let recall_queries = 30.min(n);
@@ -519,6 +658,16 @@ async fn sqlite(args: &BenchArgs, data: &[Row]) -> Result<String> {
         &mut out,
         "for scale: sqlite-vec's exact distance over every vector of the user",
         &ceilings[1],
+    );
+    line(
+        &mut out,
+        "the two steps by hand, on the bits of 0022 (taking turns with the next)",
+        &pair_0022.0,
+    );
+    line(
+        &mut out,
+        "the two steps by hand, on the bits as kept before migration 0022",
+        &pair_0022.1,
     );
     out.push('\n');
     Ok(out)

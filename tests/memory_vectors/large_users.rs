@@ -131,14 +131,15 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
     .unwrap();
     let plan = plan.join("\n");
     assert!(plan.contains("memory_entries_hnsw_8"), "{plan}");
-    // And the words' plan of agentd_memory_by_words_v1 for a user past 2,000 memories.
+    // And the words' plan of agentd_memory_by_words_v1 for a user past 2,000 memories (its
+    // reads: tests/plans.rs).
     sqlx::query("SET LOCAL enable_seqscan = off")
         .execute(&mut *tx)
         .await
         .unwrap();
     let plan: Vec<String> = sqlx::query_scalar(
         "EXPLAIN SELECT m.event_id FROM memory_entries m, memory_tsquery('\"fact\" or \"1000\"') AS t(q)
-          WHERE m.app_name || '' = 'recall' AND m.user_id = 'u1' AND m.tsv @@ t.q
+          WHERE m.app_name || '' = 'recall' AND m.user_id = 'u1' COLLATE \"C\" AND m.tsv @@ t.q
           ORDER BY ts_rank(m.tsv, t.q) DESC, m.\"timestamp\" DESC, m.event_id LIMIT 5",
     )
     .fetch_all(&mut *tx)
@@ -149,7 +150,7 @@ async fn a_large_user_is_searched_through_the_hnsw_index(backend: Backend) {
 }
 
 /// On SQLite, a user with more vectors than a search measures exactly (200 for a top 5) is
-/// ranked by the vectors' signs first (migrations/sqlite/0018_memory_vector_bits.sql), then
+/// ranked by the vectors' signs first (migrations/sqlite/0018_memory_vector_bits.sql, 0022), then
 /// measured: the nearest five are exactly an exact scan's, another user's vectors (nearer
 /// still) never come back, and a deleted or re-embedded memory leaves the ranking at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,6 +256,11 @@ async fn a_large_sqlite_user_is_ranked_by_signs_then_measured() {
         .await
         .unwrap();
     assert_eq!(bits, 0, "bits of cleared vectors are left");
+    let parts: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_vector_parts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(parts, 0, "a part with no vectors is left");
 }
 
 postgres_backends!(a_large_user_is_searched_through_the_hnsw_index);

@@ -38,7 +38,8 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
 /// group's anchor.
 pub const APP_TABLES: &[&str] = &["eval_sets", "eval_cases", "eval_runs", "eval_run_cases"];
 
-/// Memory search by words (migrations/postgres/0019_memory_search.sql).
+/// Memory search by words (migrations/postgres/0019_memory_search.sql, replaced by 0024 with
+/// the same signature, so its distribution stays).
 const MEMORY_BY_WORDS: &str = "agentd_memory_by_words_v1(text, text, text, integer)";
 
 /// An arbitrary constant: the advisory lock replicas starting together take, so that one of

@@ -15,7 +15,7 @@ use sqlx::Row;
 /// The query's words OR-ed (`"a" or "b"`), parsed by `memory_tsquery` (websearch_to_tsquery,
 /// which never fails), ranked by `ts_rank`, newest first among equals: one call of
 /// `agentd_memory_by_words_v1` (migrations/postgres/0019_memory_search.sql, which says how it
-/// stays fast for a user with many memories).
+/// stays fast for a user with many memories, as changed by 0024_memory_search_reads.sql).
 const SEARCH_SQL: &str = "SELECT * FROM agentd_memory_by_words_v1($1, $2, $3, $4)";
 
 #[async_trait]

@@ -4,7 +4,8 @@
 //!
 //! A search of a space of 128 values or more ranks the user's vectors by their signs first
 //! (`memory_vector_bits`, migrations/sqlite/0018_memory_vector_bits.sql: a 32nd of each vector,
-//! compared by Hamming distance) and measures only the nearest [`rescored`] exactly: reading
+//! compared by Hamming distance; keyed by the user's part of the space since
+//! 0022_memory_vector_parts.sql) and measures only the nearest [`rescored`] exactly: reading
 //! every vector of a user with 100,000 memories took 160 ms, the bits 10 ms
 //! (docs/performance.md#memory-search). A user with no more vectors than are rescored is
 //! measured whole, so the ranking is exact for them; past that it is approximate, as
@@ -37,12 +38,13 @@ const NEAREST_EXACT: &str = "SELECT session_id, event_id, author, timestamp, tex
   ORDER BY distance IS NULL, distance, timestamp DESC, event_id
   LIMIT ?5";
 
-/// The user's `?6` vectors nearest by their signs (the primary key's range of the user and
-/// space), then those measured exactly.
+/// The user's `?6` vectors nearest by their signs (the primary key's range of the user's part
+/// of the space), then those measured exactly.
 const NEAREST_BY_BITS: &str = "WITH near AS (
-     SELECT id FROM memory_vector_bits
-      WHERE app_name = ?1 AND user_id = ?2 AND space = ?3
-      ORDER BY agentd_hamming(bits, vec_quantize_binary(?4))
+     SELECT b.id FROM memory_vector_bits b
+      WHERE b.part = (SELECT part FROM memory_vector_parts
+                       WHERE app_name = ?1 AND user_id = ?2 AND space = ?3)
+      ORDER BY agentd_hamming(b.bits, vec_quantize_binary(?4))
       LIMIT ?6)
  SELECT m.session_id, m.event_id, m.author, m.timestamp, m.text, m.content,
         vec_distance_cosine(m.embedding, ?4) AS distance
