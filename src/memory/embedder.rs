@@ -22,7 +22,7 @@ use super::{count_tokens, space_of};
 use crate::model::embed::{Embedder, Purpose, MAX_BATCH};
 use crate::model::ModelError;
 use crate::store::memory::vectors::{PendingMemory, VectorStore, VectorSupport};
-use crate::store::usage::spent_budget;
+use crate::store::usage::spent_budgets;
 use crate::store::{Store, StoreError};
 use crate::usage::Prices;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -214,12 +214,11 @@ impl MemoryEmbedder {
         pending: Vec<PendingMemory>,
     ) -> Result<Vec<PendingMemory>, Failure> {
         let users: BTreeSet<&str> = pending.iter().map(|p| p.user_id.as_str()).collect();
-        let mut resets: BTreeMap<String, i64> = BTreeMap::new();
-        for user in users {
-            if let Some(spent) = spent_budget(self.store.as_ref(), app, user).await? {
-                resets.insert(user.to_string(), spent.reset);
-            }
-        }
+        let resets: BTreeMap<String, i64> = spent_budgets(self.store.as_ref(), app, users)
+            .await?
+            .into_iter()
+            .map(|(user, spent)| (user, spent.reset))
+            .collect();
         if resets.is_empty() {
             return Ok(pending);
         }

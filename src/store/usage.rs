@@ -9,10 +9,11 @@
 
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
-use super::StoreResult;
+use super::{StoreError, StoreResult};
 use crate::usage::{day_date, Budget, Exhausted, Limit, Payer, RunUsage, Spent, Window};
 use async_trait::async_trait;
 use sqlx::Row;
+use std::collections::BTreeMap;
 
 /// The notification channel a budget's change is announced on (PostgreSQL).
 pub const BUDGETS_CHANNEL: &str = "agentd_budgets";
@@ -523,22 +524,48 @@ pub async fn spent_budget(
     app: &str,
     user: &str,
 ) -> StoreResult<Option<Exhausted>> {
-    let payers = [
-        Payer::User {
+    Ok(spent_budgets(store, app, [user]).await?.remove(user))
+}
+
+/// [`spent_budget`] for several users of one app (the embedder's batch): the app's budget,
+/// and its spending when set, read once, then each user's. Each user whose budget or the
+/// app's is spent, with the one that resets last (the user's on a tie).
+pub async fn spent_budgets<'a>(
+    store: &dyn super::Store,
+    app: &str,
+    users: impl IntoIterator<Item = &'a str>,
+) -> StoreResult<BTreeMap<String, Exhausted>> {
+    let limit = |payer: Payer| async move {
+        Ok::<_, StoreError>(
+            store
+                .budget(&payer)
+                .await?
+                .map(|budget| Limit { payer, budget }),
+        )
+    };
+    let app_limit = limit(Payer::App {
+        app: app.to_string(),
+    })
+    .await?;
+    let app_spent = exhausted(store, app_limit.as_slice(), (0, 0.0)).await?;
+    let mut spent = BTreeMap::new();
+    for user in users {
+        let user_limit = limit(Payer::User {
             app: app.to_string(),
             user: user.to_string(),
-        },
-        Payer::App {
-            app: app.to_string(),
-        },
-    ];
-    let mut limits = vec![];
-    for payer in payers {
-        if let Some(budget) = store.budget(&payer).await? {
-            limits.push(Limit { payer, budget });
+        })
+        .await?;
+        let user_spent = exhausted(store, user_limit.as_slice(), (0, 0.0)).await?;
+        let worst = match (user_spent, &app_spent) {
+            (Some(u), Some(a)) if a.reset > u.reset => Some(a.clone()),
+            (Some(u), _) => Some(u),
+            (None, a) => a.clone(),
+        };
+        if let Some(worst) = worst {
+            spent.insert(user.to_string(), worst);
         }
     }
-    crate::store::usage::exhausted(store, &limits, (0, 0.0)).await
+    Ok(spent)
 }
 
 /// Seconds until `reset` (a Unix time), at least one.

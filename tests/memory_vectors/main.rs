@@ -635,7 +635,57 @@ async fn preload_memory_puts_the_users_memories_in_the_instruction(backend: Back
     assert_eq!(run["usage"]["byModel"]["emb-1"]["inputTokens"], 5, "{run}");
 }
 
+/// The budget check of the embedder's batch (`spent_budgets`): a user's spent budget holds
+/// that user alone; the app's holds every user, read once for all of them; with both spent,
+/// the one that resets last is the one waited for.
+async fn a_batchs_budget_check_holds_each_user_and_the_app(backend: Backend) {
+    use agentd::store::usage::spent_budgets;
+    use agentd::usage::{Budget, Payer};
+    let db = TestDb::new(backend).await;
+    let store: Arc<dyn Store> = db.store().await;
+    let users = ["alice", "bob", "carol"];
+    let spent = || async { spent_budgets(store.as_ref(), APP, users).await.unwrap() };
+    assert!(spent().await.is_empty(), "no budget is set");
+    let nothing_today = Budget {
+        tokens_per_day: Some(0),
+        cost_per_month: None,
+    };
+    let alice = Payer::User {
+        app: APP.into(),
+        user: "alice".into(),
+    };
+    store.set_budget(&alice, &nothing_today, 0.0).await.unwrap();
+    let only_alice = spent().await;
+    assert_eq!(only_alice.keys().collect::<Vec<_>>(), ["alice"]);
+    assert_eq!(only_alice["alice"].payer, alice);
+
+    let app = Payer::App { app: APP.into() };
+    let nothing_this_month = Budget {
+        tokens_per_day: None,
+        cost_per_month: Some(0.0),
+    };
+    store
+        .set_budget(&app, &nothing_this_month, 0.0)
+        .await
+        .unwrap();
+    let all = spent().await;
+    assert_eq!(all.keys().collect::<Vec<_>>(), ["alice", "bob", "carol"]);
+    // The app's month ends after alice's day (or with it, on a month's last day: hers, then).
+    assert_eq!(all["bob"].payer, app);
+    assert!(all["alice"].reset >= only_alice["alice"].reset);
+    if all["alice"].reset > only_alice["alice"].reset {
+        assert_eq!(all["alice"].payer, app);
+    }
+    // One user, as a search or an extraction asks.
+    let one = agentd::store::usage::spent_budget(store.as_ref(), APP, "carol")
+        .await
+        .unwrap()
+        .expect("the app's budget holds carol");
+    assert_eq!(one, all["carol"]);
+}
+
 both_backends!(
+    a_batchs_budget_check_holds_each_user_and_the_app,
     meaning_finds_what_words_miss,
     sessions_are_embedded_too_and_bad_facts_change_nothing,
     an_embedding_outage_leaves_search_by_words,
