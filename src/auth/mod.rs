@@ -11,7 +11,7 @@ pub mod revocation;
 pub use revocation::{KeyChanges, KEYS_CHANNEL};
 
 use crate::error_code::ErrorCode;
-use crate::store::Store;
+use crate::store::KeyStore;
 use std::sync::Arc;
 
 /// The authenticated caller of one request.
@@ -124,7 +124,8 @@ impl AuthError {
 
 /// Turns presented credentials into a [`Caller`].
 pub struct Authenticator {
-    store: Arc<dyn Store>,
+    /// The API keys, the one part of the database authentication reads.
+    store: Arc<dyn KeyStore>,
     api_keys: bool,
     jwt: Option<jwt::JwtVerifier>,
     cache: Option<KeyCache>,
@@ -152,7 +153,7 @@ impl Authenticator {
     /// `key_changes`: the key changes heard from every process (PostgreSQL: see
     /// [`revocation`]); without it (SQLite) every request reads its key.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn KeyStore>,
         api_keys: bool,
         jwt: Option<jwt::JwtVerifier>,
         key_changes: Option<KeyChanges>,
