@@ -463,6 +463,83 @@ async fn an_existing_database_is_distributed_in_place() {
     citus::drop(&nodes, &name).await;
 }
 
+/// A function a migration replaces on a database Citus distributed before it (0024's memory
+/// search by words) reaches the workers: a distributed call runs the body the worker has, so a
+/// body changed on the coordinator alone would change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_replaces_a_distributed_function_on_the_workers() {
+    use agentd::store::StoreLimits;
+    let Some(admin) = citus::admin_url() else {
+        citus::not_run("citus::a_migration_replaces_a_distributed_function_on_the_workers");
+        return;
+    };
+    let name = format!("agentd_test_{}", uuid::Uuid::new_v4().simple());
+    let (url, nodes) = citus::create(&admin, &name).await;
+    drop(
+        agentd::store::open(&url, 2, StoreLimits::default())
+            .await
+            .expect("migrated and distributed"),
+    );
+    let bodies = |nodes: Vec<String>, name: String| async move {
+        let mut out = vec![];
+        for node in nodes.iter().skip(1) {
+            let mut c = sqlx::PgConnection::connect(&common::with_database(node, &name))
+                .await
+                .expect("a worker");
+            let body: String = sqlx::query_scalar(
+                "SELECT prosrc FROM pg_proc WHERE proname = 'agentd_memory_by_words_v1'",
+            )
+            .fetch_one(&mut c)
+            .await
+            .expect("the function on the worker");
+            out.push(body);
+        }
+        out
+    };
+    // As a database distributed before 0024 was: 0019's body, 0024 not applied.
+    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+    let old = include_str!("../../migrations/postgres/0019_memory_search.sql")
+        .split_once("CREATE FUNCTION")
+        .map(|(_, f)| format!("CREATE OR REPLACE FUNCTION{f}"))
+        .expect("0019's function");
+    sqlx::raw_sql(&old)
+        .execute(&mut conn)
+        .await
+        .expect("0019's body");
+    conn.execute("DELETE FROM _sqlx_migrations WHERE version = 24")
+        .await
+        .expect("0024 not applied");
+    let before = bodies(nodes.clone(), name.clone()).await;
+    assert!(!before.is_empty(), "the premise: workers");
+    assert!(
+        before.iter().all(|b| !b.contains("COLLATE")),
+        "the premise: 0019's body on every worker"
+    );
+
+    drop(
+        agentd::store::open(&url, 2, StoreLimits::default())
+            .await
+            .expect("migrated to 0024"),
+    );
+    let after = bodies(nodes.clone(), name.clone()).await;
+    assert!(
+        after
+            .iter()
+            .all(|b| b.contains(r#"COLLATE "C""#) && b.contains("enable_bitmapscan")),
+        "0024's body on every worker: {after:?}"
+    );
+    let distributed: bool = sqlx::query_scalar(
+        "SELECT distribution_argument_index IS NOT NULL FROM pg_dist_object
+          WHERE objid = to_regprocedure('agentd_memory_by_words_v1(text, text, text, integer)')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("pg_dist_object");
+    assert!(distributed, "still distributed by its user");
+    let _ = conn.close().await;
+    citus::drop(&nodes, &name).await;
+}
+
 /// On Citus each hot step is one call of a function distributed by its user
 /// (src/store/postgres/router.sql): the coordinator forwards it to the one worker holding the
 /// user's shards, whole. `EXPLAIN` on the coordinator shows that one task and nothing else: no

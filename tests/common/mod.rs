@@ -54,7 +54,7 @@ pub fn admin_url() -> String {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
 }
 
-fn with_database(url: &str, db: &str) -> String {
+pub fn with_database(url: &str, db: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, Some(q)),
         None => (url, None),
