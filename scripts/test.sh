@@ -98,16 +98,17 @@ if ! command -v npm >/dev/null; then
 fi
 # A venv under target/test-clients/NAME from tests/clients/NAME/requirements.txt (hash-pinned),
 # rebuilt only when that file changes. Each file is pip-compile's whole closure, so pip installs
-# exactly it (--no-deps) and `pip check` proves nothing is missing: left to resolve, pip 23.2
-# looks a requirement with extras (google-adk's `google-auth[pyopenssl]`) up again on PyPI and
-# refuses a release newer than the pin (google-auth 2.63.1 broke the adk venv that way).
+# exactly it (--no-deps), and `pip check` then finds any plain requirement the file lacks (not
+# those of extras): left to resolve, pip 23.2 looks a requirement with extras (google-adk's
+# `google-auth[pyopenssl]`) up again on PyPI and refuses a release newer than the pin
+# (google-auth 2.63.1 broke the adk venv that way).
 venv() {
   local probe=$2 req="tests/clients/$1/requirements.txt" dir="$clients/$1"
   if [ ! -x "$dir/bin/$probe" ] || ! cmp -s "$req" "$dir/.requirements.txt"; then
     rm -rf "$dir"
     python3 -m venv "$dir"
     "$dir/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$req"
-    "$dir/bin/pip" check --disable-pip-version-check >/dev/null
+    "$dir/bin/pip" check --disable-pip-version-check >&2
     cp "$req" "$dir/.requirements.txt"
   fi
 }

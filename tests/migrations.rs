@@ -365,8 +365,10 @@ async fn migration_0012_needs_the_older_replicas_stopped() {
 }
 
 /// Migration 0022 (SQLite) keys the vectors' sign bits by the user's part of the space: a
-/// database with vectors from before it is ranked by signs after it, the nearest first and
-/// only the user's, and a user whose memories are then deleted leaves no part behind.
+/// database with vectors from before it has every vector's bits under its user's part, and a
+/// search by them (through the part; three vectors are all measured exactly) finds the user's
+/// nearest first and only the user's; re-embedding a user's only vector keeps one part and one
+/// bits row, and a user whose memories are then deleted leaves no part behind.
 #[tokio::test]
 async fn sqlite_sign_bits_move_under_their_users_parts() {
     use agentd::store::memory::vectors::VectorSpace;
@@ -439,6 +441,22 @@ async fn sqlite_sign_bits_move_under_their_users_parts() {
     let ids: Vec<&str> = near.iter().map(|n| n.entry.event_id.as_str()).collect();
     assert_eq!(ids.len(), 3, "u1's three, not u2's: {ids:?}");
     assert_eq!(ids[0], "mem-1", "the nearest first: {ids:?}");
+
+    // u2's only vector again, in the same space: its part is taken and made again.
+    sqlx::query("UPDATE memory_entries SET embedding = ? WHERE user_id = 'u2'")
+        .bind(blob(1))
+        .execute(&pool)
+        .await
+        .expect("re-embed u2's memory");
+    let u2: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM memory_vector_parts WHERE user_id = 'u2'),
+                (SELECT count(*) FROM memory_vector_bits b JOIN memory_vector_parts p
+                     USING (part) WHERE p.user_id = 'u2')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("u2's part");
+    assert_eq!(u2, (1, 1), "one part, one bits row");
 
     sqlx::query("DELETE FROM memory_entries WHERE user_id = 'u1'")
         .execute(&pool)

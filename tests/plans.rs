@@ -529,10 +529,11 @@ async fn sqlite_budget_checks_search_through_indexes() {
 
 /// A user with more memories than the primary key's branch is for (2,000) is searched by
 /// words through the GIN index alone: the primary key is read only for the count that picks
-/// the branch. Without statistics the planner used to AND the GIN index with a scan of the
-/// whole key for `user_id = …` (its second column), reading every memory of every user to find
-/// the user's: more than half of a search at 100,000 memories (migration 0024). Rows about as
-/// wide as a memory with its vector, where that plan is the planner's pick.
+/// the branch, 2,001 entries at most. Without statistics the planner used to AND the GIN index
+/// with a scan of the whole key for `user_id = …` (its second column, so every entry of every
+/// app and user): more than half of a search at 100,000 memories (migration 0024). Rows about
+/// as wide as a memory with its vector, where that plan is the planner's pick; 0019's function,
+/// run on the same rows, shows the test tells the two apart.
 #[tokio::test]
 async fn a_large_users_search_by_words_does_not_scan_the_primary_key() {
     let db = TestDb::postgres().await;
@@ -561,21 +562,41 @@ async fn a_large_users_search_by_words_does_not_scan_the_primary_key() {
             .unwrap();
     assert!(reltuples < 0.0, "the premise: no statistics ({reltuples})");
 
-    let mut tx = conn.begin().await.unwrap();
-    let found: Vec<String> =
-        sqlx::query_scalar("SELECT event_id FROM agentd_memory_by_words_v1('echo', 'u1', $1, 500)")
-            .bind(r#""needle" or "thread" or "button""#)
-            .fetch_all(&mut *tx)
-            .await
-            .unwrap();
-    let (key_entries, gin_entries): (i64, i64) = sqlx::query_as(
-        "SELECT pg_stat_get_xact_tuples_returned('memory_entries_pkey'::regclass),
-                pg_stat_get_xact_tuples_returned('memory_entries_tsv'::regclass)",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    tx.rollback().await.unwrap();
+    let old = include_str!("../migrations/postgres/0019_memory_search.sql")
+        .split_once("CREATE FUNCTION agentd_memory_by_words_v1(")
+        .map(|(_, f)| format!("CREATE FUNCTION words_0019({f}"))
+        .expect("0019's function");
+    sqlx::raw_sql(&old).execute(&mut conn).await.unwrap();
+    // What a search by `function` found, and the entries it read of the key and the GIN index
+    // (the counters of the connection, not yet flushed: those of its searches so far).
+    async fn search(conn: &mut sqlx::PgConnection, function: &str) -> (Vec<String>, i64, i64) {
+        let mut tx = conn.begin().await.unwrap();
+        let found: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT event_id FROM {function}('echo', 'u1', $1, 500)"
+        ))
+        .bind(r#""needle" or "thread" or "button""#)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        let (key_entries, gin_entries): (i64, i64) = sqlx::query_as(
+            "SELECT pg_stat_get_xact_tuples_returned('memory_entries_pkey'::regclass),
+                    pg_stat_get_xact_tuples_returned('memory_entries_tsv'::regclass)",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        (found, key_entries, gin_entries)
+    }
+    let (_, old_key_entries, _) = search(&mut conn, "words_0019").await;
+    assert!(
+        old_key_entries > 2001,
+        "the premise: 0019's function reads more of the key here ({old_key_entries})"
+    );
+    // On a connection of its own: the counters are the backend's, and hold the last search's
+    // until they are flushed.
+    let mut fresh = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    let (found, key_entries, gin_entries) = search(&mut fresh, "agentd_memory_by_words_v1").await;
 
     let mut found_n: Vec<u32> = found
         .iter()

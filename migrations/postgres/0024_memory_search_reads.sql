@@ -8,8 +8,8 @@
 --   other kind).
 -- - 0019 kept the primary key (app_name, user_id, event_id) out of the GIN branch's plan with
 --   `app_name || ''`, but `user_id = p_user` alone still matches the key's second column:
---   the planner could AND the GIN index with a scan of the whole key, every memory of every
---   user of the app. Compared under the "C" collation the clause matches no index (each has
+--   the planner could AND the GIN index with a scan of the whole key (every memory of every
+--   user and app). Compared under the "C" collation the clause matches no index (each has
 --   the column's default collation), so the matches come from the GIN index alone and the
 --   user's are kept by a filter. Equality is the same bytes under any deterministic
 --   collation, so the answer does not change, and the clause still compares the distribution

@@ -6,7 +6,10 @@
 -- that row's integer: a search finds the part, then reads (part, id, bits) in the same order.
 --
 -- A part lives as long as it has bits: the triggers remove it with its last vector, so a user
--- whose memories are deleted leaves no row here either.
+-- whose memories are deleted leaves no row here either. A part is added with ON CONFLICT DO
+-- NOTHING, not INSERT OR IGNORE: inside a trigger SQLite gives OR IGNORE the outer statement's
+-- conflict policy, and an outer OR REPLACE would then give the part a new number, away from
+-- its bits.
 DROP TRIGGER memory_vector_bits_ai;
 DROP TRIGGER memory_vector_bits_ad;
 DROP TRIGGER memory_vector_bits_au;
@@ -31,8 +34,9 @@ CREATE TABLE memory_vector_bits (
 CREATE TRIGGER memory_vector_bits_ai AFTER INSERT ON memory_entries
 WHEN new.embedding IS NOT NULL AND new.space IS NOT NULL
      AND length(new.embedding) >= 512 AND length(new.embedding) % 32 = 0 BEGIN
-    INSERT OR IGNORE INTO memory_vector_parts (app_name, user_id, space)
-    VALUES (new.app_name, new.user_id, new.space);
+    INSERT INTO memory_vector_parts (app_name, user_id, space)
+    VALUES (new.app_name, new.user_id, new.space)
+    ON CONFLICT (app_name, user_id, space) DO NOTHING;
     INSERT INTO memory_vector_bits (part, id, bits)
     SELECT part, new.id, vec_quantize_binary(new.embedding) FROM memory_vector_parts
      WHERE app_name = new.app_name AND user_id = new.user_id AND space = new.space;
@@ -61,10 +65,11 @@ CREATE TRIGGER memory_vector_bits_au AFTER UPDATE OF embedding, space ON memory_
      WHERE app_name = old.app_name AND user_id = old.user_id AND space = old.space
        AND NOT EXISTS (SELECT 1 FROM memory_vector_bits b
                         WHERE b.part = memory_vector_parts.part);
-    INSERT OR IGNORE INTO memory_vector_parts (app_name, user_id, space)
+    INSERT INTO memory_vector_parts (app_name, user_id, space)
     SELECT new.app_name, new.user_id, new.space
      WHERE new.embedding IS NOT NULL AND new.space IS NOT NULL
-       AND length(new.embedding) >= 512 AND length(new.embedding) % 32 = 0;
+       AND length(new.embedding) >= 512 AND length(new.embedding) % 32 = 0
+    ON CONFLICT (app_name, user_id, space) DO NOTHING;
     INSERT INTO memory_vector_bits (part, id, bits)
     SELECT part, new.id, vec_quantize_binary(new.embedding) FROM memory_vector_parts
      WHERE app_name = new.app_name AND user_id = new.user_id AND space = new.space

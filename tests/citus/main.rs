@@ -487,7 +487,8 @@ async fn a_migration_replaces_a_distributed_function_on_the_workers() {
                 .await
                 .expect("a worker");
             let body: String = sqlx::query_scalar(
-                "SELECT prosrc FROM pg_proc WHERE proname = 'agentd_memory_by_words_v1'",
+                "SELECT prosrc || ' ' || coalesce(array_to_string(proconfig, ' '), '')
+                   FROM pg_proc WHERE proname = 'agentd_memory_by_words_v1'",
             )
             .fetch_one(&mut c)
             .await
@@ -512,7 +513,9 @@ async fn a_migration_replaces_a_distributed_function_on_the_workers() {
     let before = bodies(nodes.clone(), name.clone()).await;
     assert!(!before.is_empty(), "the premise: workers");
     assert!(
-        before.iter().all(|b| !b.contains("COLLATE")),
+        before
+            .iter()
+            .all(|b| !b.contains("COLLATE") && !b.contains("enable_bitmapscan=off")),
         "the premise: 0019's body on every worker"
     );
 
@@ -525,8 +528,8 @@ async fn a_migration_replaces_a_distributed_function_on_the_workers() {
     assert!(
         after
             .iter()
-            .all(|b| b.contains(r#"COLLATE "C""#) && b.contains("enable_bitmapscan")),
-        "0024's body on every worker: {after:?}"
+            .all(|b| b.contains(r#"COLLATE "C""#) && b.contains("enable_bitmapscan=off")),
+        "0024's body and settings on every worker: {after:?}"
     );
     let distributed: bool = sqlx::query_scalar(
         "SELECT distribution_argument_index IS NOT NULL FROM pg_dist_object
@@ -536,6 +539,43 @@ async fn a_migration_replaces_a_distributed_function_on_the_workers() {
     .await
     .expect("pg_dist_object");
     assert!(distributed, "still distributed by its user");
+
+    // A user past 2,000 memories is searched by the branch with the "C" collation, still on
+    // the user's shard alone: every node refuses a statement planned over several shards.
+    conn.execute(
+        "INSERT INTO memory_entries (app_name, user_id, session_id, event_id, author,
+                                     \"timestamp\", text, content)
+         SELECT 'echo', 'u1', 's1', 'mem-' || g, 'user', g,
+                CASE WHEN g % 100 = 0 THEN 'needle ' ELSE '' END || 'fact ' || g, '{}'::jsonb
+           FROM generate_series(1, 2100) g",
+    )
+    .await
+    .expect("a large user's memories");
+    for node in &nodes {
+        // On each node for itself: Citus runs ALTER DATABASE only on the coordinator unless
+        // told not to propagate it.
+        let mut c = sqlx::PgConnection::connect(&common::with_database(node, &name))
+            .await
+            .expect("a node");
+        c.execute("SET citus.enable_ddl_propagation TO off")
+            .await
+            .expect("no propagation");
+        c.execute(
+            format!("ALTER DATABASE \"{name}\" SET citus.multi_task_query_log_level = 'error'")
+                .as_str(),
+        )
+        .await
+        .expect("refuse multi-shard statements");
+    }
+    let store = agentd::store::open(&url, 2, StoreLimits::default())
+        .await
+        .expect("a store with fresh connections");
+    let found = store
+        .search_memory("echo", "u1", "needle", 30)
+        .await
+        .expect("one shard's search");
+    assert_eq!(found.len(), 21, "u1's memories with the word");
+    drop(store);
     let _ = conn.close().await;
     citus::drop(&nodes, &name).await;
 }

@@ -636,8 +636,9 @@ async fn preload_memory_puts_the_users_memories_in_the_instruction(backend: Back
 }
 
 /// The budget check of the embedder's batch (`spent_budgets`): a user's spent budget holds
-/// that user alone; the app's holds every user, read once for all of them; with both spent,
-/// the one that resets last is the one waited for.
+/// that user alone; the app's holds every user; with both spent, the one that resets last is
+/// the one waited for. (That the app's is read once per batch is the code's shape, not
+/// counted here.)
 async fn a_batchs_budget_check_holds_each_user_and_the_app(backend: Backend) {
     use agentd::store::usage::spent_budgets;
     use agentd::usage::{Budget, Payer};
