@@ -562,11 +562,10 @@ async fn a_large_users_search_by_words_does_not_scan_the_primary_key() {
             .unwrap();
     assert!(reltuples < 0.0, "the premise: no statistics ({reltuples})");
 
-    let old = include_str!("../migrations/postgres/0019_memory_search.sql")
-        .split_once("CREATE FUNCTION agentd_memory_by_words_v1(")
-        .map(|(_, f)| format!("CREATE FUNCTION words_0019({f}"))
-        .expect("0019's function");
-    sqlx::raw_sql(&old).execute(&mut conn).await.unwrap();
+    sqlx::raw_sql(&common::words_function_0019("words_0019"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
     // What a search by `function` found, and the entries it read of the key and the GIN index
     // (the counters of the connection, not yet flushed: those of its searches so far).
     async fn search(conn: &mut sqlx::PgConnection, function: &str) -> (Vec<String>, i64, i64) {

@@ -19,6 +19,7 @@ use crate::BenchArgs;
 use agentd::model::embed::{Embedder, Embeddings, Purpose};
 use agentd::model::ModelError;
 use agentd::store::memory::vectors::VectorSpace;
+use agentd::store::memory::{or_query, query_words};
 use agentd::store::{Store, StoreLimits};
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
@@ -189,7 +190,8 @@ async fn words_pair(
     let words = |function: &'static str| {
         move |i: usize| {
             let pool = pool.clone();
-            let words = or_words(&queries[i].0);
+            // As the store sends a query (src/store/postgres/memory.rs).
+            let words = or_query(&query_words(&queries[i].0), "or");
             async move {
                 let ids: Vec<String> =
                     sqlx::query_scalar(&format!("SELECT event_id FROM {function}($1, $2, $3, $4)"))
@@ -210,15 +212,6 @@ async fn words_pair(
         words("agentd_bench_words_0019"),
     )
     .await
-}
-
-/// A query's words as the store sends them to the words' function (`"a" or "b"`).
-fn or_words(query: &str) -> String {
-    query
-        .split_whitespace()
-        .map(|w| format!("\"{w}\""))
-        .collect::<Vec<_>>()
-        .join(" or ")
 }
 
 /// The searches' words and vectors (near the memories' topics), seeded.
@@ -302,9 +295,10 @@ where
         b(i).await?;
     }
     for i in 0..n {
-        for first in [i % 2 == 0, i % 2 == 1] {
+        let a_first = i % 2 == 0;
+        for a_now in [a_first, !a_first] {
             let t = Instant::now();
-            if first {
+            if a_now {
                 a(i).await?;
                 ha.record(t.elapsed().as_micros() as u64)?;
             } else {

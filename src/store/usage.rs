@@ -556,11 +556,11 @@ pub async fn spent_budgets<'a>(
         })
         .await?;
         let user_spent = exhausted(store, user_limit.as_slice(), (0, 0.0)).await?;
-        let worst = match (user_spent, &app_spent) {
-            (Some(u), Some(a)) if a.reset > u.reset => Some(a.clone()),
-            (Some(u), _) => Some(u),
-            (None, a) => a.clone(),
-        };
+        // As `exhausted` picks: the later reset, the first (the user's) on a tie.
+        let worst = user_spent
+            .into_iter()
+            .chain(app_spent.clone())
+            .reduce(|w, e| if e.reset > w.reset { e } else { w });
         if let Some(worst) = worst {
             spent.insert(user.to_string(), worst);
         }

@@ -499,10 +499,7 @@ async fn a_migration_replaces_a_distributed_function_on_the_workers() {
     };
     // As a database distributed before 0024 was: 0019's body, 0024 not applied.
     let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
-    let old = include_str!("../../migrations/postgres/0019_memory_search.sql")
-        .split_once("CREATE FUNCTION")
-        .map(|(_, f)| format!("CREATE OR REPLACE FUNCTION{f}"))
-        .expect("0019's function");
+    let old = common::words_function_0019("agentd_memory_by_words_v1");
     sqlx::raw_sql(&old)
         .execute(&mut conn)
         .await

@@ -451,3 +451,13 @@ pub fn fixture_path(id: &str, ext: &str) -> std::path::PathBuf {
         })
         .unwrap_or_else(|| panic!("no fixture {id}_*{suffix} in {FIXTURES}"))
 }
+
+/// `CREATE OR REPLACE FUNCTION name(…)` with the body of migration 0019's memory search by
+/// words (`agentd_memory_by_words_v1`, as it was before 0024): the tests that compare the two,
+/// or put a database back as 0019 left it.
+pub fn words_function_0019(name: &str) -> String {
+    include_str!("../../migrations/postgres/0019_memory_search.sql")
+        .split_once("CREATE FUNCTION agentd_memory_by_words_v1(")
+        .map(|(_, f)| format!("CREATE OR REPLACE FUNCTION {name}({f}"))
+        .expect("0019 creates agentd_memory_by_words_v1")
+}

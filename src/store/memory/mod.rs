@@ -354,7 +354,7 @@ pub fn content_words(query: &str) -> Vec<&str> {
 /// `"w1" or "w2" …`: the words as quoted terms joined by OR. Quoting makes every word a plain
 /// term in both dialects (PostgreSQL `websearch_to_tsquery` and SQLite FTS5 query syntax),
 /// even `AND`, `OR`, `NOT`, `NEAR`; the words contain no quotes, so the quoting is safe.
-pub(crate) fn or_query(words: &[&str], or: &str) -> String {
+pub fn or_query(words: &[&str], or: &str) -> String {
     words
         .iter()
         .map(|w| format!("\"{w}\""))
