@@ -10,6 +10,20 @@ use std::path::PathBuf;
 /// MiB.
 pub const DEFAULT_MAX_JSON_VALUES: usize = 100_000;
 
+/// What a draining replica does with its runs when another replica is live
+/// (`--drain-handover`, docs/replicas.md). A flag's value, so it lives with the flags; the
+/// runner acts on it (`crate::runner::DrainHandover` is this type).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum DrainHandover {
+    /// Runs still going when `--drain-secs` is over are handed over at their next commit.
+    #[default]
+    End,
+    /// Runs are handed over at their next commit as soon as the drain starts.
+    Immediate,
+    /// Runs still going when `--drain-secs` is over are sealed `interrupted`.
+    Off,
+}
+
 /// agentd: serve AI agents over HTTP/SSE, wire-compatible with Google ADK's api_server.
 #[derive(Debug, Parser)]
 #[command(name = "agentd", version, about)]
@@ -476,8 +490,8 @@ pub struct ServeArgs {
     /// the runs still going at the end of `--drain-secs` over at their next commit;
     /// `immediate` hands them over at their next commit at once; `off` seals them
     /// `interrupted` (docs/replicas.md).
-    #[arg(long, env = "AGENTD_DRAIN_HANDOVER", value_enum, default_value_t = crate::runner::DrainHandover::End)]
-    pub drain_handover: crate::runner::DrainHandover,
+    #[arg(long, env = "AGENTD_DRAIN_HANDOVER", value_enum, default_value_t = DrainHandover::End)]
+    pub drain_handover: DrainHandover,
 
     /// Times a run may be resumed on another replica after its replica died; then it fails
     /// (`MAX_RESUMES_EXCEEDED`). Hand-overs by a draining replica do not count.
@@ -652,14 +666,6 @@ impl BackgroundArgs {
         }
     }
 
-    /// What schedules may be.
-    pub fn schedule_limits(&self) -> crate::schedule::Limits {
-        crate::schedule::Limits {
-            max_per_user: self.max_schedules_per_user,
-            min_interval_secs: self.schedule_min_interval_secs,
-        }
-    }
-
     /// The webhook policy, or why the flags are wrong.
     pub fn webhook_policy(&self) -> anyhow::Result<crate::webhook::WebhookPolicy> {
         if let Some(secret) = &self.webhook_secret {
@@ -706,7 +712,7 @@ impl ServeArgs {
             max_message_parts: crate::store::DEFAULT_MAX_EVENT_PARTS,
             shutdown_grace_secs: 10,
             drain_secs: 20,
-            drain_handover: crate::runner::DrainHandover::End,
+            drain_handover: DrainHandover::End,
             max_resumes: 3,
             idempotency_ttl_secs: 86_400,
             session_ttl: None,

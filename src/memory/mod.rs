@@ -93,7 +93,7 @@ async fn may_embed(store: &dyn Store, app: &str, user: &str) -> bool {
         Ok(None) => return true,
         Ok(Some(spent)) => {
             tracing::debug!(app, user, %spent, "memory query not embedded; searching by words");
-            "BUDGET_EXHAUSTED"
+            crate::model::BUDGET_EXHAUSTED
         }
         Err(e) => {
             tracing::warn!(app, error = %e, "could not read the budgets; searching memory by words");

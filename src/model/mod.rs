@@ -228,13 +228,18 @@ pub trait Model: Send + Sync + 'static {
     }
 }
 
+/// The code of a model call not made because a budget it would be charged to is spent
+/// (docs/usage.md): the run's error event says it, and `/run` answers
+/// [`crate::error_code::ErrorCode::BudgetExhausted`] for it.
+pub const BUDGET_EXHAUSTED: &str = "BUDGET_EXHAUSTED";
+
 /// Why a model call failed, classified so the agent can show a clear error event.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct ModelError {
     /// Stable code for `errorCode`: `UNAUTHENTICATED`, `RATE_LIMITED`, `MODEL_UNAVAILABLE`,
     /// `MODEL_TIMEOUT`, `MODEL_CONNECTION`, `MODEL_BAD_REQUEST`, `MODEL_NOT_FOUND`,
-    /// `MODEL_PROTOCOL`, `MODEL_ERROR`.
+    /// `MODEL_PROTOCOL`, `MODEL_ERROR`; [`BUDGET_EXHAUSTED`] for a call not made.
     pub code: &'static str,
     pub message: String,
     /// Worth retrying (before the first byte): 429, 5xx, connection errors, timeouts.

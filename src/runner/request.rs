@@ -1,6 +1,7 @@
 //! What a run request is, and what starting one gives back or fails with.
 
 use crate::agent::RunConfig;
+pub use crate::config::DrainHandover;
 use crate::event::{Content, JsonMap};
 use crate::store::{SessionKey, StoreError};
 use crate::transcript::RunItem;
@@ -59,19 +60,6 @@ impl Default for RunnerConfig {
             budgets: Arc::default(),
         }
     }
-}
-
-/// What a draining replica does with its runs when another replica is live
-/// (`--drain-handover`, docs/replicas.md).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum DrainHandover {
-    /// Runs still going when `--drain-secs` is over are handed over at their next commit.
-    #[default]
-    End,
-    /// Runs are handed over at their next commit as soon as the drain starts.
-    Immediate,
-    /// Runs still going when `--drain-secs` is over are sealed `interrupted`.
-    Off,
 }
 
 /// What a request does when its session already has a running run.

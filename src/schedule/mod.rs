@@ -18,6 +18,16 @@ pub struct Limits {
     pub min_interval_secs: u64,
 }
 
+impl Limits {
+    /// What the flags say schedules may be.
+    pub fn of(flags: &crate::config::BackgroundArgs) -> Self {
+        Self {
+            max_per_user: flags.max_schedules_per_user,
+            min_interval_secs: flags.schedule_min_interval_secs,
+        }
+    }
+}
+
 /// Why a schedule's owner can no longer start its runs: the server pauses it.
 pub const PAUSED_KEY_REVOKED: &str = "key_revoked";
 /// The key that made the schedule expired.

@@ -139,7 +139,7 @@ impl Server {
             gate,
             webhooks: Arc::new(webhook_policy.clone()),
             interop: Arc::new(http::frontend::a2a::Interop::new(&args)),
-            schedules: args.background.schedule_limits(),
+            schedules: crate::schedule::Limits::of(&args.background),
             json: http::json_shape::JsonLimits {
                 max_values: args.max_json_values,
             },

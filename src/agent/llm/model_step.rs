@@ -80,7 +80,7 @@ impl<'a> Turn<'a> {
         // fails with `BUDGET_EXHAUSTED` (docs/usage.md).
         if let Err(spent) = self.ctx.check_budget().await {
             let e = crate::model::ModelError {
-                code: "BUDGET_EXHAUSTED",
+                code: crate::model::BUDGET_EXHAUSTED,
                 message: format!(
                     "{} is spent; it resets at {}.",
                     upper_first(spent.payer.whose()),

@@ -166,7 +166,7 @@ async fn collect_json(mut handle: RunHandle) -> ApiResult<Response> {
                 tracing::warn!(%kind, %message, "run failed (JSON mode)");
                 // A budget spent mid-run is the user's limit, not the server's failure.
                 let code = match kind.as_str() {
-                    "BUDGET_EXHAUSTED" => ErrorCode::BudgetExhausted,
+                    crate::model::BUDGET_EXHAUSTED => ErrorCode::BudgetExhausted,
                     _ => ErrorCode::RunFailed,
                 };
                 return Err(ApiError::new(code, format!("{kind}: {message}")));

@@ -471,7 +471,8 @@ impl SessionFollower {
                     }
                     Ok(BusMsg::Error { run_id, kind, message }) => Some(named_frame(
                         "error",
-                        json!({"runId": &*run_id, "error": format!("{kind}: {message}"), "code": "run_failed",
+                        json!({"runId": &*run_id, "error": format!("{kind}: {message}"),
+                               "code": ErrorCode::RunFailed.as_str(),
                                "errorType": kind, "errorMessage": message}),
                     )),
                     Ok(BusMsg::Done { run_id, status, last_seq }) => {

@@ -13,6 +13,7 @@ pub mod follow;
 pub mod resume;
 pub mod run;
 
+use crate::error_code::ErrorCode;
 use crate::event::{now_ts, Event};
 use crate::transcript::RunItem;
 use axum::body::Body;
@@ -88,7 +89,7 @@ pub fn agentd_frame(item: &RunItem, run_id: &str, invocation_id: &str) -> Bytes 
 
 fn error_frame(kind: &str, message: &str) -> Bytes {
     let body = json!({
-        "error": format!("{kind}: {message}"), "code": "run_failed",
+        "error": format!("{kind}: {message}"), "code": ErrorCode::RunFailed.as_str(),
         "errorType": kind, "errorMessage": message,
     });
     Bytes::from(format!("event: error\ndata: {body}\n\n"))

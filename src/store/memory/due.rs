@@ -3,8 +3,6 @@
 //! 0021_memory_due.sql says how the rows live; [`crate::memory::idle`] is the sweep). Every
 //! statement is the same on both backends; each names one session, but the sweep's read.
 
-use super::super::postgres::PgStore;
-use super::super::sqlite::SqliteStore;
 use super::super::{SessionKey, StoreResult};
 use async_trait::async_trait;
 
@@ -60,12 +58,18 @@ pub const REARM: &str = "UPDATE memory_due SET due_at = $5, attempts = 0
 pub const CLEAR: &str = "DELETE FROM memory_due
   WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND due_at = $4";
 
+/// The service for a backend whose pools are named `$writer` and `$reader`: each backend
+/// invokes it (`postgres/memory.rs`, `sqlite/memory.rs`), so this file imports neither.
 macro_rules! due_store {
     ($store:ty, $writer:ident, $reader:ident) => {
-        #[async_trait]
-        impl MemoryDueStore for $store {
-            async fn set_memory_due(&self, key: &SessionKey, at: f64) -> StoreResult<()> {
-                sqlx::query(SET_DUE)
+        #[::async_trait::async_trait]
+        impl $crate::store::memory::due::MemoryDueStore for $store {
+            async fn set_memory_due(
+                &self,
+                key: &$crate::store::SessionKey,
+                at: f64,
+            ) -> $crate::store::StoreResult<()> {
+                ::sqlx::query($crate::store::memory::due::SET_DUE)
                     .bind(&key.app_name)
                     .bind(&key.user_id)
                     .bind(&key.session_id)
@@ -75,30 +79,39 @@ macro_rules! due_store {
                 Ok(())
             }
 
-            async fn due_memories(&self, now: f64, limit: usize) -> StoreResult<Vec<DueSession>> {
-                let rows: Vec<(String, String, String, f64, i32)> = sqlx::query_as(DUE)
-                    .bind(now)
-                    .bind(limit.min(i64::MAX as usize) as i64)
-                    .fetch_all(&self.$reader)
-                    .await?;
+            async fn due_memories(
+                &self,
+                now: f64,
+                limit: usize,
+            ) -> $crate::store::StoreResult<Vec<$crate::store::memory::due::DueSession>> {
+                let rows: Vec<(String, String, String, f64, i32)> =
+                    ::sqlx::query_as($crate::store::memory::due::DUE)
+                        .bind(now)
+                        .bind(limit.min(i64::MAX as usize) as i64)
+                        .fetch_all(&self.$reader)
+                        .await?;
                 Ok(rows
                     .into_iter()
-                    .map(
-                        |(app_name, user_id, session_id, due_at, attempts)| DueSession {
-                            key: SessionKey {
+                    .map(|(app_name, user_id, session_id, due_at, attempts)| {
+                        $crate::store::memory::due::DueSession {
+                            key: $crate::store::SessionKey {
                                 app_name,
                                 user_id,
                                 session_id,
                             },
                             due_at,
                             attempts,
-                        },
-                    )
+                        }
+                    })
                     .collect())
             }
 
-            async fn claim_memory_due(&self, due: &DueSession, until: f64) -> StoreResult<bool> {
-                let n = sqlx::query(CLAIM)
+            async fn claim_memory_due(
+                &self,
+                due: &$crate::store::memory::due::DueSession,
+                until: f64,
+            ) -> $crate::store::StoreResult<bool> {
+                let n = ::sqlx::query($crate::store::memory::due::CLAIM)
                     .bind(&due.key.app_name)
                     .bind(&due.key.user_id)
                     .bind(&due.key.session_id)
@@ -112,11 +125,11 @@ macro_rules! due_store {
 
             async fn rearm_memory_due(
                 &self,
-                key: &SessionKey,
+                key: &$crate::store::SessionKey,
                 claimed: f64,
                 at: f64,
-            ) -> StoreResult<bool> {
-                let n = sqlx::query(REARM)
+            ) -> $crate::store::StoreResult<bool> {
+                let n = ::sqlx::query($crate::store::memory::due::REARM)
                     .bind(&key.app_name)
                     .bind(&key.user_id)
                     .bind(&key.session_id)
@@ -128,8 +141,12 @@ macro_rules! due_store {
                 Ok(n == 1)
             }
 
-            async fn clear_memory_due(&self, key: &SessionKey, claimed: f64) -> StoreResult<bool> {
-                let n = sqlx::query(CLEAR)
+            async fn clear_memory_due(
+                &self,
+                key: &$crate::store::SessionKey,
+                claimed: f64,
+            ) -> $crate::store::StoreResult<bool> {
+                let n = ::sqlx::query($crate::store::memory::due::CLEAR)
                     .bind(&key.app_name)
                     .bind(&key.user_id)
                     .bind(&key.session_id)
@@ -142,6 +159,4 @@ macro_rules! due_store {
         }
     };
 }
-
-due_store!(PgStore, pool, pool);
-due_store!(SqliteStore, writer, reader);
+pub(crate) use due_store;

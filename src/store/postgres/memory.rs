@@ -521,3 +521,6 @@ pub(super) fn entry_of(r: &sqlx::postgres::PgRow) -> StoreResult<MemoryEntry> {
         content,
     })
 }
+
+// Sessions whose memory is due: the same statements on both backends (`store::memory::due`).
+crate::store::memory::due::due_store!(PgStore, pool, pool);

@@ -472,3 +472,6 @@ pub(super) fn entry_of(r: &sqlx::sqlite::SqliteRow) -> StoreResult<MemoryEntry> 
         content: serde_json::from_str(r.try_get::<&str, _>("content")?)?,
     })
 }
+
+// Sessions whose memory is due: the same statements on both backends (`store::memory::due`).
+crate::store::memory::due::due_store!(SqliteStore, writer, reader);
