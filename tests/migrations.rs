@@ -254,7 +254,12 @@ async fn runs_in_flight_move_onto_their_sessions() {
     );
     assert_eq!(
         store
-            .heartbeat("replica-a", std::time::Duration::from_secs(30), false)
+            .heartbeat(
+                "replica-a",
+                std::time::Duration::from_secs(30),
+                false,
+                false
+            )
             .await
             .unwrap(),
         vec!["run-live".to_string()],

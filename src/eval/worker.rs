@@ -49,6 +49,21 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// After a look that found nothing due: no replica's worker looks again before the next
+    /// case is due (`store::turns`), unless a run is created meanwhile.
+    async fn go_quiet(&self, since: f64) {
+        let until = match self.store.next_eval_case_at().await {
+            Ok(next) => next.unwrap_or(f64::MAX),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the next eval case; not going quiet");
+                return;
+            }
+        };
+        if let Err(e) = self.store.quiet(kind::EVALS, since, until).await {
+            tracing::debug!(error = %e, "could not record the eval workers' quiet");
+        }
+    }
+
     /// Starts the loop; it ends with `stop`, and the cases in flight with it (their claims
     /// run out, and another replica runs them again).
     pub fn spawn(self, stop: CancellationToken) {
@@ -70,6 +85,8 @@ impl Worker {
                             .unwrap_or(true));
                 more = false;
                 if go {
+                    // Before the look, so a run created during it keeps the next look granted.
+                    let since = this.store.turn_clock().await.ok().flatten();
                     match this
                         .store
                         .due_eval_cases(crate::event::now_ts(), free)
@@ -77,6 +94,9 @@ impl Worker {
                     {
                         Ok(due) => {
                             more = due.len() == free;
+                            if let (true, Some(since)) = (due.is_empty(), since) {
+                                this.go_quiet(since).await;
+                            }
                             for d in due {
                                 let Ok(slot) = slots.clone().try_acquire_owned() else {
                                     break;

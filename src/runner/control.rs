@@ -75,6 +75,7 @@ impl Runner {
     pub(super) fn register(self: &Arc<Self>, run_id: &str, slot: Option<Slot>) -> Registration {
         let (cancel, cause) = (CancellationToken::new(), Arc::new(Mutex::new(None)));
         let boundary = Arc::new(AtomicBool::new(false));
+        self.registered.fetch_add(1, Ordering::AcqRel);
         lock(&self.local).insert(
             run_id.to_string(),
             LocalRun {

@@ -2,14 +2,18 @@
 //!
 //! One task per process writes the replica's heartbeat every `lease / 3` (one write, whatever
 //! the number of open runs; each attempt bounded by that period) and learns from it which of
-//! its runs someone asked to cancel (the fallback for a lost notification). Another task
+//! its runs someone asked to cancel (the fallback for a lost notification; not read while it
+//! runs nothing). Another task
 //! looks for runs nobody runs (their replica's heartbeat is older than its lease, or a
 //! draining replica handed them over) every `lease / 3`, at most every two seconds, and
 //! resumes or ends each (`super::recovery`); a look that follows one which found nothing takes
-//! a turn first (`crate::store::turns`), so one replica of the deployment looks per period.
+//! a turn first (`crate::store::turns`), so one replica of the deployment looks per period,
+//! and reads the sessions only when the replicas say runs may have become nobody's since
+//! three looks ago (a lease ran out, a replica drains), or every `MAX_QUIET` at least.
 //! Every 2/3 of the lease it also reconciles: a run
 //! the database says this replica runs, but which has no task here (its outcome was lost, or
-//! its task vanished), is finished as `failed`.
+//! its task vanished), is finished as `failed` (not looked for again while the replica has
+//! registered no run since a look that found none).
 //!
 //! If this replica has not written its heartbeat for two thirds of its lease, it stops its own
 //! runs (`interrupted`) before other replicas may take their sessions over; their writes are
@@ -19,6 +23,7 @@ use super::bus::BusMsg;
 use super::control::StopCause;
 use super::{lock, Runner};
 use crate::store::{turns, RunStatus, StoreError};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,10 +46,13 @@ impl Runner {
                 let Some(runner) = runner.upgrade() else {
                     return;
                 };
+                // With no run here, no run of this replica can have a cancel request: the
+                // heartbeat then reads no sessions (on Citus, no statement over every shard).
+                let runs = !lock(&runner.local).is_empty();
                 let beat =
                     runner
                         .store
-                        .heartbeat(&runner.config.owner, lease, runner.is_draining());
+                        .heartbeat(&runner.config.owner, lease, runner.is_draining(), runs);
                 match tokio::time::timeout(period, beat).await {
                     Ok(Ok(cancels)) => {
                         last_ok = Instant::now();
@@ -77,12 +85,18 @@ impl Runner {
             // The last sweep found runs to recover: the next needs no turn (store::turns).
             let mut busy = false;
             let mut upkeep = Instant::now();
+            // When this replica last read the sessions for runs nobody runs.
+            let mut swept = Instant::now();
+            // `registered` when a reconciliation last found nothing and no run here.
+            let mut clean_at = None;
             loop {
                 let Some(runner) = runner.upgrade() else {
                     return;
                 };
                 // A draining replica takes no turn: it would use up the period of a replica
-                // that can take runs over.
+                // that can take runs over. The turn's holder reads every user's sessions only
+                // when runs can have become nobody's since a few looks ago (a lease ran out,
+                // a replica drains), or when its own last such read is `MAX_QUIET` old.
                 let sweep = mine
                     || busy
                     || !runner.is_draining()
@@ -90,16 +104,27 @@ impl Runner {
                             .store
                             .take_turn(turns::kind::SWEEP, look)
                             .await
-                            .unwrap_or(true);
+                            .unwrap_or(true)
+                        && (swept.elapsed() >= turns::MAX_QUIET
+                            || runner
+                                .store
+                                .runs_may_be_orphaned((look * 3).as_secs_f64())
+                                .await
+                                .unwrap_or(true));
                 if sweep {
+                    swept = Instant::now();
                     match runner.sweep(std::mem::take(&mut mine)).await {
                         Ok(found) => busy = found,
-                        Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                        Err(e) => {
+                            // Looked at again next time, whatever the replicas say.
+                            busy = true;
+                            tracing::warn!(error = %e, "sweep failed");
+                        }
                     }
                 }
                 if upkeep.elapsed() >= period * 2 {
                     upkeep = Instant::now();
-                    runner.upkeep(period * 2).await;
+                    runner.upkeep(period * 2, &mut clean_at).await;
                 }
                 drop(runner);
                 tokio::select! {
@@ -112,9 +137,25 @@ impl Runner {
 
     /// Reconciliation (this replica's own runs), and what the database keeps that expires
     /// (once per `every` in the deployment: a turn, `store::turns`).
-    async fn upkeep(&self, every: std::time::Duration) {
-        if let Err(e) = self.reconcile().await {
-            tracing::warn!(error = %e, "reconciliation failed");
+    ///
+    /// Reconciliation is skipped while no run was registered here since one that found
+    /// nothing with no run here (`clean_at`, the count of registrations then): every run the
+    /// database can record as this replica's was registered first (`Runner::register`, before
+    /// admission), so there is nothing new to find, and an idle replica reads no sessions.
+    async fn upkeep(&self, every: std::time::Duration, clean_at: &mut Option<u64>) {
+        let seen = self.registered.load(Ordering::Acquire);
+        if *clean_at != Some(seen) {
+            *clean_at = None;
+            match self.reconcile().await {
+                Ok(())
+                    if lock(&self.local).is_empty()
+                        && self.registered.load(Ordering::Acquire) == seen =>
+                {
+                    *clean_at = Some(seen);
+                }
+                Ok(()) => {}
+                Err(e) => tracing::warn!(error = %e, "reconciliation failed"),
+            }
         }
         let turn = self.store.take_turn(turns::kind::HOUSEKEEPING, every).await;
         if !turn.unwrap_or(true) {

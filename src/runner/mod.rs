@@ -40,6 +40,7 @@ use crate::apps::AppRegistry;
 use crate::invocation::PluginSet;
 use crate::store::{RunRecord, Store, StoreError};
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -59,6 +60,10 @@ pub struct Runner {
     bus: Arc<Bus>,
     /// Runs of this process, for instant local cancel, drain and reconciliation.
     local: Mutex<HashMap<String, LocalRun>>,
+    /// Runs registered in `local` since start: an idle replica's heartbeat and reconciliation
+    /// skip their reads of every user's sessions while none was since their last look
+    /// (`liveness`).
+    registered: AtomicU64,
     /// Set at shutdown: no new runs, waiting requests give up.
     draining: CancellationToken,
     /// Stops the background tasks (heartbeat, sweeper, bus) at the very end.
@@ -89,7 +94,9 @@ impl Runner {
             Some(pool) => Bus::postgres(&config.owner, pool, stop.clone(), channels).await?,
             None => Bus::local(&config.owner),
         };
-        store.heartbeat(&config.owner, config.lease, false).await?;
+        store
+            .heartbeat(&config.owner, config.lease, false, false)
+            .await?;
         let runner = Arc::new(Runner {
             store,
             apps,
@@ -98,6 +105,7 @@ impl Runner {
             config,
             bus,
             local: Mutex::new(HashMap::new()),
+            registered: AtomicU64::new(0),
             draining: CancellationToken::new(),
             stop,
             tracker: tokio_util::task::TaskTracker::new(),

@@ -2,7 +2,8 @@
 //! [`crate::store::schedules`]) and starts their runs as background runs. It also takes over
 //! the ticks of a replica that died between claiming one and starting its run. A poll that
 //! follows one which found nothing takes a turn first ([`crate::store::turns`]): one replica
-//! of the deployment scans per period.
+//! of the deployment scans per period, and none until the next tick can be due (the turns'
+//! quiet, which storing or changing a schedule ends).
 
 use super::pattern::plan_with_min;
 use super::{PAUSED_KEY_EXPIRED, PAUSED_KEY_REVOKED};
@@ -66,6 +67,8 @@ impl Ticker {
                     .unwrap_or(true);
             busy = false;
             if scan {
+                // Before the look, so a schedule stored during it keeps the next look granted.
+                let since = store.turn_clock().await.ok().flatten();
                 match store
                     .take_over_ticks(&owner, self.stale_after.as_secs_f64())
                     .await
@@ -92,6 +95,9 @@ impl Ticker {
                         }
                     }
                 }
+                if let (false, Some(since)) = (busy, since) {
+                    go_quiet(&*store, since).await;
+                }
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -109,6 +115,22 @@ impl Ticker {
             // Each on its own task: an `enqueue` schedule may wait for its session.
             tokio::spawn(fire(runner, schedule, tick, taken_over).instrument(span));
         }
+    }
+}
+
+/// After a look that found nothing: no replica looks again before the next tick can be due
+/// (`store::turns`), unless a schedule is stored or changed meanwhile. Without a schedule,
+/// quiet for the longest a kind may be.
+async fn go_quiet(store: &dyn crate::store::Store, since: f64) {
+    let until = match store.next_tick_work().await {
+        Ok(next) => next.unwrap_or(f64::MAX),
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read the next tick; not going quiet");
+            return;
+        }
+    };
+    if let Err(e) = store.quiet(turns::kind::SCHEDULES, since, until).await {
+        tracing::debug!(error = %e, "could not record the schedules' quiet");
     }
 }
 

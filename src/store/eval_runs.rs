@@ -8,6 +8,7 @@
 
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
+use super::turns::TurnStore;
 use super::StoreResult;
 use async_trait::async_trait;
 use sqlx::Row;
@@ -103,6 +104,11 @@ pub trait EvalRunStore: Send + Sync + 'static {
     /// Up to `limit` cases (of any app) due by `now`, soonest first: the one read that spans
     /// every app (on Citus every shard; the worker takes a turn for it).
     async fn due_eval_cases(&self, now: f64, limit: usize) -> StoreResult<Vec<DueEvalCase>>;
+
+    /// The earliest time a case is due (a claim's end counts: its case is due again then);
+    /// `None` when no case waits or runs. Read after a look that found nothing due, for the
+    /// workers' quiet ([`super::turns`]).
+    async fn next_eval_case_at(&self) -> StoreResult<Option<f64>>;
 
     /// Claims `due` until `until` while it is still as read, counting the attempt; `None`
     /// when another replica took it first, or it finished or was cancelled since.
@@ -233,7 +239,18 @@ macro_rules! eval_run_store {
                     Self::delete_run_rows(&mut tx, run.app, &id).await?;
                 }
                 tx.commit().await?;
+                // Its cases are due now: the other replicas' workers may help at their next
+                // turn, quiet or not (this replica's own is woken by the route).
+                if let Err(e) = self.wake(super::turns::kind::EVALS).await {
+                    tracing::warn!(error = %e, "could not wake the eval workers; other replicas join at their next look");
+                }
                 Ok(RunCreate::Created)
+            }
+
+            async fn next_eval_case_at(&self) -> StoreResult<Option<f64>> {
+                Ok(sqlx::query_scalar("SELECT min(due_at) FROM eval_run_cases WHERE due_at IS NOT NULL")
+                    .fetch_one(&self.$reader)
+                    .await?)
             }
 
             async fn due_eval_cases(

@@ -284,13 +284,15 @@ pub trait RunStore: Send + Sync + 'static {
     /// [`RunStore::take_over`] ([`Expired::Durable`]).
     async fn expire_run(&self, run: &RunRecord) -> StoreResult<Expired>;
 
-    /// Records this replica as alive (one row per replica) and returns the ids of its running
-    /// runs that someone asked to cancel (the fallback for a missed notification).
+    /// Records this replica as alive (one row per replica) and, when `runs` (it has runs
+    /// going), returns the ids of its running runs that someone asked to cancel (the fallback
+    /// for a missed notification); without runs it reads nothing else.
     async fn heartbeat(
         &self,
         replica: &str,
         lease: Duration,
         draining: bool,
+        runs: bool,
     ) -> StoreResult<Vec<String>>;
 
     /// The ids of the running runs recorded as `replica`'s and not handed over
@@ -343,6 +345,12 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// How many other replicas heartbeat and are not draining.
     async fn live_replicas(&self, me: &str) -> StoreResult<usize>;
+
+    /// Whether a replica's runs may have become nobody's within the last `within_secs`: a
+    /// replica's lease ran out in that time, or a live replica is draining (it hands its runs
+    /// over). Read from the replicas alone (on Citus a reference table, one node), so an
+    /// idle deployment's sweep need not read every user's sessions to find nothing.
+    async fn runs_may_be_orphaned(&self, within_secs: f64) -> StoreResult<bool>;
 
     /// Deletes queue tickets whose waiters are long gone and replicas gone for an hour.
     async fn sweep_housekeeping(&self, me: &str) -> StoreResult<()>;

@@ -139,6 +139,12 @@ pub trait ScheduleStore: Send + Sync + 'static {
         stale_secs: f64,
     ) -> StoreResult<Vec<(ScheduleRecord, TickRecord)>>;
 
+    /// The earliest time a look for due ticks could find work: `Some(0.0)` (now) while a tick
+    /// is claimed and not settled (its claimer may die, and a takeover is due then), else the
+    /// soonest `next_tick` of an enabled schedule; `None` when there is none. Read after a
+    /// look that found nothing, for the ticker's quiet ([`super::turns`]).
+    async fn next_tick_work(&self) -> StoreResult<Option<f64>>;
+
     /// Records what firing a tick came to, if `owner` still holds it.
     async fn settle_tick(
         &self,
@@ -206,6 +212,15 @@ pub fn tick_session(s: &ScheduleRecord, tick_time: f64) -> String {
 
 /// Both backends run the same statements; the clock, the row locking, the transaction start
 /// and the row readers differ.
+/// A schedule was stored, changed or resumed: the ticker's next look is granted, quiet or
+/// not ([`super::turns`]). A wake that fails delays the schedule by at most
+/// [`super::turns::MAX_QUIET`]; the write stands.
+async fn wake_ticker<S: super::turns::TurnStore + ?Sized>(store: &S) {
+    if let Err(e) = store.wake(super::turns::kind::SCHEDULES).await {
+        tracing::warn!(error = %e, "could not wake the schedule ticker; the schedule may wait for its next look");
+    }
+}
+
 macro_rules! schedule_store {
     ($store:ty, $pool:ident, $now:expr, $skip_locked:expr, $begin:literal, $sched:ident, $tick:ident) => {
         #[async_trait]
@@ -238,6 +253,7 @@ macro_rules! schedule_store {
                 .execute(&self.$pool)
                 .await?;
                 if max_per_user == 0 {
+                    wake_ticker(self).await;
                     return Ok(true);
                 }
                 // Counted after the insert is committed: of concurrent creations, the last
@@ -259,6 +275,7 @@ macro_rules! schedule_store {
                         .await?;
                     return Ok(false);
                 }
+                wake_ticker(self).await;
                 Ok(true)
             }
 
@@ -361,6 +378,9 @@ macro_rules! schedule_store {
                 .execute(&self.$pool)
                 .await?
                 .rows_affected();
+                if n > 0 && s.enabled {
+                    wake_ticker(self).await;
+                }
                 Ok(n > 0)
             }
 
@@ -585,6 +605,19 @@ macro_rules! schedule_store {
                     }
                 }
                 Ok(out)
+            }
+
+            async fn next_tick_work(&self) -> StoreResult<Option<f64>> {
+                // Two plain statements (on Citus each one read of every shard, pushed down).
+                let claimed = sqlx::query("SELECT 1 FROM schedule_ticks WHERE status = 'claimed' LIMIT 1")
+                    .fetch_optional(&self.$pool)
+                    .await?;
+                if claimed.is_some() {
+                    return Ok(Some(0.0));
+                }
+                Ok(sqlx::query_scalar("SELECT min(next_tick) FROM schedules WHERE enabled")
+                    .fetch_one(&self.$pool)
+                    .await?)
             }
 
             async fn settle_tick(

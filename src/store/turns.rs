@@ -10,6 +10,13 @@
 //! for some replica's turn (as it waited up to one poll before), and a failure to take a turn
 //! counts as granted (a scan too many, never one too few). The first sweep after start needs
 //! no turn.
+//!
+//! A kind whose work is due at known times can also go quiet: the scan that found nothing
+//! learns the earliest time anything of it could be due (for schedules, their next tick), and
+//! turns are refused until then ([`TurnStore::quiet`], at most [`MAX_QUIET`] ahead), unless a
+//! write made work due after that scan began ([`TurnStore::wake`]). A lost wake (a crash
+//! between a write and its wake, a replica of an older release) delays that work by at most
+//! [`MAX_QUIET`].
 
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
@@ -36,7 +43,26 @@ pub trait TurnStore: Send + Sync + 'static {
     /// database's clock stepped back; a smaller step delays a turn by at most a period).
     /// Taking it records the time.
     async fn take_turn(&self, kind: &str, period: Duration) -> StoreResult<bool>;
+
+    /// The clock turns are kept by (the database's), for [`TurnStore::quiet`]'s `since`; `None`
+    /// when this store grants every turn (nothing to quiet).
+    async fn turn_clock(&self) -> StoreResult<Option<f64>>;
+
+    /// Nothing of `kind` is due before `until`, as a scan begun at `since` (the turn clock)
+    /// found: its turns are refused until then, at most [`MAX_QUIET`] from now; not recorded
+    /// when a [`TurnStore::wake`] came at or after `since`.
+    async fn quiet(&self, kind: &str, since: f64, until: f64) -> StoreResult<()>;
+
+    /// Work of `kind` may be due now (it was just written): the next turn is granted, and a
+    /// scan under way does not go quiet.
+    async fn wake(&self, kind: &str) -> StoreResult<()>;
 }
+
+/// The longest a kind stays quiet: what a lost wake can cost.
+pub const MAX_QUIET: Duration = Duration::from_secs(30);
+
+/// `statement_timestamp()` in seconds, the turn clock.
+const PG_CLOCK: &str = "extract(epoch from statement_timestamp())::double precision";
 
 /// A turn within `period` less this share of it is refused.
 const SLACK: f64 = 0.9;
@@ -55,15 +81,52 @@ impl TurnStore for PgStore {
                       UPDATE poll_turns SET polled_at = now.t FROM now
                        WHERE kind = $1
                          AND (polled_at <= now.t - $2 OR polled_at > now.t + $2)
+                         AND NOT (quiet_until > now.t AND quiet_until <= now.t + $3)
                       RETURNING 1)
              SELECT EXISTS (SELECT 1 FROM taken)
                     OR NOT EXISTS (SELECT 1 FROM poll_turns WHERE kind = $1)",
         )
         .bind(kind)
         .bind(period.as_secs_f64() * SLACK)
+        .bind(MAX_QUIET.as_secs_f64())
         .fetch_one(self.pool())
         .await?;
         Ok(granted)
+    }
+
+    async fn turn_clock(&self) -> StoreResult<Option<f64>> {
+        Ok(Some(
+            sqlx::query_scalar(&format!("SELECT {PG_CLOCK}"))
+                .fetch_one(self.pool())
+                .await?,
+        ))
+    }
+
+    async fn quiet(&self, kind: &str, since: f64, until: f64) -> StoreResult<()> {
+        // A quiet lost in a crash costs a scan or two: asynchronous commit.
+        sqlx::query(&format!(
+            "WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true))
+             UPDATE poll_turns SET quiet_until = LEAST($3, {PG_CLOCK} + $4)
+               FROM async_commit
+              WHERE kind = $1 AND woken_at < $2"
+        ))
+        .bind(kind)
+        .bind(since)
+        .bind(until)
+        .bind(MAX_QUIET.as_secs_f64())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn wake(&self, kind: &str) -> StoreResult<()> {
+        sqlx::query(&format!(
+            "UPDATE poll_turns SET quiet_until = 0, woken_at = {PG_CLOCK} WHERE kind = $1"
+        ))
+        .bind(kind)
+        .execute(self.pool())
+        .await?;
+        Ok(())
     }
 }
 
@@ -73,5 +136,17 @@ impl TurnStore for PgStore {
 impl TurnStore for SqliteStore {
     async fn take_turn(&self, _kind: &str, _period: Duration) -> StoreResult<bool> {
         Ok(true)
+    }
+
+    async fn turn_clock(&self) -> StoreResult<Option<f64>> {
+        Ok(None)
+    }
+
+    async fn quiet(&self, _kind: &str, _since: f64, _until: f64) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn wake(&self, _kind: &str) -> StoreResult<()> {
+        Ok(())
     }
 }

@@ -140,6 +140,11 @@ pub trait WebhookStore: Send + Sync + 'static {
 
     /// A run's deliveries, oldest first.
     async fn run_deliveries(&self, user: &str, run_id: &str) -> StoreResult<Vec<DeliveryRecord>>;
+
+    /// The earliest time a pending delivery is due (a retry's time, or a claim's end: a
+    /// claimed delivery is due again when its claim runs out); `None` when none is pending.
+    /// Read after a look that found nothing due, for the senders' quiet ([`super::turns`]).
+    async fn next_delivery_at(&self) -> StoreResult<Option<f64>>;
 }
 
 /// Both backends run the same statements; only the clock differs.
@@ -263,6 +268,14 @@ macro_rules! webhook_store {
                 .await?
                 .rows_affected();
                 Ok(n > 0)
+            }
+
+            async fn next_delivery_at(&self) -> StoreResult<Option<f64>> {
+                Ok(sqlx::query_scalar(
+                    "SELECT min(next_attempt_at) FROM webhook_deliveries WHERE status = 'pending'",
+                )
+                .fetch_one(&self.$pool)
+                .await?)
             }
 
             async fn run_deliveries(

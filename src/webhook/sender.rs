@@ -18,6 +18,17 @@ use tracing::Instrument;
 /// How many due deliveries are looked at for each free slot: some are held back by their
 /// user's or their host's share ([`super::fair`]).
 const CANDIDATES_PER_SLOT: usize = 8;
+
+/// The turns' kind of the senders' look.
+const WEBHOOKS: &str = crate::store::turns::kind::WEBHOOKS;
+
+/// What one look for due deliveries came to.
+struct Look {
+    /// Every free slot found a delivery (look again).
+    filled: bool,
+    /// Nothing was due.
+    none_due: bool,
+}
 /// The first retry's delay; each next one doubles, up to [`MAX_BACKOFF`], with ±25% jitter.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
@@ -87,14 +98,25 @@ impl Sender {
             let look = nudged
                 || tokio::select! {
                     _ = stop.cancelled() => return,
-                    t = self.store.take_turn(crate::store::turns::kind::WEBHOOKS, self.config.poll) => {
+                    t = self.store.take_turn(WEBHOOKS, self.config.poll) => {
                         t.unwrap_or(true)
                     }
                 };
             // While every free slot finds a delivery, look again; then wait for a nudge (a run
             // ended, an attempt finished) or the poll.
             if look {
-                while let Some(true) = self.fill(&slots, &stop).await {}
+                // Before the look, so a retry recorded during it keeps the next look granted.
+                let since = self.store.turn_clock().await.ok().flatten();
+                let mut none_due = false;
+                while let Some(l) = self.fill(&slots, &stop).await {
+                    none_due = l.none_due;
+                    if !l.filled {
+                        break;
+                    }
+                }
+                if let (true, Some(since)) = (none_due, since) {
+                    self.go_quiet(since).await;
+                }
             }
             if stop.is_cancelled() {
                 return;
@@ -107,14 +129,32 @@ impl Sender {
         }
     }
 
+    /// After a look that found nothing due: no replica's sender looks again before the next
+    /// pending delivery is due (`store::turns`), unless a retry is recorded meanwhile. A new
+    /// delivery needs no look of another replica's: the replica whose run made it is nudged
+    /// (a replica that dies before sending it leaves it for the quiet's end, at most
+    /// `MAX_QUIET`).
+    async fn go_quiet(&self, since: f64) {
+        let until = match self.store.next_delivery_at().await {
+            Ok(next) => next.unwrap_or(f64::MAX),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the next delivery; not going quiet");
+                return;
+            }
+        };
+        if let Err(e) = self.store.quiet(WEBHOOKS, since, until).await {
+            tracing::debug!(error = %e, "could not record the webhooks' quiet");
+        }
+    }
+
     /// Waits for a free slot, then claims due deliveries for the free slots, each within its
-    /// user's and its host's share, and starts them. Whether every free slot was filled
-    /// (`None`: stopping).
+    /// user's and its host's share, and starts them. Whether every free slot was filled, and
+    /// whether nothing was due (`None`: stopping).
     async fn fill(
         self: &Arc<Self>,
         slots: &Arc<tokio::sync::Semaphore>,
         stop: &CancellationToken,
-    ) -> Option<bool> {
+    ) -> Option<Look> {
         let first = tokio::select! {
             _ = stop.cancelled() => return None,
             p = slots.clone().acquire_owned() => p.ok()?,
@@ -132,7 +172,10 @@ impl Sender {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(error = %e, "could not look for webhook deliveries");
-                return Some(false);
+                return Some(Look {
+                    filled: false,
+                    none_due: false,
+                });
             }
         };
         let mut spare = Some(first);
@@ -174,7 +217,10 @@ impl Sender {
                 }
             }
         }
-        Some(started == free)
+        Some(Look {
+            filled: started == free,
+            none_due: due.is_empty(),
+        })
     }
 
     async fn attempt(&self, d: Delivery) {
@@ -207,6 +253,12 @@ impl Sender {
             .settle_delivery(&d, &self.config.owner, &outcome, sent_as.as_deref())
             .await
         {
+            // A retry may be due before the senders' quiet ends (`go_quiet`): it ends it.
+            Ok(true) if matches!(outcome, Settle::Retry { .. }) => {
+                if let Err(e) = self.store.wake(WEBHOOKS).await {
+                    tracing::warn!(webhook = %d.id, error = %e, "could not wake the senders; the retry may wait for their next look");
+                }
+            }
             Ok(true) => {}
             // Our lease ran out and another replica took the delivery over: its outcome counts.
             Ok(false) => tracing::warn!(webhook = %d.id, "webhook attempt outlived its claim"),

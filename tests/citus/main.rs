@@ -9,6 +9,7 @@
 mod common;
 mod evals;
 mod hot_path;
+mod idle;
 mod shard_move;
 
 use agentd::store::postgres::{

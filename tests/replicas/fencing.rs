@@ -56,7 +56,7 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
         Claim::Acquired { .. }
     ));
     store
-        .heartbeat("live", Duration::from_secs(10), false)
+        .heartbeat("live", Duration::from_secs(10), false, false)
         .await
         .unwrap();
     assert!(matches!(
@@ -151,7 +151,7 @@ async fn a_run_that_lost_its_session_cannot_write_into_it(backend: Backend) {
 async fn a_run_s_last_event_records_its_outcome(backend: Backend) {
     let (_db, store, key) = store_with_session(backend, json!({})).await;
     store
-        .heartbeat("live", Duration::from_secs(10), false)
+        .heartbeat("live", Duration::from_secs(10), false, false)
         .await
         .unwrap();
     assert!(matches!(
@@ -231,7 +231,7 @@ async fn admission_commits_the_user_event(backend: Backend) {
     use sqlx::{Connection, Executor};
     let (db, store, key) = store_with_session(backend, json!({"k": 1, "app:shared": 1})).await;
     store
-        .heartbeat("live", Duration::from_secs(10), false)
+        .heartbeat("live", Duration::from_secs(10), false, false)
         .await
         .unwrap();
     let run = |id: &str, owner: &str| {
@@ -396,7 +396,7 @@ async fn a_durable_run_moves_one_epoch_at_a_time(backend: Backend) {
     ));
     for live in ["live", "other"] {
         store
-            .heartbeat(live, Duration::from_secs(10), false)
+            .heartbeat(live, Duration::from_secs(10), false, false)
             .await
             .unwrap();
     }

@@ -459,7 +459,17 @@ impl RunStore for PgStore {
         replica: &str,
         lease: Duration,
         draining: bool,
+        runs: bool,
     ) -> StoreResult<Vec<String>> {
+        // The cancel requests are read only with runs going: the read spans every user's
+        // sessions (on Citus, every shard), and an idle replica has nothing to cancel.
+        let cancels = match runs {
+            true => {
+                "SELECT active_run FROM sessions
+                      WHERE active_run IS NOT NULL AND run_owner = $1 AND run_cancel_requested"
+            }
+            false => "SELECT NULL::text FROM h WHERE false",
+        };
         let rows = sqlx::query(&format!(
             "WITH async_commit AS ({ASYNC_COMMIT}), h AS (
                  INSERT INTO replicas (id, heartbeat_at, lease_secs, started_at, draining)
@@ -467,9 +477,9 @@ impl RunStore for PgStore {
                  ON CONFLICT (id) DO UPDATE
                     SET heartbeat_at = EXCLUDED.heartbeat_at, lease_secs = EXCLUDED.lease_secs,
                         draining = EXCLUDED.draining
+                 RETURNING 1
              )
-             SELECT active_run FROM sessions
-              WHERE active_run IS NOT NULL AND run_owner = $1 AND run_cancel_requested"
+             {cancels}"
         ))
         .bind(replica)
         .bind(lease.as_secs_f64())
@@ -536,6 +546,18 @@ impl RunStore for PgStore {
 
     async fn live_replicas(&self, me: &str) -> StoreResult<usize> {
         self.count_live_replicas(me).await
+    }
+
+    async fn runs_may_be_orphaned(&self, within_secs: f64) -> StoreResult<bool> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT EXISTS (SELECT 1 FROM replicas
+                             WHERE heartbeat_at > 0
+                               AND (draining OR heartbeat_at + lease_secs
+                                                BETWEEN {PG_NOW} - $1 AND {PG_NOW}))"
+        ))
+        .bind(within_secs)
+        .fetch_one(self.pool())
+        .await?)
     }
 
     async fn sweep_housekeeping(&self, me: &str) -> StoreResult<()> {

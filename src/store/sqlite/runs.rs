@@ -194,6 +194,7 @@ impl RunStore for SqliteStore {
         replica: &str,
         lease: Duration,
         draining: bool,
+        runs: bool,
     ) -> StoreResult<Vec<String>> {
         let now = now_ts();
         sqlx::query(
@@ -208,6 +209,9 @@ impl RunStore for SqliteStore {
         .bind(draining)
         .execute(self.writer())
         .await?;
+        if !runs {
+            return Ok(vec![]);
+        }
         Ok(sqlx::query_scalar(
             "SELECT id FROM runs WHERE owner = ? AND status = 'running' AND cancel_requested",
         )
@@ -270,6 +274,19 @@ impl RunStore for SqliteStore {
 
     async fn live_replicas(&self, me: &str) -> StoreResult<usize> {
         self.count_live_replicas(me).await
+    }
+
+    async fn runs_may_be_orphaned(&self, within_secs: f64) -> StoreResult<bool> {
+        let now = now_ts();
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM replicas
+                             WHERE heartbeat_at > 0
+                               AND (draining OR heartbeat_at + lease_secs BETWEEN ?1 - ?2 AND ?1))",
+        )
+        .bind(now)
+        .bind(within_secs)
+        .fetch_one(&self.reader)
+        .await?)
     }
 
     async fn sweep_housekeeping(&self, me: &str) -> StoreResult<()> {
