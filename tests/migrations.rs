@@ -254,12 +254,7 @@ async fn runs_in_flight_move_onto_their_sessions() {
     );
     assert_eq!(
         store
-            .heartbeat(
-                "replica-a",
-                std::time::Duration::from_secs(30),
-                false,
-                false
-            )
+            .heartbeat("replica-a", std::time::Duration::from_secs(30), false, true)
             .await
             .unwrap(),
         vec!["run-live".to_string()],

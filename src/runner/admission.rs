@@ -35,6 +35,17 @@ pub enum Claim {
 /// stopped heartbeating is marked `abandoned` and the claim is retried, unless it is durable
 /// (then the caller has it resumed). One round trip when the session is free.
 pub async fn claim(store: &dyn Store, run: &NewRun, ticket: Option<i64>) -> StoreResult<Claim> {
+    claim_telling(store, run, ticket, &tokio::sync::Notify::new()).await
+}
+
+/// [`claim`], telling `ended` when a holder is ended here: its end wrote its webhook
+/// deliveries, for this replica's sender (the runner's `run_ended`).
+pub(super) async fn claim_telling(
+    store: &dyn Store,
+    run: &NewRun,
+    ticket: Option<i64>,
+    ended: &tokio::sync::Notify,
+) -> StoreResult<Claim> {
     for _ in 0..5 {
         match store.insert_run(run, ticket).await? {
             Insert::Inserted {
@@ -55,7 +66,7 @@ pub async fn claim(store: &dyn Store, run: &NewRun, ticket: Option<i64>) -> Stor
             return Ok(Claim::Busy(None)); // queued requests come first, or it just ended
         };
         match store.expire_run(&active).await? {
-            Expired::Ended => {}
+            Expired::Ended => ended.notify_one(),
             Expired::Alive => return Ok(Claim::Busy(Some(Box::new(active)))),
             Expired::Durable => return Ok(Claim::Orphaned(Box::new(active))),
         }

@@ -12,8 +12,8 @@
 //! three looks ago (a lease ran out, a replica drains), or every `MAX_QUIET` at least.
 //! Every 2/3 of the lease it also reconciles: a run
 //! the database says this replica runs, but which has no task here (its outcome was lost, or
-//! its task vanished), is finished as `failed` (not looked for again while the replica has
-//! registered no run since a look that found none).
+//! its task vanished), is finished as `failed` (looked for every `MAX_QUIET` only while the
+//! replica has registered no run since a look that found none).
 //!
 //! If this replica has not written its heartbeat for two thirds of its lease, it stops its own
 //! runs (`interrupted`) before other replicas may take their sessions over; their writes are
@@ -85,8 +85,10 @@ impl Runner {
             // The last sweep found runs to recover: the next needs no turn (store::turns).
             let mut busy = false;
             let mut upkeep = Instant::now();
-            // When this replica last read the sessions for runs nobody runs.
+            // When this replica last read the sessions for runs nobody runs, and whether that
+            // read left one (for later: a run that keeps killing its replicas waits).
             let mut swept = Instant::now();
+            let mut left = false;
             // `registered` when a reconciliation last found nothing and no run here.
             let mut clean_at = None;
             loop {
@@ -96,7 +98,8 @@ impl Runner {
                 // A draining replica takes no turn: it would use up the period of a replica
                 // that can take runs over. The turn's holder reads every user's sessions only
                 // when runs can have become nobody's since a few looks ago (a lease ran out,
-                // a replica drains), or when its own last such read is `MAX_QUIET` old.
+                // a replica drains), when its last read left one for later, or when its own
+                // last such read is `MAX_QUIET` old.
                 let sweep = mine
                     || busy
                     || !runner.is_draining()
@@ -105,7 +108,8 @@ impl Runner {
                             .take_turn(turns::kind::SWEEP, look)
                             .await
                             .unwrap_or(true)
-                        && (swept.elapsed() >= turns::MAX_QUIET
+                        && (left
+                            || swept.elapsed() >= turns::MAX_QUIET
                             || runner
                                 .store
                                 .runs_may_be_orphaned((look * 3).as_secs_f64())
@@ -114,7 +118,7 @@ impl Runner {
                 if sweep {
                     swept = Instant::now();
                     match runner.sweep(std::mem::take(&mut mine)).await {
-                        Ok(found) => busy = found,
+                        Ok(swept) => (busy, left) = (swept.found, swept.left),
                         Err(e) => {
                             // Looked at again next time, whatever the replicas say.
                             busy = true;
@@ -139,19 +143,23 @@ impl Runner {
     /// (once per `every` in the deployment: a turn, `store::turns`).
     ///
     /// Reconciliation is skipped while no run was registered here since one that found
-    /// nothing with no run here (`clean_at`, the count of registrations then): every run the
-    /// database can record as this replica's was registered first (`Runner::register`, before
-    /// admission), so there is nothing new to find, and an idle replica reads no sessions.
-    async fn upkeep(&self, every: std::time::Duration, clean_at: &mut Option<u64>) {
+    /// nothing with no run here (`clean_at`: the count of registrations then, and when), for
+    /// up to `MAX_QUIET`: every run the database can record as this replica's was registered
+    /// first (`Runner::register`, before admission), so there is little new to find, and an
+    /// idle replica reads the sessions twice a minute. What it can still find then: an
+    /// outcome the database lost in a crash after the clean look (it is committed
+    /// asynchronously).
+    async fn upkeep(&self, every: std::time::Duration, clean_at: &mut Option<(u64, Instant)>) {
         let seen = self.registered.load(Ordering::Acquire);
-        if *clean_at != Some(seen) {
+        let clean = clean_at.is_some_and(|(n, at)| n == seen && at.elapsed() < turns::MAX_QUIET);
+        if !clean {
             *clean_at = None;
             match self.reconcile().await {
                 Ok(())
                     if lock(&self.local).is_empty()
                         && self.registered.load(Ordering::Acquire) == seen =>
                 {
-                    *clean_at = Some(seen);
+                    *clean_at = Some((seen, Instant::now()));
                 }
                 Ok(()) => {}
                 Err(e) => tracing::warn!(error = %e, "reconciliation failed"),
@@ -202,6 +210,8 @@ impl Runner {
                 )
                 .await?
             {
+                // Its end wrote its deliveries: this replica's sender sends them.
+                self.config.run_ended.notify_one();
                 self.bus.publish(
                     &run.key(),
                     BusMsg::Done {

@@ -222,6 +222,15 @@ impl Runner {
     pub async fn drain_runs(&self, drain: Duration, grace: Duration) {
         self.begin_drain();
         self.tracker.close();
+        // The other replicas' sweeps look for runs handed over while a replica drains
+        // (`liveness`): the flag is written now, not at the next heartbeat.
+        if let Err(e) = self
+            .store
+            .heartbeat(&self.config.owner, self.config.lease, true, false)
+            .await
+        {
+            tracing::warn!(error = %e, "could not record the drain; the next heartbeat does");
+        }
         // With another replica live, runs are handed over rather than interrupted.
         let hand_over = self.config.drain_handover != DrainHandover::Off
             && match self.store.live_replicas(&self.config.owner).await {

@@ -33,25 +33,42 @@ enum Fate {
     Later,
 }
 
+/// What a sweep came to.
+pub(super) struct Swept {
+    /// It resumed or ended a run.
+    pub found: bool,
+    /// A run nobody runs is left (for later, or taken by another replica meanwhile): the
+    /// next look reads the sessions again, whatever the replicas say.
+    pub left: bool,
+}
+
 impl Runner {
     /// Runs nobody runs: each is resumed here or ended. `mine`: also those recorded as this
     /// replica id's own (its previous life: the process with this id died and started again).
-    /// Whether it resumed or ended any (a run left for later does not count).
-    pub(super) async fn sweep(self: &Arc<Self>, mine: bool) -> Result<bool, StoreError> {
+    /// Whether it resumed or ended any (a run left for later does not count), and whether
+    /// any was left for later.
+    pub(super) async fn sweep(self: &Arc<Self>, mine: bool) -> Result<Swept, StoreError> {
         let orphans = self.store.orphans(&self.config.owner, mine).await?;
         let mut found = false;
+        let mut seen = 0;
         for orphan in orphans.into_iter().take(PER_SWEEP) {
             if lock(&self.local).contains_key(&orphan.run.run_id) {
                 continue;
             }
+            seen += 1;
             let reason = match (orphan.released, orphan.run.owner == self.config.owner) {
                 (true, _) => ResumeReason::Drain,
                 (false, true) => ResumeReason::Restart,
                 (false, false) => ResumeReason::ReplicaLost,
             };
-            found |= self.recover(orphan, reason).await;
+            let done = self.recover(orphan, reason).await;
+            found |= done;
+            seen -= usize::from(done);
         }
-        Ok(found)
+        Ok(Swept {
+            found,
+            left: seen > 0,
+        })
     }
 
     /// A durable run whose replica died, found holding the session an admission wants.
@@ -191,6 +208,8 @@ impl Runner {
             }
         };
         tracing::warn!(run = %ended.run_id, owner = %ended.owner, status = status.as_str(), "run of a stopped replica ended");
+        // Its end wrote its deliveries: this replica's sender sends them.
+        self.config.run_ended.notify_one();
         let root = self.root_name(&ended.app_name);
         let fence = Fence::Sealing(&ended.run_id);
         match seal::seal_dead(self.store.as_ref(), &ended, &root, fence, code, reason).await {

@@ -210,8 +210,6 @@ pub fn tick_session(s: &ScheduleRecord, tick_time: f64) -> String {
         .unwrap_or_else(|| format!("{}-{}", s.id, (tick_time * 1000.0).round() as i64))
 }
 
-/// Both backends run the same statements; the clock, the row locking, the transaction start
-/// and the row readers differ.
 /// A schedule was stored, changed or resumed: the ticker's next look is granted, quiet or
 /// not ([`super::turns`]). A wake that fails delays the schedule by at most
 /// [`super::turns::MAX_QUIET`]; the write stands.
@@ -221,6 +219,8 @@ async fn wake_ticker<S: super::turns::TurnStore + ?Sized>(store: &S) {
     }
 }
 
+/// Both backends run the same statements; the clock, the row locking, the transaction start
+/// and the row readers differ.
 macro_rules! schedule_store {
     ($store:ty, $pool:ident, $now:expr, $skip_locked:expr, $begin:literal, $sched:ident, $tick:ident) => {
         #[async_trait]

@@ -120,8 +120,12 @@ impl TurnStore for PgStore {
     }
 
     async fn wake(&self, kind: &str) -> StoreResult<()> {
+        // Asynchronous commit: a wake lost in a crash costs at most `MAX_QUIET`, and a hot row
+        // need not wait for a flush on every schedule write or delivery retry.
         sqlx::query(&format!(
-            "UPDATE poll_turns SET quiet_until = 0, woken_at = {PG_CLOCK} WHERE kind = $1"
+            "WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true))
+             UPDATE poll_turns SET quiet_until = 0, woken_at = {PG_CLOCK}
+               FROM async_commit WHERE kind = $1"
         ))
         .bind(kind)
         .execute(self.pool())

@@ -3,7 +3,7 @@
 //! like a run's event once committed. A run that arrives meanwhile waits for the hold to end (up to the
 //! enqueue timeout) rather than being refused.
 
-use super::super::admission::{claim, Claim};
+use super::super::admission::{claim_telling, Claim};
 use super::super::bus::BusMsg;
 use super::super::life::RunGuard;
 use super::super::{OnBusy, RunError, Runner};
@@ -138,7 +138,7 @@ impl Runner {
         // Registered before admission, so reconciliation never mistakes it for a leak.
         let local = self.register(&run_id, None);
         let cancel = local.cancel.clone();
-        match claim(self.store.as_ref(), &new_run, None).await {
+        match claim_telling(self.store.as_ref(), &new_run, None, &self.config.run_ended).await {
             Ok(Claim::Acquired { unsealed, .. }) => Ok(Held {
                 guard: RunGuard::new(self.clone(), key.clone(), false, local),
                 run_id,

@@ -5,7 +5,7 @@
 //! waiters on every replica go in arrival order. From here on a [`RunGuard`] frees the session
 //! however the run's task ends.
 
-use super::super::admission::{claim, Claim, Ticket};
+use super::super::admission::{claim_telling, Claim, Ticket};
 use super::super::bus::BusMsg;
 use super::super::control::StopCause;
 use super::super::{OnBusy, RunError, RunRequest, Runner};
@@ -123,9 +123,14 @@ async fn claim_by_policy(
         }
         // This claim is also the user event's commit: its span carries the event's seq then.
         let span = tracing::info_span!("admit", seq = tracing::field::Empty);
-        let claim = claim(runner.store.as_ref(), run, ticket.as_ref().map(|t| t.id))
-            .instrument(span.clone())
-            .await?;
+        let claim = claim_telling(
+            runner.store.as_ref(),
+            run,
+            ticket.as_ref().map(|t| t.id),
+            &runner.config.run_ended,
+        )
+        .instrument(span.clone())
+        .await?;
         let active = match claim {
             Claim::Acquired {
                 unsealed, opened, ..

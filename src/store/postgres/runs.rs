@@ -502,10 +502,14 @@ impl RunStore for PgStore {
     }
 
     async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE replicas SET heartbeat_at = 0 WHERE id = $1")
-            .bind(replica)
-            .execute(self.pool())
-            .await?;
+        // Its lease ends now: dead to every check, and a replica that just retired (its
+        // runs handed over) is what `runs_may_be_orphaned` looks for.
+        sqlx::query(&format!(
+            "UPDATE replicas SET heartbeat_at = {PG_NOW} - lease_secs WHERE id = $1"
+        ))
+        .bind(replica)
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 
@@ -551,9 +555,8 @@ impl RunStore for PgStore {
     async fn runs_may_be_orphaned(&self, within_secs: f64) -> StoreResult<bool> {
         Ok(sqlx::query_scalar(&format!(
             "SELECT EXISTS (SELECT 1 FROM replicas
-                             WHERE heartbeat_at > 0
-                               AND (draining OR heartbeat_at + lease_secs
-                                                BETWEEN {PG_NOW} - $1 AND {PG_NOW}))"
+                             WHERE heartbeat_at + lease_secs >= {PG_NOW} - $1
+                               AND (draining OR heartbeat_at + lease_secs <= {PG_NOW}))"
         ))
         .bind(within_secs)
         .fetch_one(self.pool())

@@ -230,8 +230,10 @@ impl RunStore for SqliteStore {
     }
 
     async fn retire_replica(&self, replica: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE replicas SET heartbeat_at = 0 WHERE id = ?")
+        // Its lease ends now (see the PostgreSQL store).
+        sqlx::query("UPDATE replicas SET heartbeat_at = ?2 - lease_secs WHERE id = ?1")
             .bind(replica)
+            .bind(now_ts())
             .execute(self.writer())
             .await?;
         Ok(())
@@ -280,8 +282,8 @@ impl RunStore for SqliteStore {
         let now = now_ts();
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM replicas
-                             WHERE heartbeat_at > 0
-                               AND (draining OR heartbeat_at + lease_secs BETWEEN ?1 - ?2 AND ?1))",
+                             WHERE heartbeat_at + lease_secs >= ?1 - ?2
+                               AND (draining OR heartbeat_at + lease_secs <= ?1))",
         )
         .bind(now)
         .bind(within_secs)
