@@ -20,7 +20,7 @@ use super::metrics::Criteria;
 use super::replay::{self, CaseResult};
 use super::result::case_result;
 use crate::runner::Runner;
-use crate::store::turns::kind;
+use crate::store::turns::{go_quiet, kind};
 use crate::store::{CancelRequest, DueEvalCase, EvalCaseKey, SessionKey, Store};
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,21 +49,6 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// After a look that found nothing due: no replica's worker looks again before the next
-    /// case is due (`store::turns`), unless a run is created meanwhile.
-    async fn go_quiet(&self, since: f64) {
-        let until = match self.store.next_eval_case_at().await {
-            Ok(next) => next.unwrap_or(f64::MAX),
-            Err(e) => {
-                tracing::debug!(error = %e, "could not read the next eval case; not going quiet");
-                return;
-            }
-        };
-        if let Err(e) = self.store.quiet(kind::EVALS, since, until).await {
-            tracing::debug!(error = %e, "could not record the eval workers' quiet");
-        }
-    }
-
     /// Starts the loop; it ends with `stop`, and the cases in flight with it (their claims
     /// run out, and another replica runs them again).
     pub fn spawn(self, stop: CancellationToken) {
@@ -94,8 +79,11 @@ impl Worker {
                     {
                         Ok(due) => {
                             more = due.len() == free;
+                            // Nothing due: no replica looks before the next case can be
+                            // due, unless a run is created meanwhile.
                             if let (true, Some(since)) = (due.is_empty(), since) {
-                                this.go_quiet(since).await;
+                                let next = this.store.next_eval_case_at().await;
+                                go_quiet(&*this.store, kind::EVALS, since, next).await;
                             }
                             for d in due {
                                 let Ok(slot) = slots.clone().try_acquire_owned() else {

@@ -95,8 +95,11 @@ impl Ticker {
                         }
                     }
                 }
+                // Nothing found: no replica looks before the next tick can be due, unless a
+                // schedule is stored or changed meanwhile.
                 if let (false, Some(since)) = (busy, since) {
-                    go_quiet(&*store, since).await;
+                    let next = store.next_tick_work().await;
+                    turns::go_quiet(&*store, turns::kind::SCHEDULES, since, next).await;
                 }
             }
             tokio::select! {
@@ -115,22 +118,6 @@ impl Ticker {
             // Each on its own task: an `enqueue` schedule may wait for its session.
             tokio::spawn(fire(runner, schedule, tick, taken_over).instrument(span));
         }
-    }
-}
-
-/// After a look that found nothing: no replica looks again before the next tick can be due
-/// (`store::turns`), unless a schedule is stored or changed meanwhile. Without a schedule,
-/// quiet for the longest a kind may be.
-async fn go_quiet(store: &dyn crate::store::Store, since: f64) {
-    let until = match store.next_tick_work().await {
-        Ok(next) => next.unwrap_or(f64::MAX),
-        Err(e) => {
-            tracing::debug!(error = %e, "could not read the next tick; not going quiet");
-            return;
-        }
-    };
-    if let Err(e) = store.quiet(turns::kind::SCHEDULES, since, until).await {
-        tracing::debug!(error = %e, "could not record the schedules' quiet");
     }
 }
 

@@ -58,6 +58,27 @@ pub trait TurnStore: Send + Sync + 'static {
     async fn wake(&self, kind: &str) -> StoreResult<()>;
 }
 
+/// After a look for `kind` begun at `since` that found nothing due: no replica looks again
+/// before `next` (the kind's read of when its next work is due; `None`: none waits, quiet
+/// for [`MAX_QUIET`]). A failed read or write leaves the kind to its turns (a scan too many).
+pub async fn go_quiet<S: TurnStore + ?Sized>(
+    store: &S,
+    kind: &str,
+    since: f64,
+    next: StoreResult<Option<f64>>,
+) {
+    let until = match next {
+        Ok(next) => next.unwrap_or(f64::MAX),
+        Err(e) => {
+            tracing::debug!(kind, error = %e, "could not read when work is due next; not going quiet");
+            return;
+        }
+    };
+    if let Err(e) = store.quiet(kind, since, until).await {
+        tracing::debug!(kind, error = %e, "could not record a quiet");
+    }
+}
+
 /// The longest a kind stays quiet: what a lost wake can cost.
 pub const MAX_QUIET: Duration = Duration::from_secs(30);
 

@@ -114,8 +114,14 @@ impl Sender {
                         break;
                     }
                 }
+                // Nothing due: no replica's sender looks before the next pending delivery is
+                // due, unless a retry is recorded meanwhile. A new delivery needs no look of
+                // another replica's: the replica whose statement ended the run is nudged (one
+                // that dies before sending it leaves it for the quiet's end, at most
+                // `MAX_QUIET`).
                 if let (true, Some(since)) = (none_due, since) {
-                    self.go_quiet(since).await;
+                    let next = self.store.next_delivery_at().await;
+                    crate::store::turns::go_quiet(&*self.store, WEBHOOKS, since, next).await;
                 }
             }
             if stop.is_cancelled() {
@@ -126,24 +132,6 @@ impl Sender {
                 _ = self.nudge.notified() => true,
                 _ = tokio::time::sleep(self.config.poll) => false,
             };
-        }
-    }
-
-    /// After a look that found nothing due: no replica's sender looks again before the next
-    /// pending delivery is due (`store::turns`), unless a retry is recorded meanwhile. A new
-    /// delivery needs no look of another replica's: the replica whose run made it is nudged
-    /// (a replica that dies before sending it leaves it for the quiet's end, at most
-    /// `MAX_QUIET`).
-    async fn go_quiet(&self, since: f64) {
-        let until = match self.store.next_delivery_at().await {
-            Ok(next) => next.unwrap_or(f64::MAX),
-            Err(e) => {
-                tracing::debug!(error = %e, "could not read the next delivery; not going quiet");
-                return;
-            }
-        };
-        if let Err(e) = self.store.quiet(WEBHOOKS, since, until).await {
-            tracing::debug!(error = %e, "could not record the webhooks' quiet");
         }
     }
 
@@ -253,7 +241,7 @@ impl Sender {
             .settle_delivery(&d, &self.config.owner, &outcome, sent_as.as_deref())
             .await
         {
-            // A retry may be due before the senders' quiet ends (`go_quiet`): it ends it.
+            // A retry may be due before the senders' quiet ends (`turns::go_quiet`): it ends it.
             Ok(true) if matches!(outcome, Settle::Retry { .. }) => {
                 if let Err(e) = self.store.wake(WEBHOOKS).await {
                     tracing::warn!(webhook = %d.id, error = %e, "could not wake the senders; the retry may wait for their next look");

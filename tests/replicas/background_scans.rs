@@ -20,6 +20,18 @@ async fn scans(db: &TestDb, table: &str) -> i64 {
     .expect("pg_stat_user_tables")
 }
 
+/// Kills `replicas` (no drain to wait for): their connections close, their backends exit,
+/// and PostgreSQL has their scans counted.
+async fn kill_all(replicas: &mut [Replica]) {
+    for r in replicas.iter() {
+        r.signal("-KILL");
+    }
+    for r in replicas.iter_mut() {
+        let _ = tokio::time::timeout(PATIENCE, r.child.wait()).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
 /// Seconds until the deployment's schedule quiet ends (negative: not quiet).
 async fn quiet_left(conn: &mut sqlx::PgConnection) -> Result<f64, sqlx::Error> {
     sqlx::query_scalar(
@@ -64,15 +76,8 @@ async fn an_idle_deployment_stays_quiet_until_a_schedule_is_stored() {
         left > 10.0,
         "quiet for the longest it may be: {left:.1} s left"
     );
-    // Killed (no drain to wait for): their connections close, and their backends exit.
-    for r in &replicas {
-        r.signal("-KILL");
-    }
     let lived = started.elapsed().as_secs_f64();
-    for r in &mut replicas {
-        let _ = tokio::time::timeout(PATIENCE, r.child.wait()).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    kill_all(&mut replicas).await;
     let n = scans(&db, "schedules").await - before;
     println!(
         "{n} scans of schedules in {lived:.1} s ({:.0} periods of 200 ms)",
@@ -156,14 +161,8 @@ async fn idle_replicas_read_no_sessions_for_their_heartbeats() {
         .await;
     assert_eq!(ran.status(), 200);
     tokio::time::sleep(Duration::from_secs(6)).await;
-    for r in &replicas {
-        r.signal("-KILL");
-    }
     let lived = started.elapsed().as_secs_f64();
-    for r in &mut replicas {
-        let _ = tokio::time::timeout(PATIENCE, r.child.wait()).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    kill_all(&mut replicas).await;
     let n = scans(&db, "sessions").await - before;
     println!("{n} reads of sessions in {lived:.1} s by three idle replicas");
     // The sweeps, one a second between them (a look every lease / 3), and what the start and
