@@ -8,7 +8,6 @@
 
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
-use super::turns::TurnStore;
 use super::StoreResult;
 use async_trait::async_trait;
 use sqlx::Row;
@@ -241,9 +240,7 @@ macro_rules! eval_run_store {
                 tx.commit().await?;
                 // Its cases are due now: the other replicas' workers may help at their next
                 // turn, quiet or not (this replica's own is woken by the route).
-                if let Err(e) = self.wake(super::turns::kind::EVALS).await {
-                    tracing::warn!(error = %e, "could not wake the eval workers; other replicas join at their next look");
-                }
+                super::turns::wake_after_write(self, super::turns::kind::EVALS).await;
                 Ok(RunCreate::Created)
             }
 

@@ -348,8 +348,9 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Whether a replica's runs may have become nobody's within the last `within_secs`: a
     /// replica's lease ran out in that time (it died, or retired: [`RunStore::retire_replica`]
-    /// ends its lease), or a replica is draining (it hands its runs over) and was live then. Read from the replicas alone (on Citus a reference table, one node), so an
-    /// idle deployment's sweep need not read every user's sessions to find nothing.
+    /// ends its lease), or a replica is draining (it hands its runs over) and was live then.
+    /// Read from the replicas alone (on Citus a reference table, one node), so an idle
+    /// deployment's sweep need not read every user's sessions to find nothing.
     async fn runs_may_be_orphaned(&self, within_secs: f64) -> StoreResult<bool>;
 
     /// Deletes queue tickets whose waiters are long gone and replicas gone for an hour.

@@ -210,15 +210,6 @@ pub fn tick_session(s: &ScheduleRecord, tick_time: f64) -> String {
         .unwrap_or_else(|| format!("{}-{}", s.id, (tick_time * 1000.0).round() as i64))
 }
 
-/// A schedule was stored, changed or resumed: the ticker's next look is granted, quiet or
-/// not ([`super::turns`]). A wake that fails delays the schedule by at most
-/// [`super::turns::MAX_QUIET`]; the write stands.
-async fn wake_ticker<S: super::turns::TurnStore + ?Sized>(store: &S) {
-    if let Err(e) = store.wake(super::turns::kind::SCHEDULES).await {
-        tracing::warn!(error = %e, "could not wake the schedule ticker; the schedule may wait for its next look");
-    }
-}
-
 /// Both backends run the same statements; the clock, the row locking, the transaction start
 /// and the row readers differ.
 macro_rules! schedule_store {
@@ -253,7 +244,7 @@ macro_rules! schedule_store {
                 .execute(&self.$pool)
                 .await?;
                 if max_per_user == 0 {
-                    wake_ticker(self).await;
+                    super::turns::wake_after_write(self, super::turns::kind::SCHEDULES).await;
                     return Ok(true);
                 }
                 // Counted after the insert is committed: of concurrent creations, the last
@@ -275,7 +266,7 @@ macro_rules! schedule_store {
                         .await?;
                     return Ok(false);
                 }
-                wake_ticker(self).await;
+                super::turns::wake_after_write(self, super::turns::kind::SCHEDULES).await;
                 Ok(true)
             }
 
@@ -379,7 +370,7 @@ macro_rules! schedule_store {
                 .await?
                 .rows_affected();
                 if n > 0 && s.enabled {
-                    wake_ticker(self).await;
+                    super::turns::wake_after_write(self, super::turns::kind::SCHEDULES).await;
                 }
                 Ok(n > 0)
             }

@@ -79,6 +79,16 @@ pub async fn go_quiet<S: TurnStore + ?Sized>(
     }
 }
 
+/// Wakes `kind` after a write that made its work due (the write stands either way: a wake
+/// that fails is logged, and delays that work by at most [`MAX_QUIET`]). Called by the store
+/// statements that make work due: storing or changing a schedule, recording a delivery's
+/// retry, creating an eval run.
+pub async fn wake_after_write<S: TurnStore + ?Sized>(store: &S, kind: &str) {
+    if let Err(e) = store.wake(kind).await {
+        tracing::warn!(kind, error = %e, "could not end a quiet; the work waits for the next look");
+    }
+}
+
 /// The longest a kind stays quiet: what a lost wake can cost.
 pub const MAX_QUIET: Duration = Duration::from_secs(30);
 

@@ -267,6 +267,10 @@ macro_rules! webhook_store {
                 .execute(&self.$pool)
                 .await?
                 .rows_affected();
+                // A retry may be due before the senders' quiet ends (`turns::go_quiet`).
+                if n > 0 && matches!(outcome, Settle::Retry { .. }) {
+                    super::turns::wake_after_write(self, super::turns::kind::WEBHOOKS).await;
+                }
                 Ok(n > 0)
             }
 

@@ -241,12 +241,6 @@ impl Sender {
             .settle_delivery(&d, &self.config.owner, &outcome, sent_as.as_deref())
             .await
         {
-            // A retry may be due before the senders' quiet ends (`turns::go_quiet`): it ends it.
-            Ok(true) if matches!(outcome, Settle::Retry { .. }) => {
-                if let Err(e) = self.store.wake(WEBHOOKS).await {
-                    tracing::warn!(webhook = %d.id, error = %e, "could not wake the senders; the retry may wait for their next look");
-                }
-            }
             Ok(true) => {}
             // Our lease ran out and another replica took the delivery over: its outcome counts.
             Ok(false) => tracing::warn!(webhook = %d.id, "webhook attempt outlived its claim"),
