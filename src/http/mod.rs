@@ -70,6 +70,7 @@ pub fn router(state: AppState, args: &ServeArgs) -> Router {
     let (api, mut doc) = api_routes().split_for_parts();
     doc.merge(<frontend::mcp::McpDoc as utoipa::OpenApi>::openapi());
     openapi::add_door_errors(&mut doc);
+    openapi::add_fallback_errors(&mut doc);
     let api = api
         .merge(openapi::router(&doc))
         .merge(frontend::mcp::router(&state, args))

@@ -323,6 +323,22 @@ pub fn add_door_errors(doc: &mut utoipa::openapi::OpenApi) {
     }
 }
 
+/// The response of the router's fallback, in the document's components: the codes a path no
+/// operation has answers (`route_not_found`), which no operation can list.
+pub const FALLBACK_RESPONSE: &str = "NoSuchRoute";
+
+/// Adds [`FALLBACK_RESPONSE`] to `doc`'s components, so every stable code is in the document.
+pub fn add_fallback_errors(doc: &mut utoipa::openapi::OpenApi) {
+    let mut responses = error_responses(&[ErrorCode::RouteNotFound], "ErrorBody");
+    let Some((_, response)) = responses.pop_first() else {
+        return;
+    };
+    doc.components
+        .get_or_insert_with(Default::default)
+        .responses
+        .insert(FALLBACK_RESPONSE.to_string(), response);
+}
+
 /// What a health or readiness probe answers.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]

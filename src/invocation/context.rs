@@ -59,6 +59,8 @@ struct Shared {
     pending_artifacts: Mutex<Vec<ArtifactWrite>>,
     /// Where the run's events are committed and delivered.
     outbox: Arc<Outbox>,
+    /// The store, for agents and tools that read it themselves (history, artifacts, memory).
+    store: Arc<dyn Store>,
     /// The app's `context_cache:`, for the model requests of its agents.
     context_cache: Option<crate::model::ContextCache>,
     /// The app's `memory:`: its embedding model (search by meaning) and extraction.
@@ -73,6 +75,7 @@ pub(crate) struct ContextParts {
     pub tree: Arc<AgentTree>,
     pub plugins: Arc<PluginSet>,
     pub outbox: Arc<Outbox>,
+    pub store: Arc<dyn Store>,
     pub context_cache: Option<crate::model::ContextCache>,
     pub memory: crate::memory::app::AppMemory,
 }
@@ -94,6 +97,7 @@ impl InvocationContext {
                 ended: AtomicBool::new(false),
                 pending_artifacts: Mutex::new(vec![]),
                 outbox: p.outbox,
+                store: p.store,
                 context_cache: p.context_cache,
                 memory: p.memory,
             }),
@@ -151,7 +155,7 @@ impl InvocationContext {
 
     /// The store, for agents that read history or artifacts themselves.
     pub fn store(&self) -> &Arc<dyn Store> {
-        self.shared.outbox.store()
+        &self.shared.store
     }
 
     /// The user's new message (after input blobs were replaced by placeholders).
@@ -279,8 +283,7 @@ impl InvocationContext {
         version: Option<i64>,
     ) -> AgentResult<Option<Part>> {
         self.shared
-            .outbox
-            .store()
+            .store
             .load_artifact(
                 &ArtifactScope::from(self.shared.outbox.session_key()),
                 filename,

@@ -13,7 +13,7 @@
 //! resets.
 
 use crate::store::usage::OutsideCall;
-use crate::store::Store;
+use crate::store::UsageStore;
 use crate::usage::{Prices, Tokens, Window};
 use std::collections::BTreeMap;
 
@@ -34,7 +34,7 @@ fn tokens(input: u64) -> Tokens {
 impl Charge<'_> {
     /// Charges one query embedding of `user` in `app`. A failed write is logged: the search
     /// goes on.
-    pub async fn query(&self, store: &dyn Store, app: &str, user: &str, model: &str, n: u64) {
+    pub async fn query(&self, store: &dyn UsageStore, app: &str, user: &str, model: &str, n: u64) {
         if n == 0 {
             return;
         }
@@ -47,7 +47,7 @@ impl Charge<'_> {
 
 /// Adds `n` input tokens of `model` (and their cost) to `user`'s usage in `app` today.
 pub async fn user_call(
-    store: &dyn Store,
+    store: &dyn UsageStore,
     prices: &Prices,
     app: &str,
     user: &str,

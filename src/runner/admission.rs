@@ -7,7 +7,7 @@
 
 use crate::store::runs::Opened;
 use crate::store::{
-    Expired, Insert, NewRun, RunRecord, SessionKey, Store, StoreError, StoreResult,
+    Expired, Insert, NewRun, RunRecord, RunStore, SessionKey, StoreError, StoreResult,
 };
 use std::sync::Arc;
 
@@ -34,14 +34,14 @@ pub enum Claim {
 /// Admits `run`: takes the session unless a live run holds it. A holder whose replica
 /// stopped heartbeating is marked `abandoned` and the claim is retried, unless it is durable
 /// (then the caller has it resumed). One round trip when the session is free.
-pub async fn claim(store: &dyn Store, run: &NewRun, ticket: Option<i64>) -> StoreResult<Claim> {
+pub async fn claim(store: &dyn RunStore, run: &NewRun, ticket: Option<i64>) -> StoreResult<Claim> {
     claim_telling(store, run, ticket, &tokio::sync::Notify::new()).await
 }
 
 /// [`claim`], telling `ended` when a holder is ended here: its end wrote its webhook
 /// deliveries, for this replica's sender (the runner's `run_ended`).
 pub(super) async fn claim_telling(
-    store: &dyn Store,
+    store: &dyn RunStore,
     run: &NewRun,
     ticket: Option<i64>,
     ended: &tokio::sync::Notify,
@@ -81,14 +81,14 @@ pub(super) async fn claim_telling(
 pub(super) struct Ticket {
     pub(super) id: i64,
     user: String,
-    store: Arc<dyn Store>,
+    store: Arc<dyn RunStore>,
     left: bool,
 }
 
 impl Ticket {
     /// Takes a place at the end of `key`'s queue.
     pub(super) async fn take(
-        store: &Arc<dyn Store>,
+        store: &Arc<dyn RunStore>,
         key: &SessionKey,
         owner: &str,
     ) -> StoreResult<Ticket> {

@@ -7,7 +7,7 @@
 //!
 //! What is *spent* is never cached: it is read from the database whenever a budget exists.
 
-use crate::store::{Store, StoreResult};
+use crate::store::{KeyStore, StoreResult, UsageStore};
 use crate::usage::{Budget, ChargedKey, Limit, Payer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,7 +50,7 @@ impl BudgetCache {
     /// to: the user's in the app, the app's and the key's, those that exist.
     pub async fn limits(
         &self,
-        store: &dyn Store,
+        store: &dyn UsageStore,
         app: &str,
         user: &str,
         key: Option<&ChargedKey>,
@@ -75,7 +75,7 @@ impl BudgetCache {
     }
 
     /// The budget of `payer`, from the cache or the database.
-    pub async fn get(&self, store: &dyn Store, payer: &Payer) -> StoreResult<Option<Budget>> {
+    pub async fn get(&self, store: &dyn UsageStore, payer: &Payer) -> StoreResult<Option<Budget>> {
         let generation = self.generation.load(Ordering::SeqCst);
         {
             let entries = lock(&self.entries);
@@ -104,7 +104,7 @@ impl BudgetCache {
 
 /// The key a run not started by a request is charged to (a resumed run's, a schedule's),
 /// from its stored id. A key gone from the database charges nobody.
-pub async fn charged_key(store: &dyn Store, id: &str) -> StoreResult<Option<ChargedKey>> {
+pub async fn charged_key(store: &dyn KeyStore, id: &str) -> StoreResult<Option<ChargedKey>> {
     Ok(store.find_api_key(id).await?.map(|k| ChargedKey {
         user: (!k.admin).then_some(k.user_id),
         id: k.id,

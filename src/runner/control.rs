@@ -103,7 +103,7 @@ impl Runner {
         run_id: &str,
         req: &CancelRequest,
     ) -> Result<Option<RunRecord>, StoreError> {
-        let record = self.store.request_cancel(user, run_id, req).await?;
+        let record = self.runs.request_cancel(user, run_id, req).await?;
         if record
             .as_ref()
             .is_some_and(|r| r.status == RunStatus::Running)
@@ -120,7 +120,7 @@ impl Runner {
         key: &SessionKey,
         req: &CancelRequest,
     ) -> Result<Option<RunRecord>, StoreError> {
-        match self.store.active_run(key).await? {
+        match self.runs.active_run(key).await? {
             Some(active) if active.status == RunStatus::Running => {
                 self.cancel(&key.user_id, &active.run_id, req).await
             }

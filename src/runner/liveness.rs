@@ -51,7 +51,7 @@ impl Runner {
                 let runs = !lock(&runner.local).is_empty();
                 let beat =
                     runner
-                        .store
+                        .runs
                         .heartbeat(&runner.config.owner, lease, runner.is_draining(), runs);
                 match tokio::time::timeout(period, beat).await {
                     Ok(Ok(cancels)) => {
@@ -111,7 +111,7 @@ impl Runner {
                         && (left
                             || swept.elapsed() >= turns::MAX_QUIET
                             || runner
-                                .store
+                                .runs
                                 .runs_may_be_orphaned((look * 3).as_secs_f64())
                                 .await
                                 .unwrap_or(true));
@@ -173,14 +173,14 @@ impl Runner {
         if let Err(e) = self.store.expire_keys(ttl).await {
             tracing::warn!(error = %e, "expiring idempotency keys failed");
         }
-        if let Err(e) = self.store.sweep_housekeeping(&self.config.owner).await {
+        if let Err(e) = self.runs.sweep_housekeeping(&self.config.owner).await {
             tracing::warn!(error = %e, "sweep housekeeping failed; the next one tries again");
         }
     }
 
     /// Runs recorded as this replica's that have no task here.
     async fn reconcile(&self) -> Result<(), StoreError> {
-        let owned = self.store.owned_runs(&self.config.owner).await?;
+        let owned = self.runs.owned_runs(&self.config.owner).await?;
         let orphans: Vec<String> = {
             let local = lock(&self.local);
             owned
@@ -189,7 +189,7 @@ impl Runner {
                 .collect()
         };
         for id in orphans {
-            let Some(run) = self.store.get_run(&id).await? else {
+            let Some(run) = self.runs.get_run(&id).await? else {
                 continue;
             };
             if run.status != RunStatus::Running {
@@ -199,7 +199,7 @@ impl Runner {
             let error = "the run's outcome was lost (its task ended without recording one, or \
                          the database lost it in a crash); its committed events are complete";
             if self
-                .store
+                .runs
                 .finish_run(
                     &run.user_id,
                     &run.run_id,

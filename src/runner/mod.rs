@@ -38,7 +38,7 @@ pub use request::{
 
 use crate::apps::AppRegistry;
 use crate::invocation::PluginSet;
-use crate::store::{RunRecord, Store, StoreError};
+use crate::store::{RunRecord, RunStore, SessionStore, Store, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -53,6 +53,13 @@ pub const RUN_BUFFER: usize = 16;
 
 /// Runs agents over sessions. One per process, shared by every request.
 pub struct Runner {
+    /// The runs: admission, ownership, liveness and the end of a run go through this alone.
+    runs: Arc<dyn RunStore>,
+    /// The transcripts: what a run reads of its session, and what its outbox commits.
+    sessions: Arc<dyn SessionStore>,
+    /// The whole store, for what the runner hands on (the agents' context, which reads
+    /// artifacts and memory) and the services one concern uses: turns, rewinds, forks,
+    /// budgets, keys.
     store: Arc<dyn Store>,
     apps: Arc<AppRegistry>,
     plugins: Arc<PluginSet>,
@@ -98,6 +105,8 @@ impl Runner {
             .heartbeat(&config.owner, config.lease, false, false)
             .await?;
         let runner = Arc::new(Runner {
+            runs: store.clone(),
+            sessions: store.clone(),
             store,
             apps,
             plugins: Arc::new(plugins),
@@ -191,7 +200,7 @@ impl Runner {
     }
 
     pub async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        self.store.get_run(run_id).await
+        self.runs.get_run(run_id).await
     }
 
     /// A run of `user` (see [`crate::store::RunStore::get_user_run`]).
@@ -200,7 +209,7 @@ impl Runner {
         user: &str,
         run_id: &str,
     ) -> Result<Option<RunRecord>, StoreError> {
-        self.store.get_user_run(user, run_id).await
+        self.runs.get_user_run(user, run_id).await
     }
 
     /// Turns the replica not-ready and refuses new runs (503), without stopping anything.
@@ -225,7 +234,7 @@ impl Runner {
         // The other replicas' sweeps look for runs handed over while a replica drains
         // (`liveness`): the flag is written now, not at the next heartbeat.
         if let Err(e) = self
-            .store
+            .runs
             .heartbeat(&self.config.owner, self.config.lease, true, false)
             .await
         {
@@ -233,7 +242,7 @@ impl Runner {
         }
         // With another replica live, runs are handed over rather than interrupted.
         let hand_over = self.config.drain_handover != DrainHandover::Off
-            && match self.store.live_replicas(&self.config.owner).await {
+            && match self.runs.live_replicas(&self.config.owner).await {
                 Ok(n) => n > 0,
                 Err(e) => {
                     tracing::warn!(error = %e, "could not count the live replicas; runs still going at the end of the drain are interrupted");
@@ -296,7 +305,7 @@ impl Runner {
     /// The second half of [`Runner::shutdown`]: tells the other replicas this one is gone and
     /// stops the background tasks (heartbeat, sweeper, bus); open followers end.
     pub async fn stop_background(&self) {
-        if let Err(e) = self.store.retire_replica(&self.config.owner).await {
+        if let Err(e) = self.runs.retire_replica(&self.config.owner).await {
             tracing::warn!(error = %e, "could not record this replica's exit");
         }
         self.stop.cancel();

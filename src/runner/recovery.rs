@@ -48,7 +48,7 @@ impl Runner {
     /// Whether it resumed or ended any (a run left for later does not count), and whether
     /// any was left for later.
     pub(super) async fn sweep(self: &Arc<Self>, mine: bool) -> Result<Swept, StoreError> {
-        let orphans = self.store.orphans(&self.config.owner, mine).await?;
+        let orphans = self.runs.orphans(&self.config.owner, mine).await?;
         let mut found = false;
         let mut seen = 0;
         for orphan in orphans.into_iter().take(PER_SWEEP) {
@@ -165,7 +165,7 @@ impl Runner {
         // this replica lost.
         let local = self.register(&run.run_id, None);
         match self
-            .store
+            .runs
             .take_over(&run, &self.config.owner, reason, restart)
             .await
         {
@@ -196,7 +196,7 @@ impl Runner {
         reason: &str,
     ) -> bool {
         let ended = self
-            .store
+            .runs
             .expire_as(run, &self.config.owner, restart, status, error)
             .await;
         let ended = match ended {
@@ -212,7 +212,7 @@ impl Runner {
         self.config.run_ended.notify_one();
         let root = self.root_name(&ended.app_name);
         let fence = Fence::Sealing(&ended.run_id);
-        match seal::seal_dead(self.store.as_ref(), &ended, &root, fence, code, reason).await {
+        match seal::seal_dead(self, &ended, &root, fence, code, reason).await {
             Ok(sealed) => seal::publish_sealed(self, &ended, sealed),
             // A new run took the session first; it seals the transcript itself.
             Err(StoreError::NotOwner) => {}

@@ -2,7 +2,7 @@
 
 use super::INVOCATION_ABORTED;
 use crate::agent::{Agent, AgentTree};
-use crate::store::{EventRange, SessionKey, Store, StoreError};
+use crate::store::{EventRange, SessionKey, SessionStore, StoreError};
 use std::sync::Arc;
 
 /// How far back agent selection looks for the last agent that spoke.
@@ -14,7 +14,7 @@ const SELECTION_SCAN_LIMIT: usize = 1000;
 /// Sealing events of cancelled runs do not count as speaking, nor do turns a rewind annulled.
 /// Reads history newest-first, a page at a time.
 pub(crate) async fn select_agent(
-    store: &dyn Store,
+    store: &dyn SessionStore,
     tree: &AgentTree,
     key: &SessionKey,
     answered_calls: &[String],

@@ -8,7 +8,7 @@
 //! committed) and adds what this run has not committed yet: two runs of one payer on two
 //! replicas overshoot a budget by at most the one call each has in flight.
 
-use crate::store::Store;
+use crate::store::UsageStore;
 use crate::usage::{Exhausted, Limit, Prices, RunUsage, Tokens};
 use std::sync::{Arc, Mutex};
 
@@ -96,7 +96,7 @@ impl Meter {
 
     /// Whether another model call is within every budget of the run. A failed read lets the
     /// call go (a database that cannot answer must not stop every agent); it is logged.
-    pub async fn check(&self, store: &dyn Store) -> Result<(), Exhausted> {
+    pub async fn check(&self, store: &dyn UsageStore) -> Result<(), Exhausted> {
         if self.limits.is_empty() {
             return Ok(());
         }

@@ -15,7 +15,9 @@
 
 use super::{Meter, RunItem, RunObserver};
 use crate::event::{apply_delta, Event, JsonMap, TEMP_PREFIX};
-use crate::store::{ArtifactWrite, Fence, SessionKey, Store, StoreError, StoreResult, StoredEvent};
+use crate::store::{
+    ArtifactWrite, Fence, SessionKey, SessionStore, StoreError, StoreResult, StoredEvent,
+};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,7 +60,8 @@ pub struct EmitState {
 pub struct OutboxParts {
     pub invocation_id: String,
     pub key: SessionKey,
-    pub store: Arc<dyn Store>,
+    /// Where its events are committed: the one service the outbox writes to.
+    pub sessions: Arc<dyn SessionStore>,
     pub cancel: CancellationToken,
     /// Cancel the run when the client goes away (else it runs on, bounded by the deadline).
     pub cancel_on_disconnect: bool,
@@ -84,7 +87,7 @@ pub struct OutboxParts {
 pub struct Outbox {
     invocation_id: String,
     key: SessionKey,
-    store: Arc<dyn Store>,
+    sessions: Arc<dyn SessionStore>,
     cancel: CancellationToken,
     cancel_on_disconnect: bool,
     run_id: Option<String>,
@@ -117,7 +120,7 @@ impl Outbox {
         Arc::new(Outbox {
             invocation_id: p.invocation_id,
             key: p.key,
-            store: p.store,
+            sessions: p.sessions,
             cancel: p.cancel,
             cancel_on_disconnect: p.cancel_on_disconnect,
             run_id: p.run_id,
@@ -150,10 +153,6 @@ impl Outbox {
 
     pub fn session_key(&self) -> &SessionKey {
         &self.key
-    }
-
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
     }
 
     /// Whether this run owns its session (then every commit is fenced by it).
@@ -375,7 +374,7 @@ impl Outbox {
             None => Fence::Unfenced,
         };
         let stored = self
-            .store
+            .sessions
             .append_all_fenced(&self.key, events, fence)
             .await?;
         for (s, temp) in stored.iter().zip(temps) {
@@ -412,7 +411,7 @@ impl Outbox {
             keyed: self.meter.as_ref().is_some_and(|m| m.keyed()),
         });
         let stored = tracing::Instrument::instrument(
-            self.store
+            self.sessions
                 .append_metered(&self.key, event, artifacts, fence, metered),
             span.clone(),
         )

@@ -21,7 +21,7 @@ use crate::agent::{AgentError, AgentResult, InvocationContext};
 use crate::event::{
     Content, Event, FunctionResponse, JsonMap, Part, CONFIRMATION_REQUIRED, REQUEST_CONFIRMATION,
 };
-use crate::store::{EventRange, SessionKey, Store, StoredEvent};
+use crate::store::{EventRange, SessionKey, SessionStore, StoredEvent};
 use crate::transcript::compaction::ViewItem;
 use crate::transcript::rewind::is_user_turn;
 use serde_json::Value;
@@ -97,7 +97,7 @@ impl History {
             .await
     }
 
-    async fn fetch_after(&mut self, store: &dyn Store, key: &SessionKey) -> AgentResult {
+    async fn fetch_after(&mut self, store: &dyn SessionStore, key: &SessionKey) -> AgentResult {
         loop {
             let page = fetch_page(
                 store,
@@ -123,7 +123,7 @@ impl History {
 
     /// Reads the current turn into an empty history: pages newest first until one holds a
     /// user message, then keeps the events from that message on.
-    async fn load_turn(&mut self, store: &dyn Store, key: &SessionKey) -> AgentResult {
+    async fn load_turn(&mut self, store: &dyn SessionStore, key: &SessionKey) -> AgentResult {
         let mut pages: Vec<Vec<StoredEvent>> = vec![];
         let mut before = i64::MAX;
         // A turn is usually short: a small first page, then full ones.
@@ -233,7 +233,7 @@ impl History {
 
 /// One page of the session's events; a session deleted meanwhile is an error.
 async fn fetch_page(
-    store: &dyn Store,
+    store: &dyn SessionStore,
     key: &SessionKey,
     range: EventRange,
 ) -> AgentResult<crate::store::EventPage> {

@@ -349,30 +349,7 @@ async fn create(
         .eval_set(app, set)
         .await?
         .ok_or_else(|| set_not_found(set))?;
-    let wanted = match req.eval_case_ids.is_empty() {
-        true => &req.eval_ids,
-        false => &req.eval_case_ids,
-    };
-    if let Some(missing) = wanted
-        .iter()
-        .find(|id| !stored.cases.iter().any(|(c, _)| c == *id))
-    {
-        return Err(ApiError::new(
-            ErrorCode::EvalCaseNotFound,
-            format!("Eval case `{missing}` not found in eval set `{set}`."),
-        ));
-    }
-    let cases: Vec<(String, String)> = stored
-        .cases
-        .into_iter()
-        .filter(|(id, _)| wanted.is_empty() || wanted.contains(id))
-        .collect();
-    if cases.is_empty() {
-        return Err(ApiError::new(
-            ErrorCode::EvalSetEmpty,
-            format!("Eval set `{set}` has no cases to run."),
-        ));
-    }
+    let cases = chosen_cases(stored.cases, req, set)?;
     let criteria = config.to_compact();
     // Two runs of one set started in the same microsecond share a timestamp: the second
     // takes the next one.
@@ -414,6 +391,39 @@ async fn create(
         }
     }
     Err(ApiError::internal("no free eval run id after three tries"))
+}
+
+/// The cases of the set the request names (`evalCaseIds`, or ADK's older `evalIds`; none:
+/// all of them), each of which must be in the set, and at least one.
+fn chosen_cases(
+    stored: Vec<(String, String)>,
+    req: &RunRequest,
+    set: &str,
+) -> ApiResult<Vec<(String, String)>> {
+    let wanted = match req.eval_case_ids.is_empty() {
+        true => &req.eval_ids,
+        false => &req.eval_case_ids,
+    };
+    if let Some(missing) = wanted
+        .iter()
+        .find(|id| !stored.iter().any(|(c, _)| c == *id))
+    {
+        return Err(ApiError::new(
+            ErrorCode::EvalCaseNotFound,
+            format!("Eval case `{missing}` not found in eval set `{set}`."),
+        ));
+    }
+    let cases: Vec<(String, String)> = stored
+        .into_iter()
+        .filter(|(id, _)| wanted.is_empty() || wanted.contains(id))
+        .collect();
+    if cases.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::EvalSetEmpty,
+            format!("Eval set `{set}` has no cases to run."),
+        ));
+    }
+    Ok(cases)
 }
 
 /// The request's eval config, `{"criteria": {…}}`, checked as a run would read it.

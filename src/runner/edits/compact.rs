@@ -72,7 +72,7 @@ impl Runner {
         let mut before = Some(i64::MAX);
         for _ in 0..DUE_PAGES {
             let page = self
-                .store
+                .sessions
                 .list_events(
                     key,
                     EventRange {
@@ -181,7 +181,7 @@ impl Runner {
             });
             let event = compaction_event(&covered, summary, usage.map(|u| u.to_json()));
             let stored = self
-                .store
+                .sessions
                 .append_metered(
                     key,
                     event,

@@ -34,7 +34,7 @@ impl Runner {
         state: Option<JsonMap>,
     ) -> Result<i64, RewindError> {
         let head = self
-            .store
+            .sessions
             .session_head(source)
             .await?
             .ok_or_else(|| RunError::SessionNotFound(source.session_id.clone()))?;
@@ -49,7 +49,7 @@ impl Runner {
             ForkPoint::AtSeq(n) if (0..=head.last_seq).contains(n) => n + 1,
             ForkPoint::AtSeq(n) => return Err(RewindError::SeqOutOfRange(*n, head.last_seq)),
             ForkPoint::BeforeInvocation(inv) => self
-                .store
+                .sessions
                 .invocation_events(source, inv, -1, 1)
                 .await?
                 .events
@@ -65,7 +65,7 @@ impl Runner {
         let mut after = None;
         loop {
             let page = self
-                .store
+                .sessions
                 .list_events(
                     source,
                     EventRange {

@@ -75,7 +75,7 @@ impl Runner {
             let holder_is_hold = match holder.as_str() {
                 "queued" => false,
                 id => self
-                    .store
+                    .runs
                     .get_user_run(&key.user_id, id)
                     .await?
                     .is_some_and(|r| r.invocation_id.starts_with(HOLD_PREFIX)),
@@ -138,7 +138,7 @@ impl Runner {
         // Registered before admission, so reconciliation never mistakes it for a leak.
         let local = self.register(&run_id, None);
         let cancel = local.cancel.clone();
-        match claim_telling(self.store.as_ref(), &new_run, None, &self.config.run_ended).await {
+        match claim_telling(self.runs.as_ref(), &new_run, None, &self.config.run_ended).await {
             Ok(Claim::Acquired { unsealed, .. }) => Ok(Held {
                 guard: RunGuard::new(self.clone(), key.clone(), false, local),
                 run_id,

@@ -59,11 +59,11 @@ impl Runner {
         if self.is_draining() {
             return Err(RunError::ShuttingDown.into());
         }
-        if self.store.session_head(key).await?.is_none() {
+        if self.sessions.session_head(key).await?.is_none() {
             return Err(RunError::SessionNotFound(key.session_id.clone()).into());
         }
         if self
-            .store
+            .sessions
             .invocation_events(key, invocation, -1, 1)
             .await?
             .events
@@ -111,7 +111,7 @@ impl Runner {
             super::super::life::seal::seal_dead_runs(self, key, Fence::Run(run_id, 0)).await?;
         }
         let head = self
-            .store
+            .sessions
             .session_head(key)
             .await?
             .ok_or_else(|| RunError::SessionNotFound(key.session_id.clone()))?;
@@ -121,7 +121,7 @@ impl Runner {
             .await?
             .ok_or_else(|| RewindError::InvocationNotFound(invocation.to_string()))?;
         let stored = self
-            .store
+            .sessions
             .append_fenced(key, plan.event, plan.writes, Fence::RunEnd(run_id, 0))
             .await?;
         Ok(stored)
@@ -140,7 +140,7 @@ impl Runner {
         // then the state and artifact versions as of it.
         let at = match point {
             EditPoint::Invocation(inv) => self
-                .store
+                .sessions
                 .invocation_events(key, inv, -1, 1)
                 .await?
                 .events
@@ -244,7 +244,7 @@ impl Runner {
         let mut after = None;
         loop {
             let page = self
-                .store
+                .sessions
                 .list_events(
                     key,
                     EventRange {

@@ -124,7 +124,7 @@ async fn claim_by_policy(
         // This claim is also the user event's commit: its span carries the event's seq then.
         let span = tracing::info_span!("admit", seq = tracing::field::Empty);
         let claim = claim_telling(
-            runner.store.as_ref(),
+            runner.runs.as_ref(),
             run,
             ticket.as_ref().map(|t| t.id),
             &runner.config.run_ended,
@@ -198,7 +198,7 @@ async fn claim_by_policy(
             continue;
         }
         if ticket.is_none() {
-            ticket = Some(Ticket::take(&runner.store, &run.key, &runner.config.owner).await?);
+            ticket = Some(Ticket::take(&runner.runs, &run.key, &runner.config.owner).await?);
             continue;
         }
         let now = Instant::now();
@@ -229,7 +229,7 @@ async fn claim_by_policy(
 /// `createSession`: the session, made if it is missing (one made meanwhile is as good).
 async fn create_session(runner: &Runner, key: &SessionKey) -> Result<(), RunError> {
     let created = runner
-        .store
+        .sessions
         .create_session(crate::store::NewSession {
             app_name: key.app_name.clone(),
             user_id: key.user_id.clone(),

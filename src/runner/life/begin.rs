@@ -78,7 +78,7 @@ impl Admitted {
         }
         let state = match opened.as_ref().and_then(|o| o.state.clone()) {
             Some(state) => state,
-            None => match runner.store.session_head(&key).await {
+            None => match runner.sessions.session_head(&key).await {
                 Ok(Some(head)) => head.state,
                 failed => {
                     // Followers learn of a user event committed by admission even though
@@ -135,7 +135,7 @@ impl Admitted {
         let outbox = Outbox::new(OutboxParts {
             invocation_id: invocation_id.clone(),
             key: key.clone(),
-            store: runner.store.clone(),
+            sessions: runner.sessions.clone(),
             cancel: cancel.clone(),
             cancel_on_disconnect,
             run_id: Some(run_id.clone()),
@@ -159,6 +159,7 @@ impl Admitted {
             tree: tree.clone(),
             plugins: runner.plugins.clone(),
             outbox: outbox.clone(),
+            store: runner.store.clone(),
             context_cache: app.and_then(|a| a.context_cache),
             memory: app.map(|a| a.memory.clone()).unwrap_or_default(),
         });

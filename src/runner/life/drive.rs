@@ -89,9 +89,10 @@ async fn run_turn(
                 .collect()
         })
         .unwrap_or_default();
-    let agent = selection::select_agent(runner.store.as_ref(), tree, ctx.session_key(), &answered)
-        .await
-        .map_err(AgentError::store)?;
+    let agent =
+        selection::select_agent(runner.sessions.as_ref(), tree, ctx.session_key(), &answered)
+            .await
+            .map_err(AgentError::store)?;
     tracing::debug!(agent = agent.name(), "agent selected");
     crate::agent::run_agent(&agent, ctx).await
 }

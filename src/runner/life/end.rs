@@ -137,7 +137,7 @@ impl Outcome {
             // Taken over (or finished by reconciliation): report what the database says. A run
             // another replica took over goes on there: no end here, the client's stream
             // follows it (`http::sse::run`).
-            status = match runner.store.get_user_run(&user, &run_id).await {
+            status = match runner.runs.get_user_run(&user, &run_id).await {
                 Ok(Some(r)) if r.status == RunStatus::Running && r.owner != runner.config.owner => {
                     tracing::warn!(owner = %r.owner, "run taken over by another replica; it goes on there");
                     return;

@@ -75,7 +75,7 @@ impl RunGuard {
         let run_id = self.run_id().to_string();
         let released = self
             .runner
-            .store
+            .runs
             .release_run(
                 &self.key.user_id,
                 &run_id,
@@ -187,7 +187,7 @@ async fn finish(runner: &Runner, user: &str, run_id: &str, epoch: i32, o: Outcom
     let mut delay = Duration::from_millis(100);
     for attempt in 0..8 {
         match runner
-            .store
+            .runs
             .finish_metered(user, run_id, epoch, o.status, o.last_seq, o.error, o.usage)
             .await
         {

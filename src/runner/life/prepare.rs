@@ -49,10 +49,10 @@ impl Prepared {
             .quota
             .take(&req.key.user_id)
             .ok_or(RunError::TooManyRuns(runner.config.max_runs_per_user))?;
-        let store = &runner.store;
+        let sessions = &runner.sessions;
         if req.new_message.is_none() && !req.run_config.resume && req.edit.is_none() {
             return Err(
-                if req.create_session || store.session_head(&req.key).await?.is_some() {
+                if req.create_session || sessions.session_head(&req.key).await?.is_some() {
                     RunError::NoMessage
                 } else {
                     RunError::SessionNotFound(req.key.session_id.clone())
@@ -60,13 +60,13 @@ impl Prepared {
             );
         }
         if let Some(EditPoint::Invocation(inv)) = &req.edit {
-            if store
+            if sessions
                 .invocation_events(&req.key, inv, -1, 1)
                 .await?
                 .events
                 .is_empty()
             {
-                return Err(match store.session_head(&req.key).await? {
+                return Err(match sessions.session_head(&req.key).await? {
                     Some(_) => RunError::InvocationNotFound(inv.clone()),
                     None => RunError::SessionNotFound(req.key.session_id.clone()),
                 });

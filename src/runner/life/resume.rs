@@ -138,7 +138,7 @@ async fn user_content(runner: &Runner, taken: &TakenOver) -> StoreResult<Option<
         return Ok(None);
     }
     let page = runner
-        .store
+        .sessions
         .invocation_events(
             &taken.run.key(),
             &taken.run.invocation_id,

@@ -11,7 +11,7 @@ use super::super::bus::BusMsg;
 use super::super::Runner;
 use crate::event::{Content, Event, FunctionResponse, JsonMap, Part};
 use crate::invocation::InvocationContext;
-use crate::store::{Fence, RunRecord, RunStatus, SessionKey, Store, StoreResult};
+use crate::store::{Fence, RunRecord, RunStatus, SessionKey, StoreResult};
 use crate::transcript::{EmitState, Outbox};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -102,7 +102,7 @@ pub(in crate::runner) async fn seal_live(
 /// answered, and an abort event with `code` and `reason`. Returns the seal's events (empty if
 /// it was already sealed), committed under `fence`.
 pub(in crate::runner) async fn seal_dead(
-    store: &dyn Store,
+    runner: &Runner,
     run: &RunRecord,
     root: &str,
     fence: Fence<'_>,
@@ -114,7 +114,8 @@ pub(in crate::runner) async fn seal_dead(
     let mut aborted = false;
     let mut after = run.base_seq.unwrap_or(0);
     loop {
-        let page = store
+        let page = runner
+            .sessions
             .invocation_events(&key, &run.invocation_id, after, 500)
             .await?;
         for stored in &page.events {
@@ -142,10 +143,13 @@ pub(in crate::runner) async fn seal_dead(
         abort.error_code = Some(code.to_string());
     }
     for event in events {
-        let stored = store.append_fenced(&key, event, vec![], fence).await?;
+        let stored = runner
+            .sessions
+            .append_fenced(&key, event, vec![], fence)
+            .await?;
         sealed.push((stored.seq, stored.event));
     }
-    store.mark_sealed(&run.user_id, &run.run_id).await?;
+    runner.runs.mark_sealed(&run.user_id, &run.run_id).await?;
     if !sealed.is_empty() {
         tracing::info!(run = %run.run_id, events = sealed.len(), "sealed the transcript of a dead run");
     }
@@ -159,10 +163,10 @@ pub(in crate::runner) async fn seal_dead_runs(
     key: &SessionKey,
     fence: Fence<'_>,
 ) -> StoreResult<()> {
-    for dead in runner.store.unsealed_runs(key).await? {
+    for dead in runner.runs.unsealed_runs(key).await? {
         let root = runner.root_name(&dead.app_name);
         let (code, reason) = why_ended(&dead);
-        let sealed = seal_dead(runner.store.as_ref(), &dead, &root, fence, code, &reason).await?;
+        let sealed = seal_dead(runner, &dead, &root, fence, code, &reason).await?;
         publish_sealed(runner, &dead, sealed);
         runner.bus.publish(
             key,

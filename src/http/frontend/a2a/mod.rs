@@ -1,6 +1,6 @@
 //! A2A (Agent2Agent, spec 1.0): every app served to other agents, over JSON-RPC
-//! (`POST /a2a/{app}`, [`rpc`]) and HTTP+JSON (`/a2a/{app}/message:send`, `/tasks/…`,
-//! [`rest`]), with its agent card ([`card`]).
+//! (`POST /a2a/{app}`) and HTTP+JSON (`/a2a/{app}/message:send`, `/tasks/…`), both in
+//! [`routes`], with its agent card ([`card`]).
 //!
 //! A task is a run and its context a session ([`tasks`] does the work for both bindings,
 //! [`map`] is the pure mapping), so tasks are durable, streams resume on any replica and a
@@ -10,14 +10,12 @@ pub mod card;
 pub mod error;
 pub mod map;
 pub mod push;
-pub mod rest;
-pub mod rpc;
+pub mod routes;
 pub mod scope;
 pub mod tasks;
 pub mod v03;
 
 use crate::config::{AuthMode, ServeArgs};
-use crate::http::AppState;
 
 /// What agent cards say about this server.
 #[derive(Debug, Clone, Default)]
@@ -44,8 +42,4 @@ impl Interop {
     }
 }
 
-pub fn router() -> utoipa_axum::router::OpenApiRouter<AppState> {
-    utoipa_axum::router::OpenApiRouter::new()
-        .merge(rest::router())
-        .merge(rpc::router())
-}
+pub use routes::router;

@@ -1,5 +1,5 @@
-//! A2A's operations on agentd's runs, shared by both bindings (JSON-RPC in [`super::rpc`],
-//! HTTP+JSON in [`super::rest`]): each answers an A2A object or a stream of A2A stream
+//! A2A's operations on agentd's runs, shared by both bindings (JSON-RPC in [`super::routes::rpc`],
+//! HTTP+JSON in [`super::routes::rest`]): each answers an A2A object or a stream of A2A stream
 //! responses; the bindings only frame them.
 //!
 //! Tasks are runs, so everything here is durable and replica-safe: a task is read from the

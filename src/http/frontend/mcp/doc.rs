@@ -1,5 +1,5 @@
 //! The MCP routes in the OpenAPI document. rmcp's service answers them behind an `any` route
-//! ([`super::service`]), which utoipa cannot see; these declarations describe them, so a
+//! ([`super::routes`]), which utoipa cannot see; these declarations describe them, so a
 //! client finds them in `/openapi.json` and `scripts/fuzz-api.sh` sends them bad input as it
 //! does every other route.
 

@@ -1,14 +1,14 @@
 //! agentd as an MCP server (streamable HTTP): every app the caller may use is a tool of
 //! `/mcp`, and `/apps/{app}/mcp` serves one app. Built on `rmcp`'s server side, stateless,
 //! so any replica serves any request and no sticky sessions are needed
-//! ([`service`] wires it into the router, [`tools`] is the handler, [`map`] the pure part,
+//! ([`routes`] wires it into the router, [`tools`] is the handler, [`map`] the pure part,
 //! [`doc`] its place in the OpenAPI document).
 //! See `docs/mcp.md`.
 
 pub mod doc;
 pub mod map;
-pub mod service;
+pub mod routes;
 pub mod tools;
 
 pub use doc::McpDoc;
-pub use service::router;
+pub use routes::router;

@@ -181,7 +181,7 @@ impl AgentTools {
 impl AgentTools {
     /// A `notifications/cancelled` for an earlier request: its run (found from the client's
     /// session and the request id) is cancelled wherever it runs, if it is this user's and
-    /// still running. rmcp's stateless mode drops notifications, so [`super::service`] hands
+    /// still running. rmcp's stateless mode drops notifications, so [`super::routes`] hands
     /// this one over itself.
     pub async fn cancel_call(&self, parts: &Parts, request_id: &Value, reason: Option<String>) {
         let Ok(call) = call_of(Some(parts)) else {

@@ -1,15 +1,15 @@
 //! A2A's HTTP+JSON binding under `/a2a/{app}`: `POST message:send` and `message:stream`,
 //! `GET tasks` and `tasks/{id}`, `POST tasks/{id}:cancel` and `tasks/{id}:subscribe`, the
 //! push notification config routes, `GET extendedAgentCard`, and the agent cards. Errors are
-//! `google.rpc.Status` bodies ([`super::error`]).
+//! `google.rpc.Status` bodies ([`crate::http::frontend::a2a::error`]).
 
-use super::card::agent_card;
-use super::error::{A2aError, A2aResult};
-use super::push;
-use super::tasks::{self, Scope};
 use crate::auth::Caller;
 use crate::error_code::ErrorCode;
 use crate::http::extract::Path;
+use crate::http::frontend::a2a::card::agent_card;
+use crate::http::frontend::a2a::error::{A2aError, A2aResult};
+use crate::http::frontend::a2a::push;
+use crate::http::frontend::a2a::tasks::{self, Scope};
 use crate::http::openapi::error_set;
 use crate::http::openapi::EventStream;
 use crate::http::AppState;

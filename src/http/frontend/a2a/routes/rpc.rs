@@ -1,15 +1,15 @@
 //! A2A's JSON-RPC 2.0 binding: `POST /a2a/{app}`. Errors are JSON-RPC errors with the
 //! spec's codes (on HTTP 200, as JSON-RPC over HTTP answers); the streaming methods answer
 //! SSE, one JSON-RPC response per `data:` line. 0.3's method names are answered too
-//! ([`super::v03`]).
+//! ([`crate::http::frontend::a2a::v03`]).
 
-use super::error::{A2aError, A2aResult};
-use super::push;
 use super::rest::{params, sse, A2aErrors};
-use super::tasks::{self, Scope};
-use super::v03;
 use crate::auth::Caller;
 use crate::http::extract::Path;
+use crate::http::frontend::a2a::error::{A2aError, A2aResult};
+use crate::http::frontend::a2a::push;
+use crate::http::frontend::a2a::tasks::{self, Scope};
+use crate::http::frontend::a2a::v03;
 use crate::http::openapi::error_set;
 use crate::http::openapi::EventStream;
 use crate::http::AppState;
@@ -91,14 +91,8 @@ fn call(raw: &[u8]) -> Result<Call, (Value, A2aError)> {
             A2aError::InvalidRequest("method must be a string".into()),
         ));
     };
-    let (method, v03) = match METHODS.iter().find(|m| **m == name) {
-        Some(m) => (*m, false),
-        None => match v03::method(name) {
-            Some(m) => (m, true),
-            None => {
-                return Err((id, A2aError::MethodNotFound(format!("no method {name:?}"))));
-            }
-        },
+    let Some((method, v03)) = method_of(name) else {
+        return Err((id, A2aError::MethodNotFound(format!("no method {name:?}"))));
     };
     let params = match o.get("params") {
         None | Some(Value::Null) => json!({}),
@@ -117,6 +111,14 @@ fn call(raw: &[u8]) -> Result<Call, (Value, A2aError)> {
         v03,
         params,
     })
+}
+
+/// The 1.0 method `name` is, and whether a 0.3 client named it.
+fn method_of(name: &str) -> Option<(&'static str, bool)> {
+    match METHODS.iter().find(|m| **m == name) {
+        Some(m) => Some((*m, false)),
+        None => v03::method(name).map(|m| (m, true)),
+    }
 }
 
 fn ok(call: &Call, result: Value) -> Value {
