@@ -58,8 +58,9 @@ pub struct Runner {
     /// The transcripts: what a run reads of its session, and what its outbox commits.
     sessions: Arc<dyn SessionStore>,
     /// The whole store, for what the runner hands on (the agents' context, which reads
-    /// artifacts and memory) and the services one concern uses: turns, rewinds, forks,
-    /// budgets, keys.
+    /// artifacts and memory) and the services one concern of the runner uses: the scans'
+    /// turns and idempotency keys (liveness), rewinds, forks and artifacts (the edits),
+    /// budgets and API keys, whether the bus can reach other replicas (`pg_pool`).
     store: Arc<dyn Store>,
     apps: Arc<AppRegistry>,
     plugins: Arc<PluginSet>,
