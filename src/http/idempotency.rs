@@ -16,6 +16,7 @@
 use super::error::{problem, ApiError, ApiResult};
 use super::AppState;
 use crate::error_code::ErrorCode;
+use crate::runner::{RunError, RunHandle, RunRequest};
 use crate::store::KeyClaim;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -119,6 +120,51 @@ pub async fn release(state: &AppState, k: &Keyed) {
     if let Err(e) = state.store.release_key(&k.user, &k.scope, &k.key).await {
         tracing::warn!(error = %e, "could not release an idempotency key; it expires by itself");
     }
+}
+
+/// With an `Idempotency-Key`: the prior run to replay, if this is a repeat.
+pub(crate) async fn prior_run(
+    state: &AppState,
+    headers: &HeaderMap,
+    req: &RunRequest,
+    route: &str,
+    raw: &[u8],
+) -> ApiResult<(Option<Keyed>, Option<String>)> {
+    let Some(keyed) = keyed(headers, &req.key.app_name, &req.key.user_id, route, raw)? else {
+        return Ok((None, None));
+    };
+    match claim(state, &keyed).await? {
+        Prior::New => Ok((Some(keyed), None)),
+        Prior::Run(run) => Ok((None, Some(run))),
+        Prior::Response(..) => Err(ApiError::new(
+            ErrorCode::IdempotencyKeyReused,
+            "This Idempotency-Key was used with a different request; use a new key.",
+        )),
+    }
+}
+
+/// Starts the run; with a key, records the run on it (or gives the key up if nothing started).
+pub(crate) async fn start_keyed(
+    state: &AppState,
+    req: RunRequest,
+    keyed: Option<Keyed>,
+) -> Result<RunHandle, RunError> {
+    let started = state.runner.start_run(req).await;
+    if let Some(k) = keyed {
+        match &started {
+            Ok(handle) => {
+                if let Err(e) = state
+                    .store
+                    .key_run(&k.user, &k.scope, &k.key, &handle.run_id)
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not record the run on its idempotency key");
+                }
+            }
+            Err(_) => release(state, &k).await,
+        }
+    }
+    started
 }
 
 /// What [`claim_response`] found for a request whose answer is a stored response (not a run).

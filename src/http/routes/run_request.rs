@@ -8,7 +8,7 @@ use crate::error_code::ErrorCode;
 use crate::event::{Content, JsonMap};
 use crate::http::auth::Gate;
 use crate::http::error::{ApiError, ApiResult};
-use crate::http::idempotency::{self, Prior};
+use crate::http::idempotency;
 use crate::http::AppState;
 use crate::runner::{EditPoint, OnBusy, OnDisconnect, RunError, RunHandle, RunRequest};
 use crate::store::SessionKey;
@@ -245,57 +245,11 @@ pub(crate) async fn open_run(
         run_req.on_disconnect = OnDisconnect::Continue;
     }
     let key = run_req.key.clone();
-    let (keyed, prior) = idempotent_prior(state, headers, &run_req, route, raw).await?;
+    let (keyed, prior) = idempotency::prior_run(state, headers, &run_req, route, raw).await?;
     if let Some(run_id) = prior {
         let user = key.user_id;
         return Ok(Opening::Repeat { user, run_id });
     }
-    let started = start_keyed(state, run_req, keyed).await;
+    let started = idempotency::start_keyed(state, run_req, keyed).await;
     Ok(Opening::Started { key, started })
-}
-
-/// With an `Idempotency-Key`: the prior run to replay, if this is a repeat.
-pub(crate) async fn idempotent_prior(
-    state: &AppState,
-    headers: &HeaderMap,
-    req: &RunRequest,
-    route: &str,
-    raw: &[u8],
-) -> ApiResult<(Option<idempotency::Keyed>, Option<String>)> {
-    let Some(keyed) = idempotency::keyed(headers, &req.key.app_name, &req.key.user_id, route, raw)?
-    else {
-        return Ok((None, None));
-    };
-    match idempotency::claim(state, &keyed).await? {
-        Prior::New => Ok((Some(keyed), None)),
-        Prior::Run(run) => Ok((None, Some(run))),
-        Prior::Response(..) => Err(ApiError::new(
-            ErrorCode::IdempotencyKeyReused,
-            "This Idempotency-Key was used with a different request; use a new key.",
-        )),
-    }
-}
-
-/// Starts the run; with a key, records the run on it (or gives the key up if nothing started).
-pub(crate) async fn start_keyed(
-    state: &AppState,
-    req: RunRequest,
-    keyed: Option<idempotency::Keyed>,
-) -> Result<RunHandle, RunError> {
-    let started = state.runner.start_run(req).await;
-    if let Some(k) = keyed {
-        match &started {
-            Ok(handle) => {
-                if let Err(e) = state
-                    .store
-                    .key_run(&k.user, &k.scope, &k.key, &handle.run_id)
-                    .await
-                {
-                    tracing::warn!(error = %e, "could not record the run on its idempotency key");
-                }
-            }
-            Err(_) => idempotency::release(state, &k).await,
-        }
-    }
-    started
 }
