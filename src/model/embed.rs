@@ -2,7 +2,7 @@
 //! `/v1/embeddings` (OpenAI, llama.cpp, vLLM, Ollama, LiteLLM, …) or Gemini's
 //! `batchEmbedContents`. Memory search ([`crate::memory`]) uses them.
 //!
-//! The same endpoint rules as chat models ([`super::endpoint`]): the base URL and key come from
+//! The same endpoint rules as chat models ([`super::endpoint()`]): the base URL and key come from
 //! `embedding_options` or the provider's environment variables, redirects are not followed,
 //! calls are retried with backoff before the first byte, and the key never reaches a log. A
 //! response is read whole but bounded, and checked: one vector per text, each of the

@@ -102,7 +102,7 @@ pub fn resolve(spec: &str, options: &ModelOptions) -> Result<Arc<dyn Model>, Str
 }
 
 /// The provider, the provider's model name and the endpoint for `spec` (see [`resolve`]):
-/// what chat models and embedding models ([`embed`]) share.
+/// what chat models and embedding models ([`super::embed`]) share.
 pub fn endpoint<'a>(
     spec: &'a str,
     options: &ModelOptions,

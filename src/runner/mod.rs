@@ -53,14 +53,14 @@ pub const RUN_BUFFER: usize = 16;
 
 /// Runs agents over sessions. One per process, shared by every request.
 pub struct Runner {
-    /// The runs: admission, ownership, liveness and the end of a run go through this alone.
+    /// The runs: every run method of admission, ownership, liveness and a run's end.
     runs: Arc<dyn RunStore>,
     /// The transcripts: what a run reads of its session, and what its outbox commits.
     sessions: Arc<dyn SessionStore>,
     /// The whole store, for what the runner hands on (the agents' context, which reads
-    /// artifacts and memory) and the services one concern of the runner uses: the scans'
-    /// turns and idempotency keys (liveness), rewinds, forks and artifacts (the edits),
-    /// budgets and API keys, whether the bus can reach other replicas (`pg_pool`).
+    /// artifacts and memory; [`Runner::store`], for the schedule ticker) and the services one
+    /// concern of the runner uses: the scans' turns and idempotency keys (liveness), rewinds,
+    /// forks and artifacts (the edits), budgets and API keys (admission and resume).
     store: Arc<dyn Store>,
     apps: Arc<AppRegistry>,
     plugins: Arc<PluginSet>,

@@ -1,5 +1,6 @@
 //! A run request as the run routes take it: ADK's `RunAgentRequest` plus agentd's fields,
-//! bound to the caller; starting it with its `Idempotency-Key`; and the JSON error for a run
+//! bound to the caller; opening it (a repeat of its `Idempotency-Key`, else started through
+//! [`crate::http::idempotency::start_keyed`]); and the JSON error for a run
 //! that could not start. Shared by `/run`, `/run_sse` and background runs.
 
 use crate::agent::RunConfig;
