@@ -330,7 +330,8 @@ async fn every_error_is_documented_where_it_is_answered(backend: Backend) {
     let s = TestServer::start(backend).await;
     let doc = json_with_status(s.get("/openapi.json").await, 200).await;
     let ops = documented_codes(&doc);
-    let fallback: Vec<&str> = doc["components"]["responses"]["NoSuchRoute"]["x-error-codes"]
+    let fallback: Vec<&str> = doc["components"]["responses"]
+        [agentd::http::openapi::FALLBACK_RESPONSE]["x-error-codes"]
         .as_array()
         .into_iter()
         .flatten()
